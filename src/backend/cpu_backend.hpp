@@ -1,0 +1,33 @@
+// The CPU reference backend: runs a planned program instruction by instruction in an order
+// consistent with its queues and counters. Ground truth for tests and for `amk run --check`.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/host_data.hpp"
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+
+namespace amk {
+
+struct CpuRunOptions {
+  uint32_t iterations = 1;
+};
+
+struct CpuRunStats {
+  uint64_t instructions_executed = 0;
+  double elapsed_ms = 0.0;
+};
+
+// Executes `plan` over `buffers` (materialized initial contents, updated in place). Throws
+// amk::Error on a runtime data fault (e.g. an embedding id out of range, kind program,
+// naming the instruction) or if the queues cannot drain.
+CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffers,
+                    const CpuRunOptions& options = {});
+
+// Executes one instruction (exposed for tests and for per-op checks).
+void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
+                             HostBuffers& buffers);
+
+}  // namespace amk

@@ -1,0 +1,33 @@
+// Hashes: SHA-256 for fingerprints and cache keys, FNV-1a 64 and CRC-32C for checksums.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace amk {
+
+class Sha256 {
+ public:
+  Sha256();
+  void update(std::span<const std::byte> data);
+  void update(std::string_view text);
+  [[nodiscard]] std::array<uint8_t, 32> finish();
+  [[nodiscard]] std::string finish_hex();
+
+ private:
+  void block(const uint8_t* p);
+  uint32_t h_[8];
+  uint8_t buf_[64];
+  uint64_t len_ = 0;
+  size_t fill_ = 0;
+};
+
+[[nodiscard]] std::string sha256_hex(std::span<const std::byte> data);
+[[nodiscard]] std::string sha256_hex(std::string_view text);
+[[nodiscard]] uint32_t crc32c(std::span<const std::byte> data, uint32_t seed = 0) noexcept;
+
+}  // namespace amk

@@ -1,0 +1,106 @@
+#include "ops/registry.hpp"
+
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+namespace amk {
+namespace {
+
+constexpr DTypeSet kF = kFloatTypes;
+
+constexpr OperandSig kCopyOperands[] = {{"x", Access::read, kAnyType}, {"y", Access::write, kAnyType}};
+constexpr OperandSig kFillOperands[] = {{"y", Access::write, kAnyType}};
+constexpr ParamSig kFillParams[] = {{"value", ParamType::f32, std::nullopt}};
+constexpr OperandSig kBinaryOperands[] = {
+    {"a", Access::read, kF}, {"b", Access::read, kF}, {"y", Access::write, kF}};
+constexpr OperandSig kUnaryOperands[] = {{"x", Access::read, kF}, {"y", Access::write, kF}};
+constexpr ParamSig kScaleParams[] = {{"alpha", ParamType::f32, std::nullopt}};
+constexpr OperandSig kSiluMulOperands[] = {
+    {"gate", Access::read, kF}, {"up", Access::read, kF}, {"y", Access::write, kF}};
+constexpr OperandSig kRmsnormOperands[] = {
+    {"x", Access::read, kF}, {"weight", Access::read, kF}, {"y", Access::write, kF}};
+constexpr ParamSig kRmsnormParams[] = {{"eps", ParamType::f32, 1e-5}};
+constexpr ParamSig kSoftmaxParams[] = {{"cols", ParamType::u32, 0.0}, {"scale", ParamType::f32, 1.0}};
+constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
+                                        {"x", Access::read, kF},
+                                        {"y", Access::write, kF},
+                                        {"residual", Access::read, kF, true}};
+constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
+                                          {"index", Access::write, kIndexTypes}};
+constexpr OperandSig kEmbeddingOperands[] = {
+    {"table", Access::read, kF}, {"ids", Access::read, kIndexTypes}, {"y", Access::write, kF}};
+
+constexpr std::array<OpSig, 12> kOps = {{
+    {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
+    {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
+    {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
+    {OpId::add, "add", "y = a + b", kBinaryOperands, {}},
+    {OpId::mul, "mul", "y = a * b", kBinaryOperands, {}},
+    {OpId::scale, "scale", "y = alpha * x", kUnaryOperands, kScaleParams},
+    {OpId::silu_mul, "silu_mul", "y = silu(gate) * up", kSiluMulOperands, {}},
+    {OpId::rmsnorm, "rmsnorm",
+     "rows of extent(weight): y = x / sqrt(mean(x^2) + eps) * weight", kRmsnormOperands,
+     kRmsnormParams},
+    {OpId::softmax, "softmax", "row-wise softmax(scale * x) over rows of `cols` (0: whole extent)",
+     kUnaryOperands, kSoftmaxParams},
+    {OpId::gemv, "gemv",
+     "y[r] = sum_k w[r, k] * x[k] (+ residual[r]); rows = extent(w) / extent(x), f32 accumulate",
+     kGemvOperands, {}},
+    {OpId::argmax, "argmax", "index = first position of the maximum of x", kArgmaxOperands, {}},
+    {OpId::embedding, "embedding", "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
+     kEmbeddingOperands, {}},
+}};
+
+}  // namespace
+
+std::span<const OpSig> builtin_ops() noexcept { return kOps; }
+
+const OpSig* find_op(std::string_view name) noexcept {
+  for (const auto& op : kOps)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+const OpSig* find_op(uint16_t id) noexcept {
+  for (const auto& op : kOps)
+    if (static_cast<uint16_t>(op.id) == id) return &op;
+  return nullptr;
+}
+
+std::string op_name(const Program& program, uint16_t id) {
+  if (const OpSig* sig = find_op(id)) return std::string(sig->name);
+  if (id >= kCustomOpBase && id - kCustomOpBase < program.custom_ops.size())
+    return program.custom_ops[id - kCustomOpBase].name;
+  return "op#" + std::to_string(id);
+}
+
+std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
+  switch (type) {
+    case ParamType::f32: {
+      if (std::isnan(value)) return f32_bits(std::nanf(""));
+      if (std::isfinite(value) && std::fabs(value) > 3.4028234663852886e38) return std::nullopt;
+      return f32_bits(static_cast<float>(value));
+    }
+    case ParamType::u32:
+      if (!(value >= 0.0 && value <= 4294967295.0) || value != std::floor(value)) return std::nullopt;
+      return static_cast<uint32_t>(value);
+    case ParamType::i32:
+      if (!(value >= -2147483648.0 && value <= 2147483647.0) || value != std::floor(value))
+        return std::nullopt;
+      return static_cast<uint32_t>(static_cast<int32_t>(value));
+  }
+  return std::nullopt;
+}
+
+double decode_param(ParamType type, uint32_t word) noexcept {
+  switch (type) {
+    case ParamType::f32: return bits_f32(word);
+    case ParamType::u32: return word;
+    case ParamType::i32: return static_cast<int32_t>(word);
+  }
+  return 0.0;
+}
+
+}  // namespace amk

@@ -1,0 +1,77 @@
+// The op registry: the signature of every built-in op (operand slots, their access and dtypes,
+// and the scalar params). Op ids are part of the binary format and the device ABI: never
+// renumber. Shape rules live with the verifier (verify/op_rules.cpp), CPU implementations with
+// the CPU backend (backend/cpu_ops.cpp), device code under kernels/.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "program/program.hpp"
+
+namespace amk {
+
+enum class OpId : uint16_t {
+  nop = 0,        // waits and signals only
+  copy = 1,
+  fill = 2,
+  add = 3,
+  mul = 4,
+  scale = 5,
+  silu_mul = 6,
+  rmsnorm = 7,
+  softmax = 8,
+  gemv = 9,
+  argmax = 10,
+  embedding = 11,
+};
+inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
+
+enum class Access : uint8_t { read, write, read_write };
+enum class ParamType : uint8_t { f32, u32, i32 };
+
+// Bit set of DType values.
+using DTypeSet = uint32_t;
+[[nodiscard]] constexpr DTypeSet dtype_bit(DType t) { return 1u << static_cast<unsigned>(t); }
+inline constexpr DTypeSet kFloatTypes =
+    dtype_bit(DType::f32) | dtype_bit(DType::f16) | dtype_bit(DType::bf16);
+inline constexpr DTypeSet kIndexTypes =
+    dtype_bit(DType::i32) | dtype_bit(DType::u32) | dtype_bit(DType::i64);
+inline constexpr DTypeSet kAnyType = (1u << AMK_DTYPE_COUNT) - 1;
+
+struct OperandSig {
+  std::string_view name;
+  Access access;
+  DTypeSet dtypes;
+  bool optional = false;
+};
+
+struct ParamSig {
+  std::string_view name;
+  ParamType type;
+  std::optional<double> default_value;  // nullopt: required
+};
+
+struct OpSig {
+  OpId id;
+  std::string_view name;
+  std::string_view summary;
+  std::span<const OperandSig> operands;
+  std::span<const ParamSig> params;
+};
+
+// All built-in ops, in id order.
+[[nodiscard]] std::span<const OpSig> builtin_ops() noexcept;
+[[nodiscard]] const OpSig* find_op(std::string_view name) noexcept;
+[[nodiscard]] const OpSig* find_op(uint16_t id) noexcept;
+
+// Name of an op id within a program (built-in or custom); "op#<id>" if unknown.
+[[nodiscard]] std::string op_name(const Program& program, uint16_t id);
+
+// Encodes a param value for the instruction's raw words; nullopt if out of range for the type.
+[[nodiscard]] std::optional<uint32_t> encode_param(ParamType type, double value) noexcept;
+[[nodiscard]] double decode_param(ParamType type, uint32_t word) noexcept;
+
+}  // namespace amk

@@ -1,0 +1,50 @@
+// The planner: lowers a verified program to the device ABI (kernels/amk_abi.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "amk_abi.h"
+#include "program/program.hpp"
+
+namespace amk {
+
+struct PlanOptions {
+  // Grid used when the program says `grid: auto` and leaves scheduling to amk. The GPU backend
+  // passes the co-resident maximum of the device; the CPU backend a default.
+  uint32_t grid_hint = 8;
+};
+
+struct Plan {
+  std::vector<amk_instruction_t> instructions;  // program order; index == position
+  std::vector<uint32_t> queue_offsets;          // n_queues + 1
+  std::vector<uint32_t> queue_items;            // instruction indices
+  std::vector<amk_buffer_t> buffers;            // address 0 until placed on a device
+  uint32_t n_counters = 0;
+  uint32_t grid = 0;                            // == number of queues
+  uint32_t block = 0;
+  bool queues_built = false;                    // true when amk scheduled the program
+  std::vector<uint16_t> ops_used;               // sorted, unique
+
+  [[nodiscard]] uint32_t n_queues() const noexcept {
+    return queue_offsets.empty() ? 0 : static_cast<uint32_t>(queue_offsets.size() - 1);
+  }
+};
+
+// Encodes one instruction of the program in the ABI layout (no validation beyond the ABI's
+// fixed capacities, which the loader already enforces).
+[[nodiscard]] amk_instruction_t encode_instruction(const Instruction& in, uint32_t index);
+// The inverse, for the binary format's reader.
+[[nodiscard]] Instruction decode_instruction(const amk_instruction_t& in);
+
+// Builds queues for a program that has none: a list schedule over `grid` blocks that follows a
+// legal execution order, so the result always passes the deadlock proof.
+[[nodiscard]] std::vector<std::vector<uint32_t>> build_queues(const Program& program,
+                                                              uint32_t grid);
+
+// Lowers a verified program. When the program has no queues they are built first (and the
+// result verified again).
+[[nodiscard]] Plan make_plan(const Program& program, const PlanOptions& options = {});
+
+}  // namespace amk

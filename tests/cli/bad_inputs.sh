@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+echo "TODO bad_inputs"; exit 1

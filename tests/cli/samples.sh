@@ -1,0 +1,2 @@
+#!/usr/bin/env bash
+echo "TODO samples"; exit 1

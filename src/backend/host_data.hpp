@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/numeric.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
 
@@ -21,15 +22,5 @@ struct HostBuffers {
 [[nodiscard]] std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
                                                         const LoadOptions& options = {});
 [[nodiscard]] HostBuffers materialize_all(const Program& program, const LoadOptions& options = {});
-
-// Scalar conversions used by the CPU reference (round to nearest even for f16 / bf16).
-[[nodiscard]] float f16_to_f32(uint16_t h) noexcept;
-[[nodiscard]] uint16_t f32_to_f16(float f) noexcept;
-[[nodiscard]] float bf16_to_f32(uint16_t h) noexcept;
-[[nodiscard]] uint16_t f32_to_bf16(float f) noexcept;
-
-// Element i of a buffer of dtype t as double / stored from double (saturating for integers).
-[[nodiscard]] double load_element(const std::byte* base, DType t, uint64_t i) noexcept;
-void store_element(std::byte* base, DType t, uint64_t i, double v) noexcept;
 
 }  // namespace amk

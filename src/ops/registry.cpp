@@ -71,7 +71,7 @@ const OpSig* find_op(uint16_t id) noexcept {
 
 std::string op_name(const Program& program, uint16_t id) {
   if (const OpSig* sig = find_op(id)) return std::string(sig->name);
-  if (id >= kCustomOpBase && id - kCustomOpBase < program.custom_ops.size())
+  if (id >= kCustomOpBase && static_cast<size_t>(id - kCustomOpBase) < program.custom_ops.size())
     return program.custom_ops[id - kCustomOpBase].name;
   return "op#" + std::to_string(id);
 }

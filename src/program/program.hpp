@@ -186,6 +186,7 @@ struct CustomOp {
 
 struct Program {
   std::string name;
+  std::string description;  // free text, preserved by convert
   uint32_t version = kFormatVersion;
   Target target;
   Launch launch;
@@ -198,7 +199,7 @@ struct Program {
   std::string base_dir;  // folder the program was loaded from (file paths resolve here)
 
   bool operator==(const Program& o) const {
-    return name == o.name && version == o.version && target == o.target && launch == o.launch &&
+    return name == o.name && description == o.description && version == o.version && target == o.target && launch == o.launch &&
            buffers == o.buffers && counters == o.counters && instructions == o.instructions &&
            queues == o.queues && tma == o.tma && custom_ops == o.custom_ops;
   }

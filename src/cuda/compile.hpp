@@ -1,0 +1,55 @@
+// Compiling the VM for one program with NVRTC (kernels/ embedded at build time), with an
+// on-disk cubin cache. Works without a GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+
+namespace amk {
+
+struct CompileOptions {
+  std::string arch = "sm_90a";           // --gpu-architecture
+  bool trust_custom_ops = false;         // custom op sources are compiled only with this
+  bool use_cache = true;
+  std::optional<std::filesystem::path> cache_dir;  // default: $AMK_CACHE_DIR, else XDG cache
+  bool line_info = false;
+  bool trace = false;                    // compile in per-instruction timestamps
+  std::vector<std::string> extra_options;
+};
+
+// The result of an NVRTC compilation: a failure is a result, not an exception.
+struct CompileOutput {
+  bool ok = false;
+  std::vector<std::byte> cubin;
+  std::string kernel_name;               // extern "C" entry point
+  std::string arch;
+  std::string log;                       // always kept
+  std::vector<std::string> options;
+  std::string nvrtc_version;             // "13.0"
+  std::string source_fingerprint;        // sha256 of source + headers + options + versions
+  bool cache_hit = false;
+  double compile_ms = 0.0;
+  uint32_t tma_count = 0;                // CUtensorMap parameters after the program struct
+};
+
+// The generated translation unit for a program (specialized to the ops it uses).
+[[nodiscard]] std::string vm_source(const Program& program, const Plan& plan,
+                                    const CompileOptions& options);
+
+// Compiles (or fetches from the cache) the VM for a program. Throws Error(kind nvrtc) with the
+// log, arch, options and NVRTC version in the message/detail when compilation fails, and
+// Error(kind program, custom.untrusted) when custom ops are present without trust.
+[[nodiscard]] CompileOutput compile_vm(const Program& program, const Plan& plan,
+                                       const CompileOptions& options);
+
+// "13.0"; throws Error(kind nvrtc) if NVRTC cannot be queried.
+[[nodiscard]] std::string nvrtc_version_string();
+
+}  // namespace amk

@@ -1,2 +1,81 @@
+// amk: run megakernel programs. Parses the command line, runs one subcommand, and turns every
+// amk::Error into one clear line (or JSON) and its documented exit code.
 #include <cstdio>
-int main() { return 0; }
+#include <exception>
+#include <iostream>
+
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "cli/common.hpp"
+#include "core/error.hpp"
+
+namespace {
+
+int report_error(const amk::cli::GlobalOptions& g, const amk::Error& e) {
+  if (g.json) {
+    amk::cli::ordered_json j;
+    j["status"] = e.kind() == amk::ErrorKind::timeout ? "timeout" : "error";
+    j["error"] = {{"kind", std::string(amk::kind_name(e.kind()))},
+                  {"code", e.code()},
+                  {"where", e.where()},
+                  {"message", e.message()},
+                  {"detail", e.detail()},
+                  {"exit_code", static_cast<int>(e.exit_code())}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::fprintf(stderr, "amk: %s\n", e.what());
+    if (!e.detail().empty()) std::fprintf(stderr, "%s\n", e.detail().c_str());
+  }
+  return static_cast<int>(e.exit_code());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  amk::cli::GlobalOptions g;
+  amk::cli::Action action;
+
+  CLI::App app{"amk: run megakernel programs on NVIDIA GPUs (and on the CPU reference backend)"};
+  app.set_version_flag("--version", std::string("amk ") + AMK_VERSION);
+  app.fallthrough();
+  app.require_subcommand(1);
+  app.add_flag("--json", g.json, "machine-readable output on stdout");
+  app.add_flag("-v,--verbose", g.verbose, "more log output (repeat for debug)");
+  app.add_flag("-q,--quiet", g.quiet, "only errors");
+
+  amk::cli::setup_validate(app, g, action);
+  amk::cli::setup_inspect(app, g, action);
+  amk::cli::setup_convert(app, g, action);
+  amk::cli::setup_run(app, g, action);
+  amk::cli::setup_compile(app, g, action);
+  amk::cli::setup_devices(app, g, action);
+  amk::cli::setup_profile(app, g, action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(amk::ExitCode::usage);
+  }
+
+  auto logger = spdlog::stderr_color_mt("amk");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("amk: %^%l%$: %v");
+  spdlog::set_level(g.quiet ? spdlog::level::err
+                    : g.verbose >= 2 ? spdlog::level::debug
+                    : g.verbose == 1 ? spdlog::level::info
+                                     : spdlog::level::warn);
+
+  try {
+    return action ? action() : static_cast<int>(amk::ExitCode::usage);
+  } catch (const amk::Error& e) {
+    return report_error(g, e);
+  } catch (const std::bad_alloc&) {
+    return report_error(g, amk::Error(amk::ErrorKind::internal, "internal.memory", "",
+                                      "out of host memory"));
+  } catch (const std::exception& e) {
+    return report_error(g, amk::Error(amk::ErrorKind::internal, "internal.exception", "",
+                                      std::string("unexpected: ") + e.what()));
+  }
+}

@@ -1,0 +1,63 @@
+// amk convert IN -o OUT: JSON <-> .amkb, losslessly. The output is verified first and written
+// atomically.
+#include <filesystem>
+#include <sstream>
+
+#include "cli/common.hpp"
+#include "core/error.hpp"
+#include "report/outputs.hpp"
+
+namespace amk::cli {
+namespace {
+
+struct ConvertOptions {
+  ProgramArgs program;
+  std::string output;
+  std::string to;  // json | amkb; default from the output's extension
+};
+
+int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
+  std::string to = o.to;
+  if (to.empty()) {
+    const std::string ext = std::filesystem::path(o.output).extension().string();
+    if (ext == ".amkb") to = "amkb";
+    else if (ext == ".json") to = "json";
+    else
+      throw Error(ErrorKind::usage, "usage.convert.format", o.output,
+                  "cannot tell the output encoding from the extension; use .json, .amkb or --to");
+  }
+  Program p = load_and_verify(o.program);
+  uint64_t bytes = 0;
+  if (to == "amkb") {
+    const auto data = program_to_amkb(p);
+    bytes = data.size();
+    write_file_atomic(o.output, data);
+  } else {
+    const std::string text = program_to_json(p) + "\n";
+    bytes = text.size();
+    write_text_atomic(o.output, text);
+  }
+  ordered_json j;
+  j["status"] = "ok";
+  j["input"] = o.program.path;
+  j["output"] = o.output;
+  j["encoding"] = to;
+  j["bytes"] = bytes;
+  std::ostringstream text;
+  text << "wrote " << o.output << " (" << to << ", " << format_bytes(bytes) << ")";
+  emit(g, j, text.str());
+  return 0;
+}
+
+}  // namespace
+
+void setup_convert(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto o = std::make_shared<ConvertOptions>();
+  auto* cmd = app.add_subcommand("convert", "convert a program between JSON and .amkb");
+  add_program_args(cmd, o->program);
+  cmd->add_option("-o,--output", o->output, "output file (.json or .amkb)")->required();
+  cmd->add_option("--to", o->to, "output encoding")->check(CLI::IsMember({"json", "amkb"}));
+  cmd->callback([&g, &action, o] { action = [&g, o] { return run_convert(g, *o); }; });
+}
+
+}  // namespace amk::cli

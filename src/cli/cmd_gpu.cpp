@@ -1,0 +1,98 @@
+// The GPU-facing subcommands: amk compile (ahead of time, no GPU needed), amk devices,
+// amk profile --events.
+#include <sstream>
+
+#include "backend/host_data.hpp"
+#include "cli/common.hpp"
+#include "cli/gpu_bridge.hpp"
+#include "core/error.hpp"
+
+namespace amk::cli {
+namespace {
+
+struct CompileCmdOptions {
+  ProgramArgs program;
+  std::string arch = "sm_90a";
+  std::string output;
+  bool no_cache = false;
+  std::string cache_dir;
+};
+
+int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
+  Program p = load_and_verify(o.program);
+  GpuRequest req;
+  req.use_cache = !o.no_cache;
+  if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
+  req.trust_custom_ops = o.program.trust_custom_ops;
+  std::ostringstream text;
+  ordered_json j = compile_for_arch(p, o.arch, req, o.output, text);
+  emit(g, j, text.str());
+  return 0;
+}
+
+struct ProfileCmdOptions {
+  ProgramArgs program;
+  bool events = false;
+  ProfileRequest request;
+  std::optional<uint64_t> timeout_ms;
+  bool no_cache = false;
+};
+
+int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
+  if (!o.events)
+    throw Error(ErrorKind::usage, "usage.profile.mode", "",
+                "choose what to profile: --events (CUDA-event timings of whole launches)");
+  Program p = load_and_verify(o.program);
+  HostBuffers initial = materialize_all(p, o.program.load_options());
+  o.request.gpu.timeout_ms = o.timeout_ms;
+  o.request.gpu.use_cache = !o.no_cache;
+  o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
+  std::ostringstream text;
+  ordered_json j = profile_on_gpu(p, initial, o.request, text);
+  emit(g, j, text.str());
+  return 0;
+}
+
+int run_devices(const GlobalOptions& g) {
+  std::ostringstream text;
+  ordered_json j = list_gpus(text);
+  emit(g, j, text.str());
+  return 0;
+}
+
+}  // namespace
+
+void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto o = std::make_shared<CompileCmdOptions>();
+  auto* cmd = app.add_subcommand("compile", "compile a program's VM with NVRTC (no GPU needed)");
+  add_program_args(cmd, o->program);
+  cmd->add_option("--arch", o->arch, "target architecture, e.g. sm_90a");
+  cmd->add_option("-o,--output", o->output, "also write the cubin here");
+  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
+  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  cmd->callback([&g, &action, o] { action = [&g, o] { return run_compile(g, *o); }; });
+}
+
+void setup_devices(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto* cmd = app.add_subcommand("devices", "list CUDA devices and their capabilities");
+  cmd->callback([&g, &action] { action = [&g] { return run_devices(g); }; });
+}
+
+void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto o = std::make_shared<ProfileCmdOptions>();
+  auto* cmd = app.add_subcommand("profile", "time a program's launches on the GPU");
+  add_program_args(cmd, o->program);
+  cmd->add_flag("--events", o->events, "CUDA-event timings: median, min, max, spread");
+  cmd->add_option("--warmup", o->request.warmup, "launches before timing");
+  cmd->add_option("--iterations", o->request.iterations, "timed launches")
+      ->check(CLI::Range(1u, 100000u));
+  cmd->add_option("--scope", o->request.scope,
+                  "kernel: events around the launch; launch: around counter reset + launch")
+      ->check(CLI::IsMember({"kernel", "launch"}));
+  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms");
+  cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
+  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
+  cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
+}
+
+}  // namespace amk::cli

@@ -1,0 +1,187 @@
+// amk run PROGRAM: load, verify, plan, execute (GPU, or the CPU reference backend), optionally
+// compare with the CPU backend (--check), and write outputs (-o DIR) and report.json.
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "backend/cpu_backend.hpp"
+#include "cli/common.hpp"
+#include "cli/gpu_bridge.hpp"
+#include "cli/run_support.hpp"
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+#include "plan/plan.hpp"
+#include "report/outputs.hpp"
+
+namespace amk::cli {
+namespace {
+
+struct RunOptions {
+  ProgramArgs program;
+  std::string backend = "auto";
+  std::string out_dir;
+  std::string report_path;
+  bool check = false;
+  bool save_inputs = false;
+  uint32_t iterations = 1;
+  std::optional<uint64_t> timeout_ms;
+  int device = 0;
+  bool no_cache = false;
+  std::string cache_dir;
+};
+
+int run_run(const GlobalOptions& g, const RunOptions& o) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+
+  RunReport report;
+  report.command = "run";
+  report.program_path = o.program.path;
+  const std::filesystem::path report_file =
+      !o.report_path.empty() ? std::filesystem::path(o.report_path)
+      : !o.out_dir.empty()   ? std::filesystem::path(o.out_dir) / "report.json"
+                             : std::filesystem::path();
+
+  // Every failure after this point still writes report.json (status error / timeout).
+  try {
+    auto phase = clock::now();
+    Program p = load_and_verify(o.program);
+    report.program_name = p.name;
+    report.program_fingerprint = program_fingerprint(p);
+    report.instructions = p.instructions.size();
+    report.timings_ms.emplace_back("load_verify", ms_since(phase));
+
+    phase = clock::now();
+    const LoadOptions load = o.program.load_options();
+    HostBuffers initial = materialize_all(p, load);
+    report.data_fingerprint = data_fingerprint(initial);
+    report.timings_ms.emplace_back("materialize", ms_since(phase));
+
+    std::string backend = o.backend;
+    if (backend == "auto") {
+      std::string why;
+      backend = gpu_present(&why) ? "cuda" : "cpu";
+      if (backend == "cpu")
+        spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
+    }
+    report.backend = backend;
+
+    GpuRequest req;
+    req.device = o.device;
+    req.iterations = o.iterations;
+    req.timeout_ms = o.timeout_ms;
+    req.use_cache = !o.no_cache;
+    if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
+    req.trust_custom_ops = o.program.trust_custom_ops;
+
+    HostBuffers result;
+    if (backend == "cuda") {
+      GpuOutcome out = run_on_gpu(p, initial, req);
+      report.device = out.device;
+      report.versions = out.versions;
+      report.target_fingerprint = out.target_fingerprint;
+      report.artifact_fingerprint = out.artifact_fingerprint;
+      report.grid = out.grid;
+      report.block = out.block;
+      report.diagnostics = out.diagnostics;
+      for (auto& t : out.timings_ms) report.timings_ms.push_back(t);
+      if (out.status != "ok") {
+        const ErrorKind kind = out.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch;
+        throw Error(kind, out.status == "timeout" ? "run.timeout" : "run.bad_operand", "",
+                    out.message);
+      }
+      result = std::move(out.buffers);
+    } else {
+      phase = clock::now();
+      PlanOptions popts;
+      popts.grid_hint = kDefaultGridHint;
+      Plan plan = make_plan(p, popts);
+      report.grid = plan.grid;
+      report.block = plan.block;
+      report.timings_ms.emplace_back("plan", ms_since(phase));
+      result = initial;
+      CpuRunOptions copts;
+      copts.iterations = o.iterations;
+      CpuRunStats stats = run_cpu(p, plan, result, copts);
+      report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
+    }
+
+    if (o.check) {
+      phase = clock::now();
+      ordered_json check = check_against_cpu(p, initial, result, o.iterations);
+      report.timings_ms.emplace_back("check", ms_since(phase));
+      report.check = check;
+      if (!check["passed"].get<bool>()) {
+        report.status = "mismatch";
+        throw Error(ErrorKind::mismatch, "check.mismatch", check["worst"].get<std::string>(),
+                    check["summary"].get<std::string>());
+      }
+    }
+
+    if (!o.out_dir.empty()) {
+      phase = clock::now();
+      report.outputs = write_outputs(o.out_dir, p, result, o.save_inputs, &initial);
+      report.timings_ms.emplace_back("write_outputs", ms_since(phase));
+    }
+    report.timings_ms.emplace_back("total", ms_since(t0));
+    report.status = "ok";
+    const ordered_json rep = make_report(report);
+    if (!report_file.empty()) write_text_atomic(report_file, rep.dump(2) + "\n");
+
+    std::ostringstream text;
+    text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
+         << format_ms(report.timings_ms) << ")\n";
+    text << describe_outputs(p, result);
+    if (!o.out_dir.empty()) text << "outputs written to " << o.out_dir << "\n";
+    emit(g, rep, text.str());
+    return 0;
+  } catch (const Error& e) {
+    if (report.status == "ok") {
+      report.status = e.kind() == ErrorKind::timeout    ? "timeout"
+                      : e.kind() == ErrorKind::program ? "rejected"
+                      : e.kind() == ErrorKind::device  ? "rejected"
+                                                       : "error";
+    }
+    report.error = {{"kind", std::string(kind_name(e.kind()))}, {"code", e.code()},
+                    {"where", e.where()}, {"message", e.message()}, {"detail", e.detail()}};
+    if (!report_file.empty()) {
+      try {
+        write_text_atomic(report_file, make_report(report).dump(2) + "\n");
+      } catch (const Error& w) {
+        spdlog::error("could not write {}: {}", report_file.string(), w.what());
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "run a program (GPU when present, else CPU reference)");
+  add_program_args(cmd, o->program);
+  cmd->add_option("-b,--backend", o->backend, "auto | cuda | cpu")
+      ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
+  cmd->add_option("-o,--out", o->out_dir, "write outputs (.npy + manifest.json) and report.json here");
+  cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
+  cmd->add_flag("--check", o->check,
+                "compare every output with the CPU backend (normalized error, per-dtype tolerance)");
+  cmd->add_flag("--save-inputs", o->save_inputs, "also write every input buffer under OUT/inputs");
+  cmd->add_option("--iterations", o->iterations, "passes over the program in one launch")
+      ->check(CLI::Range(1u, 1000000u));
+  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms (overrides the program)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
+  cmd->add_option("--device", o->device, "CUDA device ordinal");
+  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
+  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  cmd->callback([&g, &action, o] { action = [&g, o] { return run_run(g, *o); }; });
+}
+
+}  // namespace amk::cli

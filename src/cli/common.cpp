@@ -1,0 +1,53 @@
+#include "cli/common.hpp"
+
+#include <cstdio>
+#include <iostream>
+
+#include <spdlog/spdlog.h>
+
+namespace amk::cli {
+
+void add_program_args(CLI::App* cmd, ProgramArgs& args) {
+  cmd->add_option("program", args.path, "program file (.json or .amkb)")->required();
+  cmd->add_flag("--allow-outside", args.allow_outside,
+                "let data paths in the program point outside its folder");
+  cmd->add_flag("--trust-custom-ops", args.trust_custom_ops,
+                "compile the program's custom op sources (runs code from the file)");
+}
+
+Program load_and_verify(const ProgramArgs& args, VerifySummary* summary) {
+  Program program = load_program_file(args.path, args.load_options());
+  spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", args.path,
+                program.buffers.size(), program.counters.size(), program.instructions.size());
+  VerifySummary s = verify(program);
+  if (summary != nullptr) *summary = s;
+  return program;
+}
+
+void emit(const GlobalOptions& g, const ordered_json& json, const std::string& text) {
+  if (g.json) {
+    std::cout << json.dump(2) << "\n";
+  } else if (!g.quiet) {
+    std::cout << text;
+    if (!text.empty() && text.back() != '\n') std::cout << "\n";
+  }
+  std::cout.flush();
+}
+
+std::string format_bytes(uint64_t bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 4) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace amk::cli

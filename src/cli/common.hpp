@@ -1,0 +1,60 @@
+// Shared pieces of the CLI: global flags, program loading flags, output (text or --json), and
+// the registry of subcommands (one file per subcommand: an options struct + setup_* / run_*).
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "io/load.hpp"
+#include "program/program.hpp"
+#include "verify/verify.hpp"
+
+namespace amk::cli {
+
+using ordered_json = nlohmann::ordered_json;
+
+struct GlobalOptions {
+  bool json = false;
+  int verbose = 0;
+  bool quiet = false;
+};
+
+// The command chosen on the command line; set by the subcommand's callback.
+using Action = std::function<int()>;
+
+struct ProgramArgs {
+  std::string path;
+  bool allow_outside = false;
+  bool trust_custom_ops = false;
+
+  [[nodiscard]] LoadOptions load_options() const {
+    return LoadOptions{allow_outside, trust_custom_ops};
+  }
+};
+
+// Adds PROGRAM and the flags every program-reading command shares.
+void add_program_args(CLI::App* cmd, ProgramArgs& args);
+
+// Loads and verifies; the summary is filled when `summary` is not null.
+[[nodiscard]] Program load_and_verify(const ProgramArgs& args, VerifySummary* summary = nullptr);
+
+// Prints a result: JSON to stdout with --json, else the text (unless --quiet).
+void emit(const GlobalOptions& g, const ordered_json& json, const std::string& text);
+
+// Human-readable byte count ("12.5 MiB").
+[[nodiscard]] std::string format_bytes(uint64_t bytes);
+
+// Subcommands. Each registers itself and sets `action` when chosen.
+void setup_validate(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_inspect(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_convert(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_run(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_devices(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action);
+
+}  // namespace amk::cli

@@ -1,0 +1,69 @@
+// What the CLI asks of the GPU backend. Implemented over src/cuda when amk is built with the
+// CUDA toolkit; otherwise every call refuses with a device error.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/host_data.hpp"
+#include "cli/common.hpp"
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+
+namespace amk::cli {
+
+// Blocks the CPU backend and `inspect` schedule over when a program says grid auto and has no
+// queues: the SM count of the H200 the project targets.
+inline constexpr uint32_t kDefaultGridHint = 132;
+
+struct GpuRequest {
+  int device = 0;
+  uint32_t iterations = 1;
+  std::optional<uint64_t> timeout_ms;
+  bool trace = false;
+  bool use_cache = true;
+  std::optional<std::string> cache_dir;
+  bool trust_custom_ops = false;
+};
+
+struct GpuOutcome {
+  HostBuffers buffers;                       // final contents (valid when status == "ok")
+  std::string status;                        // ok | timeout | bad_operand
+  std::string message;                       // one line for a non-ok status
+  ordered_json diagnostics;                  // watchdog / fault record or null
+  std::vector<std::pair<std::string, double>> timings_ms;
+  ordered_json device;
+  ordered_json versions;
+  std::string target_fingerprint;
+  std::string artifact_fingerprint;
+  uint32_t grid = 0;
+  uint32_t block = 0;
+  std::vector<uint64_t> trace;
+};
+
+struct ProfileRequest {
+  GpuRequest gpu;
+  uint32_t warmup = 3;
+  uint32_t iterations = 20;
+  std::string scope = "kernel";
+};
+
+// True when a CUDA driver and device are usable; `why` says why not.
+[[nodiscard]] bool gpu_present(std::string* why);
+
+[[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial,
+                                    const GpuRequest& request);
+[[nodiscard]] ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
+                                          const ProfileRequest& request, std::ostringstream& text);
+[[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
+                                             std::ostringstream& text);
+[[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
+                                            const GpuRequest& request,
+                                            const std::string& cubin_out, std::ostringstream& text);
+[[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
+
+}  // namespace amk::cli

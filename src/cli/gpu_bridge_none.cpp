@@ -1,0 +1,33 @@
+// The GPU bridge of a build without the CUDA toolkit: everything refuses with a device error.
+#ifndef AMK_HAVE_CUDA
+#include "cli/gpu_bridge.hpp"
+#include "core/error.hpp"
+
+namespace amk::cli {
+namespace {
+
+[[noreturn]] void no_cuda() {
+  throw Error(ErrorKind::device, "device.unsupported", "",
+              "this amk was built without the CUDA toolkit; only the CPU backend is available");
+}
+
+}  // namespace
+
+bool gpu_present(std::string* why) {
+  if (why != nullptr) *why = "amk was built without the CUDA toolkit";
+  return false;
+}
+GpuOutcome run_on_gpu(const Program&, const HostBuffers&, const GpuRequest&) { no_cuda(); }
+ordered_json profile_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
+                            std::ostringstream&) {
+  no_cuda();
+}
+ordered_json kernel_attributes(const Program&, const LoadOptions&, std::ostringstream&) { no_cuda(); }
+ordered_json compile_for_arch(const Program&, const std::string&, const GpuRequest&,
+                              const std::string&, std::ostringstream&) {
+  no_cuda();
+}
+ordered_json list_gpus(std::ostringstream&) { no_cuda(); }
+
+}  // namespace amk::cli
+#endif

@@ -1,0 +1,131 @@
+#include "cli/run_support.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+#include "backend/cpu_backend.hpp"
+#include "cli/gpu_bridge.hpp"
+#include "core/numeric.hpp"
+#include "plan/plan.hpp"
+
+namespace amk::cli {
+
+double check_tolerance(DType t) noexcept {
+  switch (t) {
+    case DType::f32: return 1e-4;
+    case DType::f16: return 2e-3;
+    case DType::bf16: return 1e-2;
+    default: return 0.0;
+  }
+}
+
+double normalized_error(DType t, const std::vector<std::byte>& a, const std::vector<std::byte>& b,
+                        uint64_t elements) {
+  double diff = 0.0, ref = 0.0;
+  for (uint64_t i = 0; i < elements; ++i) {
+    const double x = load_element(a.data(), t, i);
+    const double y = load_element(b.data(), t, i);
+    if (std::isnan(x) || std::isnan(y)) {
+      if (std::isnan(x) && std::isnan(y)) continue;
+      return std::numeric_limits<double>::infinity();
+    }
+    diff += (x - y) * (x - y);
+    ref += y * y;
+  }
+  if (diff == 0.0) return 0.0;
+  return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
+}
+
+ordered_json check_against_cpu(const Program& program, const HostBuffers& initial,
+                               const HostBuffers& result, uint32_t iterations) {
+  PlanOptions popts;
+  popts.grid_hint = kDefaultGridHint;
+  Plan plan = make_plan(program, popts);
+  HostBuffers ref = initial;
+  CpuRunOptions copts;
+  copts.iterations = iterations;
+  (void)run_cpu(program, plan, ref, copts);
+
+  ordered_json outs = ordered_json::array();
+  bool passed = true;
+  double worst_ratio = -1.0;
+  std::string worst, summary;
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const Buffer& b = program.buffers[i];
+    if (!b.output) continue;
+    const uint64_t n = b.elements();
+    const double tol = check_tolerance(b.dtype);
+    double err = 0.0;
+    uint64_t mismatched = 0;
+    bool ok;
+    if (dtype_is_float(b.dtype)) {
+      err = normalized_error(b.dtype, result.data[i], ref.data[i], n);
+      ok = err <= tol;
+    } else {
+      for (uint64_t k = 0; k < n; ++k)
+        if (load_element(result.data[i].data(), b.dtype, k) !=
+            load_element(ref.data[i].data(), b.dtype, k))
+          ++mismatched;
+      err = n ? static_cast<double>(mismatched) / static_cast<double>(n) : 0.0;
+      ok = mismatched == 0;
+    }
+    const double ratio = tol > 0 ? err / tol : (ok ? 0.0 : std::numeric_limits<double>::infinity());
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst = "/buffers/" + std::to_string(i) + " (" + b.name + ")";
+      char line[256];
+      std::snprintf(line, sizeof line, "output %s differs from the CPU reference: %s %.3g (tolerance %.3g)",
+                    b.name.c_str(), dtype_is_float(b.dtype) ? "normalized error" : "mismatched fraction",
+                    err, tol);
+      summary = line;
+    }
+    passed = passed && ok;
+    outs.push_back({{"name", b.name}, {"dtype", std::string(dtype_name(b.dtype))},
+                    {"error", err}, {"tolerance", tol}, {"passed", ok}});
+  }
+  if (passed) summary = "every output matches the CPU reference";
+  return ordered_json{{"passed", passed}, {"summary", summary}, {"worst", worst}, {"outputs", outs}};
+}
+
+std::string describe_outputs(const Program& program, const HostBuffers& buffers) {
+  std::ostringstream t;
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const Buffer& b = program.buffers[i];
+    if (!b.output) continue;
+    const uint64_t n = b.elements();
+    double mn = std::numeric_limits<double>::infinity(), mx = -mn, sum = 0.0;
+    for (uint64_t k = 0; k < n; ++k) {
+      const double v = load_element(buffers.data[i].data(), b.dtype, k);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
+    }
+    t << "  " << b.name << " " << dtype_name(b.dtype) << "[";
+    for (size_t d = 0; d < b.shape.size(); ++d) t << (d ? "," : "") << b.shape[d];
+    t << "] = [";
+    const uint64_t show = std::min<uint64_t>(n, 6);
+    char num[32];
+    for (uint64_t k = 0; k < show; ++k) {
+      std::snprintf(num, sizeof num, "%.6g", load_element(buffers.data[i].data(), b.dtype, k));
+      t << (k ? ", " : "") << num;
+    }
+    if (n > show) t << ", ...";
+    std::snprintf(num, sizeof num, "%.6g", n ? sum / static_cast<double>(n) : 0.0);
+    t << "]  min " << mn << " max " << mx << " mean " << num << "\n";
+  }
+  return t.str();
+}
+
+std::string format_ms(const std::vector<std::pair<std::string, double>>& timings) {
+  std::ostringstream t;
+  char num[32];
+  for (size_t i = 0; i < timings.size(); ++i) {
+    std::snprintf(num, sizeof num, "%.2f", timings[i].second);
+    t << (i ? ", " : "") << timings[i].first << " " << num << " ms";
+  }
+  return t.str();
+}
+
+}  // namespace amk::cli

@@ -1,0 +1,33 @@
+// Helpers shared by run / profile: --check against the CPU backend, output summaries.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backend/host_data.hpp"
+#include "cli/common.hpp"
+#include "program/program.hpp"
+
+namespace amk::cli {
+
+// Normalized-error tolerance per dtype for --check (integers must match exactly).
+[[nodiscard]] double check_tolerance(DType t) noexcept;
+
+// ||a - b|| / ||b|| over every element (b: the reference); NaN anywhere in a that is not NaN in
+// b gives +inf.
+[[nodiscard]] double normalized_error(DType t, const std::vector<std::byte>& a,
+                                      const std::vector<std::byte>& b, uint64_t elements);
+
+// Runs the CPU backend from `initial` and compares every output buffer with `result`.
+// Returns {passed, summary, worst, outputs: [{name, dtype, error, tolerance, passed}]}.
+[[nodiscard]] ordered_json check_against_cpu(const Program& program, const HostBuffers& initial,
+                                             const HostBuffers& result, uint32_t iterations);
+
+// "name f32[4] = [0.1, 0.2, ...]  (min, max, mean)" per output buffer.
+[[nodiscard]] std::string describe_outputs(const Program& program, const HostBuffers& buffers);
+
+// "load_verify 1.2 ms, plan 0.3 ms, ..."
+[[nodiscard]] std::string format_ms(const std::vector<std::pair<std::string, double>>& timings);
+
+}  // namespace amk::cli

@@ -1,2 +1,28 @@
 #!/usr/bin/env bash
-echo "TODO bad_inputs"; exit 1
+# Runs every program of the bad-input corpus (tests/bad/expected.tsv) through amk and checks the
+# exit code, the stable error code and its location. A crash, a sanitizer report or any other
+# exit code fails.
+set -u
+here="$(cd "$(dirname "$0")/../bad" && pwd)"
+amk="${AMK:?set AMK to the amk binary}"
+pass=0
+fail=0
+while IFS=$'\t' read -r cmd file want_exit want_code want_where; do
+  case "$cmd" in ''|'#'*) continue ;; esac
+  if [ "$cmd" = "run" ]; then
+    out="$("$amk" run "$here/$file" --backend cpu 2>&1 >/dev/null)"
+  else
+    out="$("$amk" "$cmd" "$here/$file" 2>&1 >/dev/null)"
+  fi
+  rc=$?
+  expect="[$want_code] at $want_where:"
+  if [ "$rc" -eq "$want_exit" ] && [[ "$out" == *"$expect"* ]] && [[ "$out" != *"Sanitizer"* ]] && [[ "$out" != *"runtime error"* ]]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1))
+    echo "FAIL $file: want exit $want_exit and '$expect'; got exit $rc:"
+    printf '%s\n' "$out" | head -5 | sed 's/^/    /'
+  fi
+done < "$here/expected.tsv"
+echo "bad inputs: $pass passed, $fail failed"
+[ "$fail" -eq 0 ] && [ "$pass" -ge 40 ]

@@ -1,2 +1,44 @@
 #!/usr/bin/env bash
-echo "TODO samples"; exit 1
+# Every sample: validate, run on the CPU backend and compare with numpy (scripts/check_samples.py),
+# and round-trip through the binary encoding (JSON -> .amkb -> JSON is the same canonical text,
+# and the .amkb runs to byte-identical outputs).
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+amk="${AMK:?set AMK to the amk binary}"
+py=/usr/bin/python3
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+
+for s in "$root"/samples/*.json; do
+  n="$(basename "$s" .json)"
+  "$amk" -q validate "$s" && ok || bad "$n: validate"
+  # Round trip. The .amkb is written next to the samples' data so its relative paths resolve.
+  amkb="$root/samples/.roundtrip_$n.amkb"
+  if "$amk" -q convert "$s" -o "$tmp/$n.canon.json" &&
+     "$amk" -q convert "$s" -o "$amkb" &&
+     "$amk" -q convert "$amkb" -o "$tmp/$n.back.json" &&
+     cmp -s "$tmp/$n.canon.json" "$tmp/$n.back.json"; then ok; else bad "$n: JSON -> amkb -> JSON differs"; fi
+  if "$amk" -q run "$s" --backend cpu -o "$tmp/$n.json.out" &&
+     "$amk" -q run "$amkb" --backend cpu -o "$tmp/$n.amkb.out"; then
+    same=1
+    for f in "$tmp/$n.json.out"/*.npy; do
+      cmp -s "$f" "$tmp/$n.amkb.out/$(basename "$f")" || same=0
+    done
+    [ "$same" = 1 ] && ok || bad "$n: .amkb run differs from the JSON run"
+  else
+    bad "$n: run"
+  fi
+  rm -f "$amkb"
+done
+
+if [ -x "$py" ] && "$py" -c "import numpy" 2>/dev/null; then
+  if "$py" "$root/scripts/check_samples.py" --amk "$amk" --backend cpu; then ok; else bad "numpy reference check"; fi
+else
+  bad "numpy reference check: /usr/bin/python3 with numpy is required (scripts/setup.sh installs it)"
+fi
+echo "samples: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

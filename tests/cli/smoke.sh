@@ -1,2 +1,83 @@
 #!/usr/bin/env bash
-echo "TODO smoke"; exit 1
+# CLI smoke test: every subcommand's basic use, --json output, and the documented exit codes.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+amk="${AMK:?set AMK to the amk binary}"
+py=/usr/bin/python3
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+sample="$root/samples/mlp_block.json"
+
+expect_rc() {  # expect_rc WANT DESCRIPTION -- command...
+  local want="$1" what="$2"
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $what: exit $rc, want $want"; head -3 "$tmp/err" | sed 's/^/    /'; fi
+}
+expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
+  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $3: '$2' not in output"; head -5 "$1" | sed 's/^/    /'; fi
+}
+json_field() {  # json_field FILE EXPR -> prints python expression over `j`
+  "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+expect_rc 0 "help" -- "$amk" --help
+expect_grep "$tmp/out" "Subcommands" "help lists subcommands"
+expect_rc 0 "version" -- "$amk" --version
+expect_rc 2 "no subcommand" -- "$amk"
+expect_rc 2 "unknown flag" -- "$amk" run "$sample" --frobnicate
+expect_rc 2 "bad backend value" -- "$amk" run "$sample" --backend tpu
+expect_rc 4 "missing file" -- "$amk" validate "$tmp/nope.json"
+expect_grep "$tmp/err" "io.missing" "missing file code"
+
+expect_rc 0 "validate" -- "$amk" validate "$sample"
+expect_grep "$tmp/out" "^ok" "validate says ok"
+expect_rc 0 "validate --json" -- "$amk" --json validate "$sample"
+[ "$(json_field "$tmp/out" "j['status']")" = ok ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL validate --json status"; }
+
+expect_rc 0 "inspect" -- "$amk" inspect "$sample"
+expect_grep "$tmp/out" "critical path" "inspect shows the critical path"
+expect_grep "$tmp/out" "gemv  6" "inspect counts instructions by op"
+expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
+[ "$(json_field "$tmp/out" "j['instructions']['by_op']['gemv']")" = 6 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json by_op"; }
+[ "$(json_field "$tmp/out" "j['buffers']['bytes']")" = 3166208 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json bytes"; }
+
+expect_rc 0 "convert to amkb" -- "$amk" convert "$sample" -o "$tmp/mlp.amkb"
+expect_rc 0 "validate amkb" -- "$amk" validate "$tmp/mlp.amkb"
+expect_rc 2 "convert unknown extension" -- "$amk" convert "$sample" -o "$tmp/mlp.bin"
+
+expect_rc 0 "run cpu" -- "$amk" run "$sample" --backend cpu -o "$tmp/run1"
+for f in out.npy manifest.json report.json; do
+  [ -f "$tmp/run1/$f" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run wrote no $f"; }
+done
+[ "$(json_field "$tmp/run1/report.json" "j['status'] + ' ' + j['backend']")" = "ok cpu" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL report status/backend"; }
+expect_rc 0 "run --check on cpu" -- "$amk" --json run "$sample" --backend cpu --check
+[ "$(json_field "$tmp/out" "j['check']['passed']")" = True ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL check passed"; }
+
+# A failed run leaves the previous outputs untouched.
+cp "$tmp/run1/out.npy" "$tmp/before.npy"
+"$py" - "$sample" "$tmp/broken.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["buffers"][0]["init"] = {"kind": "npy", "path": "missing.npy"}
+json.dump(p, open(sys.argv[2], "w"))
+PY
+expect_rc 4 "run with a missing data file" -- "$amk" run "$tmp/broken.json" --backend cpu -o "$tmp/run1"
+cmp -s "$tmp/run1/out.npy" "$tmp/before.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL outputs changed by a failed run"; }
+[ "$(json_field "$tmp/run1/report.json" "j['status']")" = error ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failed run's report status"; }
+
+# Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.
+if ! "$amk" devices >/dev/null 2>&1; then
+  expect_rc 5 "cuda backend without a GPU" -- "$amk" run "$sample" --backend cuda
+  expect_rc 0 "auto backend without a GPU" -- "$amk" run "$sample"
+  expect_grep "$tmp/err" "CPU reference backend" "auto backend notice"
+  expect_rc 5 "profile without a GPU" -- "$amk" profile "$sample" --events
+fi
+
+echo "smoke: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

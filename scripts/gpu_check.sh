@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The device run: builds amk, runs the nvrtc + gpu test tiers, every sample on the GPU against
+# the CPU backend and numpy, the refusal / hang / fault programs, and the runtime benchmarks;
+# prints a short table last. Logs go to $OUT (or ./out/gpu_check) when set.
+#   bash scripts/gpu_check.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
+out="${OUT:-out/gpu_check}"
+mkdir -p "$out"
+py=python3
+amk=build/default/amk
+export AMK_CACHE_DIR="$out/cache"
+rows=()
+row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
+
+echo "== build"
+cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build --preset default -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+$amk devices
+
+echo "== ctest (all tiers)"
+ctest --test-dir build/default --output-on-failure -j 4 >"$out/ctest.log" 2>&1
+rc=$?; tail -15 "$out/ctest.log"; row "ctest (unit, nvrtc, gpu, cli)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+
+echo "== samples on the GPU (--check against the CPU backend, then numpy)"
+for s in samples/*.json; do
+  $amk run "$s" --backend cuda --check -o "$out/samples/$(basename "$s" .json)" >"$out/run_$(basename "$s" .json).log" 2>&1
+  rc=$?; row "sample $(basename "$s" .json) --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_$(basename "$s" .json).log"
+done
+$py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
+rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+
+echo "== refusals, hang, fault"
+expect() {  # expect NAME EXIT PATTERN -- command
+  local name="$1" want="$2" pat="$3"; shift 4
+  local t0=$(date +%s%N)
+  "$@" >"$out/$name.log" 2>&1; local rc=$?
+  local ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+  if [ "$rc" = "$want" ] && grep -q -- "$pat" "$out/$name.log"; then row "$name" "pass (exit $rc, ${ms} ms)"; else
+    row "$name" "FAIL (exit $rc, want $want and '$pat')"; head -5 "$out/$name.log"; fi
+}
+P=tests/gpu/programs
+expect coresidency_refused 5 "device.coresidency" -- $amk run $P/too_wide.json --backend cuda
+expect newer_arch_refused 5 "device.target" -- $amk run $P/future_arch.json --backend cuda
+$amk -q compile --trust-custom-ops $P/hang.json --arch sm_90a >/dev/null 2>&1  # compile outside the timed run
+expect hang_caught 8 "victim" -- $amk run $P/hang.json --backend cuda --trust-custom-ops -o "$out/hang_out" --report "$out/hang_report.json"
+$py - "$out/hang_report.json" <<'PY' && row "hang: launch time vs 300 ms deadline" "$(cat "$out/hang_ms")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+t = r["timings_ms"].get("launch")
+d = r.get("diagnostics") or {}
+open(sys.argv[1].replace("hang_report.json", "hang_ms"), "w").write(
+    f"{t} ms; block {d.get('block')} pos {d.get('queue_position')} {d.get('instruction_name')} have {d.get('have')} need {d.get('need')}")
+PY
+[ -e "$out/hang_out/b.npy" ] && row "hang wrote no outputs" FAIL || row "hang wrote no outputs" pass
+expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
+expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
+
+echo "== benchmarks"
+$py scripts/bench_programs.py "$out/bench"
+prof() { $amk --json profile "$1" --events --warmup 5 --iterations 30 > "$2" 2>"$2.err" || { cat "$2.err"; echo '{}' > "$2"; }; }
+for f in dispatch_1000 dispatch_3000 hop_500 hop_2500; do prof "$out/bench/$f.json" "$out/bench/$f.out.json"; done
+cold="$out/cache_cold"; rm -rf "$cold"
+AMK_CACHE_DIR="$cold" $amk --json profile samples/mlp_block.json --events --iterations 10 > "$out/setup_cold.json" 2>/dev/null
+AMK_CACHE_DIR="$cold" $amk --json profile samples/mlp_block.json --events --iterations 10 > "$out/setup_cached.json" 2>/dev/null
+t0=$(date +%s%N); AMK_CACHE_DIR="$cold" $amk -q run samples/mlp_block.json --backend cuda; cli_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+$py - "$out" "$cli_ms" <<'PY' > "$out/bench_rows.txt"
+import json, sys, os
+out, cli_ms = sys.argv[1], sys.argv[2]
+def med(f):
+    try: return json.load(open(os.path.join(out, "bench", f + ".out.json")))["median_ms"]
+    except Exception: return None
+d1, d3, h1, h2 = med("dispatch_1000"), med("dispatch_3000"), med("hop_500"), med("hop_2500")
+if d1 and d3: print(f"dispatch, independent instruction (<= 40 ns)|{(d3 - d1) * 1e6 / 2000:.1f} ns  (medians {d1:.4f} / {d3:.4f} ms)")
+if h1 and h2: print(f"dependent hop between blocks (<= 450 ns)|{(h2 - h1) * 1e6 / 2000:.1f} ns  (medians {h1:.4f} / {h2:.4f} ms)")
+for name in ("cold", "cached"):
+    try:
+        j = json.load(open(os.path.join(out, f"setup_{name}.json")))
+        s = j["setup_timings_ms"]
+        print(f"setup {name} (cache_hit={j['cache_hit']})|" + ", ".join(f"{k} {v:.1f}" for k, v in s.items()) + " ms")
+    except Exception as e:
+        print(f"setup {name}|unavailable ({e})")
+print(f"amk run mlp_block, cached kernel, wall|{cli_ms} ms")
+PY
+while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
+
+if [ "${AMK_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
+  echo "== ncu: where a dispatch step goes (dispatch_3000)"
+  timeout 300 ncu --clock-control none --section WarpStateStats --section SchedulerStats \
+    --section ComputeWorkloadAnalysis --section InstructionStats -k regex:amk_vm --launch-count 1 \
+    $amk run "$out/bench/dispatch_3000.json" --backend cuda >"$out/ncu_dispatch.txt" 2>&1
+  grep -E "Stall|Warp Cycles|Issued|Active Warps|Eligible|Duration|Elapsed Cycles|SM Frequency" \
+    "$out/ncu_dispatch.txt" | head -40
+fi
+
+echo
+echo "================ summary ================"
+printf '%s\n' "${rows[@]}"

@@ -1,0 +1,392 @@
+// CPU reference implementations of the built-in ops (semantics: ops/registry.cpp summaries).
+//
+// Precision: elementwise ops (add, mul, scale, silu_mul) compute in f32 like the device, so they
+// match it bit for bit up to libm's expf. Reductions (gemv, rmsnorm, softmax) accumulate in
+// double: the reference is then more accurate than any f32 device order, and device results are
+// compared to it by normalized error. Outputs are rounded to their dtype by store_element
+// (round to nearest even). Inputs are copied out before outputs are written, so an output that
+// aliases an input (y = a + y, gemv residual == y) reads the old values.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.hpp"
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+#include "ops/registry.hpp"
+
+namespace amk {
+namespace {
+
+// f16 -> f32 of every bit pattern: the gemv inner loop decodes weights by table lookup.
+const float* f16_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (uint32_t h = 0; h < 65536; ++h) t[h] = f16_to_f32(static_cast<uint16_t>(h));
+    return t;
+  }();
+  return table.data();
+}
+
+struct View {
+  std::byte* base = nullptr;
+  DType dtype = DType::f32;
+  uint64_t extent = 0;
+  bool present = false;
+};
+
+float load_f(const View& v, uint64_t i) noexcept {
+  switch (v.dtype) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, v.base + i * 4, 4);
+      return f;
+    }
+    case DType::f16: {
+      uint16_t h;
+      std::memcpy(&h, v.base + i * 2, 2);
+      return f16_table()[h];
+    }
+    case DType::bf16: {
+      uint16_t h;
+      std::memcpy(&h, v.base + i * 2, 2);
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    default: return static_cast<float>(load_element(v.base, v.dtype, i));
+  }
+}
+
+// double -> float first (exact when v came from a float), then the dtype's rounding.
+void store_f(const View& v, uint64_t i, double value) noexcept {
+  store_element(v.base, v.dtype, i, value);
+}
+
+std::vector<float> to_floats(const View& v) {
+  std::vector<float> out(v.extent);
+  if (v.dtype == DType::f32) {
+    if (v.extent) std::memcpy(out.data(), v.base, v.extent * 4);
+  } else {
+    for (uint64_t i = 0; i < v.extent; ++i) out[i] = load_f(v, i);
+  }
+  return out;
+}
+
+int64_t load_index(const View& v, uint64_t i) noexcept {
+  switch (v.dtype) {
+    case DType::i32: {
+      int32_t x;
+      std::memcpy(&x, v.base + i * 4, 4);
+      return x;
+    }
+    case DType::u32: {
+      uint32_t x;
+      std::memcpy(&x, v.base + i * 4, 4);
+      return x;
+    }
+    case DType::i64: {
+      int64_t x;
+      std::memcpy(&x, v.base + i * 8, 8);
+      return x;
+    }
+    default: return static_cast<int64_t>(load_element(v.base, v.dtype, i));
+  }
+}
+
+// Dot product of one weight row with x, eight partial sums so the loop pipelines; products are
+// exact in double (24 + 24 mantissa bits).
+template <typename Decode>
+double dot_row(const std::byte* row, const float* x, uint64_t k, size_t item, Decode decode) {
+  double acc[8] = {};
+  uint64_t j = 0;
+  for (; j + 8 <= k; j += 8)
+    for (int u = 0; u < 8; ++u)
+      acc[u] += static_cast<double>(decode(row + (j + u) * item)) * x[j + u];
+  for (; j < k; ++j) acc[0] += static_cast<double>(decode(row + j * item)) * x[j];
+  return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+class Context {
+ public:
+  Context(const Program& program, const amk_instruction_t& ins, HostBuffers& buffers,
+          const OpSig& sig)
+      : program_(program), ins_(ins), buffers_(buffers), sig_(sig),
+        where_("/instructions/" + std::to_string(ins.index)) {}
+
+  [[noreturn]] void fail(const std::string& code, const std::string& message) const {
+    throw_program_error(code, where_, std::string(sig_.name) + ": " + message);
+  }
+  void require(bool ok, const std::string& message) const {
+    if (!ok) fail("run.operand.shape", message);
+  }
+
+  View operand(size_t slot) const {
+    const OperandSig& os = sig_.operands[slot];
+    View v;
+    if (slot >= ins_.n_operands || ins_.operands[slot].buffer == AMK_NO_BUFFER) {
+      if (!os.optional) fail("run.operand.missing", "operand '" + std::string(os.name) + "' is absent");
+      return v;
+    }
+    const amk_operand_t& o = ins_.operands[slot];
+    if (o.buffer >= program_.buffers.size() || o.buffer >= buffers_.data.size()) {
+      fail("run.operand.buffer", "operand '" + std::string(os.name) + "' names buffer " +
+                                     std::to_string(o.buffer) + " of " +
+                                     std::to_string(buffers_.data.size()));
+    }
+    v.dtype = program_.buffers[o.buffer].dtype;
+    if ((dtype_bit(v.dtype) & os.dtypes) == 0) {
+      fail("run.operand.dtype", "operand '" + std::string(os.name) + "' has dtype " +
+                                    std::string(dtype_name(v.dtype)));
+    }
+    std::vector<std::byte>& data = buffers_.data[o.buffer];
+    const uint64_t elements = data.size() / dtype_size(v.dtype);
+    if (o.offset > elements || o.extent > elements - o.offset) {
+      fail("run.operand.range", "operand '" + std::string(os.name) + "' [" +
+                                    std::to_string(o.offset) + ", +" + std::to_string(o.extent) +
+                                    ") is outside buffer '" + program_.buffers[o.buffer].name +
+                                    "' of " + std::to_string(elements) + " elements");
+    }
+    v.base = data.data() + o.offset * dtype_size(v.dtype);
+    v.extent = o.extent;
+    v.present = true;
+    return v;
+  }
+
+  uint32_t param_word(size_t i) const {
+    if (i < ins_.n_params) return ins_.params[i];
+    const ParamSig& ps = sig_.params[i];
+    if (!ps.default_value) fail("run.param.missing", "param '" + std::string(ps.name) + "' is absent");
+    return encode_param(ps.type, *ps.default_value).value_or(0);
+  }
+  float param_f32(size_t i) const { return bits_f32(param_word(i)); }
+
+ private:
+  const Program& program_;
+  const amk_instruction_t& ins_;
+  HostBuffers& buffers_;
+  const OpSig& sig_;
+  std::string where_;
+};
+
+std::string n(uint64_t v) { return std::to_string(v); }
+
+void run_copy(const Context& c) {
+  const View x = c.operand(0), y = c.operand(1);
+  c.require(x.extent == y.extent, "extent(x) " + n(x.extent) + " != extent(y) " + n(y.extent));
+  if (x.dtype == y.dtype) {
+    if (x.extent) std::memmove(y.base, x.base, x.extent * dtype_size(x.dtype));
+    return;
+  }
+  if (!dtype_is_float(x.dtype) || !dtype_is_float(y.dtype)) {
+    c.fail("run.operand.dtype", "copy converts only between float types (" +
+                                    std::string(dtype_name(x.dtype)) + " -> " +
+                                    std::string(dtype_name(y.dtype)) + ")");
+  }
+  // Different dtypes are different buffers: no overlap.
+  for (uint64_t i = 0; i < x.extent; ++i) store_f(y, i, load_f(x, i));
+}
+
+void run_fill(const Context& c) {
+  const View y = c.operand(0);
+  const double value = c.param_f32(0);
+  std::byte one[8];
+  store_element(one, y.dtype, 0, value);
+  const size_t item = dtype_size(y.dtype);
+  for (uint64_t i = 0; i < y.extent; ++i) std::memcpy(y.base + i * item, one, item);
+}
+
+template <typename F>
+void run_binary(const Context& c, F f) {
+  const View a = c.operand(0), b = c.operand(1), y = c.operand(2);
+  c.require(a.extent == y.extent && b.extent == y.extent,
+            "extents a " + n(a.extent) + ", b " + n(b.extent) + ", y " + n(y.extent) + " differ");
+  const std::vector<float> av = to_floats(a), bv = to_floats(b);
+  for (uint64_t i = 0; i < y.extent; ++i) store_f(y, i, f(av[i], bv[i]));
+}
+
+void run_scale(const Context& c) {
+  const View x = c.operand(0), y = c.operand(1);
+  c.require(x.extent == y.extent, "extent(x) " + n(x.extent) + " != extent(y) " + n(y.extent));
+  const float alpha = c.param_f32(0);
+  const std::vector<float> xv = to_floats(x);
+  for (uint64_t i = 0; i < y.extent; ++i) store_f(y, i, alpha * xv[i]);
+}
+
+void run_rmsnorm(const Context& c) {
+  const View x = c.operand(0), w = c.operand(1), y = c.operand(2);
+  const uint64_t cols = w.extent;
+  c.require(cols > 0 && x.extent == y.extent && x.extent % cols == 0,
+            "extent(x) " + n(x.extent) + " and extent(y) " + n(y.extent) +
+                " must be equal multiples of extent(weight) " + n(cols));
+  const double eps = c.param_f32(0);
+  const std::vector<float> xv = to_floats(x), wv = to_floats(w);
+  for (uint64_t r = 0; r < x.extent / cols; ++r) {
+    const float* row = xv.data() + r * cols;
+    double ss = 0.0;
+    for (uint64_t j = 0; j < cols; ++j) ss += static_cast<double>(row[j]) * row[j];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(cols) + eps);
+    for (uint64_t j = 0; j < cols; ++j)
+      store_f(y, r * cols + j, static_cast<double>(row[j]) * inv * wv[j]);
+  }
+}
+
+void run_softmax(const Context& c) {
+  const View x = c.operand(0), y = c.operand(1);
+  c.require(x.extent == y.extent, "extent(x) " + n(x.extent) + " != extent(y) " + n(y.extent));
+  if (x.extent == 0) return;
+  const uint64_t cols = c.param_word(0) == 0 ? x.extent : c.param_word(0);
+  c.require(x.extent % cols == 0, "extent " + n(x.extent) + " is not a multiple of cols " + n(cols));
+  const double scale = c.param_f32(1);
+  const std::vector<float> xv = to_floats(x);
+  std::vector<double> e(cols);
+  for (uint64_t r = 0; r < x.extent / cols; ++r) {
+    const float* row = xv.data() + r * cols;
+    double m = -std::numeric_limits<double>::infinity();
+    for (uint64_t j = 0; j < cols; ++j) m = std::max(m, scale * row[j]);
+    double sum = 0.0;
+    for (uint64_t j = 0; j < cols; ++j) sum += (e[j] = std::exp(scale * row[j] - m));
+    for (uint64_t j = 0; j < cols; ++j) store_f(y, r * cols + j, e[j] / sum);
+  }
+}
+
+void run_gemv(const Context& c) {
+  const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3);
+  const uint64_t k = x.extent;
+  c.require(k > 0 && w.extent % k == 0,
+            "extent(w) " + n(w.extent) + " is not a multiple of extent(x) " + n(k));
+  const uint64_t rows = w.extent / k;
+  c.require(y.extent == rows, "extent(y) " + n(y.extent) + " != rows " + n(rows));
+  c.require(!res.present || res.extent == rows,
+            "extent(residual) " + n(res.extent) + " != rows " + n(rows));
+  const std::vector<float> xv = to_floats(x);
+  std::vector<float> rv;
+  if (res.present) rv = to_floats(res);
+  const size_t item = dtype_size(w.dtype);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const std::byte* row = w.base + r * k * item;
+    double acc = 0.0;
+    switch (w.dtype) {
+      case DType::f32:
+        acc = dot_row(row, xv.data(), k, item, [](const std::byte* p) {
+          float f;
+          std::memcpy(&f, p, 4);
+          return f;
+        });
+        break;
+      case DType::f16: {
+        const float* table = f16_table();
+        acc = dot_row(row, xv.data(), k, item, [table](const std::byte* p) {
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          return table[h];
+        });
+        break;
+      }
+      case DType::bf16:
+        acc = dot_row(row, xv.data(), k, item, [](const std::byte* p) {
+          // Inline decode: bits_f32 lives in another translation unit.
+          uint16_t h;
+          std::memcpy(&h, p, 2);
+          const uint32_t bits = static_cast<uint32_t>(h) << 16;
+          float f;
+          std::memcpy(&f, &bits, 4);
+          return f;
+        });
+        break;
+      default: c.fail("run.operand.dtype", "gemv weights must be a float type");
+    }
+    if (res.present) acc += rv[r];
+    store_f(y, r, acc);
+  }
+}
+
+void run_argmax(const Context& c) {
+  const View x = c.operand(0), idx = c.operand(1);
+  const uint64_t rows = idx.extent;
+  c.require(rows > 0 && x.extent % rows == 0 && x.extent / rows > 0,
+            "extent(x) " + n(x.extent) + " must be a positive multiple of extent(index) " + n(rows));
+  const uint64_t cols = x.extent / rows;
+  for (uint64_t r = 0; r < rows; ++r) {
+    // First index of the maximum; NaN is skipped (an all-NaN row gives 0).
+    uint64_t best = 0;
+    float best_v = 0.0f;
+    bool found = false;
+    for (uint64_t j = 0; j < cols; ++j) {
+      const float v = load_f(x, r * cols + j);
+      if (std::isnan(v)) continue;
+      if (!found || v > best_v) {
+        best = j;
+        best_v = v;
+        found = true;
+      }
+    }
+    store_element(idx.base, idx.dtype, r, static_cast<double>(best));
+  }
+}
+
+void run_embedding(const Context& c) {
+  const View table = c.operand(0), ids = c.operand(1), y = c.operand(2);
+  c.require(ids.extent > 0 && y.extent % ids.extent == 0 && y.extent / ids.extent > 0,
+            "extent(y) " + n(y.extent) + " must be a positive multiple of extent(ids) " +
+                n(ids.extent));
+  const uint64_t dim = y.extent / ids.extent;
+  c.require(table.extent % dim == 0,
+            "extent(table) " + n(table.extent) + " is not a multiple of dim " + n(dim));
+  const uint64_t rows = table.extent / dim;
+  // Validate every id before writing anything: a failed op leaves y untouched.
+  std::vector<uint64_t> id(ids.extent);
+  for (uint64_t i = 0; i < ids.extent; ++i) {
+    const int64_t v = load_index(ids, i);
+    if (v < 0 || static_cast<uint64_t>(v) >= rows) {
+      c.fail("run.embedding.id", "ids element " + n(i) + ": id " + std::to_string(v) +
+                                     " outside [0, " + n(rows) + ")");
+    }
+    id[i] = static_cast<uint64_t>(v);
+  }
+  const size_t item = dtype_size(y.dtype);
+  for (uint64_t i = 0; i < ids.extent; ++i) {
+    if (table.dtype == y.dtype) {
+      std::memmove(y.base + i * dim * item, table.base + id[i] * dim * item, dim * item);
+    } else {
+      for (uint64_t j = 0; j < dim; ++j) store_f(y, i * dim + j, load_f(table, id[i] * dim + j));
+    }
+  }
+}
+
+}  // namespace
+
+void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
+                             HostBuffers& buffers) {
+  const std::string where = "/instructions/" + std::to_string(ins.index);
+  if (ins.op >= kCustomOpBase) {
+    throw_program_error("run.custom.no_reference", where,
+                        "custom op '" + op_name(program, ins.op) +
+                            "' has no CPU reference; run the program on the cuda backend");
+  }
+  const OpSig* sig = find_op(ins.op);
+  if (!sig) throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
+  const Context c(program, ins, buffers, *sig);
+  switch (sig->id) {
+    case OpId::nop: return;
+    case OpId::copy: return run_copy(c);
+    case OpId::fill: return run_fill(c);
+    case OpId::add: return run_binary(c, [](float a, float b) { return a + b; });
+    case OpId::mul: return run_binary(c, [](float a, float b) { return a * b; });
+    case OpId::scale: return run_scale(c);
+    case OpId::silu_mul:
+      return run_binary(c, [](float g, float u) { return g / (1.0f + std::exp(-g)) * u; });
+    case OpId::rmsnorm: return run_rmsnorm(c);
+    case OpId::softmax: return run_softmax(c);
+    case OpId::gemv: return run_gemv(c);
+    case OpId::argmax: return run_argmax(c);
+    case OpId::embedding: return run_embedding(c);
+  }
+  throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
+}
+
+}  // namespace amk

@@ -1,0 +1,123 @@
+// Seeded random initial contents. Counter-based so that every element is a pure function of
+// (seed, index): the fill can be split, reordered or reproduced by another tool exactly.
+// schemas/init.md is the normative description; keep the two in step.
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "backend/init_sources.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+
+namespace amk {
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
+
+// Inclusive integer range that uniform draws of an integer dtype land in: [ceil(low), ceil(high) - 1].
+struct IntRange {
+  double lo;
+  double hi;
+};
+
+IntRange int_range(const BufferInit& init) noexcept {
+  return {std::ceil(init.a), std::ceil(init.b) - 1.0};
+}
+
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
+uint64_t splitmix64_mix(uint64_t z) noexcept {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t random_bits(uint64_t seed, uint64_t k) noexcept {
+  // Unsigned arithmetic wraps mod 2^64, as the definition requires.
+  return splitmix64_mix(splitmix64_mix(seed) + (k + 1) * kGolden);
+}
+
+double random_unit(uint64_t seed, uint64_t k) noexcept {
+  return static_cast<double>(random_bits(seed, k) >> 11) * 0x1.0p-53;
+}
+
+double random_value(const BufferInit& init, DType dtype, uint64_t i) noexcept {
+  double v;
+  if (init.distribution == Distribution::normal) {
+    // Box-Muller, cosine branch only: two draws per element so element i stays independent.
+    const double u1 = random_unit(init.seed, 2 * i);
+    const double u2 = random_unit(init.seed, 2 * i + 1);
+    const double z = std::sqrt(-2.0 * std::log(1.0 - u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    v = init.a + init.b * z;
+    if (!dtype_is_float(dtype)) v = std::floor(v);  // then saturated by store_element
+  } else {
+    const double u = random_unit(init.seed, i);
+    v = init.a + (init.b - init.a) * u;
+    if (!dtype_is_float(dtype)) {
+      // floor into [low, high); the clamp catches a product that rounded up to high.
+      const IntRange r = int_range(init);
+      v = std::fmin(std::fmax(std::floor(v), r.lo), r.hi);
+    }
+  }
+  return v;
+}
+
+std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t elements,
+                                   const std::string& where) {
+  const bool is_float = dtype_is_float(dtype);
+  if (!std::isfinite(init.a) || !std::isfinite(init.b)) {
+    throw_program_error("init.random.range", where,
+                        "random parameters must be finite, got " + num(init.a) + " and " +
+                            num(init.b));
+  }
+  if (init.distribution == Distribution::normal) {
+    if (init.b < 0.0) {
+      throw_program_error("init.random.std", where,
+                          "normal std must be >= 0, got " + num(init.b));
+    }
+    if (!value_fits(dtype, is_float ? init.a : std::floor(init.a))) {
+      throw_program_error("init.random.range", where,
+                          "normal mean " + num(init.a) + " does not fit dtype " +
+                              std::string(dtype_name(dtype)));
+    }
+  } else if (is_float) {
+    if (!(init.a <= init.b)) {
+      throw_program_error("init.random.range", where,
+                          "uniform low " + num(init.a) + " is above high " + num(init.b));
+    }
+    if (!value_fits(dtype, init.a) || !value_fits(dtype, init.b)) {
+      throw_program_error("init.random.range", where,
+                          "uniform range [" + num(init.a) + ", " + num(init.b) +
+                              ") does not fit dtype " + std::string(dtype_name(dtype)));
+    }
+  } else {
+    const IntRange r = int_range(init);
+    if (!(r.lo <= r.hi)) {
+      throw_program_error("init.random.range", where,
+                          "uniform range [" + num(init.a) + ", " + num(init.b) +
+                              ") holds no integer");
+    }
+    if (!value_fits(dtype, r.lo) || !value_fits(dtype, r.hi)) {
+      throw_program_error("init.random.range", where,
+                          "uniform integers [" + num(r.lo) + ", " + num(r.hi) +
+                              "] do not fit dtype " + std::string(dtype_name(dtype)));
+    }
+  }
+  const auto bytes = checked_mul(elements, dtype_size(dtype));
+  if (!bytes || *bytes > kMaxBufferBytes) {
+    throw_program_error("init.size", where, "buffer of " + std::to_string(elements) +
+                                                " elements is too large");
+  }
+  std::vector<std::byte> out(*bytes);
+  for (uint64_t i = 0; i < elements; ++i) store_element(out.data(), dtype, i, random_value(init, dtype, i));
+  return out;
+}
+
+}  // namespace amk

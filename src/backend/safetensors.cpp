@@ -1,0 +1,130 @@
+// Reads one tensor of a .safetensors file: an 8-byte little-endian header length N, N bytes of
+// JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then
+// the data, offsets relative to byte 8 + N. Every number in the header is checked against the
+// real file size before anything is allocated.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "backend/data_file.hpp"
+#include "backend/init_sources.hpp"
+#include "core/checked.hpp"
+#include "core/error.hpp"
+
+namespace amk {
+namespace {
+
+std::optional<DType> safetensors_dtype(const std::string& s) noexcept {
+  if (s == "F32") return DType::f32;
+  if (s == "F16") return DType::f16;
+  if (s == "BF16") return DType::bf16;
+  if (s == "I32") return DType::i32;
+  if (s == "U32") return DType::u32;
+  if (s == "I64") return DType::i64;
+  if (s == "U8") return DType::u8;
+  return std::nullopt;
+}
+
+std::optional<uint64_t> as_u64(const nlohmann::json& v) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>();
+  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
+                                        const std::string& tensor, DType dtype, uint64_t elements,
+                                        const std::string& where) {
+  const detail::DataFile file(path, where);
+  if (file.size() < 8) file.fail("init.safetensors.header", "file too short for the 8-byte header length");
+  std::byte len_bytes[8];
+  file.read(0, len_bytes);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | static_cast<uint64_t>(len_bytes[i]);
+  if (header_len > kMaxSafetensorsHeader) {
+    file.fail("init.safetensors.header", "header length " + std::to_string(header_len) +
+                                             " exceeds the limit of " +
+                                             std::to_string(kMaxSafetensorsHeader));
+  }
+  if (header_len > file.size() - 8) {
+    file.fail("init.safetensors.header", "header length " + std::to_string(header_len) +
+                                             " runs past the end of the file (" +
+                                             std::to_string(file.size()) + " bytes)");
+  }
+  std::string text(header_len, '\0');
+  file.read(8, std::as_writable_bytes(std::span(text)));
+  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) {
+    file.fail("init.safetensors.header", "header is not a JSON object");
+  }
+
+  const auto it = header.find(tensor);
+  if (it == header.end() || tensor == "__metadata__") {
+    std::string names;
+    int shown = 0;
+    for (const auto& [name, _] : header.items()) {
+      if (name == "__metadata__") continue;
+      if (shown++ == 8) {
+        names += ", ...";
+        break;
+      }
+      names += (names.empty() ? "" : ", ") + name;
+    }
+    file.fail("init.safetensors.tensor",
+              "no tensor '" + tensor + "' (tensors: " + (names.empty() ? "none" : names) + ")");
+  }
+  const nlohmann::json& entry = *it;
+  const std::string ctx = "tensor '" + tensor + "': ";
+  if (!entry.is_object() || !entry.contains("dtype") || !entry["dtype"].is_string() ||
+      !entry.contains("shape") || !entry["shape"].is_array() || !entry.contains("data_offsets") ||
+      !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2) {
+    file.fail("init.safetensors.entry",
+              ctx + "entry needs \"dtype\" (string), \"shape\" (array) and \"data_offsets\" "
+                    "([begin, end])");
+  }
+
+  const std::string st_dtype = entry["dtype"].get<std::string>();
+  const std::optional<DType> mapped = safetensors_dtype(st_dtype);
+  if (!mapped || *mapped != dtype) {
+    file.fail("init.safetensors.dtype", ctx + "dtype " + st_dtype + " does not match buffer dtype " +
+                                            std::string(dtype_name(dtype)));
+  }
+  uint64_t count = 1;
+  for (const auto& d : entry["shape"]) {
+    const auto dim = as_u64(d);
+    if (!dim) file.fail("init.safetensors.shape", ctx + "shape holds a non-integer or negative value");
+    const auto c = checked_mul(count, *dim);
+    if (!c) file.fail("init.safetensors.shape", ctx + "shape element count overflows 64 bits");
+    count = *c;
+  }
+  if (count != elements) {
+    file.fail("init.safetensors.shape", ctx + "has " + std::to_string(count) +
+                                            " elements, the buffer has " + std::to_string(elements));
+  }
+  const auto begin = as_u64(entry["data_offsets"][0]);
+  const auto end = as_u64(entry["data_offsets"][1]);
+  if (!begin || !end || *begin > *end) {
+    file.fail("init.safetensors.offsets", ctx + "data_offsets must be integers with begin <= end");
+  }
+  const auto total = checked_mul(elements, dtype_size(dtype));
+  if (!total) file.fail("init.safetensors.shape", ctx + "tensor byte size overflows 64 bits");
+  const uint64_t bytes = *total;
+  if (*end - *begin != bytes) {
+    file.fail("init.safetensors.offsets", ctx + "data_offsets span " + std::to_string(*end - *begin) +
+                                              " bytes, the tensor needs " + std::to_string(bytes));
+  }
+  const uint64_t data_start = 8 + header_len;
+  const auto abs_end = checked_add(data_start, *end);
+  if (!abs_end || *abs_end > file.size()) {
+    file.fail("init.safetensors.offsets",
+              ctx + "data_offsets [" + std::to_string(*begin) + ", " + std::to_string(*end) +
+                  ") run past the end of the file (" + std::to_string(file.size() - data_start) +
+                  " data bytes)");
+  }
+  std::vector<std::byte> out(bytes);
+  file.read(data_start + *begin, out);
+  return out;
+}
+
+}  // namespace amk

@@ -1,0 +1,266 @@
+// The GPU bridge over src/cuda (builds with the CUDA toolkit).
+#ifdef AMK_HAVE_CUDA
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/gpu_bridge.hpp"
+#include "core/error.hpp"
+#include "cuda/compile.hpp"
+#include "cuda/executor.hpp"
+#include "ops/registry.hpp"
+#include "report/outputs.hpp"
+
+namespace amk::cli {
+namespace {
+
+GpuOptions gpu_options(const GpuRequest& r) {
+  GpuOptions o;
+  o.device = r.device;
+  o.timeout_ms = r.timeout_ms;
+  o.trace = r.trace;
+  o.compile.use_cache = r.use_cache;
+  if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
+  o.compile.trust_custom_ops = r.trust_custom_ops;
+  o.compile.trace = r.trace;
+  return o;
+}
+
+Plan default_plan(const Program& program) {
+  PlanOptions popts;
+  popts.grid_hint = kDefaultGridHint;
+  return make_plan(program, popts);
+}
+
+std::string instruction_label(const Program& p, uint32_t index) {
+  if (index >= p.instructions.size()) return "instruction " + std::to_string(index);
+  const Instruction& ins = p.instructions[index];
+  std::string s = "instruction " + std::to_string(index);
+  if (!ins.name.empty()) s += " '" + ins.name + "'";
+  s += " (" + op_name(p, ins.op) + ")";
+  return s;
+}
+
+std::string counter_label(const Program& p, uint32_t index) {
+  if (index < p.counters.size()) return "'" + p.counters[index].name + "'";
+  return "#" + std::to_string(index);
+}
+
+ordered_json diag_json(const Program& p, const amk_diag_t& d, const std::string& status) {
+  ordered_json j;
+  j["status"] = status;
+  j["block"] = d.block;
+  j["queue_position"] = d.queue_pos;
+  j["instruction"] = d.instruction;
+  if (d.instruction < p.instructions.size()) {
+    j["instruction_name"] = p.instructions[d.instruction].name;
+    j["op"] = op_name(p, p.instructions[d.instruction].op);
+  }
+  if (status == "timeout") {
+    j["counter"] = d.counter;
+    j["counter_name"] = d.counter < p.counters.size() ? p.counters[d.counter].name : "";
+    j["have"] = d.have;
+    j["need"] = d.need;
+    j["elapsed_ms"] = static_cast<double>(d.elapsed_ns) / 1e6;
+  } else {
+    j["detail"] = d.detail;
+  }
+  return j;
+}
+
+std::string diag_message(const Program& p, const amk_diag_t& d, const std::string& status,
+                         uint64_t timeout_ms) {
+  char buf[512];
+  if (status == "timeout") {
+    std::snprintf(buf, sizeof buf,
+                  "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "
+                  "waits for counter %s >= %u but it is %u",
+                  static_cast<unsigned long long>(timeout_ms), d.block, d.queue_pos,
+                  instruction_label(p, d.instruction).c_str(), counter_label(p, d.counter).c_str(),
+                  d.need, d.have);
+  } else {
+    std::snprintf(buf, sizeof buf, "block %u, queue position %u, %s found invalid data (value %u)",
+                  d.block, d.queue_pos, instruction_label(p, d.instruction).c_str(), d.detail);
+  }
+  return buf;
+}
+
+ordered_json resources_json(const GpuExecutable& ex) {
+  const KernelResources& k = ex.kernel();
+  const DeviceInfo& d = ex.device();
+  ordered_json j;
+  j["kernel"] = ex.compiled().kernel_name;
+  j["arch"] = ex.compiled().arch;
+  j["registers_per_thread"] = k.regs_per_thread;
+  j["static_smem_bytes"] = k.static_smem;
+  j["dynamic_smem_bytes"] = 0;
+  j["local_bytes"] = k.local_bytes;
+  j["const_bytes"] = k.const_bytes;
+  j["max_threads_per_block"] = k.max_threads;
+  j["block"] = ex.block();
+  j["blocks_per_sm"] = k.blocks_per_sm;
+  j["sms"] = d.sm_count;
+  j["max_coresident_grid"] = static_cast<uint64_t>(k.blocks_per_sm) * d.sm_count;
+  j["grid"] = ex.grid();
+  j["max_cluster_size"] = k.max_cluster_size;
+  j["max_active_clusters"] = k.max_active_clusters;
+  return j;
+}
+
+ordered_json timings_json(const std::vector<std::pair<std::string, double>>& t) {
+  ordered_json j = ordered_json::object();
+  for (const auto& [k, v] : t) j[k] = v;
+  return j;
+}
+
+}  // namespace
+
+bool gpu_present(std::string* why) { return gpu_available(why); }
+
+GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
+  using clock = std::chrono::steady_clock;
+  GpuOutcome out;
+  const Plan plan = default_plan(program);
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req));
+  out.timings_ms = ex.setup_timings_ms();
+  out.device = ex.device().to_json();
+  out.versions = {{"amk", AMK_VERSION},
+                  {"nvrtc", ex.compiled().nvrtc_version},
+                  {"driver", ex.device().driver_version}};
+  out.target_fingerprint = ex.device().fingerprint();
+  out.artifact_fingerprint = ex.compiled().source_fingerprint;
+  out.grid = ex.grid();
+  out.block = ex.block();
+  LaunchResult r = ex.launch(req.iterations);
+  out.timings_ms.emplace_back("launch", r.host_ms);
+  out.status = r.status;
+  if (r.status != "ok") {
+    const uint64_t timeout = req.timeout_ms.value_or(program.launch.timeout_ms);
+    out.diagnostics = diag_json(program, r.diag, r.status);
+    out.message = diag_message(program, r.diag, r.status, timeout);
+    return out;
+  }
+  const auto t = clock::now();
+  out.buffers = ex.download();
+  out.timings_ms.emplace_back(
+      "download", std::chrono::duration<double, std::milli>(clock::now() - t).count());
+  if (req.trace) out.trace = ex.trace();
+  return out;
+}
+
+ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
+                            const ProfileRequest& req, std::ostringstream& text) {
+  const Plan plan = default_plan(program);
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req.gpu));
+  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope);
+  ordered_json j;
+  j["status"] = "ok";
+  j["program"] = program.name;
+  j["program_fingerprint"] = program_fingerprint(program);
+  j["scope"] = s.scope;
+  j["warmup"] = s.warmup;
+  j["iterations"] = s.iterations;
+  j["median_ms"] = s.median_ms;
+  j["min_ms"] = s.min_ms;
+  j["max_ms"] = s.max_ms;
+  j["mean_ms"] = s.mean_ms;
+  j["stddev_ms"] = s.stddev_ms;
+  j["rel_spread"] = s.rel_spread;
+  j["samples_ms"] = s.samples_ms;
+  j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
+  j["cache_hit"] = ex.compiled().cache_hit;
+  j["attributes"] = resources_json(ex);
+  j["device"] = ex.device().to_json();
+  j["target_fingerprint"] = ex.device().fingerprint();
+  j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s on %s: %u launches (%s scope, %u warm-up): median %.4f ms, min %.4f, max "
+                "%.4f, spread %.2f%%\n",
+                program.name.c_str(), ex.device().name.c_str(), s.iterations, s.scope.c_str(),
+                s.warmup, s.median_ms, s.min_ms, s.max_ms, 100.0 * s.rel_spread);
+  text << line << "setup:";
+  for (const auto& [k, v] : ex.setup_timings_ms()) {
+    std::snprintf(line, sizeof line, " %s %.2f ms", k.c_str(), v);
+    text << line;
+  }
+  text << (ex.compiled().cache_hit ? " (kernel from cache)\n" : " (kernel compiled)\n");
+  return j;
+}
+
+ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
+                               std::ostringstream& text) {
+  const HostBuffers initial = materialize_all(program, load);
+  const Plan plan = default_plan(program);
+  GpuOptions opts;
+  opts.compile.trust_custom_ops = load.trust_custom_ops;
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, opts);
+  ordered_json j = resources_json(ex);
+  j["dynamic_smem_bytes"] = program.launch.dynamic_smem;
+  text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
+       << ex.device().name << "\n"
+       << "  registers/thread " << j["registers_per_thread"].get<uint32_t>() << ", static smem "
+       << j["static_smem_bytes"].get<uint64_t>() << " B, dynamic smem "
+       << program.launch.dynamic_smem << " B, local " << j["local_bytes"].get<uint64_t>()
+       << " B, const " << j["const_bytes"].get<uint64_t>() << " B, max threads "
+       << j["max_threads_per_block"].get<uint32_t>() << "\n"
+       << "  blocks/SM " << j["blocks_per_sm"].get<uint32_t>() << " x SMs "
+       << j["sms"].get<uint32_t>() << " = max co-resident grid "
+       << j["max_coresident_grid"].get<uint64_t>() << " (this program: grid " << ex.grid()
+       << ", block " << ex.block() << ")\n";
+  if (program.launch.mode == LaunchMode::cluster)
+    text << "  cluster: max size " << j["max_cluster_size"].get<uint32_t>()
+         << ", max active clusters " << j["max_active_clusters"].get<uint32_t>() << "\n";
+  return j;
+}
+
+ordered_json compile_for_arch(const Program& program, const std::string& arch,
+                              const GpuRequest& req, const std::string& cubin_out,
+                              std::ostringstream& text) {
+  const Plan plan = default_plan(program);
+  CompileOptions co = gpu_options(req).compile;
+  co.arch = arch;
+  CompileOutput out = compile_vm(program, plan, co);
+  if (!cubin_out.empty()) write_file_atomic(cubin_out, out.cubin);
+  ordered_json j;
+  j["status"] = "ok";
+  j["arch"] = out.arch;
+  j["kernel"] = out.kernel_name;
+  j["cubin_bytes"] = out.cubin.size();
+  j["cache_hit"] = out.cache_hit;
+  j["compile_ms"] = out.compile_ms;
+  j["nvrtc_version"] = out.nvrtc_version;
+  j["fingerprint"] = out.source_fingerprint;
+  j["options"] = out.options;
+  j["log"] = out.log;
+  if (!cubin_out.empty()) j["output"] = cubin_out;
+  char line[256];
+  std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
+                out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
+                out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.nvrtc_version.c_str());
+  text << line;
+  // ptxas resource lines from the log (registers, spills).
+  std::istringstream log(out.log);
+  for (std::string l; std::getline(log, l);)
+    if (l.find("ptxas") != std::string::npos || l.find("registers") != std::string::npos)
+      text << "  " << l << "\n";
+  if (!cubin_out.empty()) text << "wrote " << cubin_out << "\n";
+  return j;
+}
+
+ordered_json list_gpus(std::ostringstream& text) {
+  std::vector<DeviceInfo> devices = list_devices();
+  ordered_json arr = ordered_json::array();
+  for (const auto& d : devices) {
+    arr.push_back(ordered_json(d.to_json()));
+    text << d.ordinal << ": " << d.name << "  " << d.arch() << ", " << d.sm_count << " SMs, "
+         << format_bytes(d.global_mem_bytes) << ", L2 " << format_bytes(d.l2_bytes)
+         << ", smem/block opt-in " << d.smem_per_block_optin << " B, cooperative "
+         << (d.cooperative_launch ? "yes" : "no") << ", cluster "
+         << (d.cluster_launch ? "yes" : "no") << ", driver " << d.driver_version << "\n";
+  }
+  return ordered_json{{"status", "ok"}, {"devices", arr}};
+}
+
+}  // namespace amk::cli
+#endif

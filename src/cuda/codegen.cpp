@@ -1,0 +1,218 @@
+// The VM translation unit for one program: macros that switch on only the ops (and dtype pairs)
+// the program uses, the TMA geometry table, trusted custom op sources, then kernels/amk_vm.cuh.
+// Program text reaches NVRTC only through custom op sources: everything else emitted here is a
+// number derived from the program.
+#include "cuda/codegen.hpp"
+
+#include <algorithm>
+#include <array>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "core/error.hpp"
+#include "ops/registry.hpp"
+
+namespace amk {
+namespace {
+
+constexpr uint32_t kTmaStages = 4;           // kAmkTmaMaxStages in kernels/amk_ops_tma.cuh
+constexpr uint32_t kTmaAlign = 128;          // kAmkTmaAlign
+constexpr uint32_t kTmaBarrierBytes = 64;    // kAmkTmaBarrierBytes
+constexpr uint32_t kVmStaticSmemSlack = 4096;  // the VM's static shared memory, rounded up
+constexpr uint32_t kVectorBytes = 16;
+
+// Macro suffix of each built-in op id (AMK_USE_OP_<NAME>).
+constexpr std::array<std::string_view, 12> kOpMacros = {
+    "NOP", "COPY", "FILL", "ADD", "MUL", "SCALE", "SILU_MUL", "RMSNORM", "SOFTMAX", "GEMV",
+    "ARGMAX", "EMBEDDING"};
+
+std::string_view float_macro(DType t) {
+  switch (t) {
+    case DType::f32: return "F32";
+    case DType::f16: return "F16";
+    case DType::bf16: return "BF16";
+    default: return {};
+  }
+}
+
+bool is_identifier(std::string_view s) {
+  if (s.empty() || s.size() > 200) return false;
+  auto alpha = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; };
+  if (!alpha(s[0])) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [&](char c) { return alpha(c) || (c >= '0' && c <= '9'); });
+}
+
+uint32_t round_up(uint32_t v, uint32_t to) { return (v + to - 1) / to * to; }
+
+// The dtype of operand k of an instruction, if it names a buffer of the program.
+std::optional<DType> operand_dtype(const Program& program, const amk_instruction_t& ins,
+                                   uint32_t k) {
+  if (k >= ins.n_operands) return std::nullopt;
+  const uint32_t b = ins.operands[k].buffer;
+  if (b == AMK_NO_BUFFER || b >= program.buffers.size()) return std::nullopt;
+  return program.buffers[b].dtype;
+}
+
+uint32_t block_threads(const Program& program, const Plan& plan) {
+  const uint32_t block = plan.block != 0 ? plan.block : program.launch.block;
+  if (block < 32 || block > 1024 || block % 32 != 0)
+    throw Error(ErrorKind::program, "launch.block", "/launch/block",
+                "block must be a multiple of 32 in [32, 1024], got " + std::to_string(block));
+  return block;
+}
+
+// Op ids the plan uses (the plan's list, or derived from its instructions).
+std::set<uint16_t> used_ops(const Plan& plan) {
+  std::set<uint16_t> ops(plan.ops_used.begin(), plan.ops_used.end());
+  if (ops.empty())
+    for (const amk_instruction_t& ins : plan.instructions) ops.insert(ins.op);
+  return ops;
+}
+
+uint32_t stage_bytes(const TmaGemvSpec& s) {
+  return round_up(s.box_k * s.box_rows * s.elem_bytes, kTmaAlign);
+}
+uint32_t head_bytes(const TmaGemvSpec& s) {
+  return round_up(kTmaBarrierBytes + s.box_rows * 4, kTmaAlign);
+}
+
+}  // namespace
+
+std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
+  std::vector<TmaGemvSpec> out;
+  std::set<uint32_t> covered;
+  for (size_t i = 0; i < program.tma.size(); ++i) {
+    const TmaSpec& t = program.tma[i];
+    if (t.buffer >= program.buffers.size() || covered.count(t.buffer)) continue;
+    const DType dt = program.buffers[t.buffer].dtype;
+    if (!dtype_is_float(dt)) continue;
+    const uint32_t esize = static_cast<uint32_t>(dtype_size(dt));
+    if (t.dims.size() != 2 || t.box.size() != 2) continue;
+    if (t.swizzle != TmaSwizzle::none || t.interleave != TmaInterleave::none) continue;
+    if (!std::all_of(t.element_strides.begin(), t.element_strides.end(),
+                     [](uint32_t s) { return s == 1; }))
+      continue;
+    if (!t.strides.empty() && t.strides[0] != t.dims[0] * esize) continue;
+    if (t.box[0] == 0 || t.box[1] == 0 || (t.box[0] * esize) % kVectorBytes != 0) continue;
+    if (t.dims[0] > 0xFFFFFFFFull) continue;
+    TmaGemvSpec s;
+    s.slot = static_cast<uint32_t>(i);
+    s.buffer = t.buffer;
+    s.box_k = t.box[0];
+    s.box_rows = t.box[1];
+    s.elem_bytes = esize;
+    s.dim_k = t.dims[0];
+    s.dim_rows = t.dims[1];
+    s.offset = t.offset;
+    out.push_back(s);
+    covered.insert(t.buffer);
+  }
+  return out;
+}
+
+uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin) {
+  if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
+  uint32_t best = 0;
+  const uint32_t budget = smem_optin > kVmStaticSmemSlack ? smem_optin - kVmStaticSmemSlack : 0;
+  for (const TmaGemvSpec& s : tma_gemv_specs(program)) {
+    for (uint32_t stages = kTmaStages; stages >= 2; --stages) {
+      const uint64_t need = uint64_t{kTmaAlign} + head_bytes(s) + uint64_t{stages} * stage_bytes(s);
+      if (need <= budget) {
+        best = std::max(best, static_cast<uint32_t>(need));
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+std::string vm_source(const Program& program, const Plan& plan, const CompileOptions& options) {
+  if (!program.custom_ops.empty() && !options.trust_custom_ops)
+    throw Error(ErrorKind::program, "custom.untrusted", "/custom_ops/0",
+                "the program carries " + std::to_string(program.custom_ops.size()) +
+                    " custom op source(s) (first: '" + program.custom_ops[0].name +
+                    "'); they are compiled only with --trust-custom-ops");
+  for (size_t k = 0; k < program.custom_ops.size(); ++k)
+    if (!is_identifier(program.custom_ops[k].name))
+      throw Error(ErrorKind::program, "custom.name", "/custom_ops/" + std::to_string(k) + "/name",
+                  "a custom op name must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)");
+
+  const uint32_t block = block_threads(program, plan);
+  const std::set<uint16_t> ops = used_ops(plan);
+  const bool gemv = ops.count(static_cast<uint16_t>(OpId::gemv)) != 0;
+
+  // dtype pairs of gemv (w, x) and stored dtypes of the arithmetic elementwise ops.
+  std::set<std::pair<DType, DType>> gemv_pairs;
+  std::set<DType> elt_dtypes;
+  for (const amk_instruction_t& ins : plan.instructions) {
+    const auto id = static_cast<OpId>(ins.op);
+    if (id == OpId::gemv) {
+      auto w = operand_dtype(program, ins, 0), x = operand_dtype(program, ins, 1);
+      if (w && x && dtype_is_float(*w) && dtype_is_float(*x)) gemv_pairs.insert({*w, *x});
+    }
+    int y_slot = -1;
+    if (id == OpId::add || id == OpId::mul || id == OpId::silu_mul) y_slot = 2;
+    if (id == OpId::scale) y_slot = 1;
+    if (id == OpId::fill) y_slot = 0;
+    if (y_slot >= 0)
+      if (auto y = operand_dtype(program, ins, static_cast<uint32_t>(y_slot));
+          y && dtype_is_float(*y))
+        elt_dtypes.insert(*y);
+  }
+  const std::vector<TmaGemvSpec> tma_specs =
+      gemv ? tma_gemv_specs(program) : std::vector<TmaGemvSpec>{};
+
+  std::string s;
+  s += "// Generated by amk (codegen format " + std::to_string(kVmCodegenVersion) +
+       "). Do not edit.\n";
+  s += "#define AMK_BLOCK_THREADS " + std::to_string(block) + "\n";
+  s += "#define AMK_TMA_COUNT " + std::to_string(program.tma.size()) + "\n";
+  if (options.trace) s += "#define AMK_TRACE 1\n";
+  for (uint16_t id : ops)
+    if (id > 0 && id < kOpMacros.size())
+      s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";
+  s += "#define AMK_GEMV_PAIRS_LISTED 1\n";
+  for (const auto& [w, x] : gemv_pairs)
+    s += "#define AMK_GEMV_" + std::string(float_macro(w)) + "_" + std::string(float_macro(x)) +
+         " 1\n";
+  s += "#define AMK_ELT_DTYPES_LISTED 1\n";
+  for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
+  if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";
+  s += "#include \"amk_device.cuh\"\n";
+
+  if (!tma_specs.empty()) {
+    s += "\n// w buffers that gemv streams through TMA (buffer index -> tensor map slot, geometry).\n";
+    s += "__device__ __forceinline__ bool amk_tma_gemv_lookup(uint32_t buffer, "
+         "amk_tma_gemv_geom& g) {\n  switch (buffer) {\n";
+    for (const TmaGemvSpec& t : tma_specs) {
+      s += "    case " + std::to_string(t.buffer) + "u: g.slot = " + std::to_string(t.slot) +
+           "u; g.box_k = " + std::to_string(t.box_k) + "u; g.box_rows = " +
+           std::to_string(t.box_rows) + "u; g.elem_bytes = " + std::to_string(t.elem_bytes) +
+           "u; g.dim_k = " + std::to_string(t.dim_k) + "ull; g.dim_rows = " +
+           std::to_string(t.dim_rows) + "ull; g.offset = " + std::to_string(t.offset) +
+           "ull; return true;\n";
+    }
+    s += "    default: return false;\n  }\n}\n";
+  }
+
+  if (!program.custom_ops.empty()) {
+    std::string dispatch = "#define AMK_CUSTOM_DISPATCH(P, I, S)";
+    for (size_t k = 0; k < program.custom_ops.size(); ++k) {
+      const CustomOp& op = program.custom_ops[k];
+      s += "\n// custom op " + std::to_string(k) + "\n";
+      s += "#line 1 \"custom_op_" + op.name + ".cu\"\n";
+      s += op.source;
+      if (op.source.empty() || op.source.back() != '\n') s += "\n";
+      dispatch += " case " + std::to_string(kCustomOpBase + k) + ": amk_custom_" + op.name +
+                  "(P, I, S); break;";
+    }
+    s += "#line 1 \"amk_vm_generated.cu\"\n";
+    s += dispatch + "\n";
+  }
+  s += "#include \"amk_vm.cuh\"\n";
+  return s;
+}
+
+}  // namespace amk

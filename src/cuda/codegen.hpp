@@ -1,0 +1,41 @@
+// Generation of the VM translation unit (kernels/amk_vm.cuh specialized to one program), and
+// what the launch side needs to know about it. No CUDA needed.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "cuda/compile.hpp"
+
+namespace amk {
+
+// Bumped whenever the generated source or the cache layout changes meaning (part of the key).
+inline constexpr uint32_t kVmCodegenVersion = 1;
+
+// How the TMA gemv streams a matrix covered by one TMA spec.
+struct TmaGemvSpec {
+  uint32_t slot = 0;        // index into program.tma == position of the map in the kernel param
+  uint32_t buffer = 0;
+  uint32_t box_k = 0;       // elements per tile row
+  uint32_t box_rows = 0;
+  uint32_t elem_bytes = 0;
+  uint64_t dim_k = 0;
+  uint64_t dim_rows = 0;
+  uint64_t offset = 0;      // elements
+};
+
+// The program's TMA specs that gemv can stream (rank 2, rows contiguous, no swizzle or
+// interleave, unit element strides, float dtype, 16-byte tile rows), first spec per buffer.
+[[nodiscard]] std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program);
+
+// Dynamic shared memory (bytes) the TMA gemv wants for its pipeline (kernels/amk_ops_tma.cuh:
+// alignment pad + mbarriers/row partials + up to 4 stages of the largest box), capped so that it
+// fits next to the VM's static shared memory in `smem_optin` bytes; 0 when the program has no
+// TMA gemv. The kernel reads %dynamic_smem_size and takes the plain gemv path when it was given
+// less than two stages' worth, so any value is safe; launch with max(program.launch.dynamic_smem,
+// this).
+[[nodiscard]] uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan,
+                                             uint32_t smem_optin = 232448);
+
+}  // namespace amk

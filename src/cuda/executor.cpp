@@ -1,0 +1,603 @@
+#include "cuda/executor.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "core/checked.hpp"
+#include "core/error.hpp"
+#include "cuda/device_query.hpp"
+#include "cuda/driver.hpp"
+#include "cuda/resources.hpp"
+#include "cuda/tma.hpp"
+
+namespace amk {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Every buffer starts on this boundary in the arena: covers TMA's 16/32-byte rule and 16-byte
+// vector loads with room to spare.
+constexpr uint64_t kBufferAlignment = 256;
+// How long past the program's own deadline the host waits before raising the abort flag, and then
+// how long it waits for the blocks to see it. The device watchdog normally fires first.
+constexpr auto kHostGrace = std::chrono::milliseconds(5000);
+constexpr auto kAbortGrace = std::chrono::milliseconds(5000);
+// Poll cuStreamQuery without sleeping this long (short launches), then back off to 1 ms.
+constexpr auto kSpinPhase = std::chrono::milliseconds(2);
+constexpr auto kMaxPollSleep = std::chrono::microseconds(1000);
+
+// Layout of the host-mapped control block: the diag record, then the word the host copies into the
+// device abort flag (a pinned source, so the copy runs on the copy engine next to the persistent
+// kernel instead of queueing behind it as a memset kernel would).
+constexpr size_t kDiagOffset = 0;
+constexpr size_t kAbortWordOffset = sizeof(amk_diag_t);
+constexpr size_t kControlBytes = sizeof(amk_diag_t) + 64;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+template <class T> std::span<const std::byte> bytes_of(const std::vector<T>& v) {
+  return std::as_bytes(std::span<const T>(v.data(), v.size()));
+}
+
+} // namespace
+
+struct GpuExecutable::Impl {
+  // Declaration order is destruction order reversed: the context is released last, after the module
+  // and every allocation made in it.
+  cu::PrimaryContext context;
+  cu::Module module;
+  CUfunction function = nullptr;
+  cu::DeviceMemory arena; // every program buffer, kBufferAlignment apart
+  cu::DeviceMemory instructions, queue_offsets, queue_items, buffer_table, counters, abort_flag,
+      trace_words;
+  cu::HostMappedMemory control;
+  cu::Stream stream;       // launches, resets, event records
+  cu::Stream abort_stream; // the host abort copy only
+  cu::Event start, end;
+
+  Program program; // copy without inline data: sizes, launch, TMA specs
+  std::optional<Plan> replanned;
+  std::vector<uint64_t> buffer_offsets;
+  std::vector<CUtensorMap> tma;
+  DeviceInfo device;
+  KernelResources kernel;
+  CompileOutput compiled;
+  std::vector<std::pair<std::string, double>> timings;
+  GpuOptions options;
+  uint64_t timeout_ms = 0;
+  uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
+  uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
+  bool hung = false; // a kernel may still be running: never free (it could block forever)
+
+  std::string kernel_label() const {
+    return "kernel " + compiled.kernel_name + ", arch " + compiled.arch;
+  }
+  std::string launch_label() const {
+    std::string s = kernel_label() + ", grid " + std::to_string(grid) + ", block " +
+                    std::to_string(block) + ", " + std::to_string(dynamic_smem) +
+                    " bytes dynamic shared memory, ";
+    s += program.launch.mode == LaunchMode::cooperative ? std::string("cooperative")
+                                                        : "cluster " + std::to_string(cluster_size);
+    return s;
+  }
+
+  amk_diag_t read_diag() const {
+    // Host-mapped and written by the device: read through volatile, word by word.
+    amk_diag_t d{};
+    const auto* src = static_cast<const volatile uint32_t*>(static_cast<const volatile void*>(
+        static_cast<const std::byte*>(control.host()) + kDiagOffset));
+    uint32_t words[sizeof(amk_diag_t) / 4];
+    for (size_t i = 0; i < sizeof(amk_diag_t) / 4; ++i)
+      words[i] = src[i];
+    std::memcpy(&d, words, sizeof d);
+    return d;
+  }
+
+  void reset_state() {
+    // Nothing runs now (every launch is waited for), so the host may write the mapped diag.
+    std::memset(static_cast<std::byte*>(control.host()) + kDiagOffset, 0, sizeof(amk_diag_t));
+    const auto& d = cu::driver();
+    cu::check(d.memset_d8_async(counters.get(), 0, counters.size(), stream.get()),
+              "cuMemsetD8Async", "the counters");
+    cu::check(d.memset_d8_async(abort_flag.get(), 0, abort_flag.size(), stream.get()),
+              "cuMemsetD8Async", "the abort flag");
+  }
+
+  void enqueue(uint32_t iterations) {
+    amk_device_program_t prog{};
+    prog.instructions = reinterpret_cast<const amk_instruction_t*>(instructions.get());
+    prog.queue_offsets = reinterpret_cast<const uint32_t*>(queue_offsets.get());
+    prog.queue_items = reinterpret_cast<const uint32_t*>(queue_items.get());
+    prog.buffers = reinterpret_cast<const amk_buffer_t*>(buffer_table.get());
+    prog.counters = reinterpret_cast<uint32_t*>(counters.get());
+    prog.abort_flag = reinterpret_cast<uint32_t*>(abort_flag.get());
+    prog.diag = reinterpret_cast<amk_diag_t*>(control.device() + kDiagOffset);
+    prog.trace = trace_words.get() != 0 ? reinterpret_cast<uint64_t*>(trace_words.get()) : nullptr;
+    const auto ns = checked_mul(timeout_ms, 1000000);
+    prog.timeout_ns = ns ? *ns : std::numeric_limits<uint64_t>::max();
+    prog.n_instructions = n_instructions;
+    prog.n_queues = n_queues;
+    prog.n_buffers = static_cast<uint32_t>(program.buffers.size());
+    prog.n_counters = n_counters;
+    prog.iterations = iterations;
+
+    // The program struct by value, then the tensor maps as one __grid_constant__ struct whose
+    // layout is that of the array (kernelParams are copied at launch, so locals are fine).
+    void* params[2] = {&prog, tma.data()};
+
+    CUlaunchAttribute attrs[2] = {};
+    unsigned n_attrs = 0;
+    if (program.launch.mode == LaunchMode::cooperative) {
+      attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n_attrs].value.cooperative = 1;
+      ++n_attrs;
+    } else {
+      attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attrs[n_attrs].value.clusterDim.x = cluster_size;
+      attrs[n_attrs].value.clusterDim.y = 1;
+      attrs[n_attrs].value.clusterDim.z = 1;
+      ++n_attrs;
+      attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;
+      attrs[n_attrs].value.clusterSchedulingPolicyPreference =
+          CU_CLUSTER_SCHEDULING_POLICY_LOAD_BALANCING;
+      ++n_attrs;
+    }
+    CUlaunchConfig config{};
+    config.gridDimX = grid;
+    config.gridDimY = 1;
+    config.gridDimZ = 1;
+    config.blockDimX = block;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = dynamic_smem;
+    config.hStream = stream.get();
+    config.attrs = attrs;
+    config.numAttrs = n_attrs;
+    cu::check(cu::driver().launch_kernel_ex(&config, function, params, nullptr), "cuLaunchKernelEx",
+              [&] { return launch_label(); });
+  }
+
+  // Waits for everything queued on `stream`. Past the deadline + grace the host raises the abort
+  // flag; if the blocks still do not return, the executable is abandoned (launch.hang). Returns
+  // true when the host had to raise the abort flag.
+  bool wait() {
+    const auto t0 = Clock::now();
+    constexpr uint64_t kMaxDeadlineMs = uint64_t{1} << 40; // ~35 years: no time_point overflow
+    const auto deadline =
+        t0 + std::chrono::milliseconds(std::min(timeout_ms, kMaxDeadlineMs)) + kHostGrace;
+    std::optional<Clock::time_point> abort_deadline;
+    auto sleep = std::chrono::microseconds(10);
+    for (;;) {
+      const CUresult r = stream.query();
+      if (r == CUDA_SUCCESS)
+        return abort_deadline.has_value();
+      if (r != CUDA_ERROR_NOT_READY)
+        fault(r);
+      const auto now = Clock::now();
+      // timeout 0 disables the watchdog in the VM; the host then waits as long as it takes.
+      if (timeout_ms != 0 && !abort_deadline && now > deadline) {
+        spdlog::warn("launch still running {} ms after its {} ms deadline; raising the "
+                     "abort flag",
+                     std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count() -
+                         static_cast<long long>(timeout_ms),
+                     timeout_ms);
+        const void* one = static_cast<const std::byte*>(control.host()) + kAbortWordOffset;
+        cu::check(cu::driver().memcpy_htod_async(abort_flag.get(), one, sizeof(uint32_t),
+                                                 abort_stream.get()),
+                  "cuMemcpyHtoDAsync", "the abort flag (host abort)");
+        abort_deadline = now + kAbortGrace;
+      } else if (abort_deadline && now > *abort_deadline) {
+        hung = true;
+        const amk_diag_t d = read_diag();
+        throw Error(
+            ErrorKind::timeout, "launch.hang", launch_label(),
+            "the launch did not finish: the device watchdog (" + std::to_string(timeout_ms) +
+                " ms) did not stop it, nor did the abort "
+                "flag the host raised " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kHostGrace).count()) +
+                " ms later (waited another " +
+                std::to_string(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace).count()) +
+                " ms); the kernel is still running and the GPU context is "
+                "abandoned; "
+                "diag: " +
+                describe_diag(d));
+      }
+      if (now - t0 < kSpinPhase) {
+        std::this_thread::yield();
+      } else {
+        std::this_thread::sleep_for(sleep);
+        sleep = std::min(sleep * 2, kMaxPollSleep);
+      }
+    }
+  }
+
+  [[noreturn]] void fault(CUresult r) {
+    const amk_diag_t d = read_diag(); // host memory: readable even after a fault
+    std::string what = launch_label();
+    if (d.status != AMK_STATUS_OK)
+      what += "; diag saw " + describe_diag(d);
+    cu::throw_driver_error(r, "the launch (cuStreamQuery)", std::move(what));
+  }
+
+  LaunchResult run(uint32_t iterations) {
+    LaunchResult result;
+    const auto t0 = Clock::now();
+    reset_state();
+    enqueue(iterations);
+    const bool host_aborted = wait();
+    result.host_ms = ms_since(t0);
+    result.diag = read_diag();
+    // Blocks that stopped on the host's abort may leave no record: the launch still did not
+    // complete in time.
+    if (host_aborted && result.diag.status == AMK_STATUS_OK)
+      result.diag.status = AMK_STATUS_ABORTED;
+    result.status = launch_status_name(result.diag.status);
+    return result;
+  }
+
+  void place_and_upload(const Plan& plan, const HostBuffers& initial);
+};
+
+namespace {
+
+void require(bool ok, const char* code, const std::string& message) {
+  if (!ok)
+    throw Error(ErrorKind::internal, code, "", message);
+}
+
+} // namespace
+
+void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& initial) {
+  const size_t nb = program.buffers.size();
+  require(plan.buffers.size() == nb, "internal.plan_buffers",
+          "the plan has " + std::to_string(plan.buffers.size()) + " buffers, the program " +
+              std::to_string(nb));
+  require(initial.data.size() == nb, "internal.initial_buffers",
+          "initial contents for " + std::to_string(initial.data.size()) +
+              " buffers, the program has " + std::to_string(nb));
+  buffer_offsets.resize(nb);
+  uint64_t total = 0;
+  for (size_t i = 0; i < nb; ++i) {
+    const uint64_t bytes = program.buffers[i].bytes();
+    require(initial.data[i].size() == bytes, "internal.initial_buffers",
+            "buffer " + std::to_string(i) + " '" + program.buffers[i].name + "' has " +
+                std::to_string(initial.data[i].size()) + " initial bytes, expected " +
+                std::to_string(bytes));
+    const auto at = checked_align_up(total, kBufferAlignment);
+    const auto next = at ? checked_add(*at, bytes) : std::nullopt;
+    if (!next)
+      throw Error(ErrorKind::device, "device.memory", "",
+                  "the program's buffers do not fit a 64-bit address space");
+    buffer_offsets[i] = *at;
+    total = *next;
+  }
+  arena = cu::DeviceMemory::allocate(total, "the program's buffers");
+  for (size_t i = 0; i < nb; ++i)
+    arena.upload(initial.data[i], buffer_offsets[i], stream.get(),
+                 "buffer '" + program.buffers[i].name + "'");
+
+  std::vector<amk_buffer_t> table = plan.buffers;
+  for (size_t i = 0; i < nb; ++i)
+    table[i].address = arena.get() + buffer_offsets[i];
+
+  instructions = cu::DeviceMemory::allocate(plan.instructions.size() * sizeof(amk_instruction_t),
+                                            "the instruction table");
+  instructions.upload(bytes_of(plan.instructions), 0, stream.get(), "the instruction table");
+  queue_offsets =
+      cu::DeviceMemory::allocate(plan.queue_offsets.size() * sizeof(uint32_t), "the queue offsets");
+  queue_offsets.upload(bytes_of(plan.queue_offsets), 0, stream.get(), "the queue offsets");
+  queue_items =
+      cu::DeviceMemory::allocate(plan.queue_items.size() * sizeof(uint32_t), "the queue items");
+  queue_items.upload(bytes_of(plan.queue_items), 0, stream.get(), "the queue items");
+  buffer_table =
+      cu::DeviceMemory::allocate(table.size() * sizeof(amk_buffer_t), "the buffer table");
+  buffer_table.upload(bytes_of(table), 0, stream.get(), "the buffer table");
+  counters =
+      cu::DeviceMemory::allocate(uint64_t{plan.n_counters} * sizeof(uint32_t), "the counters");
+  abort_flag = cu::DeviceMemory::allocate(sizeof(uint32_t), "the abort flag");
+  control = cu::HostMappedMemory::allocate(kControlBytes, "the diag record");
+  const uint32_t one = 1;
+  std::memcpy(static_cast<std::byte*>(control.host()) + kAbortWordOffset, &one, sizeof one);
+  if (options.trace) {
+    trace_words = cu::DeviceMemory::allocate(uint64_t{plan.instructions.size()} *
+                                                 kTraceWordsPerInstruction * sizeof(uint64_t),
+                                             "the trace");
+    cu::check(cu::driver().memset_d8_async(trace_words.get(), 0, trace_words.size(), stream.get()),
+              "cuMemsetD8Async", "the trace");
+  }
+  stream.synchronize("the plan upload");
+}
+
+GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
+                                  const HostBuffers& initial, const GpuOptions& options) {
+  GpuExecutable exe;
+  exe.impl_ = std::make_unique<Impl>();
+  Impl& m = *exe.impl_;
+  m.options = options;
+  m.program = program;
+  for (auto& b : m.program.buffers)
+    b.init.data.clear(); // contents come from `initial`
+  m.timeout_ms = options.timeout_ms.value_or(program.launch.timeout_ms);
+  const auto phase = [&](const char* name, Clock::time_point t0) {
+    const double ms = ms_since(t0);
+    m.timings.emplace_back(name, ms);
+    spdlog::debug("gpu setup: {} {:.3f} ms", name, ms);
+  };
+
+  auto t0 = Clock::now();
+  m.context = cu::PrimaryContext::retain(options.device);
+  m.stream = cu::Stream::create("the launch stream");
+  m.abort_stream = cu::Stream::create("the abort stream");
+  m.start = cu::Event::create("the profile start event");
+  m.end = cu::Event::create("the profile end event");
+  phase("context", t0);
+
+  t0 = Clock::now();
+  m.device = cu::query_device(options.device);
+  if (const auto mismatches = target_mismatches(program, m.device); !mismatches.empty()) {
+    std::string msg = "program '" + program.name + "' cannot run on " + m.device.name + " (" +
+                      m.device.arch() + ", device fingerprint " + m.device.fingerprint() + "): ";
+    for (size_t i = 0; i < mismatches.size(); ++i)
+      msg += (i ? "; " : "") + mismatches[i];
+    throw Error(ErrorKind::device, "device.target", "/target", msg);
+  }
+  phase("device", t0);
+
+  t0 = Clock::now();
+  CompileOptions copts = options.compile;
+  copts.arch = m.device.arch();
+  copts.trace = copts.trace || options.trace;
+  m.compiled = compile_vm(program, plan, copts);
+  if (!m.compiled.ok)
+    throw Error(ErrorKind::nvrtc, "nvrtc.compile", copts.arch,
+                "NVRTC " + m.compiled.nvrtc_version + " failed to compile the VM for " + copts.arch)
+        .with_detail(m.compiled.log);
+  require(m.compiled.tma_count == program.tma.size(), "internal.tma_count",
+          "the compiled kernel takes " + std::to_string(m.compiled.tma_count) +
+              " tensor maps, the program has " + std::to_string(program.tma.size()));
+  phase("compile", t0);
+
+  t0 = Clock::now();
+  m.module = cu::Module::load(m.compiled.cubin, m.kernel_label());
+  m.function = m.module.function(m.compiled.kernel_name);
+  phase("module_load", t0);
+
+  t0 = Clock::now();
+  const Launch& l = program.launch;
+  m.block = plan.block != 0 ? plan.block : l.block;
+  m.dynamic_smem = l.dynamic_smem;
+  m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
+  m.grid = plan.grid;
+  cu::LaunchShape shape{m.grid, m.block, m.dynamic_smem, m.cluster_size};
+  {
+    // A block or shared-memory request the kernel cannot take would fail in cuFuncSetAttribute as a
+    // bare CUDA_ERROR_INVALID_VALUE: refuse it first, with the numbers.
+    const KernelResources footprint = cu::kernel_attributes(m.function, m.kernel_label());
+    if (footprint.static_smem + m.dynamic_smem > m.device.smem_per_block_optin || m.block == 0 ||
+        m.block > footprint.max_threads)
+      prove_coresidency(program, m.grid, m.device,
+                        footprint); // throws device.smem / .block
+  }
+  cu::configure_function(m.function, shape, m.kernel_label());
+  m.kernel = cu::query_kernel(m.function, shape, m.kernel_label());
+  const Plan* effective = &plan;
+  if (l.grid == 0 && !program.queues) {
+    // `grid: auto` with amk scheduling: use every co-resident block of this kernel here.
+    const uint32_t g = auto_grid(program, m.device, m.kernel);
+    if (g != 0 && g != plan.grid) {
+      PlanOptions popts;
+      popts.grid_hint = g;
+      m.replanned = make_plan(program, popts);
+      effective = &*m.replanned;
+      m.grid = effective->grid;
+    }
+  }
+  prove_coresidency(program, m.grid, m.device, m.kernel);
+  m.n_instructions = static_cast<uint32_t>(effective->instructions.size());
+  m.n_queues = effective->n_queues();
+  m.n_counters = effective->n_counters;
+  require(m.n_queues == m.grid, "internal.plan_grid",
+          "the plan has " + std::to_string(m.n_queues) + " queues for a grid of " +
+              std::to_string(m.grid));
+  phase("configure", t0);
+
+  t0 = Clock::now();
+  m.place_and_upload(*effective, initial);
+  phase("upload", t0);
+
+  t0 = Clock::now();
+  std::vector<uint64_t> addresses(m.buffer_offsets.size());
+  for (size_t i = 0; i < addresses.size(); ++i)
+    addresses[i] = m.arena.get() + m.buffer_offsets[i];
+  m.tma = cu::encode_tma(program, addresses);
+  phase("tma_encode", t0);
+  return exe;
+}
+
+GpuExecutable::GpuExecutable(GpuExecutable&&) noexcept = default;
+GpuExecutable& GpuExecutable::operator=(GpuExecutable&& o) noexcept {
+  if (this != &o) {
+    close();
+    impl_ = std::move(o.impl_);
+  }
+  return *this;
+}
+GpuExecutable::~GpuExecutable() { close(); }
+
+GpuExecutable::Impl& GpuExecutable::impl() const {
+  if (!impl_)
+    throw Error(ErrorKind::internal, "internal.closed", "", "the GPU executable is closed");
+  if (impl_->hung)
+    throw Error(ErrorKind::timeout, "launch.hang", "",
+                "the GPU executable is abandoned: an earlier launch never finished");
+  return *impl_;
+}
+
+LaunchResult GpuExecutable::launch(uint32_t iterations) {
+  Impl& m = impl();
+  if (iterations == 0)
+    throw Error(ErrorKind::usage, "launch.iterations", "", "a launch needs at least one pass");
+  m.context.make_current();
+  LaunchResult r = m.run(iterations);
+  if (r.status != "ok")
+    spdlog::debug("launch stopped: {}", describe_diag(r.diag));
+  return r;
+}
+
+ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations,
+                                    const std::string& scope) {
+  Impl& m = impl();
+  if (scope != "kernel" && scope != "launch")
+    throw Error(ErrorKind::usage, "profile.scope", "",
+                "profile scope must be kernel or launch, not '" + scope + "'");
+  if (iterations == 0)
+    throw Error(ErrorKind::usage, "profile.iterations", "", "profile needs at least one sample");
+  m.context.make_current();
+  const bool launch_scope = scope == "launch";
+  std::vector<double> samples;
+  samples.reserve(iterations);
+  for (uint64_t i = 0; i < uint64_t{warmup} + iterations; ++i) {
+    if (launch_scope) {
+      m.start.record(m.stream.get(), "the profile start event");
+      m.reset_state();
+    } else {
+      m.reset_state();
+      m.start.record(m.stream.get(), "the profile start event");
+    }
+    m.enqueue(1);
+    m.end.record(m.stream.get(), "the profile end event");
+    const bool host_aborted = m.wait();
+    amk_diag_t d = m.read_diag();
+    if (host_aborted && d.status == AMK_STATUS_OK)
+      d.status = AMK_STATUS_ABORTED;
+    if (d.status != AMK_STATUS_OK) {
+      const std::string status = launch_status_name(d.status);
+      throw Error(status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "launch." + status,
+                  m.launch_label(),
+                  "profile sample " + std::to_string(i) +
+                      " did not finish ok: " + describe_diag(d));
+    }
+    const double ms = cu::elapsed_ms(m.start, m.end, "the profile events");
+    if (i >= warmup)
+      samples.push_back(ms);
+  }
+  ProfileStats s = summarize_samples(std::move(samples));
+  s.warmup = warmup;
+  s.iterations = iterations;
+  s.scope = scope;
+  return s;
+}
+
+HostBuffers GpuExecutable::download() const {
+  Impl& m = impl();
+  m.context.make_current();
+  HostBuffers out;
+  out.data.resize(m.program.buffers.size());
+  for (size_t i = 0; i < out.data.size(); ++i) {
+    out.data[i].resize(m.program.buffers[i].bytes());
+    m.arena.download(out.data[i], m.buffer_offsets[i], m.stream.get(),
+                     "buffer '" + m.program.buffers[i].name + "'");
+  }
+  m.stream.synchronize("the buffer download");
+  return out;
+}
+
+void GpuExecutable::upload(const HostBuffers& buffers) {
+  Impl& m = impl();
+  m.context.make_current();
+  require(buffers.data.size() == m.program.buffers.size(), "internal.upload_buffers",
+          "contents for " + std::to_string(buffers.data.size()) + " buffers, the program has " +
+              std::to_string(m.program.buffers.size()));
+  for (size_t i = 0; i < buffers.data.size(); ++i) {
+    require(buffers.data[i].size() == m.program.buffers[i].bytes(), "internal.upload_buffers",
+            "buffer " + std::to_string(i) + " has " + std::to_string(buffers.data[i].size()) +
+                " bytes, expected " + std::to_string(m.program.buffers[i].bytes()));
+    m.arena.upload(buffers.data[i], m.buffer_offsets[i], m.stream.get(),
+                   "buffer '" + m.program.buffers[i].name + "'");
+  }
+  m.stream.synchronize("the buffer upload");
+}
+
+const std::vector<std::pair<std::string, double>>& GpuExecutable::setup_timings_ms() const {
+  return impl().timings;
+}
+const DeviceInfo& GpuExecutable::device() const { return impl().device; }
+const KernelResources& GpuExecutable::kernel() const { return impl().kernel; }
+const CompileOutput& GpuExecutable::compiled() const { return impl().compiled; }
+uint32_t GpuExecutable::grid() const { return impl().grid; }
+uint32_t GpuExecutable::block() const { return impl().block; }
+const Plan* GpuExecutable::replanned() const {
+  const Impl& m = impl();
+  return m.replanned ? &*m.replanned : nullptr;
+}
+
+std::vector<uint64_t> GpuExecutable::trace() const {
+  Impl& m = impl();
+  std::vector<uint64_t> words;
+  if (m.trace_words.get() == 0)
+    return words;
+  m.context.make_current();
+  words.resize(m.trace_words.size() / sizeof(uint64_t));
+  m.trace_words.download(std::as_writable_bytes(std::span<uint64_t>(words)), 0, m.stream.get(),
+                         "the trace");
+  m.stream.synchronize("the trace download");
+  return words;
+}
+
+void GpuExecutable::close() {
+  if (!impl_)
+    return;
+  std::unique_ptr<Impl> m = std::move(impl_);
+  if (m->hung) {
+    // A kernel may still be running: freeing its memory or module could block forever or pull
+    // memory from under it. Hand every handle out unfreed; the process is expected to exit.
+    (void)m->arena.release(), (void)m->instructions.release(), (void)m->queue_offsets.release();
+    (void)m->queue_items.release(), (void)m->buffer_table.release(), (void)m->counters.release();
+    (void)m->abort_flag.release(), (void)m->trace_words.release(), (void)m->control.release();
+    (void)m->stream.release(), (void)m->abort_stream.release(), (void)m->start.release();
+    (void)m->end.release(), (void)m->module.release(), (void)m->context.release();
+    return;
+  }
+  try {
+    if (m->context)
+      m->context.make_current(); // the frees below act on the current context
+  } catch (const Error& e) {
+    spdlog::debug("closing the GPU executable: {}", e.what());
+  }
+  m.reset(); // members in reverse declaration order; the context goes last
+}
+
+bool gpu_available(std::string* why) {
+  if (!cu::driver_available(why))
+    return false;
+  try {
+    if (cu::device_count() > 0)
+      return true;
+    if (why != nullptr)
+      *why = "the NVIDIA driver reports no CUDA devices";
+  } catch (const Error& e) {
+    if (why != nullptr)
+      *why = e.message();
+  }
+  return false;
+}
+
+std::vector<DeviceInfo> list_devices() {
+  const int n = cu::device_count();
+  std::vector<DeviceInfo> out;
+  out.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i)
+    out.push_back(cu::query_device(i));
+  return out;
+}
+
+} // namespace amk

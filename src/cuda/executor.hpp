@@ -1,0 +1,111 @@
+// The persistent executable: one program compiled, loaded, uploaded and proven co-resident once,
+// then launched (or profiled) as often as needed. Mirrors the reference's persistent executable:
+// setup phases are timed in order, launches zero the counters, and profiles use CUDA events.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "amk_abi.h"
+#include "backend/host_data.hpp"
+#include "cuda/compile.hpp"
+#include "device/device.hpp"
+#include "plan/plan.hpp"
+#include "program/program.hpp"
+
+namespace amk {
+
+struct GpuOptions {
+  int device = 0;
+  CompileOptions compile;             // arch is replaced by the device's arch
+  std::optional<uint64_t> timeout_ms; // default: program.launch.timeout_ms
+  bool trace = false;                 // compile in and collect per-instruction timestamps
+};
+
+struct LaunchResult {
+  std::string status; // ok | timeout | bad_operand
+  amk_diag_t diag{};  // what the watchdog or an op recorded (status AMK_STATUS_OK: nothing)
+  double host_ms = 0; // reset + launch + wait, host clock
+};
+
+struct ProfileStats {
+  uint32_t warmup = 0, iterations = 0;
+  std::string scope; // kernel | launch
+  std::vector<double> samples_ms;
+  double median_ms = 0, min_ms = 0, max_ms = 0, mean_ms = 0, stddev_ms = 0;
+  double rel_spread = 0; // stddev / mean: the relative noise of the samples
+};
+
+// Trace layout (when GpuOptions::trace): kTraceWordsPerInstruction words per instruction, in
+// instruction order, written by the VM (start and end %globaltimer of the last pass).
+inline constexpr uint32_t kTraceWordsPerInstruction = 2;
+
+class GpuExecutable {
+public:
+  // Phases, timed in setup_timings_ms() in this order: context, device (snapshot + target check),
+  // compile (or cache hit), module_load, configure (function attributes, occupancy, co-residency
+  // proof), upload (buffers, instructions, queues, buffer table), tma_encode. `initial` holds every
+  // buffer's initial contents (materialize_all). When the program leaves both grid and scheduling
+  // to amk, the plan is rebuilt for the device's co-resident grid.
+  static GpuExecutable open(const Program& program, const Plan& plan, const HostBuffers& initial,
+                            const GpuOptions& options);
+
+  GpuExecutable(GpuExecutable&&) noexcept;
+  GpuExecutable& operator=(GpuExecutable&&) noexcept;
+  GpuExecutable(const GpuExecutable&) = delete;
+  GpuExecutable& operator=(const GpuExecutable&) = delete;
+  ~GpuExecutable();
+
+  // Zeroes counters, abort flag and diag, launches `iterations` passes, waits. A watchdog stop
+  // returns status "timeout" with the diag; a sticky fault throws Error(launch, launch.fault); a
+  // kernel that ignores the watchdog and the host abort throws Error(timeout, launch.hang).
+  LaunchResult launch(uint32_t iterations = 1);
+
+  // warmup + iterations single-pass launches timed with CUDA events: scope "kernel" brackets the
+  // launch only, "launch" also the counter reset. A launch that does not finish ok throws.
+  ProfileStats profile(uint32_t warmup, uint32_t iterations, const std::string& scope);
+
+  [[nodiscard]] HostBuffers download() const; // every buffer, in program order
+  void upload(const HostBuffers& buffers);    // e.g. the initial contents again
+
+  [[nodiscard]] const std::vector<std::pair<std::string, double>>& setup_timings_ms() const;
+  [[nodiscard]] const DeviceInfo& device() const;
+  [[nodiscard]] const KernelResources& kernel() const;
+  [[nodiscard]] const CompileOutput& compiled() const;
+  [[nodiscard]] uint32_t grid() const;
+  [[nodiscard]] uint32_t block() const;
+  // The plan built for `grid: auto`, or null when the caller's plan ran as given.
+  [[nodiscard]] const Plan* replanned() const;
+  [[nodiscard]] std::vector<uint64_t> trace() const; // raw words; empty unless options.trace
+
+  void close(); // idempotent; the destructor calls it
+  [[nodiscard]] bool is_open() const noexcept { return impl_ != nullptr; }
+
+  struct Impl;
+
+private:
+  GpuExecutable() = default;
+  Impl& impl() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+// True when the driver loads and reports at least one device; otherwise *why says why.
+[[nodiscard]] bool gpu_available(std::string* why = nullptr);
+// Every device the driver reports (throws Error(device, device.no_driver) without a driver).
+[[nodiscard]] std::vector<DeviceInfo> list_devices();
+
+// ---- pure helpers (no driver), exposed for tests and reports ----
+
+// "ok" | "timeout" | "bad_operand" for an AMK_STATUS_* (aborted counts as timeout); throws
+// Error(launch, launch.diag) for a value the VM never writes.
+[[nodiscard]] std::string launch_status_name(uint32_t status);
+// One line with every diag field ("status timeout, block 3, queue position 7, ...").
+[[nodiscard]] std::string describe_diag(const amk_diag_t& diag);
+// Median, min, max, mean, sample stddev and stddev/mean of the samples.
+[[nodiscard]] ProfileStats summarize_samples(std::vector<double> samples_ms);
+
+} // namespace amk

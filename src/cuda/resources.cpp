@@ -1,0 +1,238 @@
+#include "cuda/resources.hpp"
+
+#include <cstring>
+
+#include "core/error.hpp"
+#include "cuda/driver.hpp"
+
+namespace amk::cu {
+
+// ---- PrimaryContext ----
+
+PrimaryContext PrimaryContext::retain(int ordinal) {
+  const DriverApi& d = driver();
+  int count = 0;
+  check(d.device_get_count(&count), "cuDeviceGetCount");
+  if (ordinal < 0 || ordinal >= count)
+    throw Error(ErrorKind::device, "device.ordinal", "",
+                "CUDA device " + std::to_string(ordinal) + " does not exist: the driver reports " +
+                    std::to_string(count) + " device(s), ordinals 0.." +
+                    std::to_string(count > 0 ? count - 1 : 0));
+  const auto what = [&] { return "device " + std::to_string(ordinal); };
+  PrimaryContext ctx;
+  check(d.device_get(&ctx.device_, ordinal), "cuDeviceGet", what);
+  check(d.primary_ctx_retain(&ctx.context_, ctx.device_), "cuDevicePrimaryCtxRetain", what);
+  ctx.make_current(); // on failure ctx's destructor releases the retain
+  return ctx;
+}
+
+PrimaryContext& PrimaryContext::operator=(PrimaryContext&& o) noexcept {
+  if (this != &o) {
+    reset();
+    device_ = o.device_;
+    context_ = std::exchange(o.context_, nullptr);
+  }
+  return *this;
+}
+
+void PrimaryContext::make_current() const {
+  check(driver().ctx_set_current(context_), "cuCtxSetCurrent",
+        [&] { return "the primary context of device " + std::to_string(device_); });
+}
+
+void PrimaryContext::reset() noexcept {
+  if (context_ == nullptr)
+    return;
+  context_ = nullptr;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->primary_ctx_release(device_);
+}
+
+// ---- Module ----
+
+Module Module::load(std::span<const std::byte> image, std::string_view what) {
+  Module m;
+  check(driver().module_load_data(&m.module_, image.data()), "cuModuleLoadData", what);
+  return m;
+}
+
+Module& Module::operator=(Module&& o) noexcept {
+  if (this != &o) {
+    reset();
+    module_ = std::exchange(o.module_, nullptr);
+  }
+  return *this;
+}
+
+CUfunction Module::function(const std::string& name) const {
+  CUfunction f = nullptr;
+  check(driver().module_get_function(&f, module_, name.c_str()), "cuModuleGetFunction",
+        [&] { return "kernel " + name; });
+  return f;
+}
+
+void Module::reset() noexcept {
+  if (module_ == nullptr)
+    return;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->module_unload(std::exchange(module_, nullptr));
+}
+
+// ---- DeviceMemory ----
+
+DeviceMemory DeviceMemory::allocate(size_t bytes, std::string_view what) {
+  DeviceMemory m;
+  const size_t n = bytes == 0 ? 1 : bytes;
+  check(driver().mem_alloc(&m.ptr_, n), "cuMemAlloc",
+        [&] { return std::string(what) + " (" + std::to_string(n) + " bytes)"; });
+  m.bytes_ = n;
+  return m;
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
+  if (this != &o) {
+    reset();
+    ptr_ = std::exchange(o.ptr_, 0);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+namespace {
+void check_range(size_t offset, size_t count, size_t size, std::string_view call,
+                 std::string_view what) {
+  if (offset > size || count > size - offset)
+    throw Error(ErrorKind::internal, "internal.copy_range", std::string(what),
+                std::string(call) + " of " + std::to_string(count) + " bytes at offset " +
+                    std::to_string(offset) + " exceeds the allocation of " + std::to_string(size) +
+                    " bytes");
+}
+} // namespace
+
+void DeviceMemory::upload(std::span<const std::byte> data, size_t offset, CUstream stream,
+                          std::string_view what) const {
+  if (data.empty())
+    return;
+  check_range(offset, data.size(), bytes_, "cuMemcpyHtoDAsync", what);
+  check(driver().memcpy_htod_async(ptr_ + offset, data.data(), data.size(), stream),
+        "cuMemcpyHtoDAsync", what);
+}
+
+void DeviceMemory::download(std::span<std::byte> out, size_t offset, CUstream stream,
+                            std::string_view what) const {
+  if (out.empty())
+    return;
+  check_range(offset, out.size(), bytes_, "cuMemcpyDtoHAsync", what);
+  check(driver().memcpy_dtoh_async(out.data(), ptr_ + offset, out.size(), stream),
+        "cuMemcpyDtoHAsync", what);
+}
+
+void DeviceMemory::reset() noexcept {
+  if (ptr_ == 0)
+    return;
+  bytes_ = 0;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->mem_free(std::exchange(ptr_, 0));
+}
+
+// ---- HostMappedMemory ----
+
+HostMappedMemory HostMappedMemory::allocate(size_t bytes, std::string_view what) {
+  HostMappedMemory m;
+  const size_t n = bytes == 0 ? 1 : bytes;
+  const auto describe = [&] { return std::string(what) + " (" + std::to_string(n) + " bytes)"; };
+  check(driver().mem_host_alloc(&m.host_, n, CU_MEMHOSTALLOC_DEVICEMAP), "cuMemHostAlloc",
+        describe);
+  m.bytes_ = n;
+  std::memset(m.host_, 0, n);
+  check(driver().mem_host_get_device_pointer(&m.device_, m.host_, 0), "cuMemHostGetDevicePointer",
+        describe); // on failure m's destructor frees the host allocation
+  return m;
+}
+
+HostMappedMemory& HostMappedMemory::operator=(HostMappedMemory&& o) noexcept {
+  if (this != &o) {
+    reset();
+    host_ = std::exchange(o.host_, nullptr);
+    device_ = std::exchange(o.device_, 0);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+void HostMappedMemory::reset() noexcept {
+  if (host_ == nullptr)
+    return;
+  device_ = 0;
+  bytes_ = 0;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->mem_free_host(std::exchange(host_, nullptr));
+}
+
+// ---- Stream ----
+
+Stream Stream::create(std::string_view what) {
+  Stream s;
+  check(driver().stream_create(&s.stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate", what);
+  return s;
+}
+
+Stream& Stream::operator=(Stream&& o) noexcept {
+  if (this != &o) {
+    reset();
+    stream_ = std::exchange(o.stream_, nullptr);
+  }
+  return *this;
+}
+
+CUresult Stream::query() const noexcept { return driver().stream_query(stream_); }
+
+void Stream::synchronize(std::string_view what) const {
+  check(driver().stream_synchronize(stream_), "cuStreamSynchronize", what);
+}
+
+void Stream::reset() noexcept {
+  if (stream_ == nullptr)
+    return;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->stream_destroy(std::exchange(stream_, nullptr));
+}
+
+// ---- Event ----
+
+Event Event::create(std::string_view what) {
+  Event e;
+  check(driver().event_create(&e.event_, CU_EVENT_DEFAULT), "cuEventCreate", what);
+  return e;
+}
+
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    reset();
+    event_ = std::exchange(o.event_, nullptr);
+  }
+  return *this;
+}
+
+void Event::record(CUstream stream, std::string_view what) const {
+  check(driver().event_record(event_, stream), "cuEventRecord", what);
+}
+
+void Event::synchronize(std::string_view what) const {
+  check(driver().event_synchronize(event_), "cuEventSynchronize", what);
+}
+
+void Event::reset() noexcept {
+  if (event_ == nullptr)
+    return;
+  if (const DriverApi* d = driver_if_loaded())
+    (void)d->event_destroy(std::exchange(event_, nullptr));
+}
+
+double elapsed_ms(const Event& start, const Event& end, std::string_view what) {
+  float ms = 0.0f;
+  check(driver().event_elapsed_time(&ms, start.get(), end.get()), "cuEventElapsedTime", what);
+  return static_cast<double>(ms);
+}
+
+} // namespace amk::cu

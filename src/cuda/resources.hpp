@@ -1,0 +1,172 @@
+// One move-only RAII type per driver resource. Constructors throw amk::Error through the checked
+// wrappers; destructors use the unchecked calls (a destructor must not throw, and after a sticky
+// fault every release fails anyway). release() hands a handle out without freeing it, for the one
+// case where freeing is unsafe: a kernel that is still running (launch.hang).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace amk::cu {
+
+// The device's primary context, retained for the life of the object and made current.
+class PrimaryContext {
+public:
+  PrimaryContext() = default;
+  static PrimaryContext retain(int ordinal);
+  PrimaryContext(PrimaryContext&& o) noexcept
+      : device_(o.device_), context_(std::exchange(o.context_, nullptr)) {}
+  PrimaryContext& operator=(PrimaryContext&& o) noexcept;
+  PrimaryContext(const PrimaryContext&) = delete;
+  PrimaryContext& operator=(const PrimaryContext&) = delete;
+  ~PrimaryContext() { reset(); }
+
+  void make_current() const; // cuCtxSetCurrent, checked
+  [[nodiscard]] CUdevice device() const noexcept { return device_; }
+  [[nodiscard]] CUcontext get() const noexcept { return context_; }
+  [[nodiscard]] explicit operator bool() const noexcept { return context_ != nullptr; }
+  void reset() noexcept;
+  CUcontext release() noexcept { return std::exchange(context_, nullptr); }
+
+private:
+  CUdevice device_ = 0;
+  CUcontext context_ = nullptr;
+};
+
+class Module {
+public:
+  Module() = default;
+  // `what` names the image for errors ("kernel amk_vm, arch sm_90a").
+  static Module load(std::span<const std::byte> image, std::string_view what);
+  Module(Module&& o) noexcept : module_(std::exchange(o.module_, nullptr)) {}
+  Module& operator=(Module&& o) noexcept;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+  ~Module() { reset(); }
+
+  [[nodiscard]] CUfunction function(const std::string& name) const;
+  [[nodiscard]] CUmodule get() const noexcept { return module_; }
+  void reset() noexcept;
+  CUmodule release() noexcept { return std::exchange(module_, nullptr); }
+
+private:
+  CUmodule module_ = nullptr;
+};
+
+class DeviceMemory {
+public:
+  DeviceMemory() = default;
+  // bytes == 0 allocates one byte so every region has a valid, distinct address.
+  static DeviceMemory allocate(size_t bytes, std::string_view what);
+  DeviceMemory(DeviceMemory&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, 0)), bytes_(std::exchange(o.bytes_, 0)) {}
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept;
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory() { reset(); }
+
+  // Copies at a byte offset, ordered on `stream` (the range is checked against the allocation).
+  // Always on amk's own stream: the synchronous cuMemcpy variants run on the legacy default stream,
+  // which a non-blocking launch stream does not wait for, and a pageable upload may return before
+  // its DMA lands. Synchronize the stream before relying on the result.
+  void upload(std::span<const std::byte> data, size_t offset, CUstream stream,
+              std::string_view what) const;
+  void download(std::span<std::byte> out, size_t offset, CUstream stream,
+                std::string_view what) const;
+
+  [[nodiscard]] CUdeviceptr get() const noexcept { return ptr_; }
+  [[nodiscard]] size_t size() const noexcept { return bytes_; }
+  void reset() noexcept;
+  CUdeviceptr release() noexcept {
+    bytes_ = 0;
+    return std::exchange(ptr_, 0);
+  }
+
+private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+// Pinned host memory mapped into the device address space (cuMemHostAlloc DEVICEMAP): the kernel
+// writes diagnostics here that the host can read even when the launch went wrong.
+class HostMappedMemory {
+public:
+  HostMappedMemory() = default;
+  static HostMappedMemory allocate(size_t bytes,
+                                   std::string_view what); // zero-filled
+  HostMappedMemory(HostMappedMemory&& o) noexcept
+      : host_(std::exchange(o.host_, nullptr)), device_(std::exchange(o.device_, 0)),
+        bytes_(std::exchange(o.bytes_, 0)) {}
+  HostMappedMemory& operator=(HostMappedMemory&& o) noexcept;
+  HostMappedMemory(const HostMappedMemory&) = delete;
+  HostMappedMemory& operator=(const HostMappedMemory&) = delete;
+  ~HostMappedMemory() { reset(); }
+
+  [[nodiscard]] void* host() const noexcept { return host_; }
+  [[nodiscard]] CUdeviceptr device() const noexcept { return device_; }
+  [[nodiscard]] size_t size() const noexcept { return bytes_; }
+  void reset() noexcept;
+  void* release() noexcept {
+    device_ = 0;
+    bytes_ = 0;
+    return std::exchange(host_, nullptr);
+  }
+
+private:
+  void* host_ = nullptr;
+  CUdeviceptr device_ = 0;
+  size_t bytes_ = 0;
+};
+
+class Stream {
+public:
+  Stream() = default;
+  // Non-blocking: no implicit ordering with the legacy default stream, so a copy on another stream
+  // can reach a running persistent kernel (the host abort path).
+  static Stream create(std::string_view what);
+  Stream(Stream&& o) noexcept : stream_(std::exchange(o.stream_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept;
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  ~Stream() { reset(); }
+
+  [[nodiscard]] CUstream get() const noexcept { return stream_; }
+  // cuStreamQuery: CUDA_SUCCESS (done), CUDA_ERROR_NOT_READY, or an error; not checked.
+  [[nodiscard]] CUresult query() const noexcept;
+  void synchronize(std::string_view what) const;
+  void reset() noexcept;
+  CUstream release() noexcept { return std::exchange(stream_, nullptr); }
+
+private:
+  CUstream stream_ = nullptr;
+};
+
+class Event {
+public:
+  Event() = default;
+  static Event create(std::string_view what); // timing enabled
+  Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() { reset(); }
+
+  void record(CUstream stream, std::string_view what) const;
+  void synchronize(std::string_view what) const;
+  [[nodiscard]] CUevent get() const noexcept { return event_; }
+  void reset() noexcept;
+  CUevent release() noexcept { return std::exchange(event_, nullptr); }
+
+private:
+  CUevent event_ = nullptr;
+};
+
+// Milliseconds between two recorded, completed events.
+[[nodiscard]] double elapsed_ms(const Event& start, const Event& end, std::string_view what);
+
+} // namespace amk::cu

@@ -1,0 +1,164 @@
+// Lowering to the device ABI: instruction table, queues, buffer table.
+#include "plan/plan.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "core/error.hpp"
+#include "verify/verify.hpp"
+
+namespace amk {
+namespace {
+
+[[noreturn]] void capacity_error(uint32_t index, const std::string &what, size_t have,
+                                 size_t room) {
+  throw_program_error("plan.capacity", "/instructions/" + std::to_string(index) + "/" + what,
+                      std::to_string(have) + " " + what + ", the ABI holds " +
+                          std::to_string(room));
+}
+
+} // namespace
+
+amk_instruction_t encode_instruction(const Instruction &in, uint32_t index) {
+  if (in.operands.size() > AMK_MAX_OPERANDS)
+    capacity_error(index, "operands", in.operands.size(), AMK_MAX_OPERANDS);
+  if (in.waits.size() > AMK_MAX_WAITS)
+    capacity_error(index, "waits", in.waits.size(), AMK_MAX_WAITS);
+  if (in.signals.size() > AMK_MAX_SIGNALS)
+    capacity_error(index, "signals", in.signals.size(), AMK_MAX_SIGNALS);
+  if (in.params.size() > AMK_MAX_PARAMS)
+    capacity_error(index, "params", in.params.size(), AMK_MAX_PARAMS);
+
+  // Zero everything first: reserved fields and padding must be zero in files and uploads.
+  amk_instruction_t out;
+  std::memset(&out, 0, sizeof(out));
+  out.op = in.op;
+  out.n_operands = static_cast<uint8_t>(in.operands.size());
+  out.n_waits = static_cast<uint8_t>(in.waits.size());
+  out.n_signals = static_cast<uint8_t>(in.signals.size());
+  out.n_params = static_cast<uint8_t>(in.params.size());
+  out.index = index;
+  for (uint32_t s = 0; s < AMK_MAX_OPERANDS; ++s)
+    out.operands[s].buffer = AMK_NO_BUFFER;
+  for (size_t s = 0; s < in.operands.size(); ++s) {
+    const Operand &o = in.operands[s];
+    if (o.buffer == AMK_NO_BUFFER)
+      continue; // optional slot left out: stays {0, 0, none}
+    if (o.extent > UINT32_MAX)
+      throw_program_error("plan.capacity",
+                          "/instructions/" + std::to_string(index) + "/operands/" +
+                              std::to_string(s) + "/extent",
+                          "extent " + std::to_string(o.extent) + " exceeds 32 bits");
+    out.operands[s].offset = o.offset;
+    out.operands[s].extent = static_cast<uint32_t>(o.extent);
+    out.operands[s].buffer = o.buffer;
+  }
+  for (size_t w = 0; w < in.waits.size(); ++w)
+    out.waits[w] = {in.waits[w].counter, in.waits[w].value};
+  for (size_t g = 0; g < in.signals.size(); ++g)
+    out.signals[g] = {in.signals[g].counter, in.signals[g].add};
+  for (size_t p = 0; p < in.params.size(); ++p)
+    out.params[p] = in.params[p];
+  return out;
+}
+
+Instruction decode_instruction(const amk_instruction_t &in) {
+  const std::string where = "/instructions/" + std::to_string(in.index);
+  if (in.n_operands > AMK_MAX_OPERANDS || in.n_waits > AMK_MAX_WAITS ||
+      in.n_signals > AMK_MAX_SIGNALS || in.n_params > AMK_MAX_PARAMS)
+    throw_program_error(
+        "plan.capacity", where,
+        "instruction counts exceed the ABI (operands " + std::to_string(in.n_operands) +
+            ", waits " + std::to_string(in.n_waits) + ", signals " + std::to_string(in.n_signals) +
+            ", params " + std::to_string(in.n_params) + ")");
+  Instruction out;
+  out.op = in.op;
+  out.operands.reserve(in.n_operands);
+  for (uint32_t s = 0; s < in.n_operands; ++s) {
+    const amk_operand_t &o = in.operands[s];
+    Operand op;
+    op.buffer = o.buffer;
+    if (o.buffer != AMK_NO_BUFFER) {
+      op.offset = o.offset;
+      op.extent = o.extent;
+    }
+    out.operands.push_back(op);
+  }
+  for (uint32_t w = 0; w < in.n_waits; ++w)
+    out.waits.push_back({in.waits[w].counter, in.waits[w].value});
+  for (uint32_t g = 0; g < in.n_signals; ++g)
+    out.signals.push_back({in.signals[g].counter, in.signals[g].add});
+  out.params.assign(in.params, in.params + in.n_params);
+  return out;
+}
+
+Plan make_plan(const Program &program, const PlanOptions &options) {
+  Plan plan;
+  const uint64_t cluster = program.launch.mode == LaunchMode::cluster
+                               ? uint64_t{program.launch.cluster[0]} * program.launch.cluster[1] *
+                                     program.launch.cluster[2]
+                               : 1;
+  std::vector<std::vector<uint32_t>> built;
+  const std::vector<std::vector<uint32_t>> *queues = nullptr;
+  if (program.queues) {
+    queues = &*program.queues;
+    if (program.launch.grid != 0 && queues->size() != program.launch.grid)
+      throw_program_error("verify.queue.count", "/queues",
+                          std::to_string(queues->size()) + " queues but launch.grid is " +
+                              std::to_string(program.launch.grid));
+    plan.grid = static_cast<uint32_t>(queues->size());
+  } else {
+    uint64_t grid = program.launch.grid;
+    if (grid == 0) {
+      // Auto grid: the caller's hint, rounded down to whole clusters in cluster mode.
+      grid = options.grid_hint;
+      if (cluster > 1)
+        grid -= grid % cluster;
+      if (grid == 0)
+        throw_program_error("plan.grid", "/launch/grid",
+                            "grid hint " + std::to_string(options.grid_hint) +
+                                " leaves no whole cluster of " + std::to_string(cluster) +
+                                " blocks");
+    }
+    plan.grid = static_cast<uint32_t>(grid);
+    built = build_queues(program, plan.grid);
+    check_queues(program, built); // the schedule must pass the same proof as a user's queues
+    queues = &built;
+    plan.queues_built = true;
+  }
+
+  const size_t n = program.instructions.size();
+  plan.instructions.reserve(n);
+  for (uint32_t i = 0; i < n; ++i)
+    plan.instructions.push_back(encode_instruction(program.instructions[i], i));
+
+  plan.queue_offsets.reserve(queues->size() + 1);
+  plan.queue_offsets.push_back(0);
+  plan.queue_items.reserve(n);
+  for (const auto &q : *queues) {
+    plan.queue_items.insert(plan.queue_items.end(), q.begin(), q.end());
+    plan.queue_offsets.push_back(static_cast<uint32_t>(plan.queue_items.size()));
+  }
+
+  plan.buffers.reserve(program.buffers.size());
+  for (const Buffer &b : program.buffers) {
+    amk_buffer_t e;
+    std::memset(&e, 0, sizeof(e));
+    e.address = 0; // placed by the executor
+    e.elements = b.elements();
+    e.bytes = b.bytes();
+    e.dtype = static_cast<uint32_t>(b.dtype);
+    e.flags = b.output ? AMK_BUFFER_OUTPUT : 0u;
+    plan.buffers.push_back(e);
+  }
+  plan.n_counters = static_cast<uint32_t>(program.counters.size());
+  plan.block = program.launch.block;
+  for (const Instruction &ins : program.instructions)
+    plan.ops_used.push_back(ins.op);
+  std::sort(plan.ops_used.begin(), plan.ops_used.end());
+  plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
+  return plan;
+}
+
+} // namespace amk

@@ -1,0 +1,229 @@
+// The GPU runtime end to end: device snapshot, a small program against the CPU reference, the
+// persistent executable's reuse and profiling, the co-residency refusal and the watchdog.
+//
+// Without a GPU this binary exits 77 (CTest SKIP_RETURN_CODE) before doctest's main runs: the
+// shared doctest main cannot report "skipped" for a whole binary, and passing silently would make a
+// machine without a GPU look like a machine where the GPU works.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.hpp"
+#include "backend/host_data.hpp"
+#include "core/error.hpp"
+#include "cuda/executor.hpp"
+#include "ops/registry.hpp"
+#include "plan/plan.hpp"
+#include "verify/verify.hpp"
+
+using namespace amk;
+
+namespace {
+
+const bool g_have_gpu = [] {
+  std::string why;
+  if (!gpu_available(&why)) {
+    std::fprintf(stderr, "skipped: no GPU (%s)\n", why.c_str());
+    std::_Exit(77);
+  }
+  return true;
+}();
+
+constexpr uint64_t kN = 4096;
+
+Operand whole(uint32_t buffer) { return Operand{buffer, 0, kN}; }
+
+// y = 0.5 * (a + b): two dependent instructions per chunk, several chunks so that amk's schedule
+// spreads them over blocks.
+Program small_program() {
+  Program p;
+  p.name = "gpu_runtime_small";
+  p.launch.block = 256;
+  p.launch.timeout_ms = 10000;
+  auto buffer = [&](const char* name, InitKind kind, uint64_t seed, bool output) {
+    Buffer b;
+    b.name = name;
+    b.dtype = DType::f32;
+    b.shape = {kN};
+    b.init.kind = kind;
+    b.init.seed = seed;
+    b.output = output;
+    p.buffers.push_back(b);
+  };
+  buffer("a", InitKind::random, 1, false);
+  buffer("b", InitKind::random, 2, false);
+  buffer("t", InitKind::zeros, 0, false);
+  buffer("y", InitKind::zeros, 0, true);
+  constexpr uint64_t kChunks = 8, kChunk = kN / kChunks;
+  for (uint64_t c = 0; c < kChunks; ++c) {
+    p.counters.push_back(Counter{"c" + std::to_string(c)});
+    Instruction add;
+    add.op = static_cast<uint16_t>(OpId::add);
+    add.operands = {Operand{0, c * kChunk, kChunk}, Operand{1, c * kChunk, kChunk},
+                    Operand{2, c * kChunk, kChunk}};
+    add.signals = {Signal{static_cast<uint32_t>(c), 1}};
+    p.instructions.push_back(add);
+    Instruction scale;
+    scale.op = static_cast<uint16_t>(OpId::scale);
+    scale.operands = {Operand{2, c * kChunk, kChunk}, Operand{3, c * kChunk, kChunk}};
+    scale.params = {f32_bits(0.5f)};
+    scale.waits = {Wait{static_cast<uint32_t>(c), 1}};
+    p.instructions.push_back(scale);
+  }
+  return p;
+}
+
+std::vector<float> floats(const std::vector<std::byte>& bytes) {
+  std::vector<float> v(bytes.size() / sizeof(float));
+  std::memcpy(v.data(), bytes.data(), v.size() * sizeof(float));
+  return v;
+}
+
+double max_rel_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const double d = std::fabs(double(got[i]) - double(want[i]));
+    worst = std::max(worst, d / std::max(1e-6, std::fabs(double(want[i]))));
+  }
+  return worst;
+}
+
+} // namespace
+
+TEST_CASE("device snapshot") {
+  REQUIRE(g_have_gpu);
+  const auto devices = list_devices();
+  REQUIRE(!devices.empty());
+  for (const DeviceInfo& d : devices) {
+    CAPTURE(d.name);
+    CHECK(!d.name.empty());
+    CHECK(d.cc_major >= 7);
+    CHECK(d.sm_count > 0);
+    CHECK(d.smem_per_block_optin >= d.smem_per_block);
+    CHECK(d.smem_per_block >= 48 * 1024);
+    CHECK(d.regs_per_sm >= 65536);
+    CHECK(d.max_threads_per_block >= 1024);
+    CHECK(d.l2_bytes > 0);
+    CHECK(d.global_mem_bytes > (uint64_t{1} << 30));
+    CHECK(d.driver_version >= 12000);
+    CHECK(d.nvrtc_major >= 12);
+    CHECK(d.arch().rfind("sm_", 0) == 0);
+    CHECK(d.fingerprint().size() == 64);
+  }
+}
+
+TEST_CASE("a small program matches the CPU reference, launch after launch") {
+  const Program program = small_program();
+  (void)verify(program);
+  const Plan plan = make_plan(program, PlanOptions{4});
+  const HostBuffers initial = materialize_all(program);
+
+  HostBuffers want = initial;
+  (void)run_cpu(program, plan, want);
+
+  GpuOptions opts;
+  GpuExecutable exe = GpuExecutable::open(program, plan, initial, opts);
+  // Setup phases, in order.
+  const auto& t = exe.setup_timings_ms();
+  REQUIRE(t.size() == 7);
+  CHECK(t[0].first == "context");
+  CHECK(t[1].first == "device");
+  CHECK(t[2].first == "compile");
+  CHECK(t[3].first == "module_load");
+  CHECK(t[4].first == "configure");
+  CHECK(t[5].first == "upload");
+  CHECK(t[6].first == "tma_encode");
+  CHECK(exe.compiled().ok);
+  CHECK(exe.compiled().arch == exe.device().arch());
+  CHECK(exe.kernel().blocks_per_sm >= 1);
+  CHECK(exe.kernel().regs_per_thread > 0);
+  // grid auto: the executable replans for every co-resident block.
+  REQUIRE(exe.replanned() != nullptr);
+  CHECK(exe.grid() == exe.kernel().blocks_per_sm * exe.device().sm_count);
+
+  for (int round = 0; round < 2; ++round) {
+    CAPTURE(round);
+    const LaunchResult r = exe.launch();
+    CHECK(r.status == "ok");
+    CHECK(r.diag.status == AMK_STATUS_OK);
+    const HostBuffers got = exe.download();
+    REQUIRE(got.data.size() == want.data.size());
+    CHECK(max_rel_error(floats(got.data[3]), floats(want.data[3])) < 1e-6);
+    CHECK(max_rel_error(floats(got.data[2]), floats(want.data[2])) < 1e-6);
+    // The inputs are untouched and a fresh upload starts the next round from scratch.
+    CHECK(got.data[0] == initial.data[0]);
+    exe.upload(initial);
+    CHECK(exe.download().data[3] == initial.data[3]);
+  }
+
+  const ProfileStats k = exe.profile(2, 5, "kernel");
+  CHECK(k.samples_ms.size() == 5);
+  CHECK(k.min_ms > 0);
+  CHECK(k.min_ms <= k.median_ms);
+  CHECK(k.median_ms <= k.max_ms);
+  const ProfileStats l = exe.profile(1, 3, "launch");
+  CHECK(l.samples_ms.size() == 3);
+  CHECK(l.scope == "launch");
+  CHECK_THROWS_AS(exe.profile(0, 1, "wall"), Error);
+
+  exe.close();
+  exe.close(); // idempotent
+  CHECK(!exe.is_open());
+}
+
+TEST_CASE("a grid past co-residency is refused before launching") {
+  Program program = small_program();
+  const Plan probe_plan = make_plan(program, PlanOptions{4});
+  const HostBuffers initial = materialize_all(program);
+  uint32_t max_grid = 0;
+  {
+    GpuExecutable probe = GpuExecutable::open(program, probe_plan, initial, {});
+    max_grid = probe.kernel().blocks_per_sm * probe.device().sm_count;
+  }
+  program.launch.grid = max_grid + 1;
+  const Plan plan = make_plan(program);
+  try {
+    (void)GpuExecutable::open(program, plan, initial, {});
+    FAIL("expected a co-residency refusal");
+  } catch (const Error& e) {
+    CHECK(e.code() == "device.coresidency");
+    CHECK(e.exit_code() == ExitCode::device);
+    CHECK(e.message().find(std::to_string(max_grid + 1)) != std::string::npos);
+    CHECK(e.message().find(std::to_string(max_grid)) != std::string::npos);
+  }
+}
+
+TEST_CASE("the watchdog stops a wait that can never hold and the context stays "
+          "usable") {
+  Program program;
+  program.name = "gpu_runtime_stuck";
+  program.launch.block = 128;
+  program.launch.timeout_ms = 200;
+  program.counters = {Counter{"never"}};
+  Instruction stuck;
+  stuck.op = static_cast<uint16_t>(OpId::nop);
+  stuck.waits = {Wait{0, 1}};
+  program.instructions = {stuck};
+  program.queues = std::vector<std::vector<uint32_t>>{{0}}; // user queues: no deadlock proof
+  const Plan plan = make_plan(program);
+  GpuExecutable exe = GpuExecutable::open(program, plan, HostBuffers{}, {});
+  const LaunchResult r = exe.launch();
+  CHECK(r.status == "timeout");
+  CHECK(r.diag.status == AMK_STATUS_TIMEOUT);
+  CHECK(r.diag.block == 0);
+  CHECK(r.diag.instruction == 0);
+  CHECK(r.diag.counter == 0);
+  CHECK(r.diag.have == 0);
+  CHECK(r.diag.need == 1);
+  CHECK(r.diag.elapsed_ns > 0);
+  CHECK(r.host_ms >= 150);
+  CHECK(r.host_ms < 5000);
+  // A second launch resets the diag and times out the same way: the context survived.
+  const LaunchResult again = exe.launch();
+  CHECK(again.status == "timeout");
+}

@@ -1,0 +1,353 @@
+// Compiles the VM with NVRTC for sm_90a (no GPU needed): every op, every gemv weight dtype, the
+// TMA gemv, trace on and off, custom ops with and without trust, and the on-disk cubin cache.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/error.hpp"
+#include "cuda/cache.hpp"
+#include "cuda/codegen.hpp"
+#include "cuda/compile.hpp"
+#include "ops/registry.hpp"
+
+namespace fs = std::filesystem;
+using namespace amk;
+
+namespace {
+
+// A program built by hand (no loader, no planner), with a plan that runs it on one queue.
+struct Built {
+  Program program;
+  Plan plan;
+};
+
+class Builder {
+ public:
+  uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape) {
+    Buffer b;
+    b.name = name;
+    b.dtype = dtype;
+    b.shape = std::move(shape);
+    built_.program.buffers.push_back(b);
+    amk_buffer_t ab{};
+    ab.elements = b.elements();
+    ab.bytes = b.bytes();
+    ab.dtype = static_cast<uint32_t>(dtype);
+    built_.plan.buffers.push_back(ab);
+    return static_cast<uint32_t>(built_.program.buffers.size() - 1);
+  }
+
+  // Operands as whole buffers (AMK_NO_BUFFER for an absent optional one).
+  void instruction(uint16_t op, std::vector<uint32_t> buffers, std::vector<uint32_t> params = {}) {
+    amk_instruction_t ins{};
+    ins.op = op;
+    ins.index = static_cast<uint32_t>(built_.plan.instructions.size());
+    ins.n_operands = static_cast<uint8_t>(buffers.size());
+    for (size_t k = 0; k < buffers.size(); ++k) {
+      ins.operands[k].buffer = buffers[k];
+      ins.operands[k].offset = 0;
+      ins.operands[k].extent =
+          buffers[k] == AMK_NO_BUFFER
+              ? 0
+              : static_cast<uint32_t>(built_.program.buffers[buffers[k]].elements());
+    }
+    ins.n_params = static_cast<uint8_t>(params.size());
+    for (size_t k = 0; k < params.size(); ++k) ins.params[k] = params[k];
+    if (!built_.plan.instructions.empty()) {  // a chain: each waits for the previous one
+      ins.n_waits = 1;
+      ins.waits[0] = {0, ins.index};
+    }
+    ins.n_signals = 1;
+    ins.signals[0] = {0, 1};
+    built_.plan.instructions.push_back(ins);
+    Instruction in;
+    in.op = op;
+    built_.program.instructions.push_back(in);
+  }
+
+  Built finish(uint32_t block = 256) {
+    Plan& plan = built_.plan;
+    built_.program.counters.push_back(Counter{"chain"});
+    plan.n_counters = 1;
+    plan.grid = 1;
+    plan.block = block;
+    plan.queue_offsets = {0, static_cast<uint32_t>(plan.instructions.size())};
+    for (uint32_t i = 0; i < plan.instructions.size(); ++i) plan.queue_items.push_back(i);
+    for (const amk_instruction_t& ins : plan.instructions) plan.ops_used.push_back(ins.op);
+    std::sort(plan.ops_used.begin(), plan.ops_used.end());
+    plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()),
+                        plan.ops_used.end());
+    built_.program.name = "secret_program_name";
+    built_.program.launch.block = block;
+    return std::move(built_);
+  }
+
+  Program& program() { return built_.program; }
+
+ private:
+  Built built_;
+};
+
+uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
+
+// Every built-in op; gemv with f32, f16 and bf16 weights (f32 and bf16 x, with and without a
+// residual) and a bf16 matrix covered by a TMA spec.
+Built all_ops_program() {
+  Builder b;
+  const uint32_t k = 256, rows = 64;
+  const uint32_t x = b.buffer("x", DType::f32, {k});
+  const uint32_t xb = b.buffer("x_bf16", DType::bf16, {k});
+  const uint32_t wf = b.buffer("w_f32", DType::f32, {rows, k});
+  const uint32_t wh = b.buffer("w_f16", DType::f16, {rows, k});
+  const uint32_t wb = b.buffer("w_bf16", DType::bf16, {rows, k});
+  const uint32_t wt = b.buffer("w_tma", DType::bf16, {512, k});
+  const uint32_t y = b.buffer("y", DType::f32, {rows});
+  const uint32_t yt = b.buffer("y_tma", DType::f32, {512});
+  const uint32_t yb = b.buffer("y_bf16", DType::bf16, {rows});
+  const uint32_t res = b.buffer("residual", DType::f32, {rows});
+  const uint32_t h = b.buffer("h", DType::f32, {k});
+  const uint32_t hb = b.buffer("h_bf16", DType::bf16, {k});
+  const uint32_t norm_w = b.buffer("norm_w", DType::bf16, {k});
+  const uint32_t ids = b.buffer("ids", DType::i32, {4});
+  const uint32_t table = b.buffer("table", DType::f32, {100, 64});
+  const uint32_t emb = b.buffer("emb", DType::f32, {4 * 64});
+  const uint32_t idx = b.buffer("idx", DType::i64, {1});
+  const uint32_t counts = b.buffer("counts", DType::u32, {16});
+  const uint32_t none = AMK_NO_BUFFER;
+
+  b.instruction(id(OpId::nop), {});
+  b.instruction(id(OpId::fill), {counts}, {f32_bits(3.0f)});
+  b.instruction(id(OpId::fill), {h}, {f32_bits(0.5f)});
+  b.instruction(id(OpId::copy), {x, h});
+  b.instruction(id(OpId::copy), {h, hb});
+  b.instruction(id(OpId::add), {x, h, h});
+  b.instruction(id(OpId::add), {hb, hb, hb});
+  b.instruction(id(OpId::mul), {x, h, h});
+  b.instruction(id(OpId::scale), {h, h}, {f32_bits(0.25f)});
+  b.instruction(id(OpId::silu_mul), {hb, hb, hb});
+  b.instruction(id(OpId::rmsnorm), {h, norm_w, h}, {f32_bits(1e-5f)});
+  b.instruction(id(OpId::softmax), {h, h}, {0, f32_bits(1.0f)});
+  b.instruction(id(OpId::gemv), {wf, x, y, none});
+  b.instruction(id(OpId::gemv), {wh, x, y, res});
+  b.instruction(id(OpId::gemv), {wb, x, yb, res});
+  b.instruction(id(OpId::gemv), {wb, xb, y, none});
+  b.instruction(id(OpId::gemv), {wt, x, yt, none});
+  b.instruction(id(OpId::argmax), {y, idx});
+  b.instruction(id(OpId::embedding), {table, ids, emb});
+
+  TmaSpec spec;
+  spec.name = "w_tma";
+  spec.buffer = wt;
+  spec.dims = {k, 512};
+  spec.box = {128, 32};
+  b.program().tma.push_back(spec);
+  return b.finish();
+}
+
+// One tiny op: for the cache tests, which compile several times.
+Built small_program() {
+  Builder b;
+  const uint32_t y = b.buffer("y", DType::f32, {64});
+  b.instruction(id(OpId::fill), {y}, {f32_bits(1.0f)});
+  return b.finish(128);
+}
+
+// A program with one custom op named `twice` whose source is `source`.
+Built custom_program(const std::string& source) {
+  Builder b;
+  const uint32_t x = b.buffer("x", DType::f32, {1024});
+  b.instruction(kCustomOpBase, {x, x});
+  CustomOp op;
+  op.name = "twice";
+  op.operands = {"x", "y"};
+  op.source = source;
+  b.program().custom_ops.push_back(op);
+  return b.finish(128);
+}
+
+const char* const kTwiceSource = R"(
+__device__ void amk_custom_twice(const amk_device_program_t& prog, const amk_instruction_t& ins,
+                                 unsigned char* smem) {
+  const amk_view x = amk_operand(ins, 0);
+  const amk_view y = amk_operand(ins, 1);
+  for (uint32_t i = threadIdx.x; i < y.n; i += AMK_BLOCK_THREADS)
+    amk_store_f32(y, i, 2.0f * amk_load_f32(x, i));
+}
+)";
+
+bool is_elf(const std::vector<std::byte>& cubin) {
+  return cubin.size() > 4 && cubin[0] == std::byte{0x7f} && cubin[1] == std::byte{'E'} &&
+         cubin[2] == std::byte{'L'} && cubin[3] == std::byte{'F'};
+}
+
+// The ptxas lines about the kernel entry (registers, spills, stack).
+std::string resource_lines(const std::string& log) {
+  std::string out;
+  size_t at = log.find("Function properties for amk_vm");
+  if (at == std::string::npos) return log;
+  for (int lines = 0; lines < 3 && at < log.size(); ++lines) {
+    size_t end = log.find('\n', at);
+    if (end == std::string::npos) end = log.size();
+    out += "  " + log.substr(at, end - at) + "\n";
+    at = end + 1;
+  }
+  return out;
+}
+
+CompileOptions uncached() {
+  CompileOptions o;
+  o.use_cache = false;
+  return o;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "amk_nvrtc_XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("generated source: only the ops used, numbers only, TMA table") {
+  const Built b = all_ops_program();
+  const std::string src = vm_source(b.program, b.plan, uncached());
+  CHECK(src.find("#define AMK_BLOCK_THREADS 256") != std::string::npos);
+  CHECK(src.find("#define AMK_USE_OP_GEMV 1") != std::string::npos);
+  CHECK(src.find("#define AMK_USE_OP_EMBEDDING 1") != std::string::npos);
+  CHECK(src.find("#define AMK_TMA_COUNT 1") != std::string::npos);
+  CHECK(src.find("#define AMK_TMA_GEMV 1") != std::string::npos);
+  CHECK(src.find("#define AMK_GEMV_BF16_F32 1") != std::string::npos);
+  CHECK(src.find("#define AMK_GEMV_F32_BF16 1") == std::string::npos);
+  CHECK(src.find("case 5u: g.slot = 0u;") != std::string::npos);  // w_tma is buffer 5
+  CHECK(src.find("AMK_TRACE") == std::string::npos);
+  CHECK(src.find("secret_program_name") == std::string::npos);
+  CHECK(src.find("w_tma") == std::string::npos);
+
+  const Built s = small_program();
+  const std::string small = vm_source(s.program, s.plan, uncached());
+  CHECK(small.find("AMK_USE_OP_FILL 1") != std::string::npos);
+  CHECK(small.find("AMK_USE_OP_GEMV") == std::string::npos);
+  CHECK(small.find("AMK_TMA_GEMV") == std::string::npos);
+
+  CHECK(vm_dynamic_smem_bytes(b.program, b.plan) > 4 * 128 * 32 * 2);
+  CHECK(vm_dynamic_smem_bytes(s.program, s.plan) == 0);
+}
+
+TEST_CASE("every op compiles for sm_90a, trace off and on") {
+  const Built b = all_ops_program();
+  for (bool trace : {false, true}) {
+    CAPTURE(trace);
+    CompileOptions o = uncached();
+    o.trace = trace;
+    const CompileOutput out = compile_vm(b.program, b.plan, o);
+    CHECK(out.ok);
+    CHECK_FALSE(out.cache_hit);
+    CHECK(is_elf(out.cubin));
+    CHECK(out.kernel_name == "amk_vm");
+    CHECK(out.arch == "sm_90a");
+    CHECK(out.tma_count == 1);
+    CHECK(out.source_fingerprint.size() == 64);
+    CHECK(out.log.find("Used") != std::string::npos);  // ptxas -v kept in the log
+    CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+          std::string::npos);
+    std::printf("[nvrtc] all ops, trace=%d: cold compile %.0f ms, cubin %zu bytes (NVRTC %s)\n%s",
+                trace ? 1 : 0, out.compile_ms, out.cubin.size(), out.nvrtc_version.c_str(),
+                resource_lines(out.log).c_str());
+  }
+}
+
+TEST_CASE("custom ops: compiled with trust, refused without, errors keep the log") {
+  const Built ok = custom_program(kTwiceSource);
+  CompileOptions trusted = uncached();
+  trusted.trust_custom_ops = true;
+  const CompileOutput out = compile_vm(ok.program, ok.plan, trusted);
+  CHECK(out.ok);
+  CHECK(is_elf(out.cubin));
+  CHECK(vm_source(ok.program, ok.plan, trusted).find("case 1000: amk_custom_twice") !=
+        std::string::npos);
+
+  try {
+    (void)compile_vm(ok.program, ok.plan, uncached());
+    FAIL("an untrusted custom op compiled");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::program);
+    CHECK(e.code() == "custom.untrusted");
+    CHECK(e.where() == "/custom_ops/0");
+  }
+
+  const Built bad = custom_program(std::string(kTwiceSource) + "\nthis is not C++;\n");
+  try {
+    (void)compile_vm(bad.program, bad.plan, trusted);
+    FAIL("a custom op with a syntax error compiled");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::nvrtc);
+    CHECK(e.code() == "nvrtc.compile");
+    CHECK(e.where() == "sm_90a");
+    CHECK(std::string(e.what()).find("sm_90a") != std::string::npos);
+    CHECK(e.detail().find("custom_op_twice.cu") != std::string::npos);
+    CHECK(e.detail().find("error") != std::string::npos);
+  }
+}
+
+TEST_CASE("cubin cache: hit, miss on a different option, corrupt entry rebuilt") {
+  TempDir tmp;
+  REQUIRE(setenv("AMK_CACHE_DIR", tmp.path.c_str(), 1) == 0);
+  const Built b = small_program();
+  CompileOptions o;  // cache on, directory from the environment
+  CHECK(resolve_cache_dir(o) == tmp.path);
+
+  const CompileOutput first = compile_vm(b.program, b.plan, o);
+  CHECK(first.ok);
+  CHECK_FALSE(first.cache_hit);
+  const fs::path cubin = tmp.path / (first.source_fingerprint + ".cubin");
+  CHECK(fs::exists(cubin));
+  CHECK(fs::exists(tmp.path / (first.source_fingerprint + ".json")));
+  std::printf("[nvrtc] small program: cold compile %.0f ms\n", first.compile_ms);
+
+  const CompileOutput second = compile_vm(b.program, b.plan, o);
+  CHECK(second.cache_hit);
+  CHECK(second.cubin == first.cubin);
+  CHECK(second.log == first.log);
+  CHECK(second.source_fingerprint == first.source_fingerprint);
+  std::printf("[nvrtc] small program: cache hit %.1f ms\n", second.compile_ms);
+
+  CompileOptions other = o;
+  other.line_info = true;
+  const CompileOutput third = compile_vm(b.program, b.plan, other);
+  CHECK_FALSE(third.cache_hit);
+  CHECK(third.source_fingerprint != first.source_fingerprint);
+
+  {  // truncate the cubin: the entry no longer verifies and is rebuilt
+    std::ofstream corrupt(cubin, std::ios::binary | std::ios::trunc);
+    corrupt << "\x7f" "ELF";
+  }
+  const CompileOutput rebuilt = compile_vm(b.program, b.plan, o);
+  CHECK_FALSE(rebuilt.cache_hit);
+  CHECK(rebuilt.cubin == first.cubin);
+  const CompileOutput again = compile_vm(b.program, b.plan, o);
+  CHECK(again.cache_hit);
+  CHECK(again.cubin == first.cubin);
+
+  {  // garbage sidecar: ignored as well
+    std::ofstream corrupt(tmp.path / (first.source_fingerprint + ".json"), std::ios::trunc);
+    corrupt << "{not json";
+  }
+  CHECK_FALSE(compile_vm(b.program, b.plan, o).cache_hit);
+
+  CompileOptions off = o;
+  off.use_cache = false;
+  CHECK_FALSE(compile_vm(b.program, b.plan, off).cache_hit);
+  unsetenv("AMK_CACHE_DIR");
+}

@@ -1,0 +1,143 @@
+// Shared helpers of the backend unit tests: temp files, hand-built programs and instructions,
+// and error capture that reports the code (so a test can assert the exact code).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "amk_abi.h"
+#include "core/error.hpp"
+#include "program/program.hpp"
+
+namespace amk::test {
+
+// A fresh directory under the system temp dir, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "amk_backend_XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  [[nodiscard]] std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
+  [[nodiscard]] const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+inline void write_bytes(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!f) throw std::runtime_error("cannot write " + path.string());
+}
+
+inline void append(std::vector<std::byte>& out, const void* p, size_t n) {
+  const auto* b = static_cast<const std::byte*>(p);
+  out.insert(out.end(), b, b + n);
+}
+inline void append(std::vector<std::byte>& out, std::string_view s) { append(out, s.data(), s.size()); }
+template <typename T>
+void append_value(std::vector<std::byte>& out, T v) {
+  append(out, &v, sizeof v);
+}
+template <typename T>
+std::vector<std::byte> bytes_of(const std::vector<T>& v) {
+  std::vector<std::byte> out;
+  append(out, v.data(), v.size() * sizeof(T));
+  return out;
+}
+template <typename T>
+std::vector<T> values_of(const std::vector<std::byte>& b) {
+  std::vector<T> out(b.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), b.data(), out.size() * sizeof(T));
+  return out;
+}
+
+// The code of the amk::Error that f throws, or "<none>" / "<other exception>".
+template <typename F>
+std::string error_code(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  } catch (...) {
+    return "<other exception>";
+  }
+  return "<none>";
+}
+
+template <typename F>
+std::optional<Error> caught(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  return std::nullopt;
+}
+
+// Random floats in [lo, hi) that are never zero (|v| >= 1/64), so a dropped operand shows.
+inline std::vector<float> nonzero_floats(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    do x = dist(rng);
+    while (std::fabs(x) < 1.0f / 64);
+  }
+  return v;
+}
+
+inline Buffer make_buffer(std::string name, DType dtype, std::vector<uint64_t> shape) {
+  Buffer b;
+  b.name = std::move(name);
+  b.dtype = dtype;
+  b.shape = std::move(shape);
+  return b;
+}
+
+struct OperandSpec {
+  uint32_t buffer = AMK_NO_BUFFER;
+  uint64_t offset = 0;
+  uint64_t extent = 0;
+};
+
+// An ABI instruction filled by hand (plan.cpp's encoder is not used here on purpose).
+inline amk_instruction_t make_ins(uint16_t op, uint32_t index, std::initializer_list<OperandSpec> operands,
+                                  std::initializer_list<uint32_t> params = {},
+                                  std::initializer_list<amk_wait_t> waits = {},
+                                  std::initializer_list<amk_signal_t> signals = {}) {
+  amk_instruction_t ins;
+  std::memset(&ins, 0, sizeof ins);
+  ins.op = op;
+  ins.index = index;
+  for (auto& o : ins.operands) o.buffer = AMK_NO_BUFFER;
+  for (const OperandSpec& o : operands) {
+    ins.operands[ins.n_operands++] = amk_operand_t{o.offset, static_cast<uint32_t>(o.extent), o.buffer};
+  }
+  for (uint32_t p : params) ins.params[ins.n_params++] = p;
+  for (const amk_wait_t& w : waits) ins.waits[ins.n_waits++] = w;
+  for (const amk_signal_t& s : signals) ins.signals[ins.n_signals++] = s;
+  return ins;
+}
+
+}  // namespace amk::test

@@ -1,0 +1,148 @@
+// materialize_buffer / materialize_all: every init kind through a program, paths resolved
+// against the program's folder, errors located at the buffer's init.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/host_data.hpp"
+#include "backend/init_sources.hpp"
+#include "test_backend_helpers.hpp"
+
+using namespace amk;
+using namespace amk::test;
+
+namespace {
+
+Buffer with_init(Buffer b, BufferInit init) {
+  b.init = std::move(init);
+  return b;
+}
+
+BufferInit init_of(InitKind kind) {
+  BufferInit i;
+  i.kind = kind;
+  return i;
+}
+
+}  // namespace
+
+TEST_CASE("every init kind") {
+  TempDir dir;
+  Program p;
+  p.base_dir = dir.path().string();
+
+  BufferInit constant = init_of(InitKind::constant);
+  constant.constant = 1.5;
+  BufferInit random = init_of(InitKind::random);
+  random.seed = 9;
+  random.distribution = Distribution::normal;
+  random.a = 0;
+  random.b = 1;
+  BufferInit values = init_of(InitKind::values);
+  values.data = bytes_of(std::vector<int32_t>{4, -5, 6});
+  // npy: f32 [2, 2].
+  const std::vector<float> npy_values = nonzero_floats(4, 1);
+  std::vector<std::byte> npy_file;
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
+  while ((10 + header.size() + 1) % 64) header += ' ';
+  header += '\n';
+  append(npy_file, "\x93NUMPY\x01");
+  append_value<uint8_t>(npy_file, 0);
+  append_value<uint16_t>(npy_file, static_cast<uint16_t>(header.size()));
+  append(npy_file, header);
+  append(npy_file, npy_values.data(), 16);
+  std::filesystem::create_directory(dir / "data");
+  write_bytes(dir / "data" / "w.npy", npy_file);
+  BufferInit npy = init_of(InitKind::npy);
+  npy.path = "data/w.npy";
+  // raw: u8 bytes 2..5 of a file.
+  write_bytes(dir / "r.bin", bytes_of(std::vector<uint8_t>{9, 8, 7, 6, 5, 4}));
+  BufferInit raw = init_of(InitKind::raw);
+  raw.path = "r.bin";
+  raw.offset = 2;
+  // safetensors: one I64 tensor.
+  const std::string st_header = R"({"ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})";
+  std::vector<std::byte> st;
+  append_value<uint64_t>(st, st_header.size());
+  append(st, st_header);
+  const std::vector<int64_t> ids = {-3, 1LL << 50};
+  append(st, ids.data(), 16);
+  write_bytes(dir / "m.safetensors", st);
+  BufferInit safet = init_of(InitKind::safetensors);
+  safet.path = "m.safetensors";
+  safet.tensor = "ids";
+
+  p.buffers = {
+      make_buffer("zeros", DType::f32, {3}),
+      with_init(make_buffer("constant", DType::f16, {2, 2}), constant),
+      with_init(make_buffer("random", DType::bf16, {100}), random),
+      with_init(make_buffer("values", DType::i32, {3}), values),
+      with_init(make_buffer("npy", DType::f32, {4}), npy),
+      with_init(make_buffer("raw", DType::u8, {4}), raw),
+      with_init(make_buffer("safet", DType::i64, {2}), safet),
+      with_init(make_buffer("scalar", DType::u32, {}), constant),
+  };
+  p.buffers[7].init.constant = 7;
+
+  const HostBuffers h = materialize_all(p);
+  REQUIRE(h.data.size() == 8);
+  CHECK(h.data[0] == std::vector<std::byte>(12));
+  CHECK(values_of<uint16_t>(h.data[1]) == std::vector<uint16_t>(4, 0x3e00));  // 1.5 in f16
+  CHECK(h.data[2] == random_fill(random, DType::bf16, 100, "/x"));
+  CHECK(values_of<int32_t>(h.data[3]) == std::vector<int32_t>{4, -5, 6});
+  CHECK(values_of<float>(h.data[4]) == npy_values);
+  CHECK(values_of<uint8_t>(h.data[5]) == std::vector<uint8_t>{7, 6, 5, 4});
+  CHECK(values_of<int64_t>(h.data[6]) == std::vector<int64_t>{-3, 1LL << 50});
+  CHECK(values_of<uint32_t>(h.data[7]) == std::vector<uint32_t>{7});
+  CHECK(materialize_buffer(p, 4) == h.data[4]);
+}
+
+TEST_CASE("constants that do not fit the dtype are refused") {
+  Program p;
+  BufferInit c = init_of(InitKind::constant);
+  c.constant = 1.5;
+  p.buffers = {with_init(make_buffer("i", DType::i32, {2}), c)};
+  const auto e = caught([&] { (void)materialize_buffer(p, 0); });
+  REQUIRE(e);
+  CHECK(e->code() == "init.value");
+  CHECK(e->where() == "/buffers/0/init/value");
+  p.buffers[0].dtype = DType::u8;
+  p.buffers[0].init.constant = 256;
+  CHECK(error_code([&] { (void)materialize_buffer(p, 0); }) == "init.value");
+  p.buffers[0].init.constant = 255;
+  CHECK(values_of<uint8_t>(materialize_buffer(p, 0)) == std::vector<uint8_t>{255, 255});
+  p.buffers[0].dtype = DType::f16;
+  p.buffers[0].init.constant = 70000;
+  CHECK(error_code([&] { (void)materialize_buffer(p, 0); }) == "init.value");
+}
+
+TEST_CASE("file errors are located at the buffer's init path") {
+  TempDir dir;
+  Program p;
+  p.base_dir = dir.path().string();
+  BufferInit n = init_of(InitKind::npy);
+  n.path = "missing.npy";
+  p.buffers = {make_buffer("a", DType::f32, {1}), with_init(make_buffer("b", DType::f32, {1}), n)};
+  const auto e = caught([&] { (void)materialize_all(p); });
+  REQUIRE(e);
+  CHECK(e->code() == "io.missing");
+  CHECK(e->kind() == ErrorKind::io);
+  CHECK(e->where() == "/buffers/1/init/path");
+  CHECK(e->message().find("missing.npy") != std::string::npos);
+
+  BufferInit r = init_of(InitKind::raw);
+  r.path = "short.bin";
+  write_bytes(dir / "short.bin", bytes_of(std::vector<float>{1}));
+  p.buffers[1] = with_init(make_buffer("b", DType::f32, {2}), r);
+  const auto short_error = caught([&] { (void)materialize_buffer(p, 1); });
+  REQUIRE(short_error);
+  CHECK(short_error->code() == "init.raw.range");
+  CHECK(short_error->where() == "/buffers/1/init/path");
+
+  BufferInit v = init_of(InitKind::values);
+  v.data = bytes_of(std::vector<float>{1});
+  p.buffers[1] = with_init(make_buffer("b", DType::f32, {2}), v);
+  CHECK(error_code([&] { (void)materialize_buffer(p, 1); }) == "init.values.count");
+}

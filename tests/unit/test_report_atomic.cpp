@@ -1,0 +1,144 @@
+// Atomic writes: the target is either the old file or the whole new one, and no temporary file
+// survives a failure.
+#include <doctest/doctest.h>
+
+#include <sys/resource.h>
+
+#include <csignal>
+#include <string>
+#include <vector>
+
+#include "report/outputs.hpp"
+#include "test_report_support.hpp"
+
+namespace fs = std::filesystem;
+using amk_test::read_text;
+using amk_test::ScratchDir;
+
+namespace {
+
+std::vector<std::string> entries(const fs::path &dir) {
+  std::vector<std::string> names;
+  for (const auto &e : fs::directory_iterator(dir))
+    names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Runs f, expecting an io.write error about `path`; returns its message.
+template <typename F> std::string expect_write_error(const fs::path &path, F &&f) {
+  try {
+    f();
+  } catch (const amk::Error &e) {
+    CHECK(e.kind() == amk::ErrorKind::io);
+    CHECK(e.code() == "io.write");
+    CHECK(e.where() == path.string());
+    return e.message();
+  }
+  FAIL("expected an io.write error");
+  return {};
+}
+
+// Lowers the file size limit so that writes past `bytes` fail with EFBIG (a stand-in for a full
+// disk that works as root too), and restores it.
+class FileSizeLimit {
+public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN); // EFBIG instead of a signal
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  [[nodiscard]] bool ok() const { return ok_; }
+
+private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+  bool ok_ = false;
+};
+
+} // namespace
+
+TEST_CASE("atomic write creates and replaces, leaving no temp files") {
+  ScratchDir dir("atomic_ok");
+  const fs::path target = dir.path() / "a.txt";
+  amk::write_text_atomic(target, "first");
+  CHECK(read_text(target) == "first");
+  amk::write_text_atomic(target, "second, longer");
+  CHECK(read_text(target) == "second, longer");
+  amk::write_text_atomic(target, "");
+  CHECK(read_text(target) == "");
+  CHECK(fs::file_size(target) == 0);
+
+  const std::vector<std::byte> bin = {std::byte{0}, std::byte{0xff}, std::byte{'\n'}};
+  amk::write_file_atomic(dir.path() / "b.bin", bin);
+  CHECK(amk_test::read_bytes(dir.path() / "b.bin") == bin);
+  CHECK(entries(dir.path()) == std::vector<std::string>{"a.txt", "b.bin"});
+}
+
+TEST_CASE("atomic write over a directory fails and leaves it intact") {
+  ScratchDir dir("atomic_dir");
+  const fs::path target = dir.path() / "out";
+  fs::create_directories(target);
+  amk::write_text_atomic(target / "keep.txt", "keep");
+  const std::string msg = expect_write_error(target, [&] { amk::write_text_atomic(target, "x"); });
+  CHECK(msg.find("cannot replace the file") != std::string::npos);
+  CHECK(msg.find("Is a directory") != std::string::npos);
+  CHECK(fs::is_directory(target));
+  CHECK(read_text(target / "keep.txt") == "keep");
+  CHECK(entries(dir.path()) == std::vector<std::string>{"out"});
+}
+
+TEST_CASE("atomic write that fails mid-way keeps the old file") {
+  ScratchDir dir("atomic_full");
+  const fs::path target = dir.path() / "data.bin";
+  amk::write_text_atomic(target, "old contents");
+  const std::string big(64 * 1024, 'n');
+  std::string msg;
+  {
+    FileSizeLimit limit(4096);
+    REQUIRE(limit.ok());
+    msg = expect_write_error(target, [&] { amk::write_text_atomic(target, big); });
+  }
+  CHECK(msg.find("write failed") != std::string::npos);
+  CHECK(msg.find("File too large") != std::string::npos);
+  CHECK(read_text(target) == "old contents");
+  CHECK(entries(dir.path()) == std::vector<std::string>{"data.bin"});
+  // And the same write succeeds once the limit is gone.
+  amk::write_text_atomic(target, big);
+  CHECK(read_text(target) == big);
+}
+
+TEST_CASE("atomic write into a read-only folder keeps the old file") {
+  if (amk_test::is_root()) {
+    MESSAGE("skipped: root ignores folder permissions");
+    return;
+  }
+  ScratchDir dir("atomic_ro");
+  const fs::path target = dir.path() / "r.txt";
+  amk::write_text_atomic(target, "old");
+  fs::permissions(dir.path(), fs::perms::owner_read | fs::perms::owner_exec);
+  const std::string msg =
+      expect_write_error(target, [&] { amk::write_text_atomic(target, "new"); });
+  fs::permissions(dir.path(), fs::perms::owner_all);
+  CHECK(msg.find("cannot create a temporary file") != std::string::npos);
+  CHECK(read_text(target) == "old");
+  CHECK(entries(dir.path()) == std::vector<std::string>{"r.txt"});
+}
+
+TEST_CASE("atomic write into a missing folder or to a folder path is refused") {
+  ScratchDir dir("atomic_missing");
+  const fs::path target = dir.path() / "no_such_dir" / "x.txt";
+  const std::string msg = expect_write_error(target, [&] { amk::write_text_atomic(target, "x"); });
+  CHECK(msg.find("No such file or directory") != std::string::npos);
+  CHECK(!fs::exists(dir.path() / "no_such_dir"));
+
+  const fs::path folder_path = dir.path() / "";
+  expect_write_error(folder_path, [&] { amk::write_text_atomic(folder_path, "x"); });
+  CHECK(entries(dir.path()).empty());
+}

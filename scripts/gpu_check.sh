@@ -32,6 +32,15 @@ done
 $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
+echo "== TMA gemv and cluster launch (--check against the CPU backend)"
+for f in tma_gemv cluster; do
+  $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
+  rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_$f.log"
+done
+$amk inspect --attributes samples/mlp_block.json 2>&1 | tail -4
+$amk inspect --attributes tests/gpu/programs/cluster.json 2>&1 | tail -3
+
 echo "== refusals, hang, fault"
 expect() {  # expect NAME EXIT PATTERN -- command
   local name="$1" want="$2" pat="$3"; shift 4

@@ -10,6 +10,7 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
+#include "cuda/codegen.hpp"
 #include "cuda/device_query.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/resources.hpp"
@@ -374,7 +375,11 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
   t0 = Clock::now();
   const Launch& l = program.launch;
   m.block = plan.block != 0 ? plan.block : l.block;
-  m.dynamic_smem = l.dynamic_smem;
+  // The TMA gemv pipeline stages its tiles in dynamic shared memory on top of what the program
+  // asks for (0 when the program has no TMA gemv).
+  m.dynamic_smem = std::max(
+      l.dynamic_smem,
+      vm_dynamic_smem_bytes(program, plan, static_cast<uint32_t>(m.device.smem_per_block_optin)));
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
   m.grid = plan.grid;
   cu::LaunchShape shape{m.grid, m.block, m.dynamic_smem, m.cluster_size};

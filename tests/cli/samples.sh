@@ -44,5 +44,22 @@ if [ -n "$py" ]; then
 else
   bad "numpy reference check: a python3 with numpy is required (scripts/setup.sh installs it)"
 fi
+# Every sample also validates against the published JSON Schema.
+if [ -n "$py" ] && "$py" -c "import jsonschema" 2>/dev/null; then
+  if "$py" - "$root/schemas/program.schema.json" "$root"/samples/*.json <<'PY'
+import json, sys
+import jsonschema
+schema = json.load(open(sys.argv[1]))
+validator = jsonschema.Draft202012Validator(schema)
+bad = 0
+for path in sys.argv[2:]:
+    errors = list(validator.iter_errors(json.load(open(path))))
+    for e in errors[:3]:
+        print(f"{path}: {e.json_path}: {e.message}")
+    bad += bool(errors)
+sys.exit(1 if bad else 0)
+PY
+  then ok; else bad "samples against schemas/program.schema.json"; fi
+fi
 echo "samples: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -71,6 +71,19 @@ expect_rc 4 "run with a missing data file" -- "$amk" run "$tmp/broken.json" --ba
 cmp -s "$tmp/run1/out.npy" "$tmp/before.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL outputs changed by a failed run"; }
 [ "$(json_field "$tmp/run1/report.json" "j['status']")" = error ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failed run's report status"; }
 
+# amk compile needs NVRTC but no GPU: a cubin for sm_90a (an ELF file), or exit 5 when this amk
+# was built without the CUDA toolkit.
+AMK_CACHE_DIR="$tmp/cache" "$amk" compile "$sample" --arch sm_90a -o "$tmp/vm.cubin" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(head -c 4 "$tmp/vm.cubin" | od -An -c | tr -d ' ')" = '177ELF' ]; then
+  pass=$((pass + 1))
+elif [ "$rc" -eq 5 ] && grep -q "device.unsupported" "$tmp/err"; then
+  pass=$((pass + 1))
+else
+  fail=$((fail + 1)); echo "FAIL compile: exit $rc"; head -3 "$tmp/err"
+fi
+expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/tests/gpu/programs/hang.json" --arch sm_90a
+
 # Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.
 if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "cuda backend without a GPU" -- "$amk" run "$sample" --backend cuda

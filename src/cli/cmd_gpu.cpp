@@ -33,22 +33,32 @@ int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
 struct ProfileCmdOptions {
   ProgramArgs program;
   bool events = false;
+  std::string trace_path;
   ProfileRequest request;
   std::optional<uint64_t> timeout_ms;
   bool no_cache = false;
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
-  if (!o.events)
+  if (!o.events && o.trace_path.empty())
     throw Error(ErrorKind::usage, "usage.profile.mode", "",
-                "choose what to profile: --events (CUDA-event timings of whole launches)");
+                "choose what to profile: --events (CUDA-event timings of whole launches) and/or "
+                "--trace FILE (a per-instruction timeline)");
   Program p = load_and_verify(o.program);
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;
   o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
-  ordered_json j = profile_on_gpu(p, initial, o.request, text);
+  ordered_json j;
+  if (o.events) j = profile_on_gpu(p, initial, o.request, text);
+  if (!o.trace_path.empty()) {
+    ordered_json t = trace_on_gpu(p, initial, o.request.gpu, o.trace_path, text);
+    if (o.events)
+      j["trace"] = std::move(t);
+    else
+      j = ordered_json{{"status", "ok"}, {"program", p.name}, {"trace", std::move(t)}};
+  }
   emit(g, j, text.str());
   return 0;
 }
@@ -83,6 +93,9 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto* cmd = app.add_subcommand("profile", "time a program's launches on the GPU");
   add_program_args(cmd, o->program);
   cmd->add_flag("--events", o->events, "CUDA-event timings: median, min, max, spread");
+  cmd->add_option("--trace", o->trace_path,
+                  "write a per-instruction timeline (Chrome trace JSON, opens in Perfetto) and "
+                  "print per-op and per-block summaries");
   cmd->add_option("--warmup", o->request.warmup, "launches before timing");
   cmd->add_option("--iterations", o->request.iterations, "timed launches")
       ->check(CLI::Range(1u, 100000u));

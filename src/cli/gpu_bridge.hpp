@@ -59,6 +59,11 @@ struct ProfileRequest {
                                     const GpuRequest& request);
 [[nodiscard]] ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                                           const ProfileRequest& request, std::ostringstream& text);
+// One traced launch: writes the Chrome trace to `trace_path` and returns the per-op / per-block
+// summary (report/trace.hpp).
+[[nodiscard]] ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
+                                        const GpuRequest& request, const std::string& trace_path,
+                                        std::ostringstream& text);
 [[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
                                              std::ostringstream& text);
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,

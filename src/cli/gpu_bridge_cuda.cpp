@@ -10,6 +10,7 @@
 #include "cuda/executor.hpp"
 #include "ops/registry.hpp"
 #include "report/outputs.hpp"
+#include "report/trace.hpp"
 
 namespace amk::cli {
 namespace {
@@ -186,6 +187,53 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   }
   text << (ex.compiled().cache_hit ? " (kernel from cache)\n" : " (kernel compiled)\n");
   return j;
+}
+
+ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
+                          const GpuRequest& req, const std::string& trace_path,
+                          std::ostringstream& text) {
+  GpuRequest traced = req;
+  traced.trace = true;
+  const Plan plan = default_plan(program);
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(traced));
+  const LaunchResult r = ex.launch(1);
+  if (r.status != "ok")
+    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch,
+                "run." + r.status, "",
+                diag_message(program, r.diag, r.status,
+                             req.timeout_ms.value_or(program.launch.timeout_ms)));
+  const Plan& ran = ex.replanned() != nullptr ? *ex.replanned() : plan;
+  const std::vector<uint64_t> words = ex.trace();
+  const std::vector<TraceSpan> spans = trace_spans(words, ran.queue_offsets, ran.queue_items);
+  write_text_atomic(trace_path, chrome_trace(program, spans).dump() + "\n");
+  ordered_json summary = trace_summary(program, spans, ran.n_queues());
+  char line[256];
+  std::snprintf(line, sizeof line, "traced %zu instructions over %u blocks in %.2f us -> %s\n",
+                spans.size(), ran.n_queues(),
+                summary["span_ns"].get<uint64_t>() / 1000.0, trace_path.c_str());
+  text << line;
+  text << "  op                 count   total us    mean us    GB/s\n";
+  for (const auto& o : summary["ops"]) {
+    std::snprintf(line, sizeof line, "  %-18s %5llu %10.2f %10.3f %7.1f\n",
+                  o["op"].get<std::string>().c_str(),
+                  static_cast<unsigned long long>(o["count"].get<uint64_t>()),
+                  o["total_ns"].get<uint64_t>() / 1000.0, o["mean_ns"].get<double>() / 1000.0,
+                  o["gb_per_s"].get<double>());
+    text << line;
+  }
+  const auto& t = summary["totals"];
+  const double all = static_cast<double>(t["busy_ns"].get<uint64_t>() +
+                                         t["waiting_ns"].get<uint64_t>() +
+                                         t["idle_ns"].get<uint64_t>());
+  if (all > 0) {
+    std::snprintf(line, sizeof line, "  blocks: busy %.1f%%, waiting %.1f%%, idle %.1f%%\n",
+                  100.0 * t["busy_ns"].get<uint64_t>() / all,
+                  100.0 * t["waiting_ns"].get<uint64_t>() / all,
+                  100.0 * t["idle_ns"].get<uint64_t>() / all);
+    text << line;
+  }
+  summary["trace_file"] = trace_path;
+  return summary;
 }
 
 ordered_json kernel_attributes(const Program& program, const LoadOptions& load,

@@ -1,0 +1,167 @@
+// amk gen llama: generates a whole Llama decode step (batch 1) as one program (src/gen/).
+// Weights are seeded random (`random` inits: the file stays small), read from a .safetensors
+// file with Hugging Face names (--weights), or written to one together with the KV prefill
+// (--write-weights) so that other implementations can run the same numbers. The program is
+// verified (hazards included) before it is written atomically as .json or .amkb.
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "cli/common.hpp"
+#include "core/error.hpp"
+#include "gen/llama.hpp"
+#include "ops/registry.hpp"
+#include "report/outputs.hpp"
+
+namespace amk::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct GenLlamaOptions {
+  gen::LlamaOptions gen;
+  std::optional<uint32_t> layers;
+  std::optional<uint32_t> context;
+  std::string weights;
+  std::string write_weights;
+  std::string output;
+  std::string to;
+  bool allow_outside = false;
+};
+
+// The data path as the program stores it: relative to the output's folder.
+std::string program_relative(const fs::path& data, const fs::path& output, bool allow_outside) {
+  const fs::path dir = fs::weakly_canonical(fs::absolute(output)).parent_path();
+  const fs::path abs = fs::weakly_canonical(fs::absolute(data));
+  fs::path rel = abs.lexically_relative(dir);
+  if (rel.empty()) rel = abs;
+  const std::string text = rel.generic_string();
+  if (text.rfind("..", 0) == 0) {
+    if (!allow_outside)
+      throw Error(ErrorKind::usage, "usage.gen.path", data.string(),
+                  "the weights file lies outside the program's folder (" + dir.string() +
+                      "); move it there, or pass --allow-outside (then `amk run` needs it too)");
+    return abs.generic_string();
+  }
+  return text;
+}
+
+int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
+  std::string to = o.to;
+  if (to.empty()) {
+    const std::string ext = fs::path(o.output).extension().string();
+    if (ext == ".amkb") to = "amkb";
+    else if (ext == ".json") to = "json";
+    else
+      throw Error(ErrorKind::usage, "usage.gen.format", o.output,
+                  "cannot tell the output encoding from the extension; use .json, .amkb or --to");
+  }
+  if (!o.weights.empty() && !o.write_weights.empty())
+    throw Error(ErrorKind::usage, "usage.gen.weights", "--weights",
+                "--weights and --write-weights exclude each other");
+  o.gen.layers = o.layers;
+  o.gen.context = o.context;
+  const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
+  Program p = gen::generate_llama(o.gen);
+
+  std::string weights_source = "random";
+  if (!o.weights.empty()) {
+    const auto header = gen::read_safetensors_header(o.weights);
+    gen::use_safetensors(p, header, program_relative(o.weights, o.output, o.allow_outside),
+                         /*require_kv=*/false);
+    weights_source = o.weights;
+  } else if (!o.write_weights.empty()) {
+    const std::string rel = program_relative(o.write_weights, o.output, o.allow_outside);
+    gen::write_llama_safetensors(p, r, o.gen, o.write_weights, rel);
+    weights_source = o.write_weights;
+  }
+
+  VerifySummary vs = verify(p);
+
+  uint64_t bytes = 0;
+  if (to == "amkb") {
+    const auto data = program_to_amkb(p);
+    bytes = data.size();
+    write_file_atomic(o.output, data);
+  } else {
+    const std::string text = program_to_json(p) + "\n";
+    bytes = text.size();
+    write_text_atomic(o.output, text);
+  }
+
+  std::map<std::string, uint64_t> by_op;
+  for (const auto& in : p.instructions) ++by_op[op_name(p, in.op)];
+  uint64_t weight_bytes = 0, kv_bytes = 0, act_bytes = 0;
+  for (const auto& b : p.buffers) {
+    if (b.name.rfind("amk.kv.", 0) == 0) kv_bytes += b.bytes();
+    else if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight") weight_bytes += b.bytes();
+    else act_bytes += b.bytes();
+  }
+  ordered_json j;
+  j["status"] = "ok";
+  j["output"] = o.output;
+  j["encoding"] = to;
+  j["bytes"] = bytes;
+  j["preset"] = r.cfg.preset;
+  j["layers"] = r.cfg.layers;
+  j["context"] = r.context;
+  j["weights"] = weights_source;
+  j["buffers"] = p.buffers.size();
+  j["counters"] = p.counters.size();
+  j["instructions"] = p.instructions.size();
+  j["instructions_by_op"] = by_op;
+  j["weight_bytes"] = weight_bytes;
+  j["kv_cache_bytes"] = kv_bytes;
+  j["activation_bytes"] = act_bytes;
+  j["critical_path"] = vs.critical_path;
+  std::ostringstream text;
+  text << "wrote " << o.output << " (" << to << ", " << format_bytes(bytes) << "): "
+       << r.cfg.preset << ", " << r.cfg.layers << " layers, context " << r.context << ", "
+       << p.instructions.size() << " instructions (";
+  bool first = true;
+  for (const auto& [name, n] : by_op) {
+    text << (first ? "" : ", ") << name << " " << n;
+    first = false;
+  }
+  text << "), weights " << format_bytes(weight_bytes) << " (" << weights_source << "), KV cache "
+       << format_bytes(kv_bytes) << ", critical path " << vs.critical_path;
+  emit(g, j, text.str());
+  return 0;
+}
+
+}  // namespace
+
+void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
+  auto* gen_cmd = app.add_subcommand("gen", "generate programs for real workloads");
+  gen_cmd->require_subcommand(1);
+  auto o = std::make_shared<GenLlamaOptions>();
+  auto* cmd = gen_cmd->add_subcommand("llama", "a whole Llama decode step (batch 1) as one program");
+  cmd->add_option("--preset", o->gen.preset, "model shape")
+      ->check(CLI::IsMember(gen::llama_preset_names()))
+      ->default_val("tiny");
+  cmd->add_option("--layers", o->layers, "number of decoder layers (default: the preset's)");
+  cmd->add_option("--context", o->context,
+                  "KV length including the new token, which sits at position context-1 "
+                  "(default: 16 for tiny, 1024 otherwise)");
+  cmd->add_option("--seed", o->gen.seed, "seed of the random weights and KV prefill")->default_val(0);
+  cmd->add_option("--token", o->gen.token, "input token id")->default_val(1);
+  cmd->add_option("--grid", o->gen.grid,
+                  "persistent blocks: sets the launch grid, splits work for it and writes the "
+                  "queues (default: grid auto, amk schedules, work split for 132 SMs)")
+      ->check(CLI::Range(1u, static_cast<unsigned>(kMaxQueues)));
+  cmd->add_option("--weights", o->weights,
+                  ".safetensors with Hugging Face names (shapes checked against the preset)");
+  cmd->add_option("--write-weights", o->write_weights,
+                  "write the seeded weights and KV prefill to this .safetensors file and read "
+                  "them from it");
+  cmd->add_flag("--allow-outside", o->allow_outside,
+                "allow a weights file outside the program's folder (stored as an absolute path)");
+  cmd->add_option("-o,--output", o->output, "output program (.json or .amkb)")->required();
+  cmd->add_option("--to", o->to, "output encoding")->check(CLI::IsMember({"json", "amkb"}));
+  cmd->callback([&g, &action, o] { action = [&g, o] { return run_gen_llama(g, *o); }; });
+}
+
+}  // namespace amk::cli

@@ -6,14 +6,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j "$(nproc)" --target fuzz_json fuzz_amkb amk
+cmake --build --preset fuzz -j "$(nproc)" --target fuzz_json fuzz_amkb
+# Seeds in the binary encoding come from `amk convert` (any build of amk will do).
+amk=build/default/amk
+if [ ! -x "$amk" ]; then
+  cmake --build --preset fuzz -j "$(nproc)" --target amk
+  amk=build/fuzz/amk
+fi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/json" "$work/amkb" "$work/artifacts"
 cp samples/*.json tests/bad/json/*.json "$work/json/"
 cp tests/bad/amkb/*.amkb "$work/amkb/" 2>/dev/null || true
 for s in samples/*.json; do
-  ./build/fuzz/amk -q convert "$s" -o "$work/amkb/$(basename "$s" .json).amkb" || true
+  "$amk" -q convert "$s" -o "$work/amkb/$(basename "$s" .json).amkb" || true
 done
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

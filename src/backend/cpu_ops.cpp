@@ -4,12 +4,14 @@
 // match it bit for bit up to libm's expf. Reductions (gemv, rmsnorm, softmax) accumulate in
 // double: the reference is then more accurate than any f32 device order, and device results are
 // compared to it by normalized error. Outputs are rounded to their dtype by store_element
-// (round to nearest even). Inputs are copied out before outputs are written, so an output that
+// (round to nearest even). rope computes its angles and the rotation in double, attention in
+// double throughout. Inputs are copied out before outputs are written, so an output that
 // aliases an input (y = a + y, gemv residual == y) reads the old values.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -358,6 +360,128 @@ void run_embedding(const Context& c) {
   }
 }
 
+// ---- the ops of a Llama decode step ----
+
+// Llama 3 inverse frequency of pair i (Hugging Face _compute_llama3_parameters), in double.
+double rope_inv_freq(uint32_t i, uint32_t head_dim, double theta, double factor, double low,
+                     double high, double original_max) {
+  const double inv = std::pow(theta, -2.0 * i / head_dim);
+  if (factor == 0.0) return inv;
+  const double wavelen = 2.0 * std::numbers::pi / inv;
+  if (wavelen < original_max / high) return inv;
+  if (wavelen > original_max / low) return inv / factor;
+  const double smooth = (original_max / wavelen - low) / (high - low);
+  return (1.0 - smooth) * inv / factor + smooth * inv;
+}
+
+void run_rope(const Context& c) {
+  const View x = c.operand(0), y = c.operand(1);
+  const uint32_t hd = c.param_word(0), position = c.param_word(1);
+  c.require(hd > 0 && hd % 2 == 0, "head_dim " + n(hd) + " must be even and > 0");
+  c.require(x.extent % hd == 0 && x.extent == y.extent,
+            "extent(x) " + n(x.extent) + " and extent(y) " + n(y.extent) +
+                " must be equal multiples of head_dim " + n(hd));
+  const uint32_t half = hd / 2;
+  std::vector<double> cs(half), sn(half);
+  for (uint32_t i = 0; i < half; ++i) {
+    const double angle =
+        position * rope_inv_freq(i, hd, c.param_f32(2), c.param_f32(3), c.param_f32(4),
+                                 c.param_f32(5), static_cast<double>(c.param_word(6)));
+    cs[i] = std::cos(angle);
+    sn[i] = std::sin(angle);
+  }
+  const std::vector<float> xv = to_floats(x);  // y may alias x
+  for (uint64_t base = 0; base < x.extent; base += hd) {
+    for (uint32_t i = 0; i < half; ++i) {
+      const double a = xv[base + i], b = xv[base + i + half];
+      store_f(y, base + i, a * cs[i] - b * sn[i]);
+      store_f(y, base + i + half, b * cs[i] + a * sn[i]);
+    }
+  }
+}
+
+void run_kv_append(const Context& c) {
+  const View x = c.operand(0), cache = c.operand(1);
+  const uint64_t hd = c.param_word(0), position = c.param_word(1), max_len = c.param_word(2);
+  c.require(hd > 0 && x.extent % hd == 0,
+            "extent(x) " + n(x.extent) + " is not a multiple of head_dim " + n(hd));
+  c.require(position < max_len, "position " + n(position) + " >= max_len " + n(max_len));
+  c.require(cache.extent == x.extent * max_len,
+            "extent(cache) " + n(cache.extent) + " != n_kv_heads * max_len * head_dim " +
+                n(x.extent * max_len));
+  const std::vector<float> xv = to_floats(x);
+  for (uint64_t e = 0; e < x.extent; ++e) {
+    const uint64_t h = e / hd, d = e % hd;
+    store_f(cache, (h * max_len + position) * hd + d, xv[e]);
+  }
+}
+
+void run_attention_decode(const Context& c) {
+  const View q = c.operand(0), k = c.operand(1), v = c.operand(2), out = c.operand(3);
+  const uint64_t hd = c.param_word(0);
+  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 && k.extent > 0 &&
+                v.extent == k.extent,
+            "extents q " + n(q.extent) + ", k " + n(k.extent) + ", v " + n(v.extent) +
+                " must be multiples of head_dim " + n(hd) + " with extent(v) == extent(k)");
+  const uint64_t group = q.extent / hd, len = k.extent / hd;
+  c.require(out.extent == group * (hd + 2),
+            "extent(out) " + n(out.extent) + " != group * (head_dim + 2) " + n(group * (hd + 2)));
+  const float scale_param = c.param_f32(1);
+  const double scale =
+      scale_param != 0.0f ? scale_param : 1.0 / std::sqrt(static_cast<double>(hd));
+  const std::vector<float> qv = to_floats(q), kv = to_floats(k), vv = to_floats(v);
+  std::vector<double> s(len), o(hd);
+  for (uint64_t g = 0; g < group; ++g) {
+    double m = -std::numeric_limits<double>::infinity();
+    for (uint64_t t = 0; t < len; ++t) {
+      double dot = 0.0;
+      for (uint64_t d = 0; d < hd; ++d)
+        dot += static_cast<double>(qv[g * hd + d]) * kv[t * hd + d];
+      s[t] = scale * dot;
+      m = std::max(m, s[t]);
+    }
+    double l = 0.0;
+    std::fill(o.begin(), o.end(), 0.0);
+    for (uint64_t t = 0; t < len; ++t) {
+      const double p = std::exp(s[t] - m);
+      l += p;
+      for (uint64_t d = 0; d < hd; ++d) o[d] += p * vv[t * hd + d];
+    }
+    const uint64_t at = g * (hd + 2);
+    for (uint64_t d = 0; d < hd; ++d) store_f(out, at + d, o[d] / l);
+    store_f(out, at + hd, m);
+    store_f(out, at + hd + 1, l);
+  }
+}
+
+void run_attention_combine(const Context& c) {
+  const View partials = c.operand(0), out = c.operand(1);
+  const uint64_t hd = c.param_word(0);
+  c.require(hd > 0 && out.extent % hd == 0,
+            "extent(out) " + n(out.extent) + " is not a multiple of head_dim " + n(hd));
+  const uint64_t group = out.extent / hd, block = group * (hd + 2);
+  c.require(partials.extent % block == 0,
+            "extent(partials) " + n(partials.extent) + " is not a multiple of group * (head_dim "
+            "+ 2) " + n(block));
+  const uint64_t chunks = partials.extent / block;
+  const std::vector<float> pv = to_floats(partials);
+  std::vector<double> w(chunks), acc(hd);
+  for (uint64_t g = 0; g < group; ++g) {
+    double big = -std::numeric_limits<double>::infinity();
+    for (uint64_t ch = 0; ch < chunks; ++ch) big = std::max<double>(big, pv[ch * block + g * (hd + 2) + hd]);
+    double total = 0.0;
+    for (uint64_t ch = 0; ch < chunks; ++ch) {
+      const float* p = pv.data() + ch * block + g * (hd + 2);
+      w[ch] = static_cast<double>(p[hd + 1]) * std::exp(static_cast<double>(p[hd]) - big);
+      total += w[ch];
+    }
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (uint64_t ch = 0; ch < chunks; ++ch)
+      for (uint64_t d = 0; d < hd; ++d) acc[d] += w[ch] * pv[ch * block + g * (hd + 2) + d];
+    for (uint64_t d = 0; d < hd; ++d) store_f(out, g * hd + d, acc[d] / total);
+  }
+}
+
 }  // namespace
 
 void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
@@ -385,6 +509,10 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::gemv: return run_gemv(c);
     case OpId::argmax: return run_argmax(c);
     case OpId::embedding: return run_embedding(c);
+    case OpId::rope: return run_rope(c);
+    case OpId::kv_append: return run_kv_append(c);
+    case OpId::attention_decode: return run_attention_decode(c);
+    case OpId::attention_combine: return run_attention_combine(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   amk::cli::setup_compile(app, g, action);
   amk::cli::setup_devices(app, g, action);
   amk::cli::setup_profile(app, g, action);
+  amk::cli::setup_gen(app, g, action);
 
   try {
     app.parse(argc, argv);

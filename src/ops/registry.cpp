@@ -32,7 +32,31 @@ constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
 constexpr OperandSig kEmbeddingOperands[] = {
     {"table", Access::read, kF}, {"ids", Access::read, kIndexTypes}, {"y", Access::write, kF}};
 
-constexpr std::array<OpSig, 12> kOps = {{
+constexpr DTypeSet kF32 = dtype_bit(DType::f32);
+constexpr OperandSig kRopeOperands[] = {{"x", Access::read, kF}, {"y", Access::write, kF}};
+constexpr ParamSig kRopeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                    {"position", ParamType::u32, std::nullopt},
+                                    {"theta", ParamType::f32, 500000.0},
+                                    {"scaling_factor", ParamType::f32, 32.0},
+                                    {"low_freq_factor", ParamType::f32, 1.0},
+                                    {"high_freq_factor", ParamType::f32, 4.0},
+                                    {"original_max_position", ParamType::u32, 8192.0}};
+constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF},
+                                            {"cache", Access::write, kF}};
+constexpr ParamSig kKvAppendParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                        {"position", ParamType::u32, std::nullopt},
+                                        {"max_len", ParamType::u32, std::nullopt}};
+constexpr OperandSig kAttentionDecodeOperands[] = {{"q", Access::read, kF},
+                                                   {"k", Access::read, kF},
+                                                   {"v", Access::read, kF},
+                                                   {"out", Access::write, kF32}};
+constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                               {"scale", ParamType::f32, 0.0}};
+constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
+                                                    {"out", Access::write, kF}};
+constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt}};
+
+constexpr std::array<OpSig, 16> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
@@ -51,6 +75,24 @@ constexpr std::array<OpSig, 12> kOps = {{
     {OpId::argmax, "argmax", "index = first position of the maximum of x", kArgmaxOperands, {}},
     {OpId::embedding, "embedding", "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
      kEmbeddingOperands, {}},
+    {OpId::rope, "rope",
+     "rotary embedding of each head of head_dim in x at `position` (HF rotate_half pairs i, "
+     "i + head_dim/2; inv_freq theta^(-2i/head_dim) with Llama 3 scaling unless "
+     "scaling_factor = 0; angles in double)",
+     kRopeOperands, kRopeParams},
+    {OpId::kv_append, "kv_append",
+     "cache[h, position, :] = x[h*head_dim : (h+1)*head_dim] for each kv head h; cache is "
+     "[extent(x)/head_dim, max_len, head_dim]",
+     kKvAppendOperands, kKvAppendParams},
+    {OpId::attention_decode, "attention_decode",
+     "one kv head, one chunk of positions: per query head g of q, out[g] = (softmax-weighted "
+     "sum of v rows normalized in the chunk [head_dim], max score m, sum exp(s - m)); "
+     "s = scale * q_g . k_t, scale 0: 1/sqrt(head_dim)",
+     kAttentionDecodeOperands, kAttentionDecodeParams},
+    {OpId::attention_combine, "attention_combine",
+     "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
+     "attention_decode partials, M = max_c m_c",
+     kAttentionCombineOperands, kAttentionCombineParams},
 }};
 
 }  // namespace

@@ -26,6 +26,10 @@ enum class OpId : uint16_t {
   gemv = 9,
   argmax = 10,
   embedding = 11,
+  rope = 12,               // rotary position embedding (Llama 3 frequency scaling)
+  kv_append = 13,          // one position of every kv head into a layer's cache
+  attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
+  attention_combine = 15,  // merges attention_decode partials across chunks
 };
 inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
 

@@ -1,6 +1,7 @@
 // Per-instruction checks: operands against the op's signature (slots, dtypes, bounds) and the
 // shape rules each built-in op relies on at run time. The device code trusts all of these.
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -20,6 +21,9 @@ struct Slot {
   DTypeSet dtypes;
   bool optional;
 };
+
+// attention_decode holds one head_dim slice per lane group in registers (amk_ops_attention.cuh).
+constexpr uint32_t kMaxAttentionHeadDim = 256;
 
 std::string instr_where(uint32_t index) { return "/instructions/" + std::to_string(index); }
 
@@ -258,7 +262,103 @@ private:
                  " is not a multiple of the row size D = " + std::to_string(dim));
       break;
     }
+    case OpId::rope: { // x, y; head_dim, position, theta, scaling_factor, low, high, orig
+      const uint32_t hd = require_head_dim(true);
+      if (extent(0) % hd != 0)
+        fail("verify.shape", operand_where(0),
+             "extent(x) = " + std::to_string(extent(0)) +
+                 " is not a multiple of head_dim = " + std::to_string(hd));
+      require_equal_extent(1, 0);
+      const float theta = param_f32(2);
+      if (!(std::isfinite(theta) && theta > 0.0f))
+        fail("verify.param", "/params/theta", "theta must be finite and > 0");
+      const float factor = param_f32(3);
+      if (!(std::isfinite(factor) && factor >= 0.0f))
+        fail("verify.param", "/params/scaling_factor",
+             "scaling_factor must be finite and >= 0 (0: plain RoPE)");
+      if (factor > 0.0f) { // Llama 3 scaling: the smooth band needs low < high, both > 0
+        const float low = param_f32(4), high = param_f32(5);
+        if (!(std::isfinite(low) && low > 0.0f))
+          fail("verify.param", "/params/low_freq_factor", "low_freq_factor must be finite and > 0");
+        if (!(std::isfinite(high) && high > low))
+          fail("verify.param", "/params/high_freq_factor",
+               "high_freq_factor must be finite and > low_freq_factor");
+        if (ins_.params[6] == 0)
+          fail("verify.param", "/params/original_max_position",
+               "original_max_position must be > 0");
+      }
+      break;
     }
+    case OpId::kv_append: { // x, cache; head_dim, position, max_len
+      const uint32_t hd = require_head_dim(false);
+      const uint32_t position = ins_.params[1], max_len = ins_.params[2];
+      if (max_len == 0)
+        fail("verify.param", "/params/max_len", "max_len must be > 0");
+      if (position >= max_len)
+        fail("verify.param", "/params/position",
+             "position = " + std::to_string(position) + " must be < max_len = " +
+                 std::to_string(max_len));
+      if (extent(0) % hd != 0)
+        fail("verify.shape", operand_where(0),
+             "extent(x) = " + std::to_string(extent(0)) +
+                 " is not a multiple of head_dim = " + std::to_string(hd));
+      // extent(x) < 2^32 and max_len < 2^32: the product fits in 64 bits.
+      const uint64_t want = extent(0) * uint64_t{max_len};
+      if (extent(1) != want)
+        fail("verify.shape", operand_where(1),
+             "extent(cache) = " + std::to_string(extent(1)) + " must equal n_kv_heads * max_len "
+             "* head_dim = " + std::to_string(want) + " (the whole layer cache)");
+      break;
+    }
+    case OpId::attention_decode: { // q, k, v, out; head_dim, scale
+      const uint32_t hd = require_head_dim(false);
+      if (hd > kMaxAttentionHeadDim)
+        fail("verify.param", "/params/head_dim",
+             "head_dim = " + std::to_string(hd) + " exceeds attention_decode's " +
+                 std::to_string(kMaxAttentionHeadDim));
+      if (!std::isfinite(param_f32(1)))
+        fail("verify.param", "/params/scale", "scale must be finite (0: 1/sqrt(head_dim))");
+      if (extent(0) % hd != 0)
+        fail("verify.shape", operand_where(0),
+             "extent(q) = " + std::to_string(extent(0)) +
+                 " is not a multiple of head_dim = " + std::to_string(hd));
+      if (extent(1) % hd != 0)
+        fail("verify.shape", operand_where(1),
+             "extent(k) = " + std::to_string(extent(1)) +
+                 " is not a multiple of head_dim = " + std::to_string(hd));
+      require_equal_extent(2, 1);
+      const uint64_t want = extent(0) / hd * (uint64_t{hd} + 2);
+      if (extent(3) != want)
+        fail("verify.shape", operand_where(3),
+             "extent(out) = " + std::to_string(extent(3)) +
+                 " must equal group * (head_dim + 2) = " + std::to_string(want));
+      break;
+    }
+    case OpId::attention_combine: { // partials, out; head_dim
+      const uint32_t hd = require_head_dim(false);
+      if (extent(1) % hd != 0)
+        fail("verify.shape", operand_where(1),
+             "extent(out) = " + std::to_string(extent(1)) +
+                 " is not a multiple of head_dim = " + std::to_string(hd));
+      const uint64_t block = extent(1) / hd * (uint64_t{hd} + 2);
+      if (extent(0) % block != 0)
+        fail("verify.shape", operand_where(0),
+             "extent(partials) = " + std::to_string(extent(0)) +
+                 " is not a multiple of group * (head_dim + 2) = " + std::to_string(block));
+      break;
+    }
+    }
+  }
+
+  float param_f32(size_t i) const { return bits_f32(ins_.params[i]); }
+
+  // Param 0 of the attention-family ops: > 0, and even where the op pairs halves of a head.
+  uint32_t require_head_dim(bool even) {
+    const uint32_t hd = ins_.params[0];
+    if (hd == 0 || (even && hd % 2 != 0))
+      fail("verify.param", "/params/head_dim",
+           "head_dim = " + std::to_string(hd) + " must be " + (even ? "even and " : "") + "> 0");
+    return hd;
   }
 
   const Program &program_;

@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""Checks amk's Llama decode step (`amk gen llama`) against an independent numpy implementation.
+
+    /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
+        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N]
+
+What it does:
+1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
+   seeded weights and the KV cache prefill go into a safetensors file (HF tensor names plus
+   `amk.kv.layers.N.{k,v}`, config in the `amk.config` metadata) that the program reads.
+2. `amk run DIR/llama.json --backend B --save-inputs -o DIR/out`.
+3. Recomputes the whole decode step here, in numpy float64, from the safetensors file (read by
+   hand: this script never looks at amk's buffers except to compare): a Hugging Face style
+   Llama forward for one token at position context-1 with the given KV cache (embedding,
+   RMSNorm, q/k/v projections, RoPE with Llama 3 frequency scaling as in transformers'
+   `_compute_llama3_parameters` and `rotate_half`, the new k/v written into the cache rounded
+   to bf16 as amk's cache stores them, grouped-query attention with a plain softmax over all
+   positions, o-proj + residual, SwiGLU MLP + residual, final norm, lm_head (tied to the
+   embedding for llama-3.2-1b)).
+4. Compares: the saved inputs against the file (both readers agree), the logits by normalized
+   error ||amk - numpy|| / ||numpy|| (amk keeps f32 activations over the same bf16 weights, so
+   the difference is f32 rounding: tolerance 1e-4), and the next token exactly.
+
+Exit 0 on success, 1 on a mismatch, 2 when amk fails.
+"""
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+F64 = np.float64
+
+
+def bf16_round(a):
+    """Rounds to bf16 (nearest even), returned as float64."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    r = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint32) << 16
+    return r.astype(np.uint32).view(np.float32).astype(F64)
+
+
+def read_safetensors(path):
+    """A .safetensors file read by hand: {name: float64 array}, metadata."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+        data = f.read()
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        raw = data[b:end]
+        if e["dtype"] == "BF16":
+            u = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            a = u.view(np.float32)
+        elif e["dtype"] == "F16":
+            a = np.frombuffer(raw, dtype="<f2")
+        elif e["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        else:
+            raise ValueError(f"{name}: dtype {e['dtype']}")
+        out[name] = a.astype(F64).reshape(e["shape"])
+    return out, meta
+
+
+def rmsnorm(x, w, eps):
+    return x / np.sqrt(np.mean(x * x) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def llama3_inv_freq(cfg):
+    """transformers' _compute_llama3_parameters (plain RoPE when factor is 0)."""
+    hd = cfg["head_dim"]
+    inv_freq = 1.0 / (cfg["rope_theta"] ** (np.arange(0, hd, 2, dtype=F64) / hd))
+    rs = cfg["rope_scaling"]
+    factor = rs["factor"]
+    if not factor:
+        return inv_freq
+    low, high, orig = rs["low_freq_factor"], rs["high_freq_factor"], rs["original_max_position_embeddings"]
+    low_freq_wavelen = orig / low
+    high_freq_wavelen = orig / high
+    wavelen = 2 * np.pi / inv_freq
+    inv_freq_llama = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+    smooth = (orig / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+    is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+    return np.where(is_medium, smoothed, inv_freq_llama)
+
+
+def rope(x, position, inv_freq):
+    """x: [heads, hd]; HF apply_rotary_pos_emb with rotate_half."""
+    freqs = position * inv_freq
+    emb = np.concatenate([freqs, freqs])
+    cos, sin = np.cos(emb), np.sin(emb)
+    half = x.shape[-1] // 2
+    rot = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    return x * cos + rot * sin
+
+
+def forward(t, cfg):
+    """One decode step; returns logits [vocab]."""
+    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, pos, group = cfg["rms_norm_eps"], cfg["position"], nh // nkv
+    inv_freq = llama3_inv_freq(cfg)
+    embed = t["model.embed_tokens.weight"]
+    x = embed[cfg["token"]].copy()
+    for l in range(L):
+        p = f"model.layers.{l}."
+        xn = rmsnorm(x, t[p + "input_layernorm.weight"], eps)
+        q = (t[p + "self_attn.q_proj.weight"] @ xn).reshape(nh, hd)
+        k = (t[p + "self_attn.k_proj.weight"] @ xn).reshape(nkv, hd)
+        v = (t[p + "self_attn.v_proj.weight"] @ xn).reshape(nkv, hd)
+        q, k = rope(q, pos, inv_freq), rope(k, pos, inv_freq)
+        kc = t[f"amk.kv.layers.{l}.k"].copy()  # [nkv, T, hd]
+        vc = t[f"amk.kv.layers.{l}.v"].copy()
+        kc[:, pos], vc[:, pos] = bf16_round(k), bf16_round(v)
+        kc, vc = kc[:, : pos + 1], vc[:, : pos + 1]
+        attn = np.empty((nh, hd))
+        for h in range(nh):
+            g = h // group  # repeat_kv: kv head g serves query heads g*group .. g*group+group-1
+            s = kc[g] @ q[h] / np.sqrt(hd)
+            w = np.exp(s - s.max())
+            attn[h] = (w / w.sum()) @ vc[g]
+        h_ = t[p + "self_attn.o_proj.weight"] @ attn.reshape(-1) + x
+        hn = rmsnorm(h_, t[p + "post_attention_layernorm.weight"], eps)
+        act = silu(t[p + "mlp.gate_proj.weight"] @ hn) * (t[p + "mlp.up_proj.weight"] @ hn)
+        x = t[p + "mlp.down_proj.weight"] @ act + h_
+    xf = rmsnorm(x, t["model.norm.weight"], eps)
+    head = embed if cfg["tie_word_embeddings"] else t["lm_head.weight"]
+    return head @ xf
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--amk", required=True)
+    ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--context", type=int)
+    ap.add_argument("--layers", type=int)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--token", type=int, default=1)
+    ap.add_argument("--tolerance", type=float, default=1e-4)
+    ap.add_argument("--keep", help="work in this folder and keep it")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = args.keep or tmp
+        os.makedirs(work, exist_ok=True)
+        prog, weights, out = (os.path.join(work, n) for n in ("llama.json", "weights.safetensors", "out"))
+        gen = [args.amk, "-q", "gen", "llama", "--preset", args.preset, "--seed", str(args.seed),
+               "--token", str(args.token), "--write-weights", weights, "-o", prog]
+        if args.context:
+            gen += ["--context", str(args.context)]
+        if args.layers:
+            gen += ["--layers", str(args.layers)]
+        for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
+                return 2
+
+        tensors, meta = read_safetensors(weights)
+        cfg = json.loads(meta["amk.config"])
+        manifest = json.load(open(os.path.join(out, "manifest.json")))
+        outputs = {e["name"]: np.load(os.path.join(out, e["file"])) for e in manifest["outputs"]}
+        inputs = {e["name"]: e["file"] for e in manifest["inputs"]}
+
+        ok = True
+        # Both readers of the file agree (amk's saved initial buffers vs this script's parse).
+        bad = [n for n, a in tensors.items()
+               if n in inputs and not np.array_equal(np.load(os.path.join(out, inputs[n])).astype(F64).ravel(), a.ravel())]
+        print(f"{'ok  ' if not bad else 'FAIL'} inputs: {len(tensors)} tensors read identically"
+              + (f" (differ: {bad[:4]})" if bad else ""))
+        ok &= not bad
+
+        want = forward(tensors, cfg)
+        got = outputs["act.logits"].astype(F64).ravel()
+        err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
+        good = bool(np.isfinite(err) and err <= args.tolerance)
+        print(f"{'ok  ' if good else 'FAIL'} logits: normalized error {err:.2e} (tolerance {args.tolerance:.0e})")
+        ok &= good
+        tok, want_tok = int(outputs["next_token"].ravel()[0]), int(np.argmax(want))
+        top2 = np.sort(want)[-2:]
+        print(f"{'ok  ' if tok == want_tok else 'FAIL'} next token: amk {tok}, numpy {want_tok} "
+              f"(margin {top2[1] - top2[0]:.3g})")
+        ok &= tok == want_tok
+        print(f"{cfg['preset']}: {cfg['num_hidden_layers']} layers, context {cfg['context']}, "
+              f"backend {args.backend}: {'PASS' if ok else 'FAIL'}")
+        return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,608 @@
+#include "gen/llama.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <initializer_list>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "ops/registry.hpp"
+
+namespace amk::gen {
+namespace {
+
+[[noreturn]] void usage_error(const std::string& code, const std::string& where,
+                              const std::string& message) {
+  throw Error(ErrorKind::usage, code, where, message);
+}
+
+uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+uint64_t round_up(uint64_t a, uint64_t m) { return ceil_div(a, m) * m; }
+
+// Rows per instruction: about `target` instructions over `rows` rows, a multiple of 4.
+uint64_t chunk_rows(uint64_t rows, uint64_t target) {
+  return std::min<uint64_t>(rows, round_up(ceil_div(rows, std::max<uint64_t>(target, 1)), 4));
+}
+
+Operand slice(uint32_t buffer, uint64_t offset, uint64_t extent) {
+  return Operand{buffer, offset, extent};
+}
+
+// Builds a program instruction by instruction, with operands and params by slot name (encoded
+// through the op registry, so the generator follows the registry's signatures).
+class Builder {
+ public:
+  explicit Builder(Program& p) : p_(p) {}
+
+  uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape,
+                  BufferInit init = {}, bool output = false) {
+    Buffer b;
+    b.name = name;
+    b.dtype = dtype;
+    b.shape = std::move(shape);
+    b.init = std::move(init);
+    b.output = output;
+    p_.buffers.push_back(std::move(b));
+    return static_cast<uint32_t>(p_.buffers.size() - 1);
+  }
+
+  Operand whole(uint32_t buffer) const { return Operand{buffer, 0, p_.buffers[buffer].elements()}; }
+
+  uint32_t counter(const std::string& name) {
+    p_.counters.push_back(Counter{name});
+    return static_cast<uint32_t>(p_.counters.size() - 1);
+  }
+
+  uint32_t add(const std::string& name, std::string_view op,
+               std::initializer_list<std::pair<std::string_view, Operand>> operands,
+               std::initializer_list<std::pair<std::string_view, double>> params,
+               std::vector<Wait> waits, std::vector<Signal> signals) {
+    const OpSig* sig = find_op(op);
+    if (!sig) {
+      throw Error(ErrorKind::internal, "gen.op_missing", name,
+                  "this amk has no built-in op '" + std::string(op) +
+                      "' (the Llama generator needs rope, kv_append, attention_decode and "
+                      "attention_combine)");
+    }
+    Instruction in;
+    in.name = name;
+    in.op = static_cast<uint16_t>(sig->id);
+    for (const auto& slot : sig->operands) {
+      Operand o{};
+      bool found = false;
+      for (const auto& [n, v] : operands)
+        if (n == slot.name) {
+          o = v;
+          found = true;
+        }
+      if (!found && !slot.optional)
+        throw Error(ErrorKind::internal, "gen.operand", name,
+                    "op " + std::string(op) + " needs operand " + std::string(slot.name));
+      in.operands.push_back(o);
+    }
+    for (const auto& [n, v] : operands) {
+      const bool known = std::any_of(sig->operands.begin(), sig->operands.end(),
+                                     [&](const OperandSig& s) { return s.name == n; });
+      if (!known)
+        throw Error(ErrorKind::internal, "gen.operand", name,
+                    "op " + std::string(op) + " has no operand " + std::string(n));
+    }
+    for (const auto& ps : sig->params) {
+      std::optional<double> value = ps.default_value;
+      for (const auto& [n, v] : params)
+        if (n == ps.name) value = v;
+      if (!value)
+        throw Error(ErrorKind::internal, "gen.param", name,
+                    "op " + std::string(op) + " needs param " + std::string(ps.name));
+      const auto word = encode_param(ps.type, *value);
+      if (!word)
+        throw Error(ErrorKind::internal, "gen.param", name,
+                    "param " + std::string(ps.name) + " out of range");
+      in.params.push_back(*word);
+    }
+    for (const auto& [n, v] : params) {
+      const bool known = std::any_of(sig->params.begin(), sig->params.end(),
+                                     [&](const ParamSig& s) { return s.name == n; });
+      if (!known)
+        throw Error(ErrorKind::internal, "gen.param", name,
+                    "op " + std::string(op) + " has no param " + std::string(n));
+    }
+    in.waits = std::move(waits);
+    in.signals = std::move(signals);
+    p_.instructions.push_back(std::move(in));
+    return static_cast<uint32_t>(p_.instructions.size() - 1);
+  }
+
+  // Queues for a fixed grid: instructions in program order (a topological order), dealt round
+  // robin. Every queue is then in topological order, so the program drains whatever the
+  // timing (the earliest unfinished instruction is always at the head of its queue).
+  std::vector<std::vector<uint32_t>> queues(uint32_t grid) const {
+    std::vector<std::vector<uint32_t>> q(grid);
+    uint32_t next = 0;
+    for (uint32_t i = 0; i < p_.instructions.size(); ++i) {
+      q[next].push_back(i);
+      next = (next + 1) % grid;
+    }
+    return q;
+  }
+
+ private:
+  Program& p_;
+};
+
+BufferInit normal_init(uint64_t seed, double mean, double std) {
+  BufferInit i;
+  i.kind = InitKind::random;
+  i.seed = seed;
+  i.distribution = Distribution::normal;
+  i.a = mean;
+  i.b = std;
+  return i;
+}
+
+BufferInit uniform_init(uint64_t seed, double low, double high) {
+  BufferInit i;
+  i.kind = InitKind::random;
+  i.seed = seed;
+  i.distribution = Distribution::uniform;
+  i.a = low;
+  i.b = high;
+  return i;
+}
+
+std::string layer_prefix(uint32_t l) { return "model.layers." + std::to_string(l) + "."; }
+
+std::optional<DType> st_dtype(const std::string& s) {
+  if (s == "BF16") return DType::bf16;
+  if (s == "F16") return DType::f16;
+  if (s == "F32") return DType::f32;
+  return std::nullopt;
+}
+
+std::string st_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "BF16";
+    case DType::f16: return "F16";
+    case DType::f32: return "F32";
+    case DType::i32: return "I32";
+    case DType::u32: return "U32";
+    case DType::i64: return "I64";
+    case DType::u8: return "U8";
+  }
+  return "?";
+}
+
+std::string shape_text(const std::vector<uint64_t>& s) {
+  std::string t = "[";
+  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
+  return t + "]";
+}
+
+}  // namespace
+
+uint64_t TensorSpec::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;
+  return n;
+}
+
+std::optional<LlamaConfig> llama_preset(std::string_view name) {
+  LlamaConfig c;
+  c.preset = std::string(name);
+  if (name == "tiny") {
+    c.hidden = 128, c.layers = 2, c.heads = 4, c.kv_heads = 2, c.head_dim = 32, c.ffn = 256;
+    c.vocab = 512, c.tied_embeddings = false, c.default_context = 16;
+    return c;
+  }
+  if (name == "llama-3.2-1b") {
+    c.hidden = 2048, c.layers = 16, c.heads = 32, c.kv_heads = 8, c.head_dim = 64, c.ffn = 8192;
+    c.vocab = 128256, c.tied_embeddings = true, c.rope_factor = 32.0;
+    return c;
+  }
+  if (name == "llama-3.1-8b") {
+    c.hidden = 4096, c.layers = 32, c.heads = 32, c.kv_heads = 8, c.head_dim = 128, c.ffn = 14336;
+    c.vocab = 128256, c.tied_embeddings = false, c.rope_factor = 8.0;
+    return c;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> llama_preset_names() { return {"tiny", "llama-3.2-1b", "llama-3.1-8b"}; }
+
+std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
+  const uint64_t H = c.hidden, Q = uint64_t{c.heads} * c.head_dim,
+                 KV = uint64_t{c.kv_heads} * c.head_dim, F = c.ffn;
+  std::vector<TensorSpec> t;
+  auto add = [&](std::string name, std::vector<uint64_t> shape, TensorRole role) {
+    t.push_back(TensorSpec{std::move(name), DType::bf16, std::move(shape), role});
+  };
+  add("model.embed_tokens.weight", {c.vocab, H}, TensorRole::weight);
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    const std::string p = layer_prefix(l);
+    add(p + "input_layernorm.weight", {H}, TensorRole::norm);
+    add(p + "self_attn.q_proj.weight", {Q, H}, TensorRole::weight);
+    add(p + "self_attn.k_proj.weight", {KV, H}, TensorRole::weight);
+    add(p + "self_attn.v_proj.weight", {KV, H}, TensorRole::weight);
+    add(p + "self_attn.o_proj.weight", {H, Q}, TensorRole::weight);
+    add(p + "post_attention_layernorm.weight", {H}, TensorRole::norm);
+    add(p + "mlp.gate_proj.weight", {F, H}, TensorRole::weight);
+    add(p + "mlp.up_proj.weight", {F, H}, TensorRole::weight);
+    add(p + "mlp.down_proj.weight", {H, F}, TensorRole::weight);
+  }
+  add("model.norm.weight", {H}, TensorRole::norm);
+  if (!c.tied_embeddings) add("lm_head.weight", {c.vocab, H}, TensorRole::weight);
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    const std::string p = "amk.kv.layers." + std::to_string(l) + ".";
+    add(p + "k", {c.kv_heads, context, c.head_dim}, TensorRole::kv_cache);
+    add(p + "v", {c.kv_heads, context, c.head_dim}, TensorRole::kv_cache);
+  }
+  return t;
+}
+
+ResolvedLlama resolve_llama(const LlamaOptions& o) {
+  auto cfg = llama_preset(o.preset);
+  if (!cfg) {
+    std::string names;
+    for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
+    usage_error("usage.gen.preset", "--preset", "unknown preset '" + o.preset + "' (" + names + ")");
+  }
+  ResolvedLlama r{*cfg, cfg->default_context};
+  if (o.layers) {
+    if (*o.layers < 1 || *o.layers > 1024)
+      usage_error("usage.gen.layers", "--layers", "layers must be in 1..1024, got " +
+                                                      std::to_string(*o.layers));
+    r.cfg.layers = *o.layers;
+  }
+  if (o.context) {
+    if (*o.context < 1 || *o.context > 131072)
+      usage_error("usage.gen.context", "--context",
+                  "context must be in 1..131072, got " + std::to_string(*o.context));
+    r.context = *o.context;
+  }
+  if (o.token < 0 || o.token >= static_cast<int64_t>(r.cfg.vocab))
+    usage_error("usage.gen.token", "--token",
+                "token must be in 0.." + std::to_string(r.cfg.vocab - 1) + ", got " +
+                    std::to_string(o.token));
+  if (o.grid > kMaxQueues)
+    usage_error("usage.gen.grid", "--grid", "grid must be in 1.." + std::to_string(kMaxQueues));
+  return r;
+}
+
+Program generate_llama(const LlamaOptions& o) {
+  const ResolvedLlama r = resolve_llama(o);
+  const LlamaConfig& c = r.cfg;
+  const uint64_t T = r.context, pos = T - 1;
+  const uint64_t H = c.hidden, hd = c.head_dim, nkv = c.kv_heads, group = c.heads / c.kv_heads;
+  const uint64_t Q = uint64_t{c.heads} * hd, KV = nkv * hd, F = c.ffn, V = c.vocab;
+  const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
+
+  Program p;
+  p.name = "llama_decode_" + c.preset;
+  p.description = "Llama decode step, batch 1 (amk gen llama --preset " + c.preset +
+                  "): hidden " + std::to_string(H) + ", " + std::to_string(c.layers) +
+                  " layers, " + std::to_string(c.heads) + " heads / " + std::to_string(nkv) +
+                  " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
+                  ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
+                  " (new token at position " + std::to_string(pos) +
+                  "). bf16 weights and KV caches, f32 activations.";
+  p.launch.grid = o.grid;
+  Builder b(p);
+
+  // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
+  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T));
+  std::map<std::string, uint32_t> buf;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const TensorSpec& t = tensors[i];
+    const uint64_t seed = o.seed * 100003 + i + 1;
+    BufferInit init = t.role == TensorRole::norm       ? uniform_init(seed, 0.8, 1.2)
+                      : t.role == TensorRole::kv_cache ? normal_init(seed, 0.0, 1.0)
+                                                       : normal_init(seed, 0.0, 0.02);
+    buf[t.name] = b.buffer(t.name, t.dtype, t.shape, init);
+  }
+  const uint32_t embed = buf.at("model.embed_tokens.weight");
+  const uint32_t lm_head = c.tied_embeddings ? embed : buf.at("lm_head.weight");
+
+  BufferInit tok;
+  tok.kind = InitKind::values;
+  const int32_t token = static_cast<int32_t>(o.token);
+  tok.data.resize(4);
+  std::memcpy(tok.data.data(), &token, 4);
+  const uint32_t token_buf = b.buffer("token", DType::i32, {1}, tok);
+
+  auto act = [&](const std::string& name, uint64_t n, bool output = false) {
+    return b.buffer("act." + name, DType::f32, {n}, {}, output);
+  };
+
+  // Row-range gemv over a weight matrix: one instruction per chunk of rows.
+  auto gemv_rows = [&](const std::string& name, uint32_t w, uint64_t rows, uint64_t K,
+                       uint64_t chunk, uint32_t x, uint32_t y, std::optional<uint32_t> residual,
+                       std::vector<Wait> waits, uint32_t signal) {
+    uint32_t n = 0;
+    for (uint64_t r0 = 0; r0 < rows; r0 += chunk, ++n) {
+      const uint64_t nr = std::min(chunk, rows - r0);
+      if (residual) {
+        b.add(name + "." + std::to_string(n), "gemv",
+              {{"w", slice(w, r0 * K, nr * K)}, {"x", b.whole(x)}, {"y", slice(y, r0, nr)},
+               {"residual", slice(*residual, r0, nr)}},
+              {}, waits, {{signal, 1}});
+      } else {
+        b.add(name + "." + std::to_string(n), "gemv",
+              {{"w", slice(w, r0 * K, nr * K)}, {"x", b.whole(x)}, {"y", slice(y, r0, nr)}}, {},
+              waits, {{signal, 1}});
+      }
+    }
+    return n;
+  };
+
+  // Attention chunking: about `target` (kv head, chunk) instructions, chunks a multiple of 8.
+  const uint64_t chunks_per_head_target = ceil_div(target, nkv);
+  const uint64_t chunk_len =
+      std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks_per_head_target), 8)));
+  const uint64_t n_chunks = ceil_div(T, chunk_len);
+  const uint64_t part = group * (hd + 2);
+
+  const uint64_t qkv_chunk = chunk_rows(Q + 2 * KV, target);
+  const uint64_t o_chunk = chunk_rows(H, target);
+  const uint64_t gu_chunk = chunk_rows(2 * F, target);
+  const uint64_t down_chunk = chunk_rows(H, target);
+  const uint64_t head_chunk = chunk_rows(V, target);
+
+  // ---- embedding ----
+  uint32_t x = act("x.0", H);
+  uint32_t x_ready = b.counter("x.0");
+  uint32_t x_need = 1;
+  b.add("embed", "embedding", {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}},
+        {}, {}, {{x_ready, 1}});
+
+  for (uint32_t l = 0; l < c.layers; ++l) {
+    const std::string L = "L" + std::to_string(l) + ".";
+    const std::string wp = layer_prefix(l);
+    const uint32_t xn = act(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
+                   v = act(L + "v", KV), qr = act(L + "q_rope", Q), kr = act(L + "k_rope", KV),
+                   parts = b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
+                   attn = act(L + "attn", Q), h = act(L + "h", H), hn = act(L + "hn", H),
+                   gate = act(L + "gate", F), up = act(L + "up", F), mlp = act(L + "mlp", F),
+                   x_next = act("x." + std::to_string(l + 1), H);
+    const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
+    const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");
+    const uint32_t c_xn = b.counter(L + "xn"), c_q = b.counter(L + "q"), c_k = b.counter(L + "k"),
+                   c_v = b.counter(L + "v"), c_qr = b.counter(L + "q_rope"),
+                   c_kr = b.counter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
+                   c_vc = b.counter(L + "v_cache"), c_parts = b.counter(L + "attn_partials"),
+                   c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
+                   c_hn = b.counter(L + "hn"), c_gate = b.counter(L + "gate"),
+                   c_up = b.counter(L + "up"), c_mlp = b.counter(L + "mlp"),
+                   c_x = b.counter("x." + std::to_string(l + 1));
+
+    b.add(L + "input_norm", "rmsnorm",
+          {{"x", b.whole(x)}, {"weight", b.whole(buf.at(wp + "input_layernorm.weight"))},
+           {"y", b.whole(xn)}},
+          {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xn, 1}});
+
+    const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
+                                  qkv_chunk, xn, q, std::nullopt, {{c_xn, 1}}, c_q);
+    const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
+                                  qkv_chunk, xn, k, std::nullopt, {{c_xn, 1}}, c_k);
+    const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
+                                  qkv_chunk, xn, v, std::nullopt, {{c_xn, 1}}, c_v);
+
+    const std::initializer_list<std::pair<std::string_view, double>> rope_params = {
+        {"head_dim", static_cast<double>(hd)},
+        {"position", static_cast<double>(pos)},
+        {"theta", c.rope_theta},
+        {"scaling_factor", c.rope_factor},
+        {"low_freq_factor", c.rope_low_freq},
+        {"high_freq_factor", c.rope_high_freq},
+        {"original_max_position", static_cast<double>(c.rope_original_max)}};
+    b.add(L + "q_rope", "rope", {{"x", b.whole(q)}, {"y", b.whole(qr)}}, rope_params, {{c_q, nq}},
+          {{c_qr, 1}});
+    b.add(L + "k_rope", "rope", {{"x", b.whole(k)}, {"y", b.whole(kr)}}, rope_params, {{c_k, nk}},
+          {{c_kr, 1}});
+    b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}},
+          {{"head_dim", static_cast<double>(hd)}, {"position", static_cast<double>(pos)},
+           {"max_len", static_cast<double>(T)}},
+          {{c_v, nv}}, {{c_vc, 1}});
+    b.add(L + "k_append", "kv_append", {{"x", b.whole(kr)}, {"cache", b.whole(kc)}},
+          {{"head_dim", static_cast<double>(hd)}, {"position", static_cast<double>(pos)},
+           {"max_len", static_cast<double>(T)}},
+          {{c_kr, 1}}, {{c_kc, 1}});
+
+    for (uint64_t g = 0; g < nkv; ++g) {
+      for (uint64_t ci = 0; ci < n_chunks; ++ci) {
+        const uint64_t t0 = ci * chunk_len, len = std::min(chunk_len, T - t0);
+        const uint64_t cache_off = (g * T + t0) * hd;
+        b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
+              {{"q", slice(qr, g * group * hd, group * hd)},
+               {"k", slice(kc, cache_off, len * hd)},
+               {"v", slice(vc, cache_off, len * hd)},
+               {"out", slice(parts, (g * n_chunks + ci) * part, part)}},
+              {{"head_dim", static_cast<double>(hd)}, {"scale", 0.0}},
+              {{c_qr, 1}, {c_kc, 1}, {c_vc, 1}}, {{c_parts, 1}});
+      }
+    }
+    for (uint64_t g = 0; g < nkv; ++g) {
+      b.add(L + "combine." + std::to_string(g), "attention_combine",
+            {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
+             {"out", slice(attn, g * group * hd, group * hd)}},
+            {{"head_dim", static_cast<double>(hd)}},
+            {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
+    }
+
+    const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
+                                  o_chunk, attn, h, x, {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+    b.add(L + "post_norm", "rmsnorm",
+          {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
+           {"y", b.whole(hn)}},
+          {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
+    const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
+                                  gu_chunk, hn, gate, std::nullopt, {{c_hn, 1}}, c_gate);
+    const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
+                                  gu_chunk, hn, up, std::nullopt, {{c_hn, 1}}, c_up);
+    b.add(L + "silu_mul", "silu_mul", {{"gate", b.whole(gate)}, {"up", b.whole(up)}, {"y", b.whole(mlp)}},
+          {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
+    const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
+                                  down_chunk, mlp, x_next, h, {{c_mlp, 1}}, c_x);
+    x = x_next;
+    x_ready = c_x;
+    x_need = nd;
+  }
+
+  // ---- head ----
+  const uint32_t xf = act("final_norm", H);
+  const uint32_t logits = act("logits", V, /*output=*/true);
+  const uint32_t next = b.buffer("next_token", DType::i32, {1}, {}, /*output=*/true);
+  const uint32_t c_xf = b.counter("final_norm"), c_logits = b.counter("logits");
+  b.add("final_norm", "rmsnorm",
+        {{"x", b.whole(x)}, {"weight", b.whole(buf.at("model.norm.weight"))}, {"y", b.whole(xf)}},
+        {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
+  const uint32_t nl =
+      gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, std::nullopt, {{c_xf, 1}}, c_logits);
+  b.add("argmax", "argmax", {{"x", b.whole(logits)}, {"index", b.whole(next)}}, {},
+        {{c_logits, nl}}, {});
+
+  if (o.grid) p.queues = b.queues(o.grid);
+  return p;
+}
+
+SafetensorsHeader read_safetensors_header(const std::filesystem::path& file) {
+  const std::string where = file.string();
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    throw_io_error("io.missing", where, "weights file does not exist");
+  const uint64_t size = std::filesystem::file_size(file, ec);
+  if (ec) throw_io_error("io.read", where, "cannot read the weights file: " + ec.message());
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw_io_error("io.read", where, "cannot open the weights file");
+  unsigned char len_bytes[8] = {};
+  if (size < 8 || !in.read(reinterpret_cast<char*>(len_bytes), 8))
+    throw_program_error("gen.weights.header", where, "file too short for a safetensors header");
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = len << 8 | len_bytes[i];
+  if (len > 100'000'000 || len > size - 8)
+    throw_program_error("gen.weights.header", where,
+                        "header length " + std::to_string(len) + " is too large for the file");
+  std::string text(len, '\0');
+  if (!in.read(text.data(), static_cast<std::streamsize>(len)))
+    throw_io_error("io.read", where, "cannot read the safetensors header");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object())
+    throw_program_error("gen.weights.header", where, "safetensors header is not a JSON object");
+  SafetensorsHeader h;
+  h.data_start = 8 + len;
+  for (const auto& [name, e] : j.items()) {
+    if (name == "__metadata__") {
+      if (e.is_object())
+        for (const auto& [k, v] : e.items())
+          if (v.is_string()) h.metadata[k] = v.get<std::string>();
+      continue;
+    }
+    const std::string w = where + ": tensor '" + name + "'";
+    if (!e.is_object() || !e.contains("dtype") || !e["dtype"].is_string() || !e.contains("shape") ||
+        !e["shape"].is_array() || !e.contains("data_offsets") || !e["data_offsets"].is_array() ||
+        e["data_offsets"].size() != 2)
+      throw_program_error("gen.weights.header", w, "malformed safetensors entry");
+    SafetensorsEntry se;
+    se.dtype = e["dtype"].get<std::string>();
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_unsigned()) throw_program_error("gen.weights.header", w, "bad shape");
+      se.shape.push_back(d.get<uint64_t>());
+    }
+    if (!e["data_offsets"][0].is_number_unsigned() || !e["data_offsets"][1].is_number_unsigned())
+      throw_program_error("gen.weights.header", w, "bad data_offsets");
+    se.begin = e["data_offsets"][0].get<uint64_t>();
+    se.end = e["data_offsets"][1].get<uint64_t>();
+    if (se.begin > se.end || se.end > size - h.data_start)
+      throw_program_error("gen.weights.header", w, "data_offsets run past the end of the file");
+    h.tensors[name] = std::move(se);
+  }
+  return h;
+}
+
+void use_safetensors(Program& program, const SafetensorsHeader& header,
+                     const std::string& program_path, bool require_kv) {
+  for (Buffer& b : program.buffers) {
+    const bool is_weight = b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight";
+    const bool is_kv = b.name.rfind("amk.kv.", 0) == 0;
+    if (!is_weight && !is_kv) continue;
+    const auto it = header.tensors.find(b.name);
+    if (it == header.tensors.end()) {
+      if (is_kv && !require_kv) continue;  // the KV prefill stays seeded random
+      throw_program_error("gen.weights.missing", b.name,
+                          "the weights file has no tensor '" + b.name + "'");
+    }
+    const SafetensorsEntry& e = it->second;
+    const auto dt = st_dtype(e.dtype);
+    if (!dt)
+      throw_program_error("gen.weights.dtype", b.name,
+                          "tensor '" + b.name + "' has dtype " + e.dtype +
+                              "; expected BF16 (F16 and F32 are accepted)");
+    if (e.shape != b.shape)
+      throw_program_error("gen.weights.shape", b.name,
+                          "tensor '" + b.name + "' has shape " + shape_text(e.shape) +
+                              ", the preset needs " + shape_text(b.shape));
+    b.dtype = *dt;
+    if (e.end - e.begin != b.bytes())
+      throw_program_error("gen.weights.shape", b.name,
+                          "tensor '" + b.name + "' spans " + std::to_string(e.end - e.begin) +
+                              " bytes, its shape needs " + std::to_string(b.bytes()));
+    BufferInit init;
+    init.kind = InitKind::safetensors;
+    init.path = program_path;
+    init.tensor = b.name;
+    b.init = std::move(init);
+  }
+}
+
+std::string llama_config_json(const ResolvedLlama& r, const LlamaOptions& o) {
+  const LlamaConfig& c = r.cfg;
+  nlohmann::ordered_json j;
+  j["preset"] = c.preset;
+  j["hidden_size"] = c.hidden;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["num_key_value_heads"] = c.kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["intermediate_size"] = c.ffn;
+  j["vocab_size"] = c.vocab;
+  j["rms_norm_eps"] = c.rms_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = {{"rope_type", c.rope_factor > 0 ? "llama3" : "default"},
+                       {"factor", c.rope_factor},
+                       {"low_freq_factor", c.rope_low_freq},
+                       {"high_freq_factor", c.rope_high_freq},
+                       {"original_max_position_embeddings", c.rope_original_max}};
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["context"] = r.context;
+  j["position"] = r.context - 1;
+  j["token"] = o.token;
+  j["seed"] = o.seed;
+  return j.dump();
+}
+
+std::vector<std::byte> safetensors_header_bytes(const std::vector<TensorSpec>& tensors,
+                                                const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json j;
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    j["__metadata__"] = m;
+  }
+  uint64_t off = 0;
+  for (const TensorSpec& t : tensors) {
+    const uint64_t bytes = t.elements() * dtype_size(t.dtype);
+    j[t.name] = {{"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    off += bytes;
+  }
+  std::string text = j.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::vector<std::byte> out(8 + text.size());
+  uint64_t len = text.size();
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::byte>((len >> (8 * i)) & 0xff);
+  std::memcpy(out.data() + 8, text.data(), text.size());
+  return out;
+}
+
+}  // namespace amk::gen

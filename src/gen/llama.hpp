@@ -1,0 +1,123 @@
+// Program generators for real workloads: a whole Llama decode step (batch 1) as one amk program.
+//
+// generate_llama() builds the program in memory: a token id, the embedding, every decoder layer
+// (rmsnorm -> q/k/v gemv row ranges -> rope -> kv_append -> attention_decode per (kv head,
+// chunk of positions) -> attention_combine per kv head -> o-proj gemv + residual -> rmsnorm ->
+// gate/up gemv -> silu_mul -> down gemv + residual), the final rmsnorm, the lm_head gemv row
+// ranges and argmax. Weights are named as Hugging Face names them (model.layers.N....); KV
+// caches are `amk.kv.layers.N.{k,v}` ([n_kv_heads, context, head_dim], bf16). Weights and
+// caches are seeded random by default, or read from a .safetensors file (whose header is
+// checked against the preset here, without reading the data).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "program/program.hpp"
+
+namespace amk::gen {
+
+struct LlamaConfig {
+  std::string preset;
+  uint32_t hidden = 0;
+  uint32_t layers = 0;
+  uint32_t heads = 0;
+  uint32_t kv_heads = 0;
+  uint32_t head_dim = 0;
+  uint32_t ffn = 0;
+  uint32_t vocab = 0;
+  double rope_theta = 500000.0;
+  double rope_factor = 32.0;  // llama3 scaling; 0 = plain rope
+  double rope_low_freq = 1.0;
+  double rope_high_freq = 4.0;
+  uint32_t rope_original_max = 8192;
+  double rms_eps = 1e-5;
+  bool tied_embeddings = false;
+  uint32_t default_context = 1024;
+};
+
+// Preset by name (tiny, llama-3.2-1b, llama-3.1-8b); nullopt if unknown.
+[[nodiscard]] std::optional<LlamaConfig> llama_preset(std::string_view name);
+[[nodiscard]] std::vector<std::string> llama_preset_names();
+
+// Split target used when no grid is given (the H200's SM count).
+inline constexpr uint32_t kDefaultSplitTarget = 132;
+
+struct LlamaOptions {
+  std::string preset = "tiny";
+  std::optional<uint32_t> layers;   // override the preset's layer count
+  std::optional<uint32_t> context;  // KV length incl. the new token (position = context - 1)
+  uint64_t seed = 0;
+  int64_t token = 1;                // input token id
+  uint32_t grid = 0;                // 0: launch grid auto, amk schedules; else grid + queues
+};
+
+// One tensor the program reads from weights (or the KV prefill), under its file name.
+enum class TensorRole : uint8_t { weight, norm, kv_cache };
+struct TensorSpec {
+  std::string name;  // HF name, or amk.kv.layers.N.{k,v}
+  DType dtype = DType::bf16;
+  std::vector<uint64_t> shape;
+  TensorRole role = TensorRole::weight;
+  [[nodiscard]] uint64_t elements() const;
+};
+
+// Every tensor of the model (weights in HF order, then the KV caches), for a resolved config.
+[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context);
+
+// Config after applying the options (layer override); validates the options (Error kind
+// usage, code usage.gen.*).
+struct ResolvedLlama {
+  LlamaConfig cfg;
+  uint32_t context = 0;
+};
+[[nodiscard]] ResolvedLlama resolve_llama(const LlamaOptions& options);
+
+// The program, with seeded random weights and KV prefill.
+[[nodiscard]] Program generate_llama(const LlamaOptions& options);
+
+// ---- safetensors ----
+struct SafetensorsEntry {
+  std::string dtype;  // as in the file: BF16, F16, F32, ...
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0, end = 0;
+};
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsEntry> tensors;
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // byte offset of the data section
+};
+// Reads and parses only the header (Error kind io for a missing/unreadable file, program
+// code gen.weights.* for a malformed one).
+[[nodiscard]] SafetensorsHeader read_safetensors_header(const std::filesystem::path& file);
+
+// Points the program's weight buffers (and, when the file has them, the KV caches) at tensors
+// of `file`, after checking names, dtypes and shapes against the program. `program_path` is
+// the path as the program will store it (relative to the program's folder). Tied presets use
+// the embedding for lm_head. Throws program error gen.weights.* naming the tensor.
+void use_safetensors(Program& program, const SafetensorsHeader& header,
+                     const std::string& program_path, bool require_kv);
+
+// Metadata the generator stores in a written weights file (`amk.config`: JSON text with the
+// config, context, token and position), for the numpy check and the PyTorch baseline.
+[[nodiscard]] std::string llama_config_json(const ResolvedLlama& r, const LlamaOptions& options);
+
+// Safetensors header for the given tensors (in order, contiguous), with metadata; returns the
+// full header block (8-byte length + JSON padded to 8 bytes) and fills the data offsets.
+[[nodiscard]] std::vector<std::byte> safetensors_header_bytes(
+    const std::vector<TensorSpec>& tensors, const std::map<std::string, std::string>& metadata);
+
+// --write-weights: materializes every weight and KV cache buffer of `program` (seeded random)
+// and writes them, in llama_tensors order, into `file` (streamed to a temporary file beside it,
+// then renamed), with `amk.config` metadata; then points the program at the file
+// (`program_path`: the file as the program names it). `threads`: buffers materialized at once.
+void write_llama_safetensors(Program& program, const ResolvedLlama& r, const LlamaOptions& options,
+                             const std::filesystem::path& file, const std::string& program_path,
+                             unsigned threads = 0);
+
+}  // namespace amk::gen

@@ -1,0 +1,308 @@
+// amk gen llama: the generated decode-step program (structure, counts, byte totals, options,
+// safetensors weights) and, where the ops exist, a CPU run of the tiny preset.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <unistd.h>
+
+#include "backend/cpu_backend.hpp"
+#include "backend/host_data.hpp"
+#include "core/error.hpp"
+#include "gen/llama.hpp"
+#include "io/load.hpp"
+#include "ops/registry.hpp"
+#include "plan/plan.hpp"
+#include "verify/verify.hpp"
+
+using namespace amk;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::map<std::string, uint64_t> count_ops(const Program& p) {
+  std::map<std::string, uint64_t> m;
+  for (const auto& in : p.instructions) ++m[op_name(p, in.op)];
+  return m;
+}
+
+struct Bytes {
+  uint64_t weights = 0, kv = 0;
+};
+Bytes byte_totals(const Program& p) {
+  Bytes b;
+  for (const auto& buf : p.buffers) {
+    if (buf.name.rfind("amk.kv.", 0) == 0) b.kv += buf.bytes();
+    else if (buf.name.rfind("model.", 0) == 0 || buf.name == "lm_head.weight") b.weights += buf.bytes();
+  }
+  return b;
+}
+
+// Weight bytes from the model's shape (bf16): embedding, per layer 2 norms + q,k,v,o + 3 MLP
+// matrices, the final norm, and an untied lm_head.
+uint64_t weight_formula(const gen::LlamaConfig& c) {
+  const uint64_t H = c.hidden, Q = uint64_t{c.heads} * c.head_dim,
+                 KV = uint64_t{c.kv_heads} * c.head_dim, F = c.ffn, V = c.vocab;
+  const uint64_t per_layer = 2 * H + Q * H + 2 * KV * H + H * Q + 3 * F * H;
+  return 2 * (V * H + c.layers * per_layer + H + (c.tied_embeddings ? 0 : V * H));
+}
+
+bool have_llama_ops() {
+  return find_op("rope") && find_op("kv_append") && find_op("attention_decode") &&
+         find_op("attention_combine");
+}
+
+ErrorKind kind_of(const std::function<void()>& f, std::string* code = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (code) *code = e.code();
+    return e.kind();
+  }
+  FAIL("no error thrown");
+  return ErrorKind::internal;
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("amk_test_gen_" + std::to_string(::getpid()));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("presets") {
+  const auto one = gen::llama_preset("llama-3.2-1b");
+  REQUIRE(one);
+  CHECK(one->hidden == 2048);
+  CHECK(one->tied_embeddings);
+  CHECK(weight_formula(*one) == 2471628800ull);  // the 2.47 GB of BENCH.md
+  const auto eight = gen::llama_preset("llama-3.1-8b");
+  REQUIRE(eight);
+  CHECK(!eight->tied_embeddings);
+  CHECK(eight->rope_factor == 8.0);
+  CHECK(weight_formula(*eight) == 16060522496ull);  // 8.03 B parameters
+  CHECK(!gen::llama_preset("llama-4"));
+}
+
+TEST_CASE("bad options are rejected") {
+  auto gen_with = [](gen::LlamaOptions o) { return [o] { (void)gen::generate_llama(o); }; };
+  std::string code;
+  gen::LlamaOptions o;
+  o.preset = "gpt2";
+  CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.preset");
+  o = {};
+  o.layers = 0;
+  CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.layers");
+  o = {};
+  o.context = 0;
+  CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.context");
+  o = {};
+  o.token = 512;  // tiny vocab is 512
+  CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.token");
+  o.token = -1;
+  CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+}
+
+TEST_CASE("byte totals of every preset match the formula") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  for (const std::string preset : {"tiny", "llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    gen::LlamaOptions o;
+    o.preset = preset;
+    o.context = 1024;
+    const Program p = gen::generate_llama(o);
+    const auto c = *gen::llama_preset(preset);
+    const Bytes b = byte_totals(p);
+    CHECK(b.weights == weight_formula(c));
+    CHECK(b.kv == uint64_t{c.layers} * 2 * c.kv_heads * 1024 * c.head_dim * 2);
+  }
+}
+
+TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  const Program p = gen::generate_llama(o);
+  const Program back = parse_json_program(program_to_json(p));
+  CHECK(back == p);
+  CHECK(parse_amkb_program(program_to_amkb(p)) == p);
+  const VerifySummary s = verify(back);
+  CHECK(s.critical_path > 0);
+  CHECK(!p.queues);
+  CHECK(p.launch.grid == 0);
+
+  // tiny: H 128, 4 heads / 2 kv heads of 32, ffn 256, vocab 512, context 16, split for 132.
+  // qkv rows 256 -> chunks of 4: q 32 + k 16 + v 16; o 128/4 = 32; gate+up 512 -> 4: 64 + 64;
+  // down 32; lm_head 512 -> 4: 128. Attention: chunks of 8 positions -> 2 per kv head.
+  const auto n = count_ops(p);
+  CHECK(n.at("embedding") == 1);
+  CHECK(n.at("rmsnorm") == 2 * 2 + 1);
+  CHECK(n.at("gemv") == 2 * (64 + 32 + 128 + 32) + 128);
+  CHECK(n.at("rope") == 2 * 2);
+  CHECK(n.at("kv_append") == 2 * 2);
+  CHECK(n.at("attention_decode") == 2 * 2 * 2);
+  CHECK(n.at("attention_combine") == 2 * 2);
+  CHECK(n.at("silu_mul") == 2);
+  CHECK(n.at("argmax") == 1);
+  CHECK(n.size() == 9);
+
+  // Counters: one per produced tensor per layer, each wait asking for all its producers.
+  std::vector<uint64_t> signals(p.counters.size(), 0);
+  for (const auto& in : p.instructions)
+    for (const auto& sg : in.signals) signals[sg.counter] += sg.add;
+  for (const auto& in : p.instructions)
+    for (const auto& w : in.waits) CHECK(w.value == signals[w.counter]);
+}
+
+TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  o.preset = "llama-3.2-1b";
+  o.context = 1024;
+  const Program p = gen::generate_llama(o);
+  const auto n = count_ops(p);
+  // qkv 3072 rows -> 24: q 86 + k 22 + v 22; o 2048 -> 16: 128; gate+up 16384 -> 128: 64 + 64;
+  // down 128; lm_head 128256 -> 972: 132. Attention: 64 positions a chunk, 16 per kv head.
+  CHECK(n.at("gemv") == 16 * (130 + 128 + 128 + 128) + 132);
+  CHECK(n.at("attention_decode") == 16 * 8 * 16);
+  CHECK(n.at("attention_combine") == 16 * 8);
+  CHECK(n.at("rmsnorm") == 33);
+  CHECK(p.instructions.size() == 10647);
+  verify(p);
+}
+
+TEST_CASE("tiny with a fixed grid writes queues that verify") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  o.grid = 8;
+  o.context = 40;
+  const Program p = gen::generate_llama(o);
+  REQUIRE(p.queues);
+  CHECK(p.queues->size() == 8);
+  CHECK(p.launch.grid == 8);
+  verify(parse_json_program(program_to_json(p)));
+}
+
+TEST_CASE("weights from safetensors: header checked against the preset") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  TempDir dir;
+  gen::LlamaOptions o;
+  const auto r = gen::resolve_llama(o);
+  std::vector<gen::TensorSpec> t = gen::llama_tensors(r.cfg, r.context);
+  t.resize(t.size() - 2 * r.cfg.layers);  // weights only: the KV prefill stays random
+  auto write = [&](const std::vector<gen::TensorSpec>& tensors, const fs::path& path) {
+    const auto header = gen::safetensors_header_bytes(tensors, {});
+    uint64_t data = 0;
+    for (const auto& s : tensors) data += s.elements() * dtype_size(s.dtype);
+    std::ofstream f(path, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(header.data()), header.size());
+    std::string zeros(data, '\0');
+    f.write(zeros.data(), zeros.size());
+  };
+  write(t, dir.path / "good.safetensors");
+  Program p = gen::generate_llama(o);
+  gen::use_safetensors(p, gen::read_safetensors_header(dir.path / "good.safetensors"),
+                       "good.safetensors", false);
+  for (const auto& b : p.buffers) {
+    if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight") {
+      CHECK(b.init.kind == InitKind::safetensors);
+      CHECK(b.init.tensor == b.name);
+    }
+    if (b.name.rfind("amk.kv.", 0) == 0) CHECK(b.init.kind == InitKind::random);
+  }
+  verify(p);
+
+  std::string code;
+  auto bad = t;
+  bad[2].shape = {64, 100};  // q_proj of layer 0
+  write(bad, dir.path / "bad_shape.safetensors");
+  Program p2 = gen::generate_llama(o);
+  CHECK(kind_of([&] {
+          gen::use_safetensors(p2, gen::read_safetensors_header(dir.path / "bad_shape.safetensors"),
+                               "bad_shape.safetensors", false);
+        }, &code) == ErrorKind::program);
+  CHECK(code == "gen.weights.shape");
+  auto missing = t;
+  missing.pop_back();  // lm_head.weight (tiny is untied)
+  write(missing, dir.path / "missing.safetensors");
+  CHECK(kind_of([&] {
+          gen::use_safetensors(p2, gen::read_safetensors_header(dir.path / "missing.safetensors"),
+                               "missing.safetensors", false);
+        }, &code) == ErrorKind::program);
+  CHECK(code == "gen.weights.missing");
+  CHECK(kind_of([&] { (void)gen::read_safetensors_header(dir.path / "nope.safetensors"); }) ==
+        ErrorKind::io);
+}
+
+TEST_CASE("tiny: --write-weights, then a CPU run from the file matches the random program") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  TempDir dir;
+  gen::LlamaOptions o;
+  o.seed = 7;
+  const auto r = gen::resolve_llama(o);
+  const Program random = gen::generate_llama(o);
+  Program p = random;
+  gen::write_llama_safetensors(p, r, o, dir.path / "w.safetensors", "w.safetensors", 2);
+  const auto header = gen::read_safetensors_header(dir.path / "w.safetensors");
+  CHECK(header.tensors.size() == gen::llama_tensors(r.cfg, r.context).size());
+  CHECK(header.metadata.count("amk.config") == 1);
+  p.base_dir = dir.path.string();
+  verify(p);
+  // Same numbers from the file as from the seeded inits.
+  for (uint32_t i = 0; i < p.buffers.size(); ++i) {
+    if (p.buffers[i].init.kind != InitKind::safetensors) continue;
+    CAPTURE(p.buffers[i].name);
+    CHECK(materialize_buffer(p, i) == materialize_buffer(random, i));
+  }
+
+  HostBuffers a = materialize_all(p), b = materialize_all(random);
+  run_cpu(p, make_plan(p), a);
+  run_cpu(random, make_plan(random), b);
+  uint32_t next = 0, logits = 0;
+  for (uint32_t i = 0; i < p.buffers.size(); ++i) {
+    if (p.buffers[i].name == "next_token") next = i;
+    if (p.buffers[i].name == "act.logits") logits = i;
+  }
+  CHECK(a.data[logits] == b.data[logits]);
+  int32_t tok = -1;
+  std::memcpy(&tok, a.data[next].data(), 4);
+  CHECK(tok >= 0);
+  CHECK(tok < 512);
+  float l0 = 0;
+  std::memcpy(&l0, a.data[logits].data(), 4);
+  CHECK(std::isfinite(l0));
+}

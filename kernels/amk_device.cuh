@@ -57,9 +57,11 @@ struct amk_tma_gemv_geom {
 
 // What the block knows about itself; lives in shared memory so ops can stop the block.
 struct amk_block_state {
-  uint32_t stop;          // nonzero: return after the current instruction
+  uint32_t stop;                  // nonzero: return after the current instruction
   uint32_t reserved;
-  uint64_t block_start;   // %globaltimer at entry (watchdog origin)
+  uint64_t block_start;           // %globaltimer at entry (watchdog origin)
+  const amk_buffer_t* buffers;    // prog.buffers, for amk_operand
+  uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
 };
 __shared__ amk_block_state amk_state;
 
@@ -78,11 +80,26 @@ __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
+// Acquire only: on sm_90 this is an L1 invalidation (CCTL), where fence.acq_rel.gpu also
+// drains the memory pipeline (MEMBAR.GPU) -- the hop's dominant cost besides the L2 trips.
 __device__ __forceinline__ void amk_fence_acquire() {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+  asm volatile("fence.acquire.gpu;" ::: "memory");
 }
 __device__ __forceinline__ void amk_red_release(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+// Read-only (non-coherent) loads: instructions, queue items and the buffer table never change
+// during a launch.
+__device__ __forceinline__ uint32_t amk_ldg_nc(const void* p) {
+  uint32_t v;
+  asm("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void amk_ldg_nc2(const void* p, uint32_t& a, uint32_t& b) {
+  asm("ld.global.nc.v2.u32 {%0, %1}, [%2];" : "=r"(a), "=r"(b) : "l"(p));
+}
+__device__ __forceinline__ void amk_prefetch_l1(const void* p) {
+  asm volatile("prefetch.global.L1 [%0];" ::"l"(p));
 }
 __device__ __forceinline__ uint32_t amk_smem_addr(const void* p) {
   uint32_t a;
@@ -151,32 +168,22 @@ __device__ __forceinline__ long long amk_f2ll_sat(float v, long long lo, long lo
 }
 
 // ---- operands ----
-// The VM keeps, next to each instruction in shared memory, copies of the buffer-table entries
-// its operands name, so an op resolves an operand without a global load.
-struct amk_slot {
-  amk_instruction_t ins;  // first member: &slot == &slot.ins
-  amk_buffer_t bufs[AMK_MAX_OPERANDS];
-  uint32_t queue_pos;     // position of the instruction in this block's queue
-  uint32_t pass;          // 1-based pass of a multi-iteration launch (waits need value * pass)
-  uint32_t reserved[2];
-};
-__device__ __forceinline__ const amk_slot& amk_slot_of(const amk_instruction_t& ins) {
-  return *reinterpret_cast<const amk_slot*>(&ins);
-}
+// The instruction an op receives is the one in global memory (read through L1); the VM does not
+// stage it. Operands resolve through the buffer table (global, read-only, L1-resident).
 
 // Stops the launch: the first block to raise the abort flag records what it saw in host-mapped
 // memory (fields first, status last, each made visible to the host); this block stops either way.
-// Called by one thread; `ins` is the VM's shared-memory copy of the running instruction.
-__device__ __noinline__ void amk_raise(const amk_device_program_t& prog,
-                                       const amk_instruction_t& ins, uint32_t status,
-                                       uint32_t counter, uint32_t have, uint32_t need,
-                                       uint64_t elapsed_ns, uint32_t detail) {
-  amk_state.stop = 1;
+// Called by one thread; `queue_pos` is the running instruction's position in this block's queue.
+__device__ __noinline__ void amk_raise_at(const amk_device_program_t& prog,
+                                          const amk_instruction_t& ins, uint32_t queue_pos,
+                                          uint32_t status, uint32_t counter, uint32_t have,
+                                          uint32_t need, uint64_t elapsed_ns, uint32_t detail) {
+  *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
   if (atomicCAS(prog.abort_flag, 0u, 1u) != 0u) return;
   if (prog.diag == nullptr) return;
   volatile amk_diag_t* d = prog.diag;
   d->block = blockIdx.x;
-  d->queue_pos = amk_slot_of(ins).queue_pos;
+  d->queue_pos = queue_pos;
   d->instruction = ins.index;
   d->op = ins.op;
   d->counter = counter;
@@ -187,6 +194,15 @@ __device__ __noinline__ void amk_raise(const amk_device_program_t& prog,
   __threadfence_system();
   d->status = status;
   __threadfence_system();
+}
+
+// From inside an op (the VM recorded the op's queue position for the calling warp).
+__device__ __forceinline__ void amk_raise(const amk_device_program_t& prog,
+                                          const amk_instruction_t& ins, uint32_t status,
+                                          uint32_t counter, uint32_t have, uint32_t need,
+                                          uint64_t elapsed_ns, uint32_t detail) {
+  amk_raise_at(prog, ins, amk_state.queue_pos[threadIdx.x / kAmkWarpSize], status, counter, have,
+               need, elapsed_ns, detail);
 }
 
 // An op found invalid data: one thread calls this; the block stops after the instruction.
@@ -202,21 +218,24 @@ struct amk_view {
   __device__ __forceinline__ bool present() const { return ptr != nullptr; }
 };
 
-// Operand k of an instruction that the VM holds in shared memory.
+// Operand k of the running instruction.
 __device__ __forceinline__ amk_view amk_operand(const amk_instruction_t& ins, uint32_t k) {
-  const amk_slot& slot = amk_slot_of(ins);
   const amk_operand_t& o = ins.operands[k];
   amk_view v;
-  if (k >= ins.n_operands || o.buffer == AMK_NO_BUFFER) {
+  const uint32_t buffer = o.buffer;
+  if (k >= ins.n_operands || buffer == AMK_NO_BUFFER) {
     v.ptr = nullptr;
     v.n = 0;
     v.dtype = AMK_DTYPE_F32;
     return v;
   }
-  const amk_buffer_t& b = slot.bufs[k];
-  v.dtype = b.dtype;
+  const amk_buffer_t* b = amk_state.buffers + buffer;
+  uint32_t lo, hi;
+  amk_ldg_nc2(&b->address, lo, hi);
+  v.dtype = amk_ldg_nc(&b->dtype);
   v.n = o.extent;
-  v.ptr = reinterpret_cast<unsigned char*>(b.address) + o.offset * amk_dtype_size(b.dtype);
+  v.ptr = reinterpret_cast<unsigned char*>((static_cast<uint64_t>(hi) << 32) | lo) +
+          o.offset * amk_dtype_size(v.dtype);
   return v;
 }
 

@@ -1,17 +1,23 @@
 // The persistent VM: one block per queue, each walking its instructions (`iterations` times),
 // waiting on and signalling the monotonic counters, dispatching to the ops compiled in.
 //
-// Instruction fetch never sits on the critical path. Warp 0 runs a software pipeline with
-// cp.async (global -> shared, no registers held while the op runs), D = AMK_FETCH_DEPTH steps
-// per stage:
-//   step p issues:  queue item p+3D -> ring;  instruction p+2D -> slot;  buffer-table entries of
-//                   instruction p+D's operands -> its slot
-// and before the barrier that ends step p waits only for the group issued D-1 steps earlier
-// (cp.async.wait_group D-1). Every fetch therefore has D steps to land, so a memory round trip
-// (~0.5-1 us from HBM) overlaps D instructions instead of stalling each one.
+// Fetch. Nothing is staged in shared memory. Every warp walks the queue on its own, in windows
+// of kAmkWindow = 32 * AMK_VM_SUBS steps: lane l holds, for sub-window j, the packed header
+// (op, n_waits, n_signals) and the instruction index of step base + 32 j + l, in registers. The
+// headers of window w + 1 (ld.global.nc, 8 bytes each) and the queue items of window w + 2 are
+// loaded when window w starts, so each load has a whole window (64+ steps) to land, and a
+// ballot turns each sub-window into a mask of the steps that need work. A step whose
+// instruction is a plain nop (no waits, no signals) costs a bit test; any other step shuffles
+// its header and index out of the owning lane, and the op reads the instruction in global
+// memory through L1 (the line of the header is already there; the second line is prefetched
+// when the header lands).
 //
-// Per instruction: [waits: lanes of warp 0 spin, one per wait; barrier] op; barrier; [signals:
-// lanes of warp 0, one per signal]. An instruction without waits costs one barrier.
+// Order. Waits: lanes of warp 0 poll (one per wait), then a barrier (acquire for the block,
+// stop check). A data op is preceded by a barrier when an earlier data op of this block has not
+// been followed by one yet (`dirty`), so it sees that op's stores and its scratch is free; a
+// signal is preceded by one when the block is dirty, then lanes of warp 0 red.release (one per
+// signal). Plain nops need no barrier, so warps may drift apart across them. The stop flag
+// (raised by an op or a wait) is checked at every barrier.
 #ifndef AMK_VM_CUH
 #define AMK_VM_CUH
 
@@ -22,96 +28,27 @@
 #include "amk_ops_gemv.cuh"
 #include "amk_ops_misc.cuh"
 
-#ifndef AMK_FETCH_DEPTH
-#define AMK_FETCH_DEPTH 8
+// Sub-windows of 32 steps held per lane (lookahead of a load: one window).
+#ifndef AMK_VM_SUBS
+#define AMK_VM_SUBS 2
 #endif
-constexpr uint32_t kAmkDepth = AMK_FETCH_DEPTH;
-constexpr uint32_t kAmkSlots = 2 * kAmkDepth + 1;  // instructions p .. p+2D resident
-constexpr uint32_t kAmkItemRing = 4 * kAmkDepth;   // >= 3D: the prologue holds items [0, 3D)
-constexpr uint32_t kAmkInsVectors = AMK_INSTRUCTION_BYTES / kAmkVectorBytes;  // 16
-constexpr uint32_t kAmkBufVectors = sizeof(amk_buffer_t) / kAmkVectorBytes;   // 2 per operand
-constexpr uint32_t kAmkBufThread0 = kAmkInsVectors;                            // lanes 16..27
-constexpr uint32_t kAmkItemThread = kAmkBufThread0 + AMK_MAX_OPERANDS * kAmkBufVectors;  // 28
-static_assert(kAmkItemThread + 1 < kAmkWarpSize, "prefetch roles must fit in warp 0");
-static_assert((kAmkItemRing & (kAmkItemRing - 1)) == 0, "AMK_FETCH_DEPTH must be a power of 2");
-static_assert(kAmkDepth >= 1 && kAmkDepth <= 8, "cp.async.wait_group takes 0..7");
-static_assert(sizeof(amk_slot) % kAmkVectorBytes == 0, "slot must be whole 16-byte vectors");
+constexpr uint32_t kAmkSubs = AMK_VM_SUBS;
+constexpr uint32_t kAmkWindow = kAmkWarpSize * kAmkSubs;
+static_assert(kAmkSubs >= 1 && kAmkSubs <= 8, "AMK_VM_SUBS in [1, 8]");
 static_assert(AMK_MAX_WAITS <= kAmkWarpSize && AMK_MAX_SIGNALS <= kAmkWarpSize, "wait lanes");
+constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 
-__shared__ amk_slot amk_slots[kAmkSlots];
-__shared__ uint32_t amk_items[kAmkItemRing];
 __shared__ __align__(16) unsigned char amk_scratch[AMK_SCRATCH_BYTES];
 
-__device__ __forceinline__ void amk_cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(amk_smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void amk_cp_async4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(amk_smem_addr(dst)), "l"(src)
-               : "memory");
-}
-__device__ __forceinline__ void amk_cp_async_commit() {
-  asm volatile("cp.async.commit_group;" ::: "memory");
-}
-// Everything but the groups of the last D-1 steps has landed.
-__device__ __forceinline__ void amk_cp_async_wait_lagged() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kAmkDepth - 1) : "memory");
-}
-__device__ __forceinline__ void amk_cp_async_wait_all() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
-}
-
-// Where a block is in its walk: step p covers queue position p % len of pass p / len + 1.
-struct amk_walk {
-  uint32_t begin;  // first queue item of this block
-  uint32_t len;    // queue length
-  uint32_t total;  // len * iterations
-};
-
-__device__ __forceinline__ uint32_t amk_slot_index(uint32_t p) { return p % kAmkSlots; }
-
-// Buffer-table entry half `v` (0 .. 11) of `slot`'s operands.
-__device__ __forceinline__ void amk_fetch_buffer(const amk_device_program_t& prog, amk_slot& slot,
-                                                 uint32_t v, bool async) {
-  const uint32_t k = v / kAmkBufVectors;
-  const uint32_t half = v % kAmkBufVectors;
-  const amk_operand_t& o = slot.ins.operands[k];
-  if (k >= slot.ins.n_operands || o.buffer == AMK_NO_BUFFER || o.buffer >= prog.n_buffers) return;
-  const unsigned char* src =
-      reinterpret_cast<const unsigned char*>(prog.buffers + o.buffer) + half * kAmkVectorBytes;
-  unsigned char* dst = reinterpret_cast<unsigned char*>(&slot.bufs[k]) + half * kAmkVectorBytes;
-  if (async)
-    amk_cp_async16(dst, src);
-  else
-    *reinterpret_cast<amk_vec16*>(dst) = amk_ld16(src);
-}
-
-// Queue position and pass of step p.
-__device__ __forceinline__ void amk_set_slot_meta(amk_slot& slot, const amk_walk& walk, uint32_t p) {
-  slot.queue_pos = p % walk.len;
-  slot.pass = p / walk.len + 1;
-}
-
-// Warp 0, before the waits of step p: start the fetches described at the top of this file.
-__device__ __forceinline__ void amk_prefetch(const amk_device_program_t& prog, const amk_walk& walk,
-                                             uint32_t p, uint32_t lane) {
-  const uint32_t pi = p + 3 * kAmkDepth, pn = p + 2 * kAmkDepth, pb = p + kAmkDepth;
-  if (lane == kAmkItemThread && pi < walk.total)
-    amk_cp_async4(&amk_items[pi % kAmkItemRing], prog.queue_items + walk.begin + pi % walk.len);
-  if (lane < kAmkInsVectors && pn < walk.total) {
-    const uint32_t item = amk_items[pn % kAmkItemRing];
-    amk_cp_async16(reinterpret_cast<unsigned char*>(&amk_slots[amk_slot_index(pn)]) +
-                       lane * kAmkVectorBytes,
-                   reinterpret_cast<const unsigned char*>(prog.instructions + item) +
-                       lane * kAmkVectorBytes);
-  }
-  if (pb < walk.total) {
-    amk_slot& slot = amk_slots[amk_slot_index(pb)];
-    if (lane >= kAmkBufThread0 && lane < kAmkItemThread)
-      amk_fetch_buffer(prog, slot, lane - kAmkBufThread0, true);
-    if (lane == kAmkItemThread + 1) amk_set_slot_meta(slot, walk, pb);
-  }
-  amk_cp_async_commit();
+// Packed header: op in bits 0-15, n_waits in 16-19, n_signals in 20-23; 0 = plain nop.
+__device__ __forceinline__ uint32_t amk_pack_header(uint32_t w0, uint32_t w1) {
+  const uint32_t n_waits = min(w0 >> 24, static_cast<uint32_t>(AMK_MAX_WAITS));
+  const uint32_t n_signals = min(w1 & 0xFFu, static_cast<uint32_t>(AMK_MAX_SIGNALS));
+  uint32_t h = (w0 & 0xFFFFu) | (n_waits << 16) | (n_signals << 20);
+#ifdef AMK_TRACE
+  h |= 0x80000000u;  // every instruction is traced: none is skipped as a plain nop
+#endif
+  return h;
 }
 
 // Runs the op of `ins`; false if the op is not compiled in (reported, block stops).
@@ -161,6 +98,18 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
 #if AMK_USE_OP_EMBEDDING
     case 11: amk_op_embedding(prog, ins, amk_scratch); break;
 #endif
+#if AMK_USE_OP_ROPE
+    case 12: amk_op_rope(prog, ins, amk_scratch); break;
+#endif
+#if AMK_USE_OP_KV_APPEND
+    case 13: amk_op_kv_append(prog, ins, amk_scratch); break;
+#endif
+#if AMK_USE_OP_ATTENTION_DECODE
+    case 14: amk_op_attention_decode(prog, ins, amk_scratch); break;
+#endif
+#if AMK_USE_OP_ATTENTION_COMBINE
+    case 15: amk_op_attention_combine(prog, ins, amk_scratch); break;
+#endif
 #ifdef AMK_CUSTOM_DISPATCH
     AMK_CUSTOM_DISPATCH(prog, ins, amk_scratch)
 #endif
@@ -179,83 +128,138 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     ) {
   if (blockIdx.x >= prog.n_queues) return;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
-  const bool warp0 = threadIdx.x < kAmkWarpSize;
-  amk_walk walk;
-  walk.begin = prog.queue_offsets[blockIdx.x];
-  walk.len = prog.queue_offsets[blockIdx.x + 1] - walk.begin;
-  walk.total = walk.len * (prog.iterations > 0 ? prog.iterations : 1u);
-  if (walk.len == 0) return;
+  const uint32_t warp = threadIdx.x / kAmkWarpSize;
+  const uint32_t begin = prog.queue_offsets[blockIdx.x];
+  const uint32_t len = prog.queue_offsets[blockIdx.x + 1] - begin;
+  const uint32_t total = len * (prog.iterations > 0 ? prog.iterations : 1u);
+  if (len == 0) return;
+  const uint32_t* items = prog.queue_items + begin;
 
-  // Prologue (whole block, plain loads): items [0, 3D), instructions [0, 2D), operands of
-  // instructions [0, D) -- what steps 0 .. D-1 would otherwise have fetched.
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
     amk_state.block_start = amk_globaltimer();
+    amk_state.buffers = prog.buffers;
   }
-  for (uint32_t i = threadIdx.x; i < 3 * kAmkDepth && i < walk.total; i += AMK_BLOCK_THREADS)
-    amk_items[i % kAmkItemRing] = prog.queue_items[walk.begin + i % walk.len];
-  __syncthreads();
-  for (uint32_t i = threadIdx.x; i < 2 * kAmkDepth * kAmkInsVectors; i += AMK_BLOCK_THREADS) {
-    const uint32_t q = i / kAmkInsVectors, v = i % kAmkInsVectors;
-    if (q >= walk.total) break;
-    reinterpret_cast<amk_vec16*>(&amk_slots[amk_slot_index(q)])[v] =
-        amk_ld16(reinterpret_cast<const unsigned char*>(prog.instructions +
-                                                        amk_items[q % kAmkItemRing]) +
-                 v * kAmkVectorBytes);
-  }
-  __syncthreads();
-  constexpr uint32_t kBufHalves = AMK_MAX_OPERANDS * kAmkBufVectors;
-  for (uint32_t i = threadIdx.x; i < kAmkDepth * kBufHalves; i += AMK_BLOCK_THREADS) {
-    const uint32_t q = i / kBufHalves;
-    if (q >= walk.total) break;
-    amk_fetch_buffer(prog, amk_slots[amk_slot_index(q)], i % kBufHalves, false);
-    if (i % kBufHalves == 0) amk_set_slot_meta(amk_slots[amk_slot_index(q)], walk, q);
-  }
-  __syncthreads();
 
-  for (uint32_t p = 0; p < walk.total; ++p) {
-    const amk_slot& slot = amk_slots[amk_slot_index(p)];
-    const amk_instruction_t& ins = slot.ins;
-    if (warp0) {
-      __syncwarp();  // every lane is done with the slot this step refills
-      amk_prefetch(prog, walk, p, lane);
-    }
-    const uint32_t n_waits = ins.n_waits;
-    if (n_waits != 0) {
-      if (threadIdx.x < n_waits) {
-        const amk_wait_t& w = ins.waits[threadIdx.x];
-        if (!amk_wait(prog, ins, w.counter, w.value * slot.pass)) amk_state.stop = 1;
+  // Window registers (see the top of this file). Sub-window j of the current window: packed
+  // header cur[j], instruction index itc[j], mask m[j]; window + 1: raw header words hw0/hw1 and
+  // indices itn; window + 2: indices itnn.
+  uint32_t cur[kAmkSubs], itc[kAmkSubs], m[kAmkSubs];
+  uint32_t hw0[kAmkSubs], hw1[kAmkSubs], itn[kAmkSubs], itnn[kAmkSubs];
+  // Queue item of step s (kAmkNoItem past the end).
+  auto load_item = [&](uint32_t s) -> uint32_t {
+    return s < total ? amk_ldg_nc(items + (s < len ? s : s % len)) : kAmkNoItem;
+  };
+  auto load_header = [&](uint32_t item, uint32_t& w0, uint32_t& w1) {
+    w0 = 0;
+    w1 = 0;
+    if (item != kAmkNoItem) amk_ldg_nc2(prog.instructions + item, w0, w1);
+  };
+#pragma unroll
+  for (uint32_t j = 0; j < kAmkSubs; ++j) {
+    itn[j] = load_item(kAmkWarpSize * j + lane);
+    itnn[j] = load_item(kAmkWindow + kAmkWarpSize * j + lane);
+  }
+#pragma unroll
+  for (uint32_t j = 0; j < kAmkSubs; ++j) load_header(itn[j], hw0[j], hw1[j]);
+  __syncthreads();  // amk_state
+
+  uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
+  bool dirty = false;                // a data op ran since the last barrier
+  uint32_t p = 0;
+  for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
+    if (p != 0) {
+      q_sub += kAmkWarpSize;
+      if (q_sub >= len) {
+        pass_sub += q_sub / len;
+        q_sub %= len;
       }
-      __syncthreads();
-      if (amk_state.stop) {
-        if (warp0) amk_cp_async_wait_all();
-        return;
+    }
+    if ((p & (kAmkWindow - 1)) == 0) {
+      // Window p / kAmkWindow starts: its headers landed; start window + 1's headers and
+      // window + 2's items.
+#pragma unroll
+      for (uint32_t j = 0; j < kAmkSubs; ++j) {
+        cur[j] = amk_pack_header(hw0[j], hw1[j]);
+        itc[j] = itn[j];
+        m[j] = __ballot_sync(kAmkFullMask, cur[j] != 0);
+        if (cur[j] != 0 && itc[j] != kAmkNoItem)
+          amk_prefetch_l1(reinterpret_cast<const unsigned char*>(prog.instructions + itc[j]) +
+                          128);
+        itn[j] = itnn[j];
+        load_header(itn[j], hw0[j], hw1[j]);
+        itnn[j] = load_item(p + 2 * kAmkWindow + kAmkWarpSize * j + lane);
+      }
+    } else {
+#pragma unroll
+      for (uint32_t j = 0; j + 1 < kAmkSubs; ++j) {
+        cur[j] = cur[j + 1];
+        itc[j] = itc[j + 1];
+        m[j] = m[j + 1];
       }
     }
+    const uint32_t n = min(kAmkWarpSize, total - p);
+    uint32_t mask = m[0];
+    for (uint32_t l = 0; l < n; ++l, mask >>= 1) {
+      if ((mask & 1u) == 0) continue;  // a plain nop: nothing to do
+      // A step with work (warp-uniform).
+      const uint32_t h = __shfl_sync(kAmkFullMask, cur[0], l);
+      const uint32_t item = __shfl_sync(kAmkFullMask, itc[0], l);
+      uint32_t qpos = q_sub + l, pass = pass_sub;
+      if (qpos >= len) {
+        pass += qpos / len;
+        qpos %= len;
+      }
+      const amk_instruction_t& ins = prog.instructions[item];
+      const uint32_t op = h & 0xFFFFu;
+      const uint32_t n_waits = (h >> 16) & 0xFu;
+      const uint32_t n_signals = (h >> 20) & 0xFu;
+      const bool signaller = warp == 0 && lane < n_signals;
+      uint32_t sig_counter = 0, sig_add = 0;
+      if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
+      if (n_waits != 0) {
+        bool stop = *static_cast<volatile uint32_t*>(&amk_state.stop) != 0;
+        if (warp == 0 && lane < n_waits) {
+          uint32_t counter, value;
+          amk_ldg_nc2(&ins.waits[lane], counter, value);
+          if (!amk_wait(prog, ins, counter, value * pass, qpos)) stop = true;
+        }
+        if (__syncthreads_or(stop)) return;
+        dirty = false;
+      }
 #ifdef AMK_TRACE
-    const uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
+      const uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
 #endif
+      if (op != 0) {
+        if (dirty && __syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0))
+          return;
+        amk_state.queue_pos[warp] = qpos;
 #if AMK_TMA_GEMV
-    amk_dispatch(prog, ins, &tma);
+        amk_dispatch(prog, ins, &tma);
 #else
-    amk_dispatch(prog, ins);
+        amk_dispatch(prog, ins);
 #endif
-    if (warp0) amk_cp_async_wait_lagged();
-    __syncthreads();
-    if (amk_state.stop) {
-      if (warp0) amk_cp_async_wait_all();
-      return;
-    }
-    if (warp0) {
+        dirty = true;
+      }
 #ifdef AMK_TRACE
-      if (lane == 0 && prog.trace != nullptr) {
-        prog.trace[2ull * ins.index] = t_start;
-        prog.trace[2ull * ins.index + 1] = amk_globaltimer();
+      if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+      dirty = false;
+      if (threadIdx.x == 0 && prog.trace != nullptr) {
+        const uint32_t index = ins.index;
+        prog.trace[2ull * index] = t_start;
+        prog.trace[2ull * index + 1] = amk_globaltimer();
       }
 #endif
-      if (lane < ins.n_signals)
-        amk_red_release(prog.counters + ins.signals[lane].counter, ins.signals[lane].add);
+      if (n_signals != 0) {
+        if (dirty) {
+          if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+          dirty = false;
+        }
+        if (signaller) amk_red_release(prog.counters + sig_counter, sig_add);
+      }
     }
+    p += n;
+    if (p == total) break;
   }
 }
 

@@ -9,6 +9,9 @@
 - hop_<k>.json: a chain of k `nop`s, instruction i on block (i * 37) % 132 (consecutive steps on
   different SMs), each waiting for its predecessor's signal on its own counter.
   (t(k2) - t(k1)) / (k2 - k1) is the latency of one dependent hop between blocks.
+- gemv_8x4096x4096.json: eight independent 32 MiB bf16 matrices (256 MiB, past the 60 MiB L2)
+  streamed once per launch: achieved weight bandwidth = bytes / median launch time.
+- gemv_1x4096x4096.json: one 4096x4096 bf16 GEMV (BENCH.md target <= 9 us, L2 cold).
 """
 import json
 import os
@@ -45,6 +48,28 @@ def hop(k):
     return p
 
 
+def gemv_rotate(mats, rows, cols):
+    """`mats` independent bf16 matrices, each [rows, cols], each split into GRID row ranges: one
+    launch streams mats*rows*cols*2 bytes of weights once (far more than the 60 MiB L2)."""
+    p = base(f"gemv_{mats}x{rows}x{cols}", f"{mats} bf16 GEMVs of {rows}x{cols}, row ranges over {GRID} blocks")
+    p["launch"]["block"] = 256
+    p["buffers"] = [{"name": "x", "dtype": "f32", "shape": [cols], "init": {"kind": "random", "seed": 1}}]
+    ins = []
+    for m in range(mats):
+        p["buffers"].append({"name": f"w{m}", "dtype": "bf16", "shape": [rows, cols],
+                             "init": {"kind": "random", "seed": 100 + m, "distribution": "normal", "mean": 0, "std": 0.02}})
+        p["buffers"].append({"name": f"y{m}", "dtype": "f32", "shape": [rows], "output": True})
+        step = -(-rows // GRID)
+        step += (-step) % 8
+        for r0 in range(0, rows, step):
+            n = min(step, rows - r0)
+            ins.append({"op": "gemv", "operands": {"w": {"buffer": f"w{m}", "offset": r0 * cols, "extent": n * cols},
+                                                   "x": "x", "y": {"buffer": f"y{m}", "offset": r0, "extent": n}}})
+    p["instructions"] = ins
+    del p["launch"]["grid"]
+    return p
+
+
 def main():
     out = sys.argv[1]
     os.makedirs(out, exist_ok=True)
@@ -52,6 +77,8 @@ def main():
         json.dump(dispatch(n), open(os.path.join(out, f"dispatch_{n}.json"), "w"))
     for k in (500, 2500):
         json.dump(hop(k), open(os.path.join(out, f"hop_{k}.json"), "w"))
+    json.dump(gemv_rotate(8, 4096, 4096), open(os.path.join(out, "gemv_8x4096x4096.json"), "w"))
+    json.dump(gemv_rotate(1, 4096, 4096), open(os.path.join(out, "gemv_1x4096x4096.json"), "w"))
 
 
 if __name__ == "__main__":

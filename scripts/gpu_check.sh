@@ -95,6 +95,73 @@ print(f"amk run mlp_block, cached kernel, wall|{cli_ms} ms")
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
 
+echo "== GEMV bandwidth (weights past L2)"
+for f in gemv_8x4096x4096 gemv_1x4096x4096; do prof "$out/bench/$f.json" "$out/bench/$f.out.json"; done
+$py - "$out" <<'PY' > "$out/gemv_rows.txt"
+import json, os, sys
+out = sys.argv[1]
+for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
+    try:
+        j = json.load(open(os.path.join(out, "bench", name + ".out.json")))
+        ms = j["median_ms"]
+        gb = mats * 4096 * 4096 * 2 / 1e9
+        print(f"{name}: weights {gb * 1e3:.0f} MB (target >= 3.9 TB/s; 1x: <= 9 us)|median {ms * 1e3:.1f} us = {gb / ms:.2f} TB/s (spread {100 * j['rel_spread']:.1f}%)")
+    except Exception as e:
+        print(f"{name}|unavailable ({e})")
+PY
+while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/gemv_rows.txt"
+
+if [ "${AMK_DECODE:-1}" = 1 ]; then
+  echo "== Llama decode step (tiny vs numpy, 1B vs CPU + bench + PyTorch)"
+  $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
+  rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  d="$out/decode"; mkdir -p "$d"
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json" || row "gen 1B" FAIL
+  $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
+  rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
+  $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$d/bench1b.err"; tail -3 "$d/bench1b.err"
+  $py - "$d/bench1b.json" <<'PY' > "$d/bench_rows.txt"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    for a in j["arms"]:
+        print(f"1B decode, {a['name']} (target <= 0.62 ms)|median {a['median_ms']:.4f} ms, min {a['min_ms']:.4f}, max {a['max_ms']:.4f}, spread {100 * a['rel_spread']:.1f}%")
+except Exception as e:
+    print(f"1B decode bench|unavailable ({e})")
+PY
+  while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
+  $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
+  PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$d/torch.err"
+  rc=$?; tail -5 "$d/torch.err"; tail -20 "$d/torch.json"
+  row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && echo "pass (token $tok)" || echo "FAIL (exit $rc)")"
+  $py - "$d/torch.json" <<'PY' > "$d/torch_rows.txt"
+import json, sys
+try:
+    text = open(sys.argv[1]).read()
+    j, _ = json.JSONDecoder().raw_decode(text[text.index("{"):])
+    for k, v in j.items():
+        if isinstance(v, dict) and "median_ms" in v:
+            print(f"1B decode, PyTorch {k}|median {v['median_ms']:.4f} ms")
+except Exception as e:
+    print(f"PyTorch rows|unavailable ({e})")
+PY
+  while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
+  if [ "${AMK_8B:-1}" = 1 ]; then
+    $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
+    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
+    $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
+import json, sys
+try:
+    j = json.load(open(sys.argv[1]))
+    print(f"8B decode ctx 1024, megakernel (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")
+except Exception as e:
+    print(f"8B decode|unavailable ({e})")
+PY
+    while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
+  fi
+fi
+
 if [ "${AMK_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
   echo "== ncu: where a dispatch step goes (dispatch_3000)"
   timeout 300 ncu --clock-control none --section WarpStateStats --section SchedulerStats \

@@ -52,6 +52,18 @@ struct ProfileRequest {
   std::string scope = "kernel";
 };
 
+// `amk bench`: megakernel vs one launch per instruction vs a CUDA graph (src/cuda/bench.hpp).
+struct BenchRequest {
+  GpuRequest gpu;
+  uint32_t warmup = 3;           // untimed samples per arm
+  uint32_t min_samples = 10;     // per arm
+  double min_time_s = 0.5;       // wall time of the sampling rounds
+  double max_noise = 0.005;      // relative standard deviation that ends sampling early
+  double time_limit_s = 10.0;    // ends sampling regardless
+  bool cold = false;             // flush L2 before every sample
+  double roofline_bytes_per_s = 4.47e12;
+};
+
 // True when a CUDA driver and device are usable; `why` says why not.
 [[nodiscard]] bool gpu_present(std::string* why);
 
@@ -64,6 +76,10 @@ struct ProfileRequest {
 [[nodiscard]] ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
                                         const GpuRequest& request, const std::string& trace_path,
                                         std::ostringstream& text);
+// Runs the three arms interleaved; returns the versioned JSON and writes the table to `text`.
+// Throws Error(mismatch, bench.mismatch) when the arms disagree.
+[[nodiscard]] ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
+                                        const BenchRequest& request, std::ostringstream& text);
 [[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
                                              std::ostringstream& text);
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,

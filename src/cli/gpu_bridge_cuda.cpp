@@ -6,6 +6,7 @@
 
 #include "cli/gpu_bridge.hpp"
 #include "core/error.hpp"
+#include "cuda/bench.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/executor.hpp"
 #include "ops/registry.hpp"
@@ -234,6 +235,123 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   }
   summary["trace_file"] = trace_path;
   return summary;
+}
+
+ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
+                          const BenchRequest& req, std::ostringstream& text) {
+  GpuOptions opts = gpu_options(req.gpu);
+  opts.compile.step_kernel = true;
+  const Plan plan = default_plan(program);
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, opts);
+  BenchOptions bo;
+  bo.warmup = req.warmup;
+  bo.stop.min_samples = req.min_samples;
+  bo.stop.min_time_s = req.min_time_s;
+  bo.stop.max_noise = req.max_noise;
+  bo.stop.time_limit_s = req.time_limit_s;
+  bo.cold = req.cold;
+  bo.roofline_bytes_per_s = req.roofline_bytes_per_s;
+  const BenchResult r = run_bench(ex, program, plan, initial, bo);
+
+  const double mega_ms = r.arms.at(0).stats.median_ms;
+  const auto bytes_per_s = [&](double ms) {
+    return ms > 0 ? static_cast<double>(r.operand_bytes) / (ms * 1e-3) : 0.0;
+  };
+  ordered_json j;
+  j["schema_version"] = 1;
+  j["status"] = "ok";
+  j["command"] = "bench";
+  j["program"] = program.name;
+  j["program_fingerprint"] = program_fingerprint(program);
+  j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
+  j["target_fingerprint"] = ex.device().fingerprint();
+  j["device"] = ex.device().to_json();
+  j["versions"] = {{"amk", AMK_VERSION},
+                   {"nvrtc", ex.compiled().nvrtc_version},
+                   {"driver", ex.device().driver_version}};
+  j["mode"] = req.cold ? "cold" : "hot";
+  if (req.cold) j["flush_bytes"] = bo.flush_bytes;
+  j["grid"] = ex.grid();
+  j["block"] = ex.block();
+  j["instructions"] = r.instructions;
+  j["skipped_nops"] = r.skipped_nops;
+  j["operand_bytes"] = r.operand_bytes;
+  j["roofline_bytes_per_s"] = req.roofline_bytes_per_s;
+  j["sampling"] = {{"warmup", req.warmup},
+                   {"rounds", r.rounds},
+                   {"stop_reason", r.stop_reason},
+                   {"elapsed_s", r.sampling_s},
+                   {"min_samples", req.min_samples},
+                   {"min_time_s", req.min_time_s},
+                   {"max_noise", req.max_noise},
+                   {"time_limit_s", req.time_limit_s},
+                   {"order", "megakernel, launches, graph in every round"}};
+  ordered_json arms = ordered_json::array();
+  for (const BenchArm& a : r.arms) {
+    const ProfileStats& s = a.stats;
+    ordered_json aj;
+    aj["name"] = a.name;
+    aj["description"] = a.description;
+    aj["launches"] = a.launches;
+    aj["samples"] = s.samples_ms.size();
+    aj["median_ms"] = s.median_ms;
+    aj["min_ms"] = s.min_ms;
+    aj["max_ms"] = s.max_ms;
+    aj["mean_ms"] = s.mean_ms;
+    aj["stddev_ms"] = s.stddev_ms;
+    aj["rel_spread"] = s.rel_spread;
+    aj["ratio_to_megakernel"] = mega_ms > 0 ? s.median_ms / mega_ms : 0.0;
+    aj["per_launch_us"] = a.launches ? 1e3 * s.median_ms / a.launches : 0.0;
+    aj["bytes_per_s"] = bytes_per_s(s.median_ms);
+    aj["roofline_fraction"] = bytes_per_s(s.median_ms) / req.roofline_bytes_per_s;
+    aj["samples_ms"] = s.samples_ms;
+    arms.push_back(std::move(aj));
+  }
+  j["arms"] = std::move(arms);
+  j["ratios"] = {{"launches_over_megakernel", j["arms"][1]["ratio_to_megakernel"]},
+                 {"graph_over_megakernel", j["arms"][2]["ratio_to_megakernel"]}};
+  ordered_json outs = ordered_json::array();
+  uint32_t bitwise = 0;
+  for (const BenchCheck& c : r.checks) {
+    bitwise += c.bitwise_equal;
+    outs.push_back({{"arm", c.arm},
+                    {"buffer", c.buffer},
+                    {"name", c.buffer_name},
+                    {"bitwise_equal", c.bitwise_equal},
+                    {"error", c.error},
+                    {"tolerance", c.tolerance},
+                    {"passed", c.passed}});
+  }
+  j["check"] = {{"against", "megakernel"}, {"passed", r.outputs_agree}, {"outputs", outs}};
+  j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
+  j["cache_hit"] = ex.compiled().cache_hit;
+
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s on %s: %s L2, %u rounds in %.2f s (%s); %u instructions (%u sync-only nops "
+                "not launched), operands %s\n",
+                program.name.c_str(), ex.device().name.c_str(), req.cold ? "cold" : "hot",
+                r.rounds, r.sampling_s, r.stop_reason.c_str(), r.instructions, r.skipped_nops,
+                format_bytes(r.operand_bytes).c_str());
+  text << line;
+  text << "  arm         launches   median ms      min ms      max ms  spread  vs mega     GB/s"
+          "  % roofline\n";
+  for (const BenchArm& a : r.arms) {
+    const ProfileStats& s = a.stats;
+    const double bps = bytes_per_s(s.median_ms);
+    std::snprintf(line, sizeof line,
+                  "  %-10s %9u %11.4f %11.4f %11.4f %6.2f%% %7.2fx %8.1f %10.1f%%\n",
+                  a.name.c_str(), a.launches, s.median_ms, s.min_ms, s.max_ms,
+                  100.0 * s.rel_spread, mega_ms > 0 ? s.median_ms / mega_ms : 0.0, bps / 1e9,
+                  100.0 * bps / req.roofline_bytes_per_s);
+    text << line;
+  }
+  std::snprintf(line, sizeof line,
+                "outputs: launches and graph match the megakernel (%u of %zu buffer comparisons "
+                "bitwise equal)\n",
+                bitwise, r.checks.size());
+  text << line;
+  return j;
 }
 
 ordered_json kernel_attributes(const Program& program, const LoadOptions& load,

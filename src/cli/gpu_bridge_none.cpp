@@ -26,6 +26,10 @@ ordered_json trace_on_gpu(const Program&, const HostBuffers&, const GpuRequest&,
                           std::ostringstream&) {
   no_cuda();
 }
+ordered_json bench_on_gpu(const Program&, const HostBuffers&, const BenchRequest&,
+                          std::ostringstream&) {
+  no_cuda();
+}
 ordered_json kernel_attributes(const Program&, const LoadOptions&, std::ostringstream&) { no_cuda(); }
 ordered_json compile_for_arch(const Program&, const std::string&, const GpuRequest&,
                               const std::string&, std::ostringstream&) {

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   amk::cli::setup_devices(app, g, action);
   amk::cli::setup_profile(app, g, action);
   amk::cli::setup_gen(app, g, action);
+  amk::cli::setup_bench(app, g, action);
 
   try {
     app.parse(argc, argv);

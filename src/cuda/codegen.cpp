@@ -23,9 +23,20 @@ constexpr uint32_t kVmStaticSmemSlack = 4096;  // the VM's static shared memory,
 constexpr uint32_t kVectorBytes = 16;
 
 // Macro suffix of each built-in op id (AMK_USE_OP_<NAME>).
-constexpr std::array<std::string_view, 12> kOpMacros = {
-    "NOP", "COPY", "FILL", "ADD", "MUL", "SCALE", "SILU_MUL", "RMSNORM", "SOFTMAX", "GEMV",
-    "ARGMAX", "EMBEDDING"};
+constexpr std::array<std::string_view, 16> kOpMacros = {
+    "NOP",     "COPY",      "FILL",      "ADD",          "MUL",
+    "SCALE",   "SILU_MUL",  "RMSNORM",   "SOFTMAX",      "GEMV",
+    "ARGMAX",  "EMBEDDING", "ROPE",      "KV_APPEND",    "ATTENTION_DECODE",
+    "ATTENTION_COMBINE"};
+
+// Ops whose device code lives in kernels/amk_ops_attention.cuh.
+bool is_attention_op(uint16_t id) {
+  return id >= static_cast<uint16_t>(OpId::rope) &&
+         id <= static_cast<uint16_t>(OpId::attention_combine);
+}
+// Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
+// 8 warps, 4 heads per pass, 130 floats per head).
+constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4;
 
 std::string_view float_macro(DType t) {
   switch (t) {
@@ -115,7 +126,10 @@ std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
 uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin) {
   if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
   uint32_t best = 0;
-  const uint32_t budget = smem_optin > kVmStaticSmemSlack ? smem_optin - kVmStaticSmemSlack : 0;
+  uint32_t slack = kVmStaticSmemSlack;
+  if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_decode)))
+    slack += kAttentionMergeBytes;
+  const uint32_t budget = smem_optin > slack ? smem_optin - slack : 0;
   for (const TmaGemvSpec& s : tma_gemv_specs(program)) {
     for (uint32_t stages = kTmaStages; stages >= 2; --stages) {
       const uint64_t need = uint64_t{kTmaAlign} + head_bytes(s) + uint64_t{stages} * stage_bytes(s);
@@ -181,6 +195,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
   if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";
   s += "#include \"amk_device.cuh\"\n";
+  if (std::any_of(ops.begin(), ops.end(), is_attention_op))
+    s += "#include \"amk_ops_attention.cuh\"\n";
 
   if (!tma_specs.empty()) {
     s += "\n// w buffers that gemv streams through TMA (buffer index -> tensor map slot, geometry).\n";
@@ -212,6 +228,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
     s += dispatch + "\n";
   }
   s += "#include \"amk_vm.cuh\"\n";
+  if (options.step_kernel) {
+    s += "#define AMK_STEP_KERNEL 1\n";
+    s += "#include \"amk_step.cuh\"\n";
+  }
   return s;
 }
 

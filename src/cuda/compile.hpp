@@ -21,8 +21,15 @@ struct CompileOptions {
   std::optional<std::filesystem::path> cache_dir;  // default: $AMK_CACHE_DIR, else XDG cache
   bool line_info = false;
   bool trace = false;                    // compile in per-instruction timestamps
+  // Also emit kStepKernelName (kernels/amk_step.cuh): one instruction per launch, for `amk bench`.
+  // Changes the source, hence the cache key.
+  bool step_kernel = false;
   std::vector<std::string> extra_options;
 };
+
+// The second entry point compiled in with CompileOptions::step_kernel: amk_step(prog, instruction
+// [, tensor maps]) runs one instruction's op on one block, without waits or signals.
+inline constexpr const char* kStepKernelName = "amk_step";
 
 // The result of an NVRTC compilation: a failure is a result, not an exception.
 struct CompileOutput {

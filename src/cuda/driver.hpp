@@ -55,6 +55,14 @@ namespace amk::cu {
   X(event_synchronize, cuEventSynchronize)                                                         \
   X(event_elapsed_time, cuEventElapsedTime)                                                        \
   X(launch_kernel_ex, cuLaunchKernelEx)                                                            \
+  X(launch_kernel, cuLaunchKernel)                                                                 \
+  X(memset_d32_async, cuMemsetD32Async)                                                            \
+  X(stream_begin_capture, cuStreamBeginCapture)                                                    \
+  X(stream_end_capture, cuStreamEndCapture)                                                        \
+  X(graph_instantiate_with_flags, cuGraphInstantiateWithFlags)                                     \
+  X(graph_launch, cuGraphLaunch)                                                                   \
+  X(graph_exec_destroy, cuGraphExecDestroy)                                                        \
+  X(graph_destroy, cuGraphDestroy)                                                                 \
   X(tensor_map_encode_tiled, cuTensorMapEncodeTiled)
 
 struct DriverApi {

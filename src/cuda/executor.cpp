@@ -55,6 +55,7 @@ struct GpuExecutable::Impl {
   cu::PrimaryContext context;
   cu::Module module;
   CUfunction function = nullptr;
+  CUfunction step_function = nullptr; // amk_step (compile.step_kernel only)
   cu::DeviceMemory arena; // every program buffer, kBufferAlignment apart
   cu::DeviceMemory instructions, queue_offsets, queue_items, buffer_table, counters, abort_flag,
       trace_words;
@@ -111,7 +112,7 @@ struct GpuExecutable::Impl {
               "cuMemsetD8Async", "the abort flag");
   }
 
-  void enqueue(uint32_t iterations) {
+  amk_device_program_t device_program(uint32_t iterations) const {
     amk_device_program_t prog{};
     prog.instructions = reinterpret_cast<const amk_instruction_t*>(instructions.get());
     prog.queue_offsets = reinterpret_cast<const uint32_t*>(queue_offsets.get());
@@ -128,6 +129,11 @@ struct GpuExecutable::Impl {
     prog.n_buffers = static_cast<uint32_t>(program.buffers.size());
     prog.n_counters = n_counters;
     prog.iterations = iterations;
+    return prog;
+  }
+
+  void enqueue(uint32_t iterations) {
+    amk_device_program_t prog = device_program(iterations);
 
     // The program struct by value, then the tensor maps as one __grid_constant__ struct whose
     // layout is that of the array (kernelParams are copied at launch, so locals are fine).
@@ -393,6 +399,14 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
                         footprint); // throws device.smem / .block
   }
   cu::configure_function(m.function, shape, m.kernel_label());
+  if (copts.step_kernel) {
+    // One block per launch, same shared memory as the VM (the ops are the same code).
+    m.step_function = m.module.function(kStepKernelName);
+    const std::string step_label =
+        std::string("kernel ") + kStepKernelName + ", arch " + m.compiled.arch;
+    cu::configure_function(m.step_function, cu::LaunchShape{1, m.block, m.dynamic_smem, 1},
+                           step_label);
+  }
   m.kernel = cu::query_kernel(m.function, shape, m.kernel_label());
   const Plan* effective = &plan;
   if (l.grid == 0 && !program.queues) {
@@ -543,6 +557,35 @@ uint32_t GpuExecutable::block() const { return impl().block; }
 const Plan* GpuExecutable::replanned() const {
   const Impl& m = impl();
   return m.replanned ? &*m.replanned : nullptr;
+}
+
+GpuExecutable::StepLaunch GpuExecutable::step_launch() const {
+  const Impl& m = impl();
+  m.context.make_current();
+  StepLaunch l;
+  l.function = m.step_function;
+  l.stream = m.stream.get();
+  l.program = m.device_program(1);
+  l.tma = m.tma.empty() ? nullptr : m.tma.data();
+  l.block = m.block;
+  l.dynamic_smem = m.dynamic_smem;
+  return l;
+}
+
+void GpuExecutable::enqueue_reset() {
+  Impl& m = impl();
+  m.context.make_current();
+  m.reset_state();
+}
+
+amk_diag_t GpuExecutable::wait_idle() {
+  Impl& m = impl();
+  m.context.make_current();
+  const bool host_aborted = m.wait();
+  amk_diag_t d = m.read_diag();
+  if (host_aborted && d.status == AMK_STATUS_OK)
+    d.status = AMK_STATUS_ABORTED;
+  return d;
 }
 
 std::vector<uint64_t> GpuExecutable::trace() const {

@@ -3,6 +3,8 @@
 // setup phases are timed in order, launches zero the counters, and profiles use CUDA events.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -81,6 +83,24 @@ public:
   // The plan built for `grid: auto`, or null when the caller's plan ran as given.
   [[nodiscard]] const Plan* replanned() const;
   [[nodiscard]] std::vector<uint64_t> trace() const; // raw words; empty unless options.trace
+
+  // ---- the pieces of a launch, for cuda/bench.cpp (`amk bench`); valid while open ----
+  struct StepLaunch {
+    CUfunction function = nullptr;    // amk_step; null unless GpuOptions::compile.step_kernel
+    CUstream stream = nullptr;        // the executable's stream: resets, launches, copies, events
+    amk_device_program_t program{};   // amk_vm's and amk_step's first parameter (one pass)
+    const CUtensorMap* tma = nullptr; // the tensor-map table parameter; null without TMA specs
+    uint32_t block = 0;
+    uint32_t dynamic_smem = 0;        // what amk_vm launches with; amk_step is configured for it
+  };
+  // Also makes the executable's context current on this thread.
+  [[nodiscard]] StepLaunch step_launch() const;
+  // Enqueues the counter and abort-flag reset on the stream and zeroes the diag record (an op
+  // that fails records only while the abort flag is clear). Only while nothing runs.
+  void enqueue_reset();
+  // Waits for everything on the stream as launch() does (watchdog deadline, host abort; a sticky
+  // fault throws) and returns the diag record (status AMK_STATUS_ABORTED when the host aborted).
+  [[nodiscard]] amk_diag_t wait_idle();
 
   void close(); // idempotent; the destructor calls it
   [[nodiscard]] bool is_open() const noexcept { return impl_ != nullptr; }

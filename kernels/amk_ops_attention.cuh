@@ -1,0 +1,475 @@
+// The ops of a Llama decode step that are not GEMVs: rope, kv_append, attention_decode and
+// attention_combine (op ids 12-15, src/ops/registry.cpp). Semantics and shape rules: the registry
+// summaries, verify/op_rules.cpp and the CPU reference in backend/cpu_ops.cpp.
+//
+// Decode attention is flash-decoding split over instructions: attention_decode handles one kv
+// head and one chunk of its cache for the query heads of its group and writes, per query head,
+// the chunk-normalized output plus (max score, sum of exp); attention_combine merges the chunks.
+// Inside attention_decode every warp streams its own positions with 16-byte loads that skip L1
+// (K and V are read once), keeps an online softmax per query head in registers, and the warps
+// merge once at the end through shared memory.
+//
+// The VM dispatches these through AMK_ATTENTION_DISPATCH(prog, ins, scratch), defined at the end
+// (empty when the program uses none of them).
+#ifndef AMK_OPS_ATTENTION_CUH
+#define AMK_OPS_ATTENTION_CUH
+
+#include "amk_device.cuh"
+
+// Op ids (part of the binary format; src/ops/registry.hpp).
+constexpr uint16_t kAmkOpRope = 12;
+constexpr uint16_t kAmkOpKvAppend = 13;
+constexpr uint16_t kAmkOpAttentionDecode = 14;
+constexpr uint16_t kAmkOpAttentionCombine = 15;
+
+__device__ __forceinline__ float amk_neg_inf() { return -__int_as_float(0x7f800000); }
+
+// ---------------------------------------------------------------------------------------------
+#if AMK_USE_OP_ROPE
+// (cos, sin) pairs that fit in the op scratch; longer heads compute each pair where it is used.
+constexpr uint32_t kAmkRopeTable = AMK_SCRATCH_BYTES / (2 * sizeof(float));
+constexpr double kAmkTwoPi = 6.283185307179586;            // 2*pi rounded to double
+constexpr double kAmkTwoPiLo = 2.4492935982947064e-16;     // 2*pi - kAmkTwoPi
+constexpr double kAmkInvTwoPi = 0.15915494309189535;
+constexpr double kAmkInvPi = 0.3183098861837907;
+
+// cos and sin of position * inv_freq_i. inv_freq is Hugging Face's Llama 3 scaling
+// (_compute_llama3_parameters) and the angle is formed and reduced in double, so long positions
+// keep their accuracy (the CPU reference does the same); only the results round to f32.
+__device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, uint32_t i,
+                                                 float& c, float& s) {
+  const uint32_t hd = ins.params[0];
+  const double theta = __uint_as_float(ins.params[2]);
+  const double factor = __uint_as_float(ins.params[3]);
+  double inv = pow(theta, -2.0 * i / hd);
+  if (factor != 0.0) {
+    const double low = __uint_as_float(ins.params[4]);
+    const double high = __uint_as_float(ins.params[5]);
+    const double original_max = ins.params[6];
+    const double wavelen = kAmkTwoPi / inv;
+    if (wavelen > original_max / low) {
+      inv = inv / factor;
+    } else if (!(wavelen < original_max / high)) {  // the band in between: interpolate
+      const double smooth = (original_max / wavelen - low) / (high - low);
+      inv = (1.0 - smooth) * inv / factor + smooth * inv;
+    }
+  }
+  const double angle = static_cast<double>(ins.params[1]) * inv;
+  const double turns = rint(angle * kAmkInvTwoPi);
+  const double r = fma(-turns, kAmkTwoPiLo, fma(-turns, kAmkTwoPi, angle));  // |r| <= ~pi
+  // sincospi needs no large-argument reduction (sincos would compile one in, with a stack frame).
+  double sd, cd;
+  sincospi(r * kAmkInvPi, &sd, &cd);
+  c = static_cast<float>(cd);
+  s = static_cast<float>(sd);
+}
+
+// y[i] = x[i] cos - x[i + hd/2] sin, y[i + hd/2] = x[i + hd/2] cos + x[i] sin for each head.
+// One thread per (head, i) pair reads both inputs before writing: y may alias x.
+AMK_OP_FN void amk_op_rope(const amk_device_program_t&, const amk_instruction_t& ins,
+                           unsigned char* scratch) {
+  const amk_view x = amk_operand(ins, 0);
+  const amk_view y = amk_operand(ins, 1);
+  const uint32_t hd = ins.params[0];
+  if (hd < 2) return;
+  const uint32_t half = hd / 2;
+  const uint32_t pairs = x.n / hd * half;
+  float* table = reinterpret_cast<float*>(scratch);
+  const bool tabled = half <= kAmkRopeTable;
+  if (tabled) {  // every head shares the angles: one double-precision evaluation per frequency
+    for (uint32_t i = threadIdx.x; i < half; i += AMK_BLOCK_THREADS)
+      amk_rope_cos_sin(ins, i, table[2 * i], table[2 * i + 1]);
+    __syncthreads();
+  }
+  for (uint32_t p = threadIdx.x; p < pairs; p += AMK_BLOCK_THREADS) {
+    const uint32_t head = p / half, i = p - head * half;
+    float c, s;
+    if (tabled) {
+      c = table[2 * i];
+      s = table[2 * i + 1];
+    } else {
+      amk_rope_cos_sin(ins, i, c, s);
+    }
+    const uint64_t base = static_cast<uint64_t>(head) * hd;
+    const float a = amk_load_f32(x, base + i);
+    const float b = amk_load_f32(x, base + i + half);
+    amk_store_f32(y, base + i, fmaf(a, c, -b * s));
+    amk_store_f32(y, base + i + half, fmaf(b, c, a * s));
+  }
+}
+#endif  // AMK_USE_OP_ROPE
+
+// ---------------------------------------------------------------------------------------------
+#if AMK_USE_OP_KV_APPEND
+// cache[h, position, :] = x[h*hd : (h+1)*hd]; cache is [n_kv, max_len, hd], head-major.
+AMK_OP_FN void amk_op_kv_append(const amk_device_program_t&, const amk_instruction_t& ins,
+                                unsigned char*) {
+  const amk_view x = amk_operand(ins, 0);
+  const amk_view cache = amk_operand(ins, 1);
+  const uint32_t hd = ins.params[0];
+  const uint64_t position = ins.params[1], max_len = ins.params[2];
+  if (hd == 0) return;
+  for (uint32_t e = threadIdx.x; e < x.n; e += AMK_BLOCK_THREADS) {
+    const uint32_t h = e / hd, d = e - h * hd;
+    amk_store_f32(cache, (h * max_len + position) * hd + d, amk_load_f32(x, e));
+  }
+}
+#endif  // AMK_USE_OP_KV_APPEND
+
+// ---------------------------------------------------------------------------------------------
+#if AMK_USE_OP_ATTENTION_DECODE
+constexpr uint32_t kAmkAttnMaxHeadDim = 256;  // kMaxAttentionHeadDim in verify/op_rules.cpp
+// Query heads per pass: a lane keeps its slice of q and o for each in registers, so the count
+// follows the register budget of the block size (launch bounds: 64K registers per block).
+constexpr uint32_t kAmkAttnHeads = AMK_BLOCK_THREADS <= 256 ? 4 : AMK_BLOCK_THREADS <= 512 ? 2 : 1;
+// Rows of K and of V each lane has in flight per batch: 16-byte vectors of 4 floats or 8 halves
+// (64 bytes per lane and matrix at 256 threads), one row for the element-by-element loader.
+constexpr uint32_t kAmkAttnUnrollF32 = AMK_BLOCK_THREADS <= 512 ? 4 : 2;
+constexpr uint32_t kAmkAttnUnrollF16 = AMK_BLOCK_THREADS <= 256 ? 2 : 1;
+// Warps that stream K/V: eight keep enough 16-byte loads in flight; more would only grow the
+// merge. Wider blocks leave the rest idle for this op.
+constexpr uint32_t kAmkAttnWarps = kAmkWarps < 8 ? kAmkWarps : 8;
+// The merge buffer: 8 warps x 4 heads x (128 + 2) floats (16.25 KiB, kAttentionMergeBytes in
+// src/cuda/codegen.cpp), so a pass of 4 heads of up to 128 dims merges in one round.
+constexpr uint32_t kAmkAttnMergeFloats = 8 * 4 * (128 + 2);
+static_assert(kAmkAttnMergeFloats >= kAmkAttnWarps * (kAmkAttnMaxHeadDim + 2),
+              "the merge must hold at least one head of every streaming warp");
+
+// Per-warp (max, sum, output) of each query head, merged across the warps at the end.
+__shared__ __align__(16) float amk_attn_merge[kAmkAttnMergeFloats];
+
+// A lane's slice of one K or V row: E elements from element `elem` (the first n of them valid).
+// The vector loader reads one 16-byte vector (rows are whole vectors and 16-byte aligned).
+template <uint32_t DT>
+struct amk_attn_vec_loader {
+  static constexpr uint32_t E = amk_ftype<DT>::per_vec;
+  static constexpr uint32_t U = E == 4 ? kAmkAttnUnrollF32 : kAmkAttnUnrollF16;
+  typedef amk_vec16 raw;
+  __device__ static __forceinline__ void load(const amk_view& a, uint64_t elem, uint32_t,
+                                              raw& out) {
+    out = amk_ld16_stream(a.ptr + elem * (kAmkVectorBytes / E));
+  }
+  __device__ static __forceinline__ void unpack(const raw& r, float* f) {
+    amk_ftype<DT>::unpack(r, f);
+  }
+};
+// Any float dtype, any alignment: element by element.
+struct amk_attn_any_loader {
+  static constexpr uint32_t E = 8;
+  static constexpr uint32_t U = 1;
+  struct raw {
+    float f[8];
+  };
+  __device__ static __forceinline__ void load(const amk_view& a, uint64_t elem, uint32_t n,
+                                              raw& out) {
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) out.f[e] = e < n ? amk_load_f32(a, elem + e) : 0.0f;
+  }
+  __device__ static __forceinline__ void unpack(const raw& r, float* f) {
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) f[e] = r.f[e];
+  }
+};
+
+// Folds (m_o, l_o, o_o) into (m, l, o): the rescaling of two online-softmax states.
+__device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, float& b,
+                                                 float& big) {
+  big = fmaxf(m, m_o);
+  a = m == amk_neg_inf() ? 0.0f : expf(m - big);
+  b = m_o == amk_neg_inf() ? 0.0f : expf(m_o - big);
+}
+
+// Query heads [g0, g0 + gn) of q against the chunk (k, v). Lanes form groups of `lp` lanes per
+// position (lp = next power of two >= vectors per row); lane r of a group owns elements
+// [r*E, r*E + E) of every row, so its slice of q and o stays in registers. Scores are reduced
+// across the group with shuffles.
+template <class L>
+__device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const amk_view& k,
+                                                     const amk_view& v, float* out, uint32_t hd,
+                                                     float scale, uint32_t g0, uint32_t gn) {
+  constexpr uint32_t E = L::E, G = kAmkAttnHeads, U = L::U;
+  const uint32_t vecs = (hd + E - 1) / E;
+  uint32_t lp = 1;
+  while (lp < vecs) lp <<= 1;
+  const uint32_t per_warp = kAmkWarpSize / lp;       // positions per warp step
+  const uint32_t stride = kAmkAttnWarps * per_warp;  // positions per block step
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  const uint32_t sub = lane / lp, r = lane % lp;
+  const uint32_t d0 = r * E;
+  const uint32_t n_valid = r < vecs ? (hd - d0 < E ? hd - d0 : E) : 0;
+  const uint32_t len = k.n / hd;
+
+  float qr[G][E], o[G][E], m[G], l[G];
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g) {
+    m[g] = amk_neg_inf();
+    l[g] = 0.0f;
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) {
+      o[g][e] = 0.0f;
+      qr[g][e] = g < gn && e < n_valid
+                     ? scale * amk_load_f32(q, static_cast<uint64_t>(g0 + g) * hd + d0 + e)
+                     : 0.0f;
+    }
+  }
+
+  if (warp < kAmkAttnWarps) {
+    for (uint32_t b0 = 0; b0 < len; b0 += U * stride) {  // uniform over the block
+      typename L::raw kr[U], vr[U];
+      bool ok[U];
+#pragma unroll
+      for (uint32_t u = 0; u < U; ++u) {
+        const uint32_t t = b0 + u * stride + warp * per_warp + sub;
+        ok[u] = t < len;
+        if (ok[u] && n_valid != 0) L::load(k, static_cast<uint64_t>(t) * hd + d0, n_valid, kr[u]);
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < U; ++u) {
+        const uint32_t t = b0 + u * stride + warp * per_warp + sub;
+        if (ok[u] && n_valid != 0) L::load(v, static_cast<uint64_t>(t) * hd + d0, n_valid, vr[u]);
+      }
+      float s[G][U];
+#pragma unroll
+      for (uint32_t u = 0; u < U; ++u) {
+        float kf[E];
+        if (ok[u] && n_valid != 0) {
+          L::unpack(kr[u], kf);
+        } else {
+#pragma unroll
+          for (uint32_t e = 0; e < E; ++e) kf[e] = 0.0f;
+        }
+#pragma unroll
+        for (uint32_t g = 0; g < G; ++g) {
+          float acc = 0.0f;
+#pragma unroll
+          for (uint32_t e = 0; e < E; ++e) acc = fmaf(qr[g][e], kf[e], acc);
+          s[g][u] = acc;
+        }
+      }
+      for (uint32_t off = lp >> 1; off > 0; off >>= 1) {
+#pragma unroll
+        for (uint32_t g = 0; g < G; ++g)
+#pragma unroll
+          for (uint32_t u = 0; u < U; ++u) s[g][u] += __shfl_xor_sync(kAmkFullMask, s[g][u], off);
+      }
+      // Online softmax, one rescale per batch; s becomes the weights p.
+#pragma unroll
+      for (uint32_t g = 0; g < G; ++g) {
+        float top = m[g];
+#pragma unroll
+        for (uint32_t u = 0; u < U; ++u)
+          if (ok[u]) top = fmaxf(top, s[g][u]);
+        const float corr = m[g] == amk_neg_inf() ? 0.0f : expf(m[g] - top);
+        float sum = 0.0f;
+#pragma unroll
+        for (uint32_t u = 0; u < U; ++u) {
+          s[g][u] = ok[u] ? expf(s[g][u] - top) : 0.0f;
+          sum += s[g][u];
+        }
+        l[g] = fmaf(l[g], corr, sum);
+        m[g] = top;
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) o[g][e] *= corr;
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < U; ++u) {
+        if (!ok[u] || n_valid == 0) continue;
+        float vf[E];
+        L::unpack(vr[u], vf);
+#pragma unroll
+        for (uint32_t g = 0; g < G; ++g)
+#pragma unroll
+          for (uint32_t e = 0; e < E; ++e) o[g][e] = fmaf(s[g][u], vf[e], o[g][e]);
+      }
+    }
+    // Merge the lane groups of the warp (lanes with the same r own the same slice).
+    for (uint32_t off = lp; off < kAmkWarpSize; off <<= 1) {
+#pragma unroll
+      for (uint32_t g = 0; g < G; ++g) {
+        const float m_o = __shfl_xor_sync(kAmkFullMask, m[g], off);
+        const float l_o = __shfl_xor_sync(kAmkFullMask, l[g], off);
+        float a, b;
+        amk_attn_rescale(m[g], m_o, a, b, m[g]);
+        l[g] = l[g] * a + l_o * b;
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) {
+          const float o_o = __shfl_xor_sync(kAmkFullMask, o[g][e], off);
+          o[g][e] = o[g][e] * a + o_o * b;
+        }
+      }
+    }
+  }
+
+  // Merge the warps through shared memory, `per_round` query heads at a time.
+  const uint32_t row = hd + 2;
+  const uint32_t per_round_max = kAmkAttnMergeFloats / (kAmkAttnWarps * row);
+  const uint32_t per_round = per_round_max < G ? per_round_max : G;
+  for (uint32_t h0 = 0; h0 < gn; h0 += per_round) {
+    if (warp < kAmkAttnWarps && sub == 0 && n_valid != 0) {
+#pragma unroll
+      for (uint32_t g = 0; g < G; ++g) {
+        if (g < h0 || g >= h0 + per_round || g >= gn) continue;
+        float* dst = amk_attn_merge + (warp * per_round + (g - h0)) * row;
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e)
+          if (e < n_valid) dst[d0 + e] = o[g][e];
+        if (r == 0) {
+          dst[hd] = m[g];
+          dst[hd + 1] = l[g];
+        }
+      }
+    }
+    __syncthreads();
+    const uint32_t heads = gn - h0 < per_round ? gn - h0 : per_round;
+    for (uint32_t idx = threadIdx.x; idx < heads * row; idx += AMK_BLOCK_THREADS) {
+      const uint32_t gl = idx / row, d = idx - gl * row;
+      const float* src = amk_attn_merge + gl * row;
+      const uint32_t w_stride = per_round * row;
+      float big = amk_neg_inf();
+#pragma unroll
+      for (uint32_t w = 0; w < kAmkAttnWarps; ++w) big = fmaxf(big, src[w * w_stride + hd]);
+      float total = 0.0f, acc = 0.0f;
+#pragma unroll
+      for (uint32_t w = 0; w < kAmkAttnWarps; ++w) {
+        const float mw = src[w * w_stride + hd];
+        const float f = mw == amk_neg_inf() ? 0.0f : expf(mw - big);
+        total = fmaf(f, src[w * w_stride + hd + 1], total);
+        if (d < hd) acc = fmaf(f, src[w * w_stride + d], acc);
+      }
+      float value = acc / total;
+      if (d == hd) value = big;
+      if (d == hd + 1) value = total;
+      out[static_cast<uint64_t>(g0 + h0 + gl) * row + d] = value;
+    }
+    __syncthreads();  // the next round (or pass) rewrites the merge buffer
+  }
+}
+
+// out[g] = (o_g[hd] normalized within the chunk, max score m_g, sum exp(s - m_g)) for each query
+// head g of q; s_t = scale * q_g . k_t. The vector path needs K and V of one dtype, 16-byte
+// aligned rows of at most 32 vectors; anything else takes the element-by-element loader.
+AMK_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const amk_instruction_t& ins,
+                                       unsigned char*) {
+  const amk_view q = amk_operand(ins, 0);
+  const amk_view k = amk_operand(ins, 1);
+  const amk_view v = amk_operand(ins, 2);
+  const amk_view out = amk_operand(ins, 3);
+  const uint32_t hd = ins.params[0];
+  if (hd == 0 || hd > kAmkAttnMaxHeadDim || k.n < hd) return;
+  float scale = __uint_as_float(ins.params[1]);
+  if (scale == 0.0f) scale = 1.0f / sqrtf(static_cast<float>(hd));
+  float* o = reinterpret_cast<float*>(out.ptr);
+  const uint32_t group = q.n / hd;
+  const uint32_t per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
+  // At 64 registers a thread (1024 threads) the four paths inlined together spill: there only
+  // the element-by-element one is built.
+  const bool vector = AMK_BLOCK_THREADS <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
+                      amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
+  for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
+    const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
+#if AMK_BLOCK_THREADS <= 512
+    if (vector && k.dtype == AMK_DTYPE_BF16)
+      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(q, k, v, o, hd, scale, g0, gn);
+    else if (vector && k.dtype == AMK_DTYPE_F16)
+      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(q, k, v, o, hd, scale, g0, gn);
+    else if (vector && k.dtype == AMK_DTYPE_F32)
+      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(q, k, v, o, hd, scale, g0, gn);
+    else
+#endif
+      amk_attn_decode_pass<amk_attn_any_loader>(q, k, v, o, hd, scale, g0, gn);
+  }
+}
+#endif  // AMK_USE_OP_ATTENTION_DECODE
+
+// ---------------------------------------------------------------------------------------------
+#if AMK_USE_OP_ATTENTION_COMBINE
+constexpr uint32_t kAmkCombineDims = 4;  // output dims per lane: a warp covers 128 per item
+
+// out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c. One warp per
+// (query head, 128-dim slice); chunk weights are computed once per lane and broadcast.
+AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
+                                        unsigned char*) {
+  const amk_view partials = amk_operand(ins, 0);
+  const amk_view out = amk_operand(ins, 1);
+  const uint32_t hd = ins.params[0];
+  if (hd == 0) return;
+  const uint32_t row = hd + 2;
+  const uint32_t group = out.n / hd;
+  const uint64_t block = static_cast<uint64_t>(group) * row;
+  if (block == 0) return;
+  const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
+  const float* p = reinterpret_cast<const float*>(partials.ptr);
+  constexpr uint32_t kSlice = kAmkWarpSize * kAmkCombineDims;
+  const uint32_t slices = (hd + kSlice - 1) / kSlice;
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  for (uint32_t item = warp; item < group * slices; item += kAmkWarps) {
+    const uint32_t g = item / slices, dbase = (item - g * slices) * kSlice;
+    const float* head = p + static_cast<uint64_t>(g) * row;
+    float big = amk_neg_inf();
+    for (uint32_t c = lane; c < chunks; c += kAmkWarpSize) big = fmaxf(big, head[c * block + hd]);
+    big = amk_warp_max(big);
+    float acc[kAmkCombineDims] = {};
+    float total = 0.0f;
+    for (uint32_t c0 = 0; c0 < chunks; c0 += kAmkWarpSize) {
+      const uint32_t c = c0 + lane;
+      float w = 0.0f;
+      if (c < chunks) {
+        const float mc = head[c * block + hd];
+        w = mc == amk_neg_inf() ? 0.0f : head[c * block + hd + 1] * expf(mc - big);
+      }
+      total += w;
+      const uint32_t n = chunks - c0 < kAmkWarpSize ? chunks - c0 : kAmkWarpSize;
+#pragma unroll 4
+      for (uint32_t j = 0; j < n; ++j) {
+        const float wj = __shfl_sync(kAmkFullMask, w, j);
+        const float* src = head + static_cast<uint64_t>(c0 + j) * block;
+#pragma unroll
+        for (uint32_t e = 0; e < kAmkCombineDims; ++e) {
+          const uint32_t d = dbase + e * kAmkWarpSize + lane;
+          if (d < hd) acc[e] = fmaf(wj, src[d], acc[e]);
+        }
+      }
+    }
+    total = amk_warp_sum(total);
+    const float inv = 1.0f / total;
+#pragma unroll
+    for (uint32_t e = 0; e < kAmkCombineDims; ++e) {
+      const uint32_t d = dbase + e * kAmkWarpSize + lane;
+      if (d < hd) amk_store_f32(out, static_cast<uint64_t>(g) * hd + d, acc[e] * inv);
+    }
+  }
+}
+#endif  // AMK_USE_OP_ATTENTION_COMBINE
+
+// ---------------------------------------------------------------------------------------------
+// Cases of the VM's dispatch switch for the ops compiled in (P: program, I: instruction in shared
+// memory, S: op scratch).
+#if AMK_USE_OP_ROPE
+#define AMK_ATTN_CASE_ROPE(P, I, S) \
+  case kAmkOpRope: amk_op_rope(P, I, S); break;
+#else
+#define AMK_ATTN_CASE_ROPE(P, I, S)
+#endif
+#if AMK_USE_OP_KV_APPEND
+#define AMK_ATTN_CASE_KV_APPEND(P, I, S) \
+  case kAmkOpKvAppend: amk_op_kv_append(P, I, S); break;
+#else
+#define AMK_ATTN_CASE_KV_APPEND(P, I, S)
+#endif
+#if AMK_USE_OP_ATTENTION_DECODE
+#define AMK_ATTN_CASE_DECODE(P, I, S) \
+  case kAmkOpAttentionDecode: amk_op_attention_decode(P, I, S); break;
+#else
+#define AMK_ATTN_CASE_DECODE(P, I, S)
+#endif
+#if AMK_USE_OP_ATTENTION_COMBINE
+#define AMK_ATTN_CASE_COMBINE(P, I, S) \
+  case kAmkOpAttentionCombine: amk_op_attention_combine(P, I, S); break;
+#else
+#define AMK_ATTN_CASE_COMBINE(P, I, S)
+#endif
+#define AMK_ATTENTION_DISPATCH(P, I, S)                                            \
+  AMK_ATTN_CASE_ROPE(P, I, S) AMK_ATTN_CASE_KV_APPEND(P, I, S)                     \
+  AMK_ATTN_CASE_DECODE(P, I, S) AMK_ATTN_CASE_COMBINE(P, I, S)
+
+#endif  // AMK_OPS_ATTENTION_CUH

@@ -1,0 +1,222 @@
+// The one-instruction-per-launch entry point (kernels/amk_step.cuh) that `amk bench` compares the
+// VM against: compiled in only on request, next to amk_vm in the same cubin, with and without
+// the tensor-map parameter. No GPU needed.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cuda/codegen.hpp"
+#include "cuda/compile.hpp"
+#include "ops/registry.hpp"
+
+using namespace amk;
+
+namespace {
+
+struct Built {
+  Program program;
+  Plan plan;
+};
+
+// A hand-made program on one queue: each instruction waits for the one before it.
+class Builder {
+ public:
+  uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape) {
+    Buffer b;
+    b.name = name;
+    b.dtype = dtype;
+    b.shape = std::move(shape);
+    built_.program.buffers.push_back(b);
+    amk_buffer_t ab{};
+    ab.elements = b.elements();
+    ab.bytes = b.bytes();
+    ab.dtype = static_cast<uint32_t>(dtype);
+    built_.plan.buffers.push_back(ab);
+    return static_cast<uint32_t>(built_.program.buffers.size() - 1);
+  }
+
+  void instruction(OpId op, std::vector<uint32_t> buffers, std::vector<uint32_t> params = {}) {
+    amk_instruction_t ins{};
+    ins.op = static_cast<uint16_t>(op);
+    ins.index = static_cast<uint32_t>(built_.plan.instructions.size());
+    ins.n_operands = static_cast<uint8_t>(buffers.size());
+    for (size_t k = 0; k < buffers.size(); ++k) {
+      ins.operands[k].buffer = buffers[k];
+      ins.operands[k].extent =
+          buffers[k] == AMK_NO_BUFFER
+              ? 0
+              : static_cast<uint32_t>(built_.program.buffers[buffers[k]].elements());
+    }
+    ins.n_params = static_cast<uint8_t>(params.size());
+    for (size_t k = 0; k < params.size(); ++k) ins.params[k] = params[k];
+    if (ins.index > 0) {
+      ins.n_waits = 1;
+      ins.waits[0] = {0, ins.index};
+    }
+    ins.n_signals = 1;
+    ins.signals[0] = {0, 1};
+    built_.plan.instructions.push_back(ins);
+    Instruction in;
+    in.op = ins.op;
+    built_.program.instructions.push_back(in);
+  }
+
+  Built finish(uint32_t block) {
+    Plan& plan = built_.plan;
+    built_.program.counters.push_back(Counter{"chain"});
+    built_.program.name = "step_kernel_test";
+    built_.program.launch.block = block;
+    plan.n_counters = 1;
+    plan.grid = 1;
+    plan.block = block;
+    plan.queue_offsets = {0, static_cast<uint32_t>(plan.instructions.size())};
+    for (uint32_t i = 0; i < plan.instructions.size(); ++i) {
+      plan.queue_items.push_back(i);
+      plan.ops_used.push_back(plan.instructions[i].op);
+    }
+    std::sort(plan.ops_used.begin(), plan.ops_used.end());
+    plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()),
+                        plan.ops_used.end());
+    return std::move(built_);
+  }
+
+  Program& program() { return built_.program; }
+
+ private:
+  Built built_;
+};
+
+Built elementwise_program() {
+  Builder b;
+  const uint32_t x = b.buffer("x", DType::f32, {1024});
+  const uint32_t y = b.buffer("y", DType::f32, {1024});
+  b.instruction(OpId::fill, {x}, {f32_bits(2.0f)});
+  b.instruction(OpId::add, {x, x, y});
+  b.instruction(OpId::scale, {y, y}, {f32_bits(0.5f)});
+  return b.finish(128);
+}
+
+// A bf16 gemv whose weights a TMA spec covers: the kernels then take the tensor-map table.
+Built tma_gemv_program() {
+  Builder b;
+  const uint32_t k = 1024, rows = 256;
+  const uint32_t w = b.buffer("w", DType::bf16, {rows, k});
+  const uint32_t x = b.buffer("x", DType::f32, {k});
+  const uint32_t y = b.buffer("y", DType::f32, {rows});
+  b.instruction(OpId::gemv, {w, x, y, AMK_NO_BUFFER});
+  TmaSpec spec;
+  spec.name = "w_tiles";
+  spec.buffer = w;
+  spec.dims = {k, rows};
+  spec.box = {128, 32};
+  b.program().tma.push_back(spec);
+  return b.finish(256);
+}
+
+CompileOptions options(bool step) {
+  CompileOptions o;
+  o.use_cache = false;
+  o.step_kernel = step;
+  return o;
+}
+
+template <class T> T read_le(const std::vector<std::byte>& bytes, size_t at) {
+  T v{};
+  REQUIRE(at + sizeof(T) <= bytes.size());
+  std::memcpy(&v, bytes.data() + at, sizeof(T));
+  return v;
+}
+
+// Names of the global function symbols in an ELF64 cubin's symbol table.
+std::set<std::string> global_functions(const std::vector<std::byte>& elf) {
+  constexpr uint32_t kShtSymtab = 2;
+  constexpr uint8_t kSttFunc = 2, kStbGlobal = 1;
+  REQUIRE(elf.size() > 64);
+  REQUIRE(static_cast<unsigned char>(elf[4]) == 2);  // ELFCLASS64
+  const auto shoff = read_le<uint64_t>(elf, 0x28);
+  const auto shentsize = read_le<uint16_t>(elf, 0x3A);
+  const auto shnum = read_le<uint16_t>(elf, 0x3C);
+  REQUIRE(shentsize == 64);
+  std::set<std::string> names;
+  for (uint32_t s = 0; s < shnum; ++s) {
+    const size_t sh = shoff + size_t{s} * shentsize;
+    if (read_le<uint32_t>(elf, sh + 4) != kShtSymtab) continue;
+    const auto off = read_le<uint64_t>(elf, sh + 24);
+    const auto size = read_le<uint64_t>(elf, sh + 32);
+    const auto link = read_le<uint32_t>(elf, sh + 40);
+    const size_t strsh = shoff + size_t{link} * shentsize;
+    const auto stroff = read_le<uint64_t>(elf, strsh + 24);
+    const auto strsize = read_le<uint64_t>(elf, strsh + 32);
+    for (uint64_t at = off; at + 24 <= off + size; at += 24) {
+      const auto name = read_le<uint32_t>(elf, at);
+      const auto info = read_le<uint8_t>(elf, at + 4);
+      if ((info & 0xF) != kSttFunc || (info >> 4) != kStbGlobal || name >= strsize) continue;
+      const char* p = reinterpret_cast<const char*>(elf.data() + stroff + name);
+      names.insert(std::string(p, strnlen(p, strsize - name)));
+    }
+  }
+  return names;
+}
+
+// The ptxas "Function properties" line of one entry point and the two after it (stack and
+// spills, registers).
+std::string properties(const std::string& log, const std::string& kernel) {
+  size_t at = log.find("Function properties for " + kernel + "\n");
+  if (at == std::string::npos) return {};
+  const size_t begin = at;
+  for (int lines = 0; lines < 3 && at != std::string::npos; ++lines) {
+    at = log.find('\n', at);
+    if (at != std::string::npos) ++at;
+  }
+  return log.substr(begin, at == std::string::npos ? std::string::npos : at - begin);
+}
+
+}  // namespace
+
+TEST_CASE("the step kernel is in the source only when asked for, and changes the key") {
+  const Built b = elementwise_program();
+  const std::string plain = vm_source(b.program, b.plan, options(false));
+  const std::string step = vm_source(b.program, b.plan, options(true));
+  CHECK(plain.find("AMK_STEP_KERNEL") == std::string::npos);
+  CHECK(plain.find("amk_step.cuh") == std::string::npos);
+  const size_t vm = step.find("#include \"amk_vm.cuh\"");
+  const size_t define = step.find("#define AMK_STEP_KERNEL 1");
+  const size_t include = step.find("#include \"amk_step.cuh\"");
+  REQUIRE(vm != std::string::npos);
+  REQUIRE(define != std::string::npos);
+  REQUIRE(include != std::string::npos);
+  CHECK(vm < define);
+  CHECK(define < include);
+  CHECK(step.compare(0, vm, plain, 0, vm) == 0);  // everything before the VM is unchanged
+}
+
+TEST_CASE("both entry points compile for sm_90a into one cubin, with and without TMA") {
+  for (const bool tma : {false, true}) {
+    CAPTURE(tma);
+    const Built b = tma ? tma_gemv_program() : elementwise_program();
+    const CompileOutput with = compile_vm(b.program, b.plan, options(true));
+    CHECK(with.ok);
+    CHECK(with.kernel_name == "amk_vm");
+    CHECK(with.tma_count == (tma ? 1u : 0u));
+    const std::set<std::string> names = global_functions(with.cubin);
+    CHECK(names.count("amk_vm") == 1);
+    CHECK(names.count(kStepKernelName) == 1);
+    const std::string step_props = properties(with.log, kStepKernelName);
+    REQUIRE(!step_props.empty());
+    CHECK(step_props.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+          std::string::npos);
+    std::printf("[nvrtc] step kernel (tma=%d): cubin %zu bytes, %.0f ms\n  %s", tma ? 1 : 0,
+                with.cubin.size(), with.compile_ms, step_props.c_str());
+
+    const CompileOutput without = compile_vm(b.program, b.plan, options(false));
+    CHECK(without.ok);
+    const std::set<std::string> plain = global_functions(without.cubin);
+    CHECK(plain.count("amk_vm") == 1);
+    CHECK(plain.count(kStepKernelName) == 0);
+    CHECK(without.source_fingerprint != with.source_fingerprint);
+  }
+}

@@ -1,0 +1,258 @@
+// The CPU reference of the decode-step ops (rope, kv_append, attention_decode,
+// attention_combine) against straightforward implementations written here, on fresh random
+// inputs: rope against the direct formula in every Llama 3 frequency band, chunked attention
+// plus combine against one full softmax attention, with GQA groups.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu_backend.hpp"
+#include "core/numeric.hpp"
+#include "ops/registry.hpp"
+#include "test_backend_helpers.hpp"
+
+using namespace amk;
+using namespace amk::test;
+
+namespace {
+
+constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
+
+struct Fixture {
+  Program program;
+  HostBuffers host;
+
+  uint32_t add(const std::string& name, DType t, uint64_t n) {
+    program.buffers.push_back(make_buffer(name, t, {n}));
+    host.data.emplace_back(n * dtype_size(t));
+    return static_cast<uint32_t>(program.buffers.size() - 1);
+  }
+  uint32_t add(const std::string& name, DType t, const std::vector<float>& v) {
+    const uint32_t b = add(name, t, v.size());
+    for (size_t i = 0; i < v.size(); ++i) store_element(host.data[b].data(), t, i, v[i]);
+    return b;
+  }
+  double get(uint32_t b, uint64_t i) const {
+    return load_element(host.data[b].data(), program.buffers[b].dtype, i);
+  }
+  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
+};
+
+std::vector<float> randoms(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+  std::mt19937 rng(seed ^ std::random_device{}());
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// Largest |got - want| over the largest |want|: the normalized error of a vector.
+double norm_err(const std::vector<double>& got, const std::vector<double>& want) {
+  double err = 0, scale = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+
+// Llama 3 inverse frequency written out band by band (the HF function, not the backend's).
+double llama3_inv_freq(int i, int hd, double theta, double factor, double low, double high,
+                       double orig, int* band = nullptr) {
+  const double base = 1.0 / std::pow(theta, static_cast<double>(2 * i) / hd);
+  if (factor == 0) return base;
+  const double low_freq_wavelen = orig / low, high_freq_wavelen = orig / high;
+  const double wavelen = 2 * std::numbers::pi / base;
+  if (wavelen < high_freq_wavelen) {
+    if (band) *band = 0;
+    return base;
+  }
+  if (wavelen > low_freq_wavelen) {
+    if (band) *band = 2;
+    return base / factor;
+  }
+  if (band) *band = 1;
+  const double smooth = (orig / wavelen - low) / (high - low);
+  return (1 - smooth) * base / factor + smooth * base;
+}
+
+}  // namespace
+
+TEST_CASE("rope: rotate_half pairs, plain and Llama 3 scaled, every frequency band, in place") {
+  const uint32_t hd = 128, heads = 3, position = 1234;
+  for (const float factor : {0.0f, 8.0f, 32.0f}) {
+    CAPTURE(factor);
+    Fixture f;
+    const std::vector<float> xs = randoms(heads * hd + 4, 11);
+    const uint32_t x = f.add("x", DType::f32, xs);
+    const uint32_t y = f.add("y", DType::f32, heads * hd);
+    const uint32_t yb = f.add("y_bf16", DType::bf16, heads * hd);
+    const float theta = 500000.0f, low = 1.0f, high = 4.0f;
+    const uint32_t orig = 8192;
+    const std::initializer_list<uint32_t> params = {
+        hd, position, f32_bits(theta), f32_bits(factor), f32_bits(low), f32_bits(high), orig};
+    // x at offset 4.
+    f.run(make_ins(id(OpId::rope), 0, {{x, 4, heads * hd}, {y, 0, heads * hd}}, params));
+    f.run(make_ins(id(OpId::rope), 1, {{x, 4, heads * hd}, {yb, 0, heads * hd}}, params));
+    int bands[3] = {0, 0, 0};
+    for (uint32_t h = 0; h < heads; ++h) {
+      for (uint32_t i = 0; i < hd / 2; ++i) {
+        int band = 0;
+        const double inv = llama3_inv_freq(i, hd, theta, factor, low, high, orig, &band);
+        ++bands[band];
+        const double a = position * inv;
+        const double x0 = xs[4 + h * hd + i], x1 = xs[4 + h * hd + i + hd / 2];
+        const double want0 = x0 * std::cos(a) - x1 * std::sin(a);
+        const double want1 = x1 * std::cos(a) + x0 * std::sin(a);
+        CHECK(f.get(y, h * hd + i) == doctest::Approx(want0).epsilon(1e-6));
+        CHECK(f.get(y, h * hd + i + hd / 2) == doctest::Approx(want1).epsilon(1e-6));
+        CHECK(f.get(yb, h * hd + i) == doctest::Approx(want0).epsilon(1.0 / 128).scale(1));
+      }
+    }
+    if (factor != 0) {  // all three branches of the scaling were exercised
+      CHECK(bands[0] > 0);
+      CHECK(bands[1] > 0);
+      CHECK(bands[2] > 0);
+    }
+  }
+  SUBCASE("y aliases x") {
+    Fixture f;
+    const std::vector<float> xs = randoms(2 * 64, 12);
+    const uint32_t x = f.add("x", DType::f32, xs);
+    f.run(make_ins(id(OpId::rope), 0, {{x, 0, 128}, {x, 0, 128}},
+                   {64, 7, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f),
+                    8192}));
+    for (uint32_t h = 0; h < 2; ++h)
+      for (uint32_t i = 0; i < 32; ++i) {
+        const double a = 7.0 * std::pow(10000.0, -2.0 * i / 64);
+        const double want = xs[h * 64 + i] * std::cos(a) - xs[h * 64 + i + 32] * std::sin(a);
+        CHECK(f.get(x, h * 64 + i) == doctest::Approx(want).epsilon(1e-6));
+      }
+  }
+}
+
+TEST_CASE("kv_append writes one position of every head and nothing else") {
+  Fixture f;
+  const uint32_t hd = 16, n_kv = 3, max_len = 10, position = 7;
+  const std::vector<float> xs = randoms(n_kv * hd, 21);
+  const std::vector<float> before = randoms(n_kv * max_len * hd, 22);
+  const uint32_t x = f.add("x", DType::f32, xs);
+  const uint32_t cache = f.add("cache", DType::bf16, before);
+  f.run(make_ins(id(OpId::kv_append), 0, {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}},
+                 {hd, position, max_len}));
+  for (uint32_t h = 0; h < n_kv; ++h)
+    for (uint32_t t = 0; t < max_len; ++t)
+      for (uint32_t d = 0; d < hd; ++d) {
+        const uint64_t at = (uint64_t{h} * max_len + t) * hd + d;
+        std::byte tmp[2];
+        store_element(tmp, DType::bf16, 0, t == position ? xs[h * hd + d] : before[at]);
+        CHECK(f.get(cache, at) == load_element(tmp, DType::bf16, 0));
+      }
+  // position == max_len is a run-time error, nothing written.
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::kv_append), 1,
+                         {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}},
+                         {hd, max_len, max_len}));
+        }) == "run.operand.shape");
+}
+
+TEST_CASE("attention_decode over chunks + attention_combine == one full softmax attention") {
+  struct Case {
+    uint32_t hd, group, len, chunk;
+    float scale;
+  };
+  for (const Case c : {Case{64, 1, 37, 37, 0.0f}, Case{64, 4, 100, 32, 0.0f},
+                       Case{128, 8, 70, 16, 0.05f}, Case{32, 2, 5, 1, 0.0f}}) {
+    CAPTURE(c.hd);
+    CAPTURE(c.group);
+    CAPTURE(c.len);
+    CAPTURE(c.chunk);
+    Fixture f;
+    const std::vector<float> qs = randoms(c.group * c.hd, 31);
+    const std::vector<float> ks = randoms(c.len * c.hd, 32, -3.0f, 3.0f);
+    const std::vector<float> vs = randoms(c.len * c.hd, 33);
+    const uint32_t q = f.add("q", DType::f32, qs);
+    const uint32_t k = f.add("k", DType::f32, ks);
+    const uint32_t v = f.add("v", DType::f32, vs);
+    const uint32_t chunks = (c.len + c.chunk - 1) / c.chunk;
+    const uint32_t row = c.hd + 2, block = c.group * row;
+    const uint32_t part = f.add("partials", DType::f32, chunks * block);
+    const uint32_t out = f.add("out", DType::f32, c.group * c.hd);
+    for (uint32_t ch = 0; ch < chunks; ++ch) {
+      const uint32_t t0 = ch * c.chunk, n = std::min(c.chunk, c.len - t0);
+      f.run(make_ins(id(OpId::attention_decode), ch,
+                     {{q, 0, c.group * c.hd}, {k, uint64_t{t0} * c.hd, n * c.hd},
+                      {v, uint64_t{t0} * c.hd, n * c.hd}, {part, uint64_t{ch} * block, block}},
+                     {c.hd, f32_bits(c.scale)}));
+    }
+    f.run(make_ins(id(OpId::attention_combine), chunks, {{part, 0, chunks * block},
+                                                         {out, 0, c.group * c.hd}}, {c.hd}));
+
+    const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
+    for (uint32_t g = 0; g < c.group; ++g) {
+      // Full attention of query head g over all positions.
+      std::vector<double> s(c.len), want(c.hd, 0.0), got(c.hd);
+      double m = -INFINITY;
+      for (uint32_t t = 0; t < c.len; ++t) {
+        double dot = 0;
+        for (uint32_t d = 0; d < c.hd; ++d) dot += double{qs[g * c.hd + d]} * ks[t * c.hd + d];
+        s[t] = scale * dot;
+        m = std::max(m, s[t]);
+      }
+      double sum = 0;
+      for (uint32_t t = 0; t < c.len; ++t) sum += std::exp(s[t] - m);
+      for (uint32_t t = 0; t < c.len; ++t)
+        for (uint32_t d = 0; d < c.hd; ++d) want[d] += std::exp(s[t] - m) / sum * vs[t * c.hd + d];
+      for (uint32_t d = 0; d < c.hd; ++d) got[d] = f.get(out, g * c.hd + d);
+      CHECK(norm_err(got, want) < 1e-6);
+
+      // The partials of chunk 0: chunk-normalized output, its max score and sum of exp.
+      const uint32_t n0 = std::min(c.chunk, c.len);
+      double m0 = -INFINITY, l0 = 0;
+      for (uint32_t t = 0; t < n0; ++t) m0 = std::max(m0, s[t]);
+      for (uint32_t t = 0; t < n0; ++t) l0 += std::exp(s[t] - m0);
+      CHECK(f.get(part, g * row + c.hd) == doctest::Approx(m0).epsilon(1e-6));
+      CHECK(f.get(part, g * row + c.hd + 1) == doctest::Approx(l0).epsilon(1e-6));
+      double o0 = 0;
+      for (uint32_t t = 0; t < n0; ++t) o0 += std::exp(s[t] - m0) / l0 * vs[t * c.hd];
+      CHECK(f.get(part, g * row) == doctest::Approx(o0).epsilon(1e-5).scale(1));
+    }
+  }
+}
+
+TEST_CASE("attention_decode reads bf16 caches and combine writes bf16") {
+  Fixture f;
+  const uint32_t hd = 32, group = 2, len = 24;
+  const std::vector<float> qs = randoms(group * hd, 41), ks = randoms(len * hd, 42),
+                           vs = randoms(len * hd, 43);
+  const uint32_t q = f.add("q", DType::bf16, qs);
+  const uint32_t k = f.add("k", DType::bf16, ks);
+  const uint32_t v = f.add("v", DType::bf16, vs);
+  const uint32_t part = f.add("partials", DType::f32, group * (hd + 2));
+  const uint32_t out = f.add("out", DType::bf16, group * hd);
+  f.run(make_ins(id(OpId::attention_decode), 0,
+                 {{q, 0, group * hd}, {k, 0, len * hd}, {v, 0, len * hd}, {part, 0, group * (hd + 2)}},
+                 {hd, 0}));
+  f.run(make_ins(id(OpId::attention_combine), 1, {{part, 0, group * (hd + 2)}, {out, 0, group * hd}},
+                 {hd}));
+  for (uint32_t g = 0; g < group; ++g) {
+    std::vector<double> s(len), want(hd, 0.0), got(hd);
+    double m = -INFINITY, sum = 0;
+    for (uint32_t t = 0; t < len; ++t) {
+      double dot = 0;
+      for (uint32_t d = 0; d < hd; ++d) dot += f.get(q, g * hd + d) * f.get(k, t * hd + d);
+      s[t] = dot / std::sqrt(double{hd});
+      m = std::max(m, s[t]);
+    }
+    for (uint32_t t = 0; t < len; ++t) sum += std::exp(s[t] - m);
+    for (uint32_t t = 0; t < len; ++t)
+      for (uint32_t d = 0; d < hd; ++d) want[d] += std::exp(s[t] - m) / sum * f.get(v, t * hd + d);
+    for (uint32_t d = 0; d < hd; ++d) got[d] = f.get(out, g * hd + d);
+    CHECK(norm_err(got, want) < 1.0 / 128);
+  }
+}

@@ -1,0 +1,139 @@
+// Verifier shape and param rules of the decode-step ops, with exact codes and locations.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "test_verify_support.hpp"
+#include "verify/verify.hpp"
+
+using namespace amk;
+using namespace amk::test;
+
+namespace {
+
+void set_params(Builder& b, std::vector<uint32_t> params) { b.last().params = std::move(params); }
+
+std::vector<uint32_t> rope_params(uint32_t hd, uint32_t pos, float theta = 500000.0f,
+                                  float factor = 32.0f, float low = 1.0f, float high = 4.0f,
+                                  uint32_t orig = 8192) {
+  return {hd, pos, f32_bits(theta), f32_bits(factor), f32_bits(low), f32_bits(high), orig};
+}
+
+}  // namespace
+
+TEST_CASE("rope rules") {
+  Builder b;
+  const uint32_t x = b.buffer("x", DType::f32, 4 * 128);
+  const uint32_t y = b.buffer("y", DType::bf16, 4 * 128);
+  const uint32_t i32 = b.buffer("ids", DType::i32, 4 * 128);
+  b.add("rope", {b.whole(x), b.whole(y)});
+  set_params(b, rope_params(128, 5));
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  set_params(b, rope_params(128, 5, 10000.0f, 0.0f, 0.0f, 0.0f, 0));  // plain: factors unused
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  set_params(b, rope_params(0, 5));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, rope_params(127, 5));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, rope_params(96, 5));  // 512 % 96 != 0
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/x");
+  set_params(b, rope_params(128, 5, 0.0f));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+  set_params(b, rope_params(128, 5, 500000.0f, -1.0f));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/scaling_factor");
+  set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 0.0f));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/low_freq_factor");
+  set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 4.0f, 4.0f));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
+              "/instructions/0/params/high_freq_factor");
+  set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 1.0f, 4.0f, 0));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
+              "/instructions/0/params/original_max_position");
+
+  set_params(b, rope_params(128, 5));
+  b.last().operands[1] = slice(y, 0, 3 * 128);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/y");
+  b.last().operands[1] = b.whole(i32);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/y");
+}
+
+TEST_CASE("kv_append rules") {
+  Builder b;
+  const uint32_t hd = 64, n_kv = 2, max_len = 16;
+  const uint32_t x = b.buffer("x", DType::f32, n_kv * hd);
+  const uint32_t cache = b.buffer("cache", DType::bf16, n_kv * max_len * hd + 64);
+  b.add("kv_append", {b.whole(x), slice(cache, 64, n_kv * max_len * hd)});
+  set_params(b, {hd, max_len - 1, max_len});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  set_params(b, {hd, max_len, max_len});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/position");
+  set_params(b, {hd, 0, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/max_len");
+  set_params(b, {0, 0, max_len});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {48, 0, max_len});  // 128 % 48 != 0
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/x");
+  set_params(b, {hd, 0, max_len - 1});  // the cache is larger than n_kv * max_len * hd
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/cache");
+  set_params(b, {hd / 2, 0, max_len});  // 4 heads of 32: the same extent, also valid
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+}
+
+TEST_CASE("attention_decode rules") {
+  Builder b;
+  const uint32_t hd = 128, group = 4, len = 64;
+  const uint32_t q = b.buffer("q", DType::f32, group * hd);
+  const uint32_t k = b.buffer("k", DType::bf16, 2 * len * hd);
+  const uint32_t v = b.buffer("v", DType::bf16, 2 * len * hd);
+  const uint32_t out = b.buffer("out", DType::f32, 2 * group * (hd + 2));
+  const uint32_t out16 = b.buffer("out16", DType::bf16, group * (hd + 2));
+  b.add("attention_decode", {b.whole(q), slice(k, len * hd, len * hd), slice(v, len * hd, len * hd),
+                             slice(out, group * (hd + 2), group * (hd + 2))});
+  set_params(b, {hd, 0});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  set_params(b, {hd, f32_bits(0.125f)});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  set_params(b, {0, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {512, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {hd, f32_bits(INFINITY)});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/scale");
+  set_params(b, {96, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/q");
+
+  set_params(b, {hd, 0});
+  b.last().operands[1] = slice(k, 0, len * hd + 1);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/k");
+  b.last().operands[1] = slice(k, 0, (len - 1) * hd);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/v");
+  b.last().operands[1] = slice(k, 0, len * hd);
+  b.last().operands[3] = slice(out, 0, group * (hd + 2) - 1);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/out");
+  b.last().operands[3] = b.whole(out16);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/out");
+}
+
+TEST_CASE("attention_combine rules") {
+  Builder b;
+  const uint32_t hd = 64, group = 2, chunks = 3;
+  const uint32_t part = b.buffer("partials", DType::f32, chunks * group * (hd + 2));
+  const uint32_t part16 = b.buffer("partials16", DType::f16, chunks * group * (hd + 2));
+  const uint32_t out = b.buffer("out", DType::bf16, group * hd);
+  b.add("attention_combine", {b.whole(part), b.whole(out)});
+  set_params(b, {hd});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  set_params(b, {0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {48});  // 128 % 48 != 0
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/out");
+  set_params(b, {hd});
+  b.last().operands[0] = slice(part, 0, chunks * group * (hd + 2) - 2);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/partials");
+  b.last().operands[0] = b.whole(part16);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/partials");
+}

@@ -90,6 +90,7 @@ void Sha256::block(const uint8_t* p) {
 void Sha256::update(std::span<const std::byte> data) {
   const auto* p = reinterpret_cast<const uint8_t*>(data.data());
   size_t n = data.size();
+  if (n == 0) return;  // an empty span may carry a null pointer, which memcpy must not see
   len_ += n;
   if (fill_ > 0) {
     size_t take = std::min(n, sizeof(buf_) - fill_);

@@ -44,6 +44,17 @@ TEST_CASE("sha256 streaming equals one shot across every split point") {
   }
 }
 
+TEST_CASE("sha256 of an empty span with no storage (null data) is the empty digest") {
+  amk::Sha256 h;
+  h.update(std::span<const std::byte>{});
+  CHECK(h.finish_hex() == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  amk::Sha256 g;
+  g.update(std::string_view("ab"));
+  g.update(std::span<const std::byte>{});
+  g.update(std::string_view("c"));
+  CHECK(g.finish_hex() == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
 TEST_CASE("sha256 finish resets the state") {
   Sha256 h;
   h.update("abc");

@@ -25,6 +25,6 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for h in json amkb; do
   echo "fuzzing $h for ${secs}s"
-  ./build/fuzz/fuzz_$h "$work/$h" -max_total_time="$secs" -max_len=65536 -timeout=10 \
+  ./build/fuzz/tests/fuzz/fuzz_$h "$work/$h" -max_total_time="$secs" -max_len=65536 -timeout=10 \
     -rss_limit_mb=4096 -artifact_prefix="$work/artifacts/" -print_final_stats=1 2>&1 | tail -15
 done

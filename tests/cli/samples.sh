@@ -44,6 +44,11 @@ if [ -n "$py" ]; then
 else
   bad "numpy reference check: a python3 with numpy is required (scripts/setup.sh installs it)"
 fi
+# The tiny Llama decode step (amk gen llama) against an independent numpy forward pass.
+if [ -n "$py" ]; then
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu; then ok; else bad "llama tiny vs numpy"; fi
+fi
+
 # Every sample also validates against the published JSON Schema.
 if [ -n "$py" ] && "$py" -c "import jsonschema" 2>/dev/null; then
   if "$py" - "$root/schemas/program.schema.json" "$root"/samples/*.json <<'PY'

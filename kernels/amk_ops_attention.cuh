@@ -7,7 +7,10 @@
 // the chunk-normalized output plus (max score, sum of exp); attention_combine merges the chunks.
 // Inside attention_decode every warp streams its own positions with 16-byte loads that skip L1
 // (K and V are read once), keeps an online softmax per query head in registers, and the warps
-// merge once at the end through shared memory.
+// merge once at the end through shared memory. A decode step needs no rope or kv_append before
+// it: with theta != 0 the op rotates q and k_new itself (a (cos, sin) table in the op scratch),
+// and the new token's (k_new, v_new) joins the chunk as one more position. Both happen outside
+// the streaming loop, so its registers (the op's limit) are the same with or without them.
 //
 // The VM dispatches these through AMK_ATTENTION_DISPATCH(prog, ins, scratch), defined at the end
 // (empty when the program uses none of them).
@@ -25,27 +28,32 @@ constexpr uint16_t kAmkOpAttentionCombine = 15;
 __device__ __forceinline__ float amk_neg_inf() { return -__int_as_float(0x7f800000); }
 
 // ---------------------------------------------------------------------------------------------
-#if AMK_USE_OP_ROPE
+#if AMK_USE_OP_ROPE || AMK_USE_OP_ATTENTION_DECODE
 // (cos, sin) pairs that fit in the op scratch; longer heads compute each pair where it is used.
 constexpr uint32_t kAmkRopeTable = AMK_SCRATCH_BYTES / (2 * sizeof(float));
 constexpr double kAmkTwoPi = 6.283185307179586;            // 2*pi rounded to double
 constexpr double kAmkTwoPiLo = 2.4492935982947064e-16;     // 2*pi - kAmkTwoPi
 constexpr double kAmkInvTwoPi = 0.15915494309189535;
 constexpr double kAmkInvPi = 0.3183098861837907;
+// Where the RoPE params start (position, theta, scaling_factor, low_freq_factor,
+// high_freq_factor, original_max_position, in this order); head_dim is param 0 of both ops.
+constexpr uint32_t kAmkRopeParamsOfRope = 1;
+constexpr uint32_t kAmkRopeParamsOfAttention = 2;
 
-// cos and sin of position * inv_freq_i. inv_freq is Hugging Face's Llama 3 scaling
-// (_compute_llama3_parameters) and the angle is formed and reduced in double, so long positions
-// keep their accuracy (the CPU reference does the same); only the results round to f32.
-__device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, uint32_t i,
-                                                 float& c, float& s) {
+// cos and sin of position * inv_freq_i, the RoPE params from ins.params[at]. inv_freq is Hugging
+// Face's Llama 3 scaling (_compute_llama3_parameters) and the angle is formed and reduced in
+// double, so long positions keep their accuracy (the CPU reference does the same); only the
+// results round to f32.
+__device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, uint32_t at,
+                                                 uint32_t i, float& c, float& s) {
   const uint32_t hd = ins.params[0];
-  const double theta = __uint_as_float(ins.params[2]);
-  const double factor = __uint_as_float(ins.params[3]);
+  const double theta = __uint_as_float(ins.params[at + 1]);
+  const double factor = __uint_as_float(ins.params[at + 2]);
   double inv = pow(theta, -2.0 * i / hd);
   if (factor != 0.0) {
-    const double low = __uint_as_float(ins.params[4]);
-    const double high = __uint_as_float(ins.params[5]);
-    const double original_max = ins.params[6];
+    const double low = __uint_as_float(ins.params[at + 3]);
+    const double high = __uint_as_float(ins.params[at + 4]);
+    const double original_max = ins.params[at + 5];
     const double wavelen = kAmkTwoPi / inv;
     if (wavelen > original_max / low) {
       inv = inv / factor;
@@ -54,7 +62,7 @@ __device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, u
       inv = (1.0 - smooth) * inv / factor + smooth * inv;
     }
   }
-  const double angle = static_cast<double>(ins.params[1]) * inv;
+  const double angle = static_cast<double>(ins.params[at]) * inv;
   const double turns = rint(angle * kAmkInvTwoPi);
   const double r = fma(-turns, kAmkTwoPiLo, fma(-turns, kAmkTwoPi, angle));  // |r| <= ~pi
   // sincospi needs no large-argument reduction (sincos would compile one in, with a stack frame).
@@ -63,7 +71,9 @@ __device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, u
   c = static_cast<float>(cd);
   s = static_cast<float>(sd);
 }
+#endif  // AMK_USE_OP_ROPE || AMK_USE_OP_ATTENTION_DECODE
 
+#if AMK_USE_OP_ROPE
 // y[i] = x[i] cos - x[i + hd/2] sin, y[i + hd/2] = x[i + hd/2] cos + x[i] sin for each head.
 // One thread per (head, i) pair reads both inputs before writing: y may alias x.
 AMK_OP_FN void amk_op_rope(const amk_device_program_t&, const amk_instruction_t& ins,
@@ -78,7 +88,7 @@ AMK_OP_FN void amk_op_rope(const amk_device_program_t&, const amk_instruction_t&
   const bool tabled = half <= kAmkRopeTable;
   if (tabled) {  // every head shares the angles: one double-precision evaluation per frequency
     for (uint32_t i = threadIdx.x; i < half; i += AMK_BLOCK_THREADS)
-      amk_rope_cos_sin(ins, i, table[2 * i], table[2 * i + 1]);
+      amk_rope_cos_sin(ins, kAmkRopeParamsOfRope, i, table[2 * i], table[2 * i + 1]);
     __syncthreads();
   }
   for (uint32_t p = threadIdx.x; p < pairs; p += AMK_BLOCK_THREADS) {
@@ -88,7 +98,7 @@ AMK_OP_FN void amk_op_rope(const amk_device_program_t&, const amk_instruction_t&
       c = table[2 * i];
       s = table[2 * i + 1];
     } else {
-      amk_rope_cos_sin(ins, i, c, s);
+      amk_rope_cos_sin(ins, kAmkRopeParamsOfRope, i, c, s);
     }
     const uint64_t base = static_cast<uint64_t>(head) * hd;
     const float a = amk_load_f32(x, base + i);
@@ -170,6 +180,21 @@ struct amk_attn_any_loader {
     for (uint32_t e = 0; e < E; ++e) f[e] = r.f[e];
   }
 };
+
+static_assert(kAmkRopeTable >= kAmkAttnMaxHeadDim / 2,
+              "the op scratch must hold the (cos, sin) table of the widest head");
+
+// Element j of the head at `base` of x, rotated like the rope op: pairs (j, j + half) with
+// y_lo = x_lo cos - x_hi sin, y_hi = x_hi cos + x_lo sin, in f32 from the shared table.
+__device__ __forceinline__ float amk_attn_rotated(const amk_view& x, uint64_t base, uint32_t j,
+                                                  uint32_t half, const float* table) {
+  const bool lo = j < half;
+  const uint32_t i = lo ? j : j - half;
+  const float a = amk_load_f32(x, base + j);
+  const float b = amk_load_f32(x, base + (lo ? j + half : i));
+  const float c = table[2 * i], s = table[2 * i + 1];
+  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
+}
 
 // Folds (m_o, l_o, o_o) into (m, l, o): the rescaling of two online-softmax states.
 __device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, float& b,
@@ -345,38 +370,121 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
   }
 }
 
+// Whether the instruction rotates q and k_new (theta != 0; the verifier makes head_dim even).
+__device__ __forceinline__ bool amk_attn_rotates(const amk_instruction_t& ins) {
+  return __uint_as_float(ins.params[kAmkRopeParamsOfAttention + 1]) != 0.0f &&
+         ins.params[0] % 2 == 0;
+}
+
+// Whether the instruction carries the new token's row: k_new and v_new, a head each.
+__device__ __forceinline__ bool amk_attn_has_new_row(const amk_instruction_t& ins, uint32_t hd) {
+  return ins.n_operands > 5 && ins.operands[4].buffer != AMK_NO_BUFFER &&
+         ins.operands[5].buffer != AMK_NO_BUFFER && ins.operands[4].extent >= hd &&
+         ins.operands[5].extent >= hd;
+}
+
 // out[g] = (o_g[hd] normalized within the chunk, max score m_g, sum exp(s - m_g)) for each query
 // head g of q; s_t = scale * q_g . k_t. The vector path needs K and V of one dtype, 16-byte
 // aligned rows of at most 32 vectors; anything else takes the element-by-element loader.
-AMK_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const amk_instruction_t& ins,
-                                       unsigned char*) {
+// theta != 0 rotates q and k_new with RoPE at `position` (params 2-7, the rope op's meaning);
+// (k_new, v_new), when present, is one more position after the cached rows (which may be none).
+AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const amk_instruction_t& ins,
+                                       unsigned char* scratch) {
   const amk_view q = amk_operand(ins, 0);
   const amk_view k = amk_operand(ins, 1);
   const amk_view v = amk_operand(ins, 2);
   const amk_view out = amk_operand(ins, 3);
   const uint32_t hd = ins.params[0];
-  if (hd == 0 || hd > kAmkAttnMaxHeadDim || k.n < hd) return;
+  const bool cached = k.n >= hd;
+  const bool has_new = amk_attn_has_new_row(ins, hd);
+  if (hd == 0 || hd > kAmkAttnMaxHeadDim || !(cached || has_new)) return;
   float scale = __uint_as_float(ins.params[1]);
   if (scale == 0.0f) scale = 1.0f / sqrtf(static_cast<float>(hd));
   float* o = reinterpret_cast<float*>(out.ptr);
   const uint32_t group = q.n / hd;
-  const uint32_t per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
-  // At 64 registers a thread (1024 threads) the four paths inlined together spill: there only
-  // the element-by-element one is built.
-  const bool vector = AMK_BLOCK_THREADS <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
-                      amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
-  for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
-    const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
+  const uint32_t half = hd / 2;
+
+  const float* rope = nullptr;
+  if (amk_attn_rotates(ins)) {
+    float* table = reinterpret_cast<float*>(scratch);  // hd / 2 <= kAmkRopeTable pairs
+    for (uint32_t i = threadIdx.x; i < half; i += AMK_BLOCK_THREADS)
+      amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, table[2 * i], table[2 * i + 1]);
+    __syncthreads();
+    rope = table;
+  }
+
+  if (cached) {
+    amk_view qs = q;
+    if (rope != nullptr) {
+      // The rotated q, in f32, staged in the tail of out: elements [2*group, group*(hd + 2)).
+      // The pass of head g writes out row g, [g*(hd + 2), (g + 1)*(hd + 2)), which ends before
+      // the staged heads after g, and it reads its own heads before it writes.
+      float* staged = o + 2 * group;
+      for (uint32_t idx = threadIdx.x; idx < group * hd; idx += AMK_BLOCK_THREADS) {
+        const uint32_t g = idx / hd, d = idx - g * hd;
+        staged[idx] = amk_attn_rotated(q, static_cast<uint64_t>(g) * hd, d, half, rope);
+      }
+      __syncthreads();
+      qs.ptr = reinterpret_cast<unsigned char*>(staged);
+      qs.dtype = AMK_DTYPE_F32;
+    }
+    const uint32_t per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
+    // At 64 registers a thread (1024 threads) the four paths inlined together spill: there only
+    // the element-by-element one is built.
+    const bool vector = AMK_BLOCK_THREADS <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
+                        amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
+    for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
+      const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
 #if AMK_BLOCK_THREADS <= 512
-    if (vector && k.dtype == AMK_DTYPE_BF16)
-      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(q, k, v, o, hd, scale, g0, gn);
-    else if (vector && k.dtype == AMK_DTYPE_F16)
-      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(q, k, v, o, hd, scale, g0, gn);
-    else if (vector && k.dtype == AMK_DTYPE_F32)
-      amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(q, k, v, o, hd, scale, g0, gn);
-    else
+      if (vector && k.dtype == AMK_DTYPE_BF16)
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn);
+      else if (vector && k.dtype == AMK_DTYPE_F16)
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn);
+      else if (vector && k.dtype == AMK_DTYPE_F32)
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn);
+      else
 #endif
-      amk_attn_decode_pass<amk_attn_any_loader>(q, k, v, o, hd, scale, g0, gn);
+        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn);
+    }
+  }
+
+  if (has_new) {
+    // The new token's row folded into each head's chunk state (m, l, normalized o) once the
+    // passes are done (they end with a barrier), one warp per query head. Its operands are read
+    // from the instruction again here: nothing of this stays live through the streaming loop.
+    const amk_view qn = amk_operand(ins, 0);
+    const amk_view k_new = amk_operand(ins, 4);
+    const amk_view v_new = amk_operand(ins, 5);
+    const float* table = amk_attn_rotates(ins) ? reinterpret_cast<const float*>(scratch) : nullptr;
+    const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+    for (uint32_t g = warp; g < group; g += kAmkWarps) {
+      const uint64_t base = static_cast<uint64_t>(g) * hd;
+      float dot = 0.0f;
+      for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+        const float qd = table != nullptr ? amk_attn_rotated(qn, base, d, half, table)
+                                          : amk_load_f32(qn, base + d);
+        const float kd = table != nullptr ? amk_attn_rotated(k_new, 0, d, half, table)
+                                          : amk_load_f32(k_new, d);
+        dot = fmaf(scale * qd, kd, dot);
+      }
+      const float s = amk_warp_sum(dot);
+      float* row = o + static_cast<uint64_t>(g) * (hd + 2);
+      const float m = cached ? row[hd] : amk_neg_inf();
+      const float l = cached ? row[hd + 1] : 0.0f;
+      const float big = fmaxf(m, s);
+      const float a = m == amk_neg_inf() ? 0.0f : l * expf(m - big);  // the cached rows' weight
+      const float b = expf(s - big);                                   // the new row's
+      const float total = a + b;
+      for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+        const float prev = a != 0.0f ? a * row[d] : 0.0f;
+        row[d] = fmaf(b, amk_load_f32(v_new, d), prev) / total;
+      }
+      __syncwarp();  // every lane has read m and l
+      if (lane == 0) {
+        row[hd] = big;
+        row[hd + 1] = total;
+      }
+    }
   }
 }
 #endif  // AMK_USE_OP_ATTENTION_DECODE

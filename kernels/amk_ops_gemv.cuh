@@ -5,6 +5,14 @@
 // so each warp always has loads in flight. x is small and reused by every row: it stays in L1.
 // When the w buffer has a TMA spec the op streams tiles through the copy engine instead
 // (amk_ops_tma.cuh).
+//
+// Two optional fusions (template flags, so the plain instantiation does no extra work):
+//  - norm: x' = x * inv_rms * norm, inv_rms = 1 / sqrt(mean(x^2) + eps) as rmsnorm computes it.
+//    The block first reduces sum(x^2); the inner loop multiplies x by norm (L1-resident like x)
+//    and each row's sum is scaled by inv_rms once.
+//  - w2 (GLU): y[r] = silu(W x')[r] * (W2 x')[r]. Row r of w and row r of w2 are two "virtual
+//    rows" of the same pipeline, so w2's loads are in flight while w's row is reduced.
+// Neither runs through TMA.
 #ifndef AMK_OPS_GEMV_CUH
 #define AMK_OPS_GEMV_CUH
 
@@ -25,6 +33,16 @@
 #define AMK_GEMV_BF16_F32 1
 #define AMK_GEMV_BF16_F16 1
 #define AMK_GEMV_BF16_BF16 1
+#endif
+
+// Which fusion combinations get vector instantiations (each as large as the plain one). The
+// generated source may list those its gemv instructions use (AMK_GEMV_FUSIONS_LISTED plus
+// AMK_GEMV_FUSE_NORM / _GLU / _NORM_GLU); otherwise all three are built. An unlisted combination
+// still runs, on the scalar path.
+#if !defined(AMK_GEMV_FUSIONS_LISTED)
+#define AMK_GEMV_FUSE_NORM 1
+#define AMK_GEMV_FUSE_GLU 1
+#define AMK_GEMV_FUSE_NORM_GLU 1
 #endif
 
 constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
@@ -62,40 +80,88 @@ __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_
   amk_store_f32(y, r, acc);
 }
 
-template <uint32_t W, uint32_t X>
-__device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const unsigned char* x,
+// The optional fusions of one instruction (absent: null pointers, inv_rms 1).
+struct amk_gemv_fuse {
+  const unsigned char* norm;  // [K] rmsnorm weight, or null
+  uint32_t norm_dtype;
+  float inv_rms;              // 1 / sqrt(mean(x^2) + eps); 1 without norm
+  const unsigned char* w2;    // GLU up matrix, same row range and dtype as w, or null
+};
+
+// silu(a) * b, as the silu_mul op computes it.
+__device__ __forceinline__ float amk_gemv_glu(float a, float b) {
+  return a / (1.0f + expf(-a)) * b;
+}
+
+// 1 / sqrt(mean(x^2) + eps), the same order of operations as amk_op_rmsnorm. Every thread of the
+// block calls this (block reduction through scratch).
+__device__ __forceinline__ float amk_gemv_inv_rms(const amk_view& x, float eps,
+                                                  unsigned char* scratch) {
+  float ss = 0.0f;
+  for (uint32_t i = threadIdx.x; i < x.n; i += AMK_BLOCK_THREADS) {
+    const float v = amk_load_f32(x, i);
+    ss = fmaf(v, v, ss);
+  }
+  ss = amk_block_sum(ss, scratch);
+  return 1.0f / sqrtf(ss / static_cast<float>(x.n) + eps);
+}
+
+// norm[e0 .. e0 + P) as floats (same alignment contract as amk_gemv_load_x). The dtype is a
+// uniform runtime value, so norm's dtype adds no instantiation.
+template <uint32_t P>
+__device__ __forceinline__ void amk_gemv_load_norm(const unsigned char* norm, uint32_t dtype,
+                                                   uint32_t e0, float* f) {
+  if (dtype == AMK_DTYPE_BF16)
+    amk_gemv_load_x<AMK_DTYPE_BF16, P>(norm, e0, f);
+  else if (dtype == AMK_DTYPE_F16)
+    amk_gemv_load_x<AMK_DTYPE_F16, P>(norm, e0, f);
+  else
+    amk_gemv_load_x<AMK_DTYPE_F32, P>(norm, e0, f);
+}
+
+// Vector path. kNorm / kGlu select the fusions; with kGlu each output row is two virtual rows
+// (w's, then w2's) of kMats, streamed back to back.
+template <uint32_t W, uint32_t X, bool kNorm, bool kGlu>
+AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char* x,
                                                 uint32_t k, uint32_t rows, const amk_view& y,
-                                                const amk_view& res) {
+                                                const amk_view& res, const amk_gemv_fuse& fuse) {
   typedef amk_ftype<W> TW;
   constexpr uint32_t kPer = TW::per_vec;
+  constexpr uint32_t kMats = kGlu ? 2 : 1;
   const uint32_t vecs_per_row = k / kPer;
   const uint64_t row_bytes = static_cast<uint64_t>(vecs_per_row) * kAmkVectorBytes;
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
   const uint32_t batches_per_row = (vecs_per_row + kAmkGemvBatch - 1) / kAmkGemvBatch;
   const uint32_t my_rows = rows > warp ? (rows - warp + kAmkWarps - 1) / kAmkWarps : 0;
-  const uint32_t batches = my_rows * batches_per_row;
+  const uint32_t batches = my_rows * kMats * batches_per_row;
   if (batches == 0) return;
 
   amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
-  uint32_t row = warp, col = 0;
-  auto load_batch = [&](amk_vec16* dst, uint32_t r, uint32_t c) {
-    const unsigned char* p = w + r * row_bytes;
+  uint32_t row = warp, mat = 0, col = 0;  // mat: 0 = w, 1 = w2 (kGlu only)
+  auto load_batch = [&](amk_vec16* dst, uint32_t r, uint32_t m, uint32_t c) {
+    const unsigned char* p = (kGlu && m != 0 ? fuse.w2 : w) + r * row_bytes;
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
       if (v < vecs_per_row) dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(v) * kAmkVectorBytes);
     }
   };
-  load_batch(cur, row, col);
+  load_batch(cur, row, mat, col);
   float acc0 = 0.0f, acc1 = 0.0f;
+  float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   for (uint32_t b = 0; b < batches; ++b) {
-    uint32_t next_row = row, next_col = col + 1;
+    uint32_t next_row = row, next_mat = mat, next_col = col + 1;
     if (next_col == batches_per_row) {
       next_col = 0;
-      next_row += kAmkWarps;
+      if (kGlu && mat == 0) {
+        next_mat = 1;
+      } else {
+        next_mat = 0;
+        next_row += kAmkWarps;
+      }
     }
-    if (b + 1 < batches) load_batch(nxt, next_row, next_col);
+    if (b + 1 < batches) load_batch(nxt, next_row, next_mat, next_col);
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
@@ -103,6 +169,12 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
         float wf[kPer], xf[kPer];
         TW::unpack(cur[u], wf);
         amk_gemv_load_x<X, kPer>(x, v * kPer, xf);
+        if (kNorm) {
+          float nf[kPer];
+          amk_gemv_load_norm<kPer>(fuse.norm, fuse.norm_dtype, v * kPer, nf);
+#pragma unroll
+          for (uint32_t e = 0; e < kPer; ++e) xf[e] *= nf[e];
+        }
 #pragma unroll
         for (uint32_t e = 0; e < kPer; e += 2) {
           acc0 = fmaf(wf[e], xf[e], acc0);
@@ -111,46 +183,104 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
       }
     }
     if (col + 1 == batches_per_row) {
-      const float acc = amk_warp_sum(acc0 + acc1);
-      if (lane == 0) amk_gemv_store_row(y, res, row, acc);
+      float acc = amk_warp_sum(acc0 + acc1);
+      if (kNorm) acc *= fuse.inv_rms;
+      if (kGlu && mat == 0) {
+        gate = acc;
+      } else {
+        if (kGlu) acc = amk_gemv_glu(gate, acc);
+        if (lane == 0) amk_gemv_store_row(y, res, row, acc);
+      }
       acc0 = acc1 = 0.0f;
     }
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
     row = next_row;
+    mat = next_mat;
     col = next_col;
   }
+}
+
+// One vector instantiation per fusion combination of a (w, x) dtype pair; false when the
+// combination is not compiled in (the caller takes the scalar path).
+template <uint32_t W, uint32_t X>
+__device__ __forceinline__ bool amk_gemv_vector_any(const unsigned char* w, const unsigned char* x,
+                                                    uint32_t k, uint32_t rows, const amk_view& y,
+                                                    const amk_view& res,
+                                                    const amk_gemv_fuse& fuse) {
+  if (fuse.norm == nullptr && fuse.w2 == nullptr) {
+    amk_gemv_vector<W, X, false, false>(w, x, k, rows, y, res, fuse);
+    return true;
+  }
+#if AMK_GEMV_FUSE_NORM
+  if (fuse.w2 == nullptr) {
+    amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse);
+    return true;
+  }
+#endif
+#if AMK_GEMV_FUSE_GLU
+  if (fuse.norm == nullptr) {
+    amk_gemv_vector<W, X, false, true>(w, x, k, rows, y, res, fuse);
+    return true;
+  }
+#endif
+#if AMK_GEMV_FUSE_NORM_GLU
+  if (fuse.norm != nullptr && fuse.w2 != nullptr) {
+    amk_gemv_vector<W, X, true, true>(w, x, k, rows, y, res, fuse);
+    return true;
+  }
+#endif
+  return false;
 }
 
 // Any dtypes, any alignment: one element at a time, one warp per row.
 __device__ __forceinline__ void amk_gemv_scalar(const amk_view& w, const amk_view& x, uint32_t k,
                                                 uint32_t rows, const amk_view& y,
-                                                const amk_view& res) {
+                                                const amk_view& res, const amk_view& norm,
+                                                const amk_view& w2, float inv_rms) {
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
   for (uint32_t r = warp; r < rows; r += kAmkWarps) {
     const uint64_t base = static_cast<uint64_t>(r) * k;
-    float acc = 0.0f;
-    for (uint32_t i = lane; i < k; i += kAmkWarpSize)
-      acc = fmaf(amk_load_f32(w, base + i), amk_load_f32(x, i), acc);
-    acc = amk_warp_sum(acc);
+    float acc = 0.0f, up = 0.0f;
+    for (uint32_t i = lane; i < k; i += kAmkWarpSize) {
+      float xv = amk_load_f32(x, i);
+      if (norm.present()) xv *= amk_load_f32(norm, i);
+      acc = fmaf(amk_load_f32(w, base + i), xv, acc);
+      if (w2.present()) up = fmaf(amk_load_f32(w2, base + i), xv, up);
+    }
+    acc = amk_warp_sum(acc) * inv_rms;
+    if (w2.present()) acc = amk_gemv_glu(acc, amk_warp_sum(up) * inv_rms);
     if (lane == 0) amk_gemv_store_row(y, res, r, acc);
   }
 }
 
-#define AMK_GEMV_CASE(WN, XN)                                                     \
-  if (w.dtype == AMK_DTYPE_##WN && x.dtype == AMK_DTYPE_##XN) {                   \
-    amk_gemv_vector<AMK_DTYPE_##WN, AMK_DTYPE_##XN>(w.ptr, x.ptr, k, rows, y, res); \
-    return;                                                                       \
+#define AMK_GEMV_CASE(WN, XN)                                                                     \
+  if (w.dtype == AMK_DTYPE_##WN && x.dtype == AMK_DTYPE_##XN) {                                   \
+    if (amk_gemv_vector_any<AMK_DTYPE_##WN, AMK_DTYPE_##XN>(w.ptr, x.ptr, k, rows, y, res, fuse)) \
+      return;                                                                                     \
   }
 
+// Every thread of the block calls this (the norm reduction is block-wide).
 __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view& x,
-                                               const amk_view& y, const amk_view& res) {
+                                               const amk_view& y, const amk_view& res,
+                                               const amk_view& norm, const amk_view& w2,
+                                               float eps, unsigned char* scratch) {
   const uint32_t k = x.n;
   if (k == 0) return;
   const uint32_t rows = w.n / k;
   const uint64_t row_bytes = static_cast<uint64_t>(k) * amk_dtype_size(w.dtype);
-  if (amk_aligned16(w.ptr) && amk_aligned16(x.ptr) && row_bytes % kAmkVectorBytes == 0) {
+  amk_gemv_fuse fuse;
+  fuse.norm = norm.ptr;
+  fuse.norm_dtype = norm.dtype;
+  fuse.inv_rms = norm.present() ? amk_gemv_inv_rms(x, eps, scratch) : 1.0f;
+  fuse.w2 = w2.ptr;
+  // The vector loads of norm follow x's pattern, w2's follow w's (the verifier makes w2's dtype
+  // w's); the scalar path takes anything else.
+  const bool fuse_aligned = (!norm.present() || amk_aligned16(norm.ptr)) &&
+                            (!w2.present() || (amk_aligned16(w2.ptr) && w2.dtype == w.dtype));
+  if (amk_aligned16(w.ptr) && amk_aligned16(x.ptr) && row_bytes % kAmkVectorBytes == 0 &&
+      fuse_aligned) {
 #if AMK_GEMV_F32_F32
     AMK_GEMV_CASE(F32, F32)
 #endif
@@ -179,7 +309,7 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
     AMK_GEMV_CASE(BF16, BF16)
 #endif
   }
-  amk_gemv_scalar(w, x, k, rows, y, res);
+  amk_gemv_scalar(w, x, k, rows, y, res, norm, w2, fuse.inv_rms);
 }
 #undef AMK_GEMV_CASE
 
@@ -187,23 +317,27 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
 #include "amk_ops_tma.cuh"
 #endif
 
+// Operands w, x, y, residual?, norm?, w2?; param eps (read only with norm).
 #if AMK_TMA_GEMV
-AMK_OP_FN void amk_op_gemv(const amk_device_program_t& prog, const amk_instruction_t& ins,
+AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t& prog, const amk_instruction_t& ins,
                            unsigned char* scratch, const amk_tma_table_t* tma) {
+#else
+AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruction_t& ins,
+                           unsigned char* scratch) {
+#endif
   const amk_view w = amk_operand(ins, 0);
   const amk_view x = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);
   const amk_view res = amk_operand(ins, 3);
-  if (amk_gemv_tma(prog, ins, w, x, y, res, tma)) return;
-  amk_gemv_plain(w, x, y, res);
-}
-#else
-AMK_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruction_t& ins,
-                           unsigned char*) {
-  amk_gemv_plain(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2),
-                 amk_operand(ins, 3));
-}
+  const amk_view norm = amk_operand(ins, 4);
+  const amk_view w2 = amk_operand(ins, 5);
+#if AMK_TMA_GEMV
+  // The TMA pipeline has no fusions: fused instructions take the plain path.
+  if (!norm.present() && !w2.present() && amk_gemv_tma(prog, ins, w, x, y, res, tma)) return;
 #endif
+  const float eps = norm.present() ? __uint_as_float(ins.params[0]) : 0.0f;
+  amk_gemv_plain(w, x, y, res, norm, w2, eps, scratch);
+}
 
 #endif  // AMK_USE_OP_GEMV
 #endif  // AMK_OPS_GEMV_CUH

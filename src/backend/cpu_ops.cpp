@@ -256,8 +256,45 @@ void run_softmax(const Context& c) {
   }
 }
 
+// Row r of the [rows, k] matrix m dotted with x, in double.
+double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const float* x) {
+  const size_t item = dtype_size(m.dtype);
+  const std::byte* row = m.base + r * k * item;
+  switch (m.dtype) {
+    case DType::f32:
+      return dot_row(row, x, k, item, [](const std::byte* p) {
+        float f;
+        std::memcpy(&f, p, 4);
+        return f;
+      });
+    case DType::f16: {
+      const float* table = f16_table();
+      return dot_row(row, x, k, item, [table](const std::byte* p) {
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        return table[h];
+      });
+    }
+    case DType::bf16:
+      return dot_row(row, x, k, item, [](const std::byte* p) {
+        // Inline decode: bits_f32 lives in another translation unit.
+        uint16_t h;
+        std::memcpy(&h, p, 2);
+        const uint32_t bits = static_cast<uint32_t>(h) << 16;
+        float f;
+        std::memcpy(&f, &bits, 4);
+        return f;
+      });
+    default: c.fail("run.operand.dtype", "gemv weights must be a float type");
+  }
+}
+
+// y[r] = v[r] (+ residual[r]); v = W x' or, with w2, silu(W x') * (W2 x'); x' = x or, with
+// norm, rmsnorm(x) * norm computed as run_rmsnorm does (x' rounded to f32, like an f32 buffer
+// between the two ops would hold it).
 void run_gemv(const Context& c) {
-  const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3);
+  const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3),
+             norm = c.operand(4), w2 = c.operand(5);
   const uint64_t k = x.extent;
   c.require(k > 0 && w.extent % k == 0,
             "extent(w) " + n(w.extent) + " is not a multiple of extent(x) " + n(k));
@@ -265,43 +302,25 @@ void run_gemv(const Context& c) {
   c.require(y.extent == rows, "extent(y) " + n(y.extent) + " != rows " + n(rows));
   c.require(!res.present || res.extent == rows,
             "extent(residual) " + n(res.extent) + " != rows " + n(rows));
-  const std::vector<float> xv = to_floats(x);
+  c.require(!norm.present || norm.extent == k,
+            "extent(norm) " + n(norm.extent) + " != extent(x) " + n(k));
+  c.require(!w2.present || w2.extent == w.extent,
+            "extent(w2) " + n(w2.extent) + " != extent(w) " + n(w.extent));
+  std::vector<float> xv = to_floats(x);
+  if (norm.present) {
+    const double eps = c.param_f32(0);
+    const std::vector<float> nv = to_floats(norm);
+    double ss = 0.0;
+    for (uint64_t j = 0; j < k; ++j) ss += static_cast<double>(xv[j]) * xv[j];
+    const double inv = 1.0 / std::sqrt(ss / static_cast<double>(k) + eps);
+    for (uint64_t j = 0; j < k; ++j)
+      xv[j] = static_cast<float>(static_cast<double>(xv[j]) * inv * nv[j]);
+  }
   std::vector<float> rv;
   if (res.present) rv = to_floats(res);
-  const size_t item = dtype_size(w.dtype);
   for (uint64_t r = 0; r < rows; ++r) {
-    const std::byte* row = w.base + r * k * item;
-    double acc = 0.0;
-    switch (w.dtype) {
-      case DType::f32:
-        acc = dot_row(row, xv.data(), k, item, [](const std::byte* p) {
-          float f;
-          std::memcpy(&f, p, 4);
-          return f;
-        });
-        break;
-      case DType::f16: {
-        const float* table = f16_table();
-        acc = dot_row(row, xv.data(), k, item, [table](const std::byte* p) {
-          uint16_t h;
-          std::memcpy(&h, p, 2);
-          return table[h];
-        });
-        break;
-      }
-      case DType::bf16:
-        acc = dot_row(row, xv.data(), k, item, [](const std::byte* p) {
-          // Inline decode: bits_f32 lives in another translation unit.
-          uint16_t h;
-          std::memcpy(&h, p, 2);
-          const uint32_t bits = static_cast<uint32_t>(h) << 16;
-          float f;
-          std::memcpy(&f, &bits, 4);
-          return f;
-        });
-        break;
-      default: c.fail("run.operand.dtype", "gemv weights must be a float type");
-    }
+    double acc = gemv_row(c, w, r, k, xv.data());
+    if (w2.present) acc = acc / (1.0 + std::exp(-acc)) * gemv_row(c, w2, r, k, xv.data());
     if (res.present) acc += rv[r];
     store_f(y, r, acc);
   }
@@ -374,29 +393,51 @@ double rope_inv_freq(uint32_t i, uint32_t head_dim, double theta, double factor,
   return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
+// The RoPE rotation at one position: (cos, sin) of each pair from the params position, theta,
+// scaling_factor, low_freq_factor, high_freq_factor, original_max_position at index `at`
+// (rope: 1, attention_decode: 2); head_dim is param 0.
+struct RopeAngles {
+  uint32_t half = 0;
+  std::vector<double> cs, sn;
+
+  RopeAngles(const Context& c, size_t at) {
+    const uint32_t hd = c.param_word(0), position = c.param_word(at);
+    half = hd / 2;
+    cs.resize(half);
+    sn.resize(half);
+    for (uint32_t i = 0; i < half; ++i) {
+      const double angle = position * rope_inv_freq(i, hd, c.param_f32(at + 1),
+                                                    c.param_f32(at + 2), c.param_f32(at + 3),
+                                                    c.param_f32(at + 4),
+                                                    static_cast<double>(c.param_word(at + 5)));
+      cs[i] = std::cos(angle);
+      sn[i] = std::sin(angle);
+    }
+  }
+  // Rotates the head of 2 * half values at x (HF rotate_half pairs i, i + half) into y.
+  template <class In, class Out>
+  void rotate(const In* x, Out* y) const {
+    for (uint32_t i = 0; i < half; ++i) {
+      const double a = x[i], b = x[i + half];
+      y[i] = static_cast<Out>(a * cs[i] - b * sn[i]);
+      y[i + half] = static_cast<Out>(b * cs[i] + a * sn[i]);
+    }
+  }
+};
+
 void run_rope(const Context& c) {
   const View x = c.operand(0), y = c.operand(1);
-  const uint32_t hd = c.param_word(0), position = c.param_word(1);
+  const uint32_t hd = c.param_word(0);
   c.require(hd > 0 && hd % 2 == 0, "head_dim " + n(hd) + " must be even and > 0");
   c.require(x.extent % hd == 0 && x.extent == y.extent,
             "extent(x) " + n(x.extent) + " and extent(y) " + n(y.extent) +
                 " must be equal multiples of head_dim " + n(hd));
-  const uint32_t half = hd / 2;
-  std::vector<double> cs(half), sn(half);
-  for (uint32_t i = 0; i < half; ++i) {
-    const double angle =
-        position * rope_inv_freq(i, hd, c.param_f32(2), c.param_f32(3), c.param_f32(4),
-                                 c.param_f32(5), static_cast<double>(c.param_word(6)));
-    cs[i] = std::cos(angle);
-    sn[i] = std::sin(angle);
-  }
+  const RopeAngles rope(c, 1);
   const std::vector<float> xv = to_floats(x);  // y may alias x
+  std::vector<double> head(hd);
   for (uint64_t base = 0; base < x.extent; base += hd) {
-    for (uint32_t i = 0; i < half; ++i) {
-      const double a = xv[base + i], b = xv[base + i + half];
-      store_f(y, base + i, a * cs[i] - b * sn[i]);
-      store_f(y, base + i + half, b * cs[i] + a * sn[i]);
-    }
+    rope.rotate(xv.data() + base, head.data());
+    for (uint32_t d = 0; d < hd; ++d) store_f(y, base + d, head[d]);
   }
 }
 
@@ -416,27 +457,49 @@ void run_kv_append(const Context& c) {
   }
 }
 
+// With theta != 0, q and k_new are rotated in double (RopeAngles) before the dot products; the
+// new token's row (k_new, v_new) is position `len` of the chunk, after the cached rows.
 void run_attention_decode(const Context& c) {
-  const View q = c.operand(0), k = c.operand(1), v = c.operand(2), out = c.operand(3);
+  const View q = c.operand(0), k = c.operand(1), v = c.operand(2), out = c.operand(3),
+             k_new = c.operand(4), v_new = c.operand(5);
   const uint64_t hd = c.param_word(0);
-  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 && k.extent > 0 &&
-                v.extent == k.extent,
+  c.require(k_new.present == v_new.present, "k_new and v_new must be both present or both absent");
+  c.require(!k_new.present || (k_new.extent == hd && v_new.extent == hd),
+            "extents k_new " + n(k_new.extent) + ", v_new " + n(v_new.extent) +
+                " must equal head_dim " + n(hd));
+  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 &&
+                (k.extent > 0 || k_new.present) && v.extent == k.extent,
             "extents q " + n(q.extent) + ", k " + n(k.extent) + ", v " + n(v.extent) +
-                " must be multiples of head_dim " + n(hd) + " with extent(v) == extent(k)");
-  const uint64_t group = q.extent / hd, len = k.extent / hd;
+                " must be multiples of head_dim " + n(hd) +
+                " with extent(v) == extent(k) (0 only with k_new)");
+  const float theta = c.param_f32(3);
+  c.require(theta == 0.0f || hd % 2 == 0, "head_dim " + n(hd) + " must be even with theta");
+  const uint64_t group = q.extent / hd, cached = k.extent / hd;
+  const uint64_t len = cached + (k_new.present ? 1 : 0);
   c.require(out.extent == group * (hd + 2),
             "extent(out) " + n(out.extent) + " != group * (head_dim + 2) " + n(group * (hd + 2)));
   const float scale_param = c.param_f32(1);
   const double scale =
       scale_param != 0.0f ? scale_param : 1.0 / std::sqrt(static_cast<double>(hd));
-  const std::vector<float> qv = to_floats(q), kv = to_floats(k), vv = to_floats(v);
+  const std::vector<float> qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
+  std::vector<double> qv(qf.begin(), qf.end()), kv(kf.begin(), kf.end()),
+      vv(vf.begin(), vf.end());
+  if (k_new.present) {
+    const std::vector<float> kn = to_floats(k_new), vn = to_floats(v_new);
+    kv.insert(kv.end(), kn.begin(), kn.end());
+    vv.insert(vv.end(), vn.begin(), vn.end());
+  }
+  if (theta != 0.0f) {
+    const RopeAngles rope(c, 2);
+    for (uint64_t g = 0; g < group; ++g) rope.rotate(qv.data() + g * hd, qv.data() + g * hd);
+    if (k_new.present) rope.rotate(kv.data() + cached * hd, kv.data() + cached * hd);
+  }
   std::vector<double> s(len), o(hd);
   for (uint64_t g = 0; g < group; ++g) {
     double m = -std::numeric_limits<double>::infinity();
     for (uint64_t t = 0; t < len; ++t) {
       double dot = 0.0;
-      for (uint64_t d = 0; d < hd; ++d)
-        dot += static_cast<double>(qv[g * hd + d]) * kv[t * hd + d];
+      for (uint64_t d = 0; d < hd; ++d) dot += qv[g * hd + d] * kv[t * hd + d];
       s[t] = scale * dot;
       m = std::max(m, s[t]);
     }

@@ -671,11 +671,19 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
     const size_t slots = sig ? sig->operands.size() : custom->operands.size();
     const size_t n_params = sig ? sig->params.size() : custom->params.size();
     const std::string op_label = sig ? std::string(sig->name) : custom->name;
-    if (a.n_operands != slots)
+    // Files written before a built-in op grew trailing optional operands or defaulted params
+    // (gemv's norm/w2/eps, attention_decode's k_new/v_new/rope params) hold fewer slots: those
+    // load as if the new slots were left out (empty operands, default params).
+    size_t min_slots = slots, min_params = n_params;
+    if (sig) {
+      while (min_slots > 0 && sig->operands[min_slots - 1].optional) --min_slots;
+      while (min_params > 0 && sig->params[min_params - 1].default_value) --min_params;
+    }
+    if (a.n_operands > slots || a.n_operands < min_slots)
       bad(offsetof(amk_instruction_t, n_operands), "amkb.instruction",
           "op " + op_label + " has " + std::to_string(slots) + " operand slots, n_operands is " +
               std::to_string(a.n_operands));
-    if (a.n_params != n_params)
+    if (a.n_params > n_params || a.n_params < min_params)
       bad(offsetof(amk_instruction_t, n_params), "amkb.instruction",
           "op " + op_label + " has " + std::to_string(n_params) + " params, n_params is " +
               std::to_string(a.n_params));
@@ -743,6 +751,11 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
         bad(offsetof(amk_instruction_t, params) + k * 4, "amkb.instruction",
             "param " + std::string(sig->params[k].name) + " is not a finite f32");
       in.params.push_back(a.params[k]);
+    }
+    for (size_t k = a.n_operands; k < slots; ++k) in.operands.push_back(Operand{});
+    for (size_t k = a.n_params; k < n_params; ++k) {
+      const auto word = encode_param(sig->params[k].type, *sig->params[k].default_value);
+      in.params.push_back(word ? *word : 0u);
     }
     p.instructions.push_back(std::move(in));
   }

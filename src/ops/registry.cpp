@@ -26,7 +26,10 @@ constexpr ParamSig kSoftmaxParams[] = {{"cols", ParamType::u32, 0.0}, {"scale", 
 constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
                                         {"x", Access::read, kF},
                                         {"y", Access::write, kF},
-                                        {"residual", Access::read, kF, true}};
+                                        {"residual", Access::read, kF, true},
+                                        {"norm", Access::read, kF, true},
+                                        {"w2", Access::read, kF, true}};
+constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5}};
 constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
                                           {"index", Access::write, kIndexTypes}};
 constexpr OperandSig kEmbeddingOperands[] = {
@@ -49,9 +52,18 @@ constexpr ParamSig kKvAppendParams[] = {{"head_dim", ParamType::u32, std::nullop
 constexpr OperandSig kAttentionDecodeOperands[] = {{"q", Access::read, kF},
                                                    {"k", Access::read, kF},
                                                    {"v", Access::read, kF},
-                                                   {"out", Access::write, kF32}};
+                                                   {"out", Access::write, kF32},
+                                                   {"k_new", Access::read, kF, true},
+                                                   {"v_new", Access::read, kF, true}};
+// The RoPE params: the rope op's names, meaning and order (here theta 0 = no rotation).
 constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                               {"scale", ParamType::f32, 0.0}};
+                                               {"scale", ParamType::f32, 0.0},
+                                               {"position", ParamType::u32, 0.0},
+                                               {"theta", ParamType::f32, 0.0},
+                                               {"scaling_factor", ParamType::f32, 32.0},
+                                               {"low_freq_factor", ParamType::f32, 1.0},
+                                               {"high_freq_factor", ParamType::f32, 4.0},
+                                               {"original_max_position", ParamType::u32, 8192.0}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt}};
@@ -70,8 +82,10 @@ constexpr std::array<OpSig, 16> kOps = {{
     {OpId::softmax, "softmax", "row-wise softmax(scale * x) over rows of `cols` (0: whole extent)",
      kUnaryOperands, kSoftmaxParams},
     {OpId::gemv, "gemv",
-     "y[r] = sum_k w[r, k] * x[k] (+ residual[r]); rows = extent(w) / extent(x), f32 accumulate",
-     kGemvOperands, {}},
+     "y[r] = v[r] (+ residual[r]), v[r] = a[r] = sum_k w[r, k] * x'[k], or with w2 v[r] = "
+     "silu(a[r]) * sum_k w2[r, k] * x'[k]; x' = x, or with norm x' = x / sqrt(mean(x^2) + eps) "
+     "* norm (rmsnorm fused); rows = extent(w) / extent(x), f32 accumulate",
+     kGemvOperands, kGemvParams},
     {OpId::argmax, "argmax", "index = first position of the maximum of x", kArgmaxOperands, {}},
     {OpId::embedding, "embedding", "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
      kEmbeddingOperands, {}},
@@ -87,7 +101,9 @@ constexpr std::array<OpSig, 16> kOps = {{
     {OpId::attention_decode, "attention_decode",
      "one kv head, one chunk of positions: per query head g of q, out[g] = (softmax-weighted "
      "sum of v rows normalized in the chunk [head_dim], max score m, sum exp(s - m)); "
-     "s = scale * q_g . k_t, scale 0: 1/sqrt(head_dim)",
+     "s = scale * q_g . k_t, scale 0: 1/sqrt(head_dim); theta != 0 rotates q and k_new like "
+     "rope at `position`; (k_new, v_new), both or neither, is one more position after the "
+     "cached rows (k, v may then be empty)",
      kAttentionDecodeOperands, kAttentionDecodeParams},
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "

@@ -122,7 +122,7 @@ private:
         fail("verify.dtype", operand_where(s),
              "operand '" + slot_name + "' cannot be " + std::string(dtype_name(b.dtype)) +
                  " (buffer '" + b.name + "')");
-      if (o.extent == 0)
+      if (o.extent == 0 && !may_be_empty(s))
         fail("verify.operand.extent", operand_where(s) + "/extent",
              "operand '" + slot_name + "' has extent 0");
       if (o.extent > UINT32_MAX)
@@ -136,6 +136,12 @@ private:
                  std::to_string(o.extent) + ") lie outside buffer '" + b.name + "' (" +
                  std::to_string(b.elements()) + " elements)");
     }
+  }
+
+  // attention_decode's k and v may be empty when the chunk is only the new token (k_new); the
+  // shape rules check that k_new is then present.
+  bool may_be_empty(size_t slot) const {
+    return sig_ != nullptr && sig_->id == OpId::attention_decode && (slot == 1 || slot == 2);
   }
 
   void check_params() {
@@ -223,7 +229,7 @@ private:
       require_equal_extent(1, 0);
       break;
     }
-    case OpId::gemv: { // w, x, y, residual?
+    case OpId::gemv: { // w, x, y, residual?, norm?, w2?; eps
       const uint64_t k = extent(1);
       if (extent(0) % k != 0)
         fail("verify.shape", operand_where(0),
@@ -243,6 +249,30 @@ private:
         fail("verify.shape", operand_where(3),
              "extent(residual) = " + std::to_string(extent(3)) +
                  " must equal rows = " + std::to_string(rows));
+      if (present(4)) { // fused rmsnorm of x: one weight per column
+        if (extent(4) != k)
+          fail("verify.shape", operand_where(4),
+               "extent(norm) = " + std::to_string(extent(4)) +
+                   " must equal K = extent(x) = " + std::to_string(k));
+        const float eps = param_f32(0);
+        if (!(std::isfinite(eps) && eps > 0.0f))
+          fail("verify.param", "/params/eps", "eps must be finite and > 0 when norm is present");
+      }
+      if (present(5)) { // GLU: w2 is the same row range of a second matrix, streamed alike
+        if (extent(5) != extent(0))
+          fail("verify.shape", operand_where(5),
+               "extent(w2) = " + std::to_string(extent(5)) +
+                   " must equal extent(w) = " + std::to_string(extent(0)));
+        if (ins_.operands[5].offset % k != 0)
+          fail("verify.shape", operand_where(5) + "/offset",
+               "offset(w2) = " + std::to_string(ins_.operands[5].offset) +
+                   " is not a multiple of K = " + std::to_string(k) +
+                   " (w2 must be a row range)");
+        if (dtype(5) != dtype(0))
+          fail("verify.dtype", operand_where(5),
+               "dtype(w2) = " + std::string(dtype_name(dtype(5))) +
+                   " must equal dtype(w) = " + std::string(dtype_name(dtype(0))));
+      }
       break;
     }
     case OpId::argmax: // x, index
@@ -272,21 +302,7 @@ private:
       const float theta = param_f32(2);
       if (!(std::isfinite(theta) && theta > 0.0f))
         fail("verify.param", "/params/theta", "theta must be finite and > 0");
-      const float factor = param_f32(3);
-      if (!(std::isfinite(factor) && factor >= 0.0f))
-        fail("verify.param", "/params/scaling_factor",
-             "scaling_factor must be finite and >= 0 (0: plain RoPE)");
-      if (factor > 0.0f) { // Llama 3 scaling: the smooth band needs low < high, both > 0
-        const float low = param_f32(4), high = param_f32(5);
-        if (!(std::isfinite(low) && low > 0.0f))
-          fail("verify.param", "/params/low_freq_factor", "low_freq_factor must be finite and > 0");
-        if (!(std::isfinite(high) && high > low))
-          fail("verify.param", "/params/high_freq_factor",
-               "high_freq_factor must be finite and > low_freq_factor");
-        if (ins_.params[6] == 0)
-          fail("verify.param", "/params/original_max_position",
-               "original_max_position must be > 0");
-      }
+      require_rope_scaling(3);
       break;
     }
     case OpId::kv_append: { // x, cache; head_dim, position, max_len
@@ -310,22 +326,39 @@ private:
              "* head_dim = " + std::to_string(want) + " (the whole layer cache)");
       break;
     }
-    case OpId::attention_decode: { // q, k, v, out; head_dim, scale
-      const uint32_t hd = require_head_dim(false);
+    case OpId::attention_decode: { // q, k, v, out, k_new?, v_new?; head_dim, scale, rope params
+      const float theta = param_f32(3);
+      if (!(std::isfinite(theta) && theta >= 0.0f))
+        fail("verify.param", "/params/theta", "theta must be finite and >= 0 (0: no rotation)");
+      const uint32_t hd = require_head_dim(theta != 0.0f); // RoPE pairs the halves of a head
       if (hd > kMaxAttentionHeadDim)
         fail("verify.param", "/params/head_dim",
              "head_dim = " + std::to_string(hd) + " exceeds attention_decode's " +
                  std::to_string(kMaxAttentionHeadDim));
       if (!std::isfinite(param_f32(1)))
         fail("verify.param", "/params/scale", "scale must be finite (0: 1/sqrt(head_dim))");
+      if (theta != 0.0f)
+        require_rope_scaling(4);
       if (extent(0) % hd != 0)
         fail("verify.shape", operand_where(0),
              "extent(q) = " + std::to_string(extent(0)) +
                  " is not a multiple of head_dim = " + std::to_string(hd));
-      if (extent(1) % hd != 0)
+      // The new token's row: both or neither, one head_dim each.
+      if (present(4) != present(5)) {
+        const size_t missing = present(4) ? 5 : 4, given = present(4) ? 4 : 5;
+        fail("verify.shape", operand_where(missing),
+             "k_new and v_new go together: " + std::string(slots_[given].name) +
+                 " is present, " + std::string(slots_[missing].name) + " is not");
+      }
+      for (size_t s : {size_t{4}, size_t{5}})
+        if (present(s) && extent(s) != hd)
+          fail("verify.shape", operand_where(s),
+               "extent(" + std::string(slots_[s].name) + ") = " + std::to_string(extent(s)) +
+                   " must equal head_dim = " + std::to_string(hd));
+      if (extent(1) % hd != 0 || (extent(1) == 0 && !present(4)))
         fail("verify.shape", operand_where(1),
-             "extent(k) = " + std::to_string(extent(1)) +
-                 " is not a multiple of head_dim = " + std::to_string(hd));
+             "extent(k) = " + std::to_string(extent(1)) + " must be a multiple of head_dim = " +
+                 std::to_string(hd) + (present(4) ? "" : ", > 0 without k_new"));
       require_equal_extent(2, 1);
       const uint64_t want = extent(0) / hd * (uint64_t{hd} + 2);
       if (extent(3) != want)
@@ -351,6 +384,26 @@ private:
   }
 
   float param_f32(size_t i) const { return bits_f32(ins_.params[i]); }
+
+  // The rope op's scaling params from index `at`: scaling_factor, low_freq_factor,
+  // high_freq_factor, original_max_position (rope: 3, attention_decode: 4).
+  void require_rope_scaling(size_t at) {
+    const float factor = param_f32(at);
+    if (!(std::isfinite(factor) && factor >= 0.0f))
+      fail("verify.param", "/params/scaling_factor",
+           "scaling_factor must be finite and >= 0 (0: plain RoPE)");
+    if (factor > 0.0f) { // Llama 3 scaling: the smooth band needs low < high, both > 0
+      const float low = param_f32(at + 1), high = param_f32(at + 2);
+      if (!(std::isfinite(low) && low > 0.0f))
+        fail("verify.param", "/params/low_freq_factor", "low_freq_factor must be finite and > 0");
+      if (!(std::isfinite(high) && high > low))
+        fail("verify.param", "/params/high_freq_factor",
+             "high_freq_factor must be finite and > low_freq_factor");
+      if (ins_.params[at + 3] == 0)
+        fail("verify.param", "/params/original_max_position",
+             "original_max_position must be > 0");
+    }
+  }
 
   // Param 0 of the attention-family ops: > 0, and even where the op pairs halves of a head.
   uint32_t require_head_dim(bool even) {

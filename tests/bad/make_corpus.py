@@ -119,6 +119,7 @@ JSON_CASES = [
     ("unsatisfiable_wait", mutate(setp(["instructions", 1, "waits"], [{"counter": "done", "value": 2}])), P, "verify.wait.unsatisfiable", "/instructions/1/waits/0/value"),
     ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
     ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
+    ("gemv_w2_extent", mutate(setp(["instructions", 0, "operands", "w2"], {"buffer": "w", "offset": 0, "extent": 256 * 32})), P, "verify.shape", "/instructions/0/operands/w2"),
     ("wrong_dtype", mutate(both(setp(["buffers", 2, "dtype"], "i32"))), P, "verify.dtype", "/instructions/0/operands/y"),
     ("overlapping_writes", mutate(both(setp(["instructions", 1, "waits"], []),
                                        setp(["instructions", 1, "operands"], {"x": {"buffer": "x", "offset": 0, "extent": 64}, "y": "y"}))),

@@ -1,5 +1,6 @@
 // Compiles the VM with NVRTC for sm_90a (no GPU needed): every op, every gemv weight dtype, the
-// TMA gemv, trace on and off, custom ops with and without trust, and the on-disk cubin cache.
+// TMA gemv, gemv's norm / w2 fusions, trace on and off, custom ops with and without trust, and
+// the on-disk cubin cache.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -150,6 +151,42 @@ Built all_ops_program() {
   return b.finish();
 }
 
+// gemv with its fusions (norm + w2 + residual, bf16 w, f32 x) next to a plain gemv: vector rows,
+// rows whose bytes are not a multiple of 16 (scalar path), norm in every float dtype, and a TMA
+// spec over w, which the fused instructions must not take.
+Built fused_gemv_program() {
+  Builder b;
+  const uint32_t k = 2048, rows = 40, k_odd = 136 + 4;  // k_odd * 2 bytes: not 16-byte rows
+  const uint32_t x = b.buffer("x", DType::f32, {k});
+  const uint32_t w = b.buffer("w", DType::bf16, {rows, k});
+  const uint32_t w2 = b.buffer("w2", DType::bf16, {rows, k});
+  const uint32_t norm_b = b.buffer("norm_bf16", DType::bf16, {k});
+  const uint32_t norm_f = b.buffer("norm_f32", DType::f32, {k});
+  const uint32_t norm_h = b.buffer("norm_f16", DType::f16, {k});
+  const uint32_t res = b.buffer("residual", DType::f32, {rows});
+  const uint32_t y = b.buffer("y", DType::f32, {rows});
+  const uint32_t xo = b.buffer("x_odd", DType::f32, {k_odd});
+  const uint32_t wo = b.buffer("w_odd", DType::bf16, {rows / 2, k_odd});
+  const uint32_t w2o = b.buffer("w2_odd", DType::bf16, {rows / 2, k_odd});
+  const uint32_t no = b.buffer("norm_odd", DType::bf16, {k_odd});
+  const uint32_t yo = b.buffer("y_odd", DType::bf16, {rows / 2});
+  const uint32_t none = AMK_NO_BUFFER;
+  const uint32_t eps = f32_bits(1e-5f);
+  b.instruction(id(OpId::gemv), {w, x, y, res, none, none}, {eps});
+  b.instruction(id(OpId::gemv), {w, x, y, res, norm_b, w2}, {eps});
+  b.instruction(id(OpId::gemv), {w, x, y, none, norm_f, none}, {eps});
+  b.instruction(id(OpId::gemv), {w, x, y, none, none, w2}, {eps});
+  b.instruction(id(OpId::gemv), {w2, x, y, res, norm_h, w}, {eps});
+  b.instruction(id(OpId::gemv), {wo, xo, yo, none, no, w2o}, {eps});
+  TmaSpec spec;
+  spec.name = "w";
+  spec.buffer = w;
+  spec.dims = {k, rows};
+  spec.box = {128, 8};
+  b.program().tma.push_back(spec);
+  return b.finish();
+}
+
 // One tiny op: for the cache tests, which compile several times.
 Built small_program() {
   Builder b;
@@ -266,6 +303,23 @@ TEST_CASE("every op compiles for sm_90a, trace off and on") {
                 trace ? 1 : 0, out.compile_ms, out.cubin.size(), out.nvrtc_version.c_str(),
                 resource_lines(out.log).c_str());
   }
+}
+
+TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") {
+  const Built b = fused_gemv_program();
+  const std::string src = vm_source(b.program, b.plan, uncached());
+  CHECK(src.find("#define AMK_GEMV_BF16_F32 1") != std::string::npos);
+  CHECK(src.find("#define AMK_TMA_GEMV 1") != std::string::npos);
+  // norm's dtypes add no (w, x) pair: only bf16 x f32 is instantiated.
+  CHECK(src.find("#define AMK_GEMV_BF16_BF16") == std::string::npos);
+  CHECK(src.find("#define AMK_GEMV_F32_F32") == std::string::npos);
+  const CompileOutput out = compile_vm(b.program, b.plan, uncached());
+  CHECK(out.ok);
+  CHECK(is_elf(out.cubin));
+  CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+        std::string::npos);
+  std::printf("[nvrtc] gemv with fusions: cold compile %.0f ms\n%s", out.compile_ms,
+              resource_lines(out.log).c_str());
 }
 
 TEST_CASE("custom ops: compiled with trust, refused without, errors keep the log") {

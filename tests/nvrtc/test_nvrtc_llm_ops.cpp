@@ -20,7 +20,9 @@ namespace {
 
 uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
-// A decode-step slice: rope on q and k, the k append, two attention chunks and their combine.
+// A decode-step slice: rope on q and k, the k append, two attention chunks and their combine;
+// then the fused form: attention_decode rotating q and the new token's k itself, over a cache
+// chunk and over an empty chunk that holds only the new token's row.
 struct Built {
   Program program;
   Plan plan;
@@ -49,6 +51,9 @@ Built llm_program() {
   const uint32_t vc = buffer("v_cache", DType::bf16, uint64_t{n_kv} * max_len * hd);
   const uint32_t part = buffer("partials", DType::f32, 2 * group * (hd + 2));
   const uint32_t attn = buffer("attn", DType::f32, group * hd);
+  const uint32_t q_raw = buffer("q_unrotated", DType::f32, n_kv * group * hd);
+  const uint32_t v = buffer("v", DType::f32, n_kv * hd);
+  const uint32_t fused_part = buffer("fused_partials", DType::f32, 2 * group * (hd + 2));
 
   auto add = [&](uint16_t op, std::vector<amk_operand_t> operands, std::vector<uint32_t> params) {
     amk_instruction_t ins{};
@@ -85,6 +90,16 @@ Built llm_program() {
          amk_operand_t{uint64_t{c} * group * (hd + 2), group * (hd + 2), part}},
         {hd, 0});
   add(id(OpId::attention_combine), {whole(part), whole(attn)}, {hd});
+  const std::vector<uint32_t> fused = {hd, 0, pos, f32_bits(500000.0f), f32_bits(32.0f),
+                                       f32_bits(1.0f), f32_bits(4.0f), 8192};
+  for (uint32_t c = 0; c < 2; ++c)  // cache rows [0, 256) + the new token; no cache rows + it
+    add(id(OpId::attention_decode),
+        {amk_operand_t{0, group * hd, q_raw}, amk_operand_t{0, c == 0 ? chunk * hd : 0, kc},
+         amk_operand_t{0, c == 0 ? chunk * hd : 0, vc},
+         amk_operand_t{uint64_t{c} * group * (hd + 2), group * (hd + 2), fused_part},
+         amk_operand_t{0, hd, k}, amk_operand_t{0, hd, v}},
+        fused);
+  add(id(OpId::attention_combine), {whole(fused_part), whole(attn)}, {hd});
 
   b.program.counters.push_back(Counter{"chain"});
   b.plan.n_counters = 1;
@@ -195,6 +210,13 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
     CHECK(src.find(macro) != std::string::npos);
   CHECK(src.find("AMK_USE_OP_GEMV") == std::string::npos);
   CHECK(src.find("#include \"amk_ops_attention.cuh\"") < src.find("#include \"amk_vm.cuh\""));
+  // The program does use the fused form (theta set, k_new and v_new present).
+  const auto fused = std::count_if(b.plan.instructions.begin(), b.plan.instructions.end(),
+                                   [](const amk_instruction_t& ins) {
+                                     return ins.op == id(OpId::attention_decode) &&
+                                            ins.n_operands == 6 && ins.params[3] != 0;
+                                   });
+  CHECK(fused == 2);
 
   const CompileOutput out = compile_vm(b.program, b.plan, options);
   INFO(out.log);

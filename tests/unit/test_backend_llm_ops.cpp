@@ -1,7 +1,8 @@
 // The CPU reference of the decode-step ops (rope, kv_append, attention_decode,
 // attention_combine) against straightforward implementations written here, on fresh random
 // inputs: rope against the direct formula in every Llama 3 frequency band, chunked attention
-// plus combine against one full softmax attention, with GQA groups.
+// plus combine against one full softmax attention, with GQA groups; attention_decode with fused
+// RoPE and the new token's row against the separate rope + kv_append + attention_decode.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -255,4 +256,145 @@ TEST_CASE("attention_decode reads bf16 caches and combine writes bf16") {
     for (uint32_t d = 0; d < hd; ++d) got[d] = f.get(out, g * hd + d);
     CHECK(norm_err(got, want) < 1.0 / 128);
   }
+}
+
+TEST_CASE("attention_decode with fused RoPE and the new token == rope + kv_append + attention") {
+  // position == the number of cached rows, as in a decode step; len 0: the first token.
+  struct Case {
+    uint32_t hd, len;
+    float theta, factor;
+  };
+  for (const Case c : {Case{64, 37, 500000.0f, 32.0f}, Case{128, 70, 10000.0f, 0.0f},
+                       Case{128, 45, 0.0f, 32.0f}, Case{64, 3000, 500000.0f, 8.0f},
+                       Case{64, 0, 500000.0f, 32.0f}}) {
+    CAPTURE(c.hd);
+    CAPTURE(c.len);
+    CAPTURE(c.theta);
+    CAPTURE(c.factor);
+    const uint32_t group = 4, hd = c.hd, len = c.len, pos = c.len, max_len = len + 1;
+    const uint32_t row = hd + 2, block = group * row, chunk = 16;
+    const float low = 1.0f, high = 4.0f;
+    const uint32_t orig = 8192;
+    Fixture f;
+    const uint32_t q = f.add("q", DType::f32, randoms(group * hd, 51));
+    const uint32_t kn = f.add("k_new", DType::f32, randoms(hd, 52, -3.0f, 3.0f));
+    const uint32_t vn = f.add("v_new", DType::f32, randoms(hd, 53));
+    // The caches the fused op reads (bf16, rows [0, len) valid, row len garbage it must not
+    // read) and f32 copies of the same values for the reference, so kv_append is exact there.
+    const uint32_t kc = f.add("k_cache", DType::bf16, randoms(max_len * hd, 54, -3.0f, 3.0f));
+    const uint32_t vc = f.add("v_cache", DType::bf16, randoms(max_len * hd, 55));
+    std::vector<float> k32(max_len * hd), v32(max_len * hd);
+    for (uint32_t i = 0; i < max_len * hd; ++i) {
+      k32[i] = static_cast<float>(f.get(kc, i));
+      v32[i] = static_cast<float>(f.get(vc, i));
+    }
+    const uint32_t kc32 = f.add("k_cache_f32", DType::f32, k32);
+    const uint32_t vc32 = f.add("v_cache_f32", DType::f32, v32);
+    uint32_t index = 0;
+
+    // Reference: rope(q), rope(k_new), append k_new / v_new at pos, attention over [0, pos].
+    uint32_t q_ref = q, kn_ref = kn;
+    if (c.theta != 0.0f) {
+      q_ref = f.add("q_rot", DType::f32, group * hd);
+      kn_ref = f.add("k_new_rot", DType::f32, hd);
+      const std::initializer_list<uint32_t> rope = {
+          hd, pos, f32_bits(c.theta), f32_bits(c.factor), f32_bits(low), f32_bits(high), orig};
+      f.run(make_ins(id(OpId::rope), index++, {{q, 0, group * hd}, {q_ref, 0, group * hd}}, rope));
+      f.run(make_ins(id(OpId::rope), index++, {{kn, 0, hd}, {kn_ref, 0, hd}}, rope));
+    }
+    f.run(make_ins(id(OpId::kv_append), index++, {{kn_ref, 0, hd}, {kc32, 0, max_len * hd}},
+                   {hd, pos, max_len}));
+    f.run(make_ins(id(OpId::kv_append), index++, {{vn, 0, hd}, {vc32, 0, max_len * hd}},
+                   {hd, pos, max_len}));
+    const uint32_t ref_part = f.add("ref_partials", DType::f32, block);
+    const uint32_t ref_out = f.add("ref_out", DType::f32, group * hd);
+    f.run(make_ins(id(OpId::attention_decode), index++,
+                   {{q_ref, 0, group * hd}, {kc32, 0, max_len * hd}, {vc32, 0, max_len * hd},
+                    {ref_part, 0, block}},
+                   {hd, 0}));
+    f.run(make_ins(id(OpId::attention_combine), index++,
+                   {{ref_part, 0, block}, {ref_out, 0, group * hd}}, {hd}));
+
+    // Fused: q unrotated, the cache rows [t0, t0 + n) as stored, the new row when `with_new`.
+    const std::initializer_list<uint32_t> params = {
+        hd, 0, pos, f32_bits(c.theta), f32_bits(c.factor), f32_bits(low), f32_bits(high), orig};
+    auto fused = [&](uint32_t part, uint64_t at, uint32_t t0, uint32_t n, bool with_new) {
+      if (with_new) {
+        f.run(make_ins(id(OpId::attention_decode), index++,
+                       {{q, 0, group * hd}, {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd}, {part, at, block},
+                        {kn, 0, hd}, {vn, 0, hd}},
+                       params));
+      } else {
+        f.run(make_ins(id(OpId::attention_decode), index++,
+                       {{q, 0, group * hd}, {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd}, {part, at, block}},
+                       params));
+      }
+    };
+    auto combine = [&](uint32_t part, uint32_t chunks) {
+      const uint32_t out = f.add("out", DType::f32, group * hd);
+      f.run(make_ins(id(OpId::attention_combine), index++,
+                     {{part, 0, uint64_t{chunks} * block}, {out, 0, group * hd}}, {hd}));
+      std::vector<double> v(group * hd);
+      for (uint32_t i = 0; i < group * hd; ++i) v[i] = f.get(out, i);
+      return v;
+    };
+    std::vector<double> want(group * hd);
+    for (uint32_t i = 0; i < group * hd; ++i) want[i] = f.get(ref_out, i);
+
+    // One chunk: the partials themselves match, (output, max score, sum of exp) per head.
+    const uint32_t part1 = f.add("partials_1", DType::f32, block);
+    fused(part1, 0, 0, len, true);
+    for (uint32_t g = 0; g < group; ++g) {
+      CAPTURE(g);
+      std::vector<double> got(hd), ref(hd);
+      for (uint32_t d = 0; d < hd; ++d) {
+        got[d] = f.get(part1, g * row + d);
+        ref[d] = f.get(ref_part, g * row + d);
+      }
+      CHECK(norm_err(got, ref) < 1e-5);
+      CHECK(f.get(part1, g * row + hd) ==
+            doctest::Approx(f.get(ref_part, g * row + hd)).epsilon(1e-5));
+      CHECK(f.get(part1, g * row + hd + 1) ==
+            doctest::Approx(f.get(ref_part, g * row + hd + 1)).epsilon(1e-5));
+    }
+    const std::vector<double> unsplit = combine(part1, 1);
+    CHECK(norm_err(unsplit, want) < 1e-5);
+
+    // Chunks of 16 cached rows; the new row with the last of them, or alone in an empty chunk
+    // (k and v of extent 0). Every chunk rotates q.
+    const uint32_t cached_chunks = (len + chunk - 1) / chunk;
+    for (const bool alone : {false, true}) {
+      CAPTURE(alone);
+      if (!alone && cached_chunks == 0) continue;
+      const uint32_t chunks = cached_chunks + (alone ? 1 : 0);
+      const uint32_t part = f.add("partials_split", DType::f32, chunks * block);
+      for (uint32_t ch = 0; ch < chunks; ++ch) {
+        const uint32_t t0 = std::min(ch * chunk, len), n = std::min(chunk, len - t0);
+        fused(part, uint64_t{ch} * block, t0, n, ch + 1 == chunks);
+      }
+      const std::vector<double> split = combine(part, chunks);
+      CHECK(norm_err(split, unsplit) < 1e-5);
+      CHECK(norm_err(split, want) < 1e-5);
+    }
+  }
+}
+
+TEST_CASE("attention_decode: an empty chunk without the new row is a run-time error") {
+  Fixture f;
+  const uint32_t hd = 32;
+  const uint32_t q = f.add("q", DType::f32, randoms(hd, 61));
+  const uint32_t k = f.add("k", DType::f32, randoms(hd, 62));
+  const uint32_t part = f.add("partials", DType::f32, hd + 2);
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::attention_decode), 0,
+                         {{q, 0, hd}, {k, 0, 0}, {k, 0, 0}, {part, 0, hd + 2}}, {hd, 0}));
+        }) == "run.operand.shape");
+  // k_new without v_new.
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::attention_decode), 1,
+                         {{q, 0, hd}, {k, 0, 0}, {k, 0, 0}, {part, 0, hd + 2}, {k, 0, hd}},
+                         {hd, 0}));
+        }) == "run.operand.shape");
 }

@@ -144,10 +144,13 @@ Program rich_program() {
   ins("silu", op(OpId::silu_mul), {whole(0, 16), whole(14, 16), whole(14, 16)});
   ins("norm", op(OpId::rmsnorm), {whole(0, 16), whole(0, 16), whole(14, 16)}, {f32_bits(1e-5f)});
   ins("soft", op(OpId::softmax), {whole(0, 16), whole(14, 16)}, {8, f32_bits(0.125f)});
-  Instruction& g = ins("gemv", op(OpId::gemv), {whole(1, 64), whole(0, 16), {14, 0, 4}, none()});
+  Instruction& g = ins("gemv", op(OpId::gemv),
+                       {whole(1, 64), whole(0, 16), {14, 0, 4}, none(), none(), none()},
+                       {f32_bits(1e-5f)});
   g.waits = {{0, 1}, {1, 2}, {2, 0}, {0, 4000000000u}};
   g.signals = {{1, 1}, {2, 3}, {0, 1}, {2, 0xFFFFFFFFu}};
-  ins("gemv_res", op(OpId::gemv), {whole(1, 64), whole(0, 16), {14, 4, 4}, {14, 8, 4}});
+  ins("gemv_res", op(OpId::gemv),
+      {whole(1, 64), whole(0, 16), {14, 4, 4}, {14, 8, 4}, none(), none()}, {f32_bits(1e-5f)});
   ins("argmax", op(OpId::argmax), {whole(14, 16), whole(15, 1)});
   ins("embed", op(OpId::embedding), {whole(1, 64), whole(15, 1), whole(14, 16)});
   ins("custom0", kCustomOpBase + 0, {whole(0, 16), whole(14, 16)}, {0xFFFFFFFFu, f32_bits(1.0f)});
@@ -361,17 +364,18 @@ TEST_CASE("layout: header, ABI instruction table, aligned data") {
   std::memcpy(&a, f.data() + instr + 9 * 256, sizeof a);
   CHECK(a.op == op(OpId::gemv));
   CHECK(a.index == 9);
-  CHECK(a.n_operands == 4);
+  CHECK(a.n_operands == 6);
   CHECK(a.n_waits == 4);
   CHECK(a.n_signals == 4);
-  CHECK(a.n_params == 0);
+  CHECK(a.n_params == 1);
   CHECK(a.operands[0].buffer == 1);
   CHECK(a.operands[0].extent == 64);
   CHECK(a.operands[2].extent == 4);
   CHECK(a.operands[3].buffer == AMK_NO_BUFFER);
-  CHECK(a.operands[4].buffer == AMK_NO_BUFFER);  // unused slots: empty operand
+  CHECK(a.operands[4].buffer == AMK_NO_BUFFER);  // absent optional slots: empty operand
   CHECK(a.operands[4].extent == 0);
-  CHECK(a.params[0] == 0);
+  CHECK(a.params[0] == f32_bits(1e-5f));
+  CHECK(a.params[1] == 0);  // unused param slots: zero
   CHECK(a.waits[3].value == 4000000000u);
   CHECK(a.signals[3].add == 0xFFFFFFFFu);
 
@@ -796,4 +800,27 @@ TEST_CASE("the writer refuses what the format cannot hold") {
   p = small_program();
   p.instructions[0].waits.assign(5, Wait{});
   CHECK_THROWS_AS((void)program_to_amkb(p), Error);
+}
+
+TEST_CASE("files from before gemv grew norm/w2/eps still load, with the new slots defaulted") {
+  const Program p = rich_program();
+  Bytes b = program_to_amkb(p);
+  const uint64_t instr = section_offset(b, kInstr);
+  // Rewrite instruction 9 (gemv) as the older encoder wrote it: 4 operand slots, no params.
+  amk_instruction_t a;
+  std::memcpy(&a, b.data() + instr + 9 * 256, sizeof a);
+  REQUIRE(a.op == op(OpId::gemv));
+  a.n_operands = 4;
+  a.n_params = 0;
+  a.params[0] = 0;
+  std::memcpy(b.data() + instr + 9 * 256, &a, sizeof a);
+  fix_checksums(b);
+  const Program back = parse_amkb_program(b, trusted());
+  CHECK(back == p);  // empty norm/w2, eps = its default 1e-5
+
+  // Fewer slots than the op's required ones is still refused.
+  a.n_operands = 2;
+  std::memcpy(b.data() + instr + 9 * 256, &a, sizeof a);
+  fix_checksums(b);
+  CHECK(code_of(b) == "amkb.instruction");
 }

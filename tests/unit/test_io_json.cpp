@@ -255,13 +255,15 @@ TEST_CASE("the rich program parses to the expected model") {
   CHECK(softmax.params == std::vector<uint32_t>{4, f32_bits(0.5f)});
 
   const Instruction &g0 = p.instructions[9];
-  REQUIRE(g0.operands.size() == 4);
+  REQUIRE(g0.operands.size() == 6);
   CHECK(g0.operands[0] == Operand{2, 0, 1024});
   CHECK(g0.operands[3] == Operand{5, 0, 16});
   CHECK(g0.signals == std::vector<Signal>{{1, 2}, {2, 1}});
   const Instruction &g1 = p.instructions[10];
-  REQUIRE(g1.operands.size() == 4);
-  CHECK(g1.operands[3] == Operand{AMK_NO_BUFFER, 0, 0}); // optional slot left out
+  REQUIRE(g1.operands.size() == 6);
+  for (size_t s : {3, 4, 5}) // optional slots (residual, norm, w2) left out
+    CHECK(g1.operands[s] == Operand{AMK_NO_BUFFER, 0, 0});
+  CHECK(g1.params == std::vector<uint32_t>{f32_bits(1e-5f)}); // eps, default
   CHECK(g1.operands[0] == Operand{2, 0, 512});
   CHECK(g1.waits == std::vector<Wait>{{1, 2}, {2, 1}});
 

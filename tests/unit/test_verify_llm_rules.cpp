@@ -19,6 +19,14 @@ std::vector<uint32_t> rope_params(uint32_t hd, uint32_t pos, float theta = 50000
   return {hd, pos, f32_bits(theta), f32_bits(factor), f32_bits(low), f32_bits(high), orig};
 }
 
+// attention_decode's params: head_dim, scale, position, theta, then the rope op's scaling.
+std::vector<uint32_t> attention_params(uint32_t hd, float scale = 0.0f, uint32_t pos = 0,
+                                       float theta = 0.0f, float factor = 32.0f, float low = 1.0f,
+                                       float high = 4.0f, uint32_t orig = 8192) {
+  return {hd, f32_bits(scale), pos, f32_bits(theta), f32_bits(factor), f32_bits(low),
+          f32_bits(high), orig};
+}
+
 }  // namespace
 
 TEST_CASE("rope rules") {
@@ -90,22 +98,22 @@ TEST_CASE("attention_decode rules") {
   const uint32_t out = b.buffer("out", DType::f32, 2 * group * (hd + 2));
   const uint32_t out16 = b.buffer("out16", DType::bf16, group * (hd + 2));
   b.add("attention_decode", {b.whole(q), slice(k, len * hd, len * hd), slice(v, len * hd, len * hd),
-                             slice(out, group * (hd + 2), group * (hd + 2))});
-  set_params(b, {hd, 0});
+                             slice(out, group * (hd + 2), group * (hd + 2)), none(), none()});
+  set_params(b, attention_params(hd));
   CHECK_NOTHROW(check_instruction(b.p, 0));
-  set_params(b, {hd, f32_bits(0.125f)});
+  set_params(b, attention_params(hd, 0.125f));
   CHECK_NOTHROW(check_instruction(b.p, 0));
 
-  set_params(b, {0, 0});
+  set_params(b, attention_params(0));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
-  set_params(b, {512, 0});
+  set_params(b, attention_params(512));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
-  set_params(b, {hd, f32_bits(INFINITY)});
+  set_params(b, attention_params(hd, INFINITY));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/scale");
-  set_params(b, {96, 0});
+  set_params(b, attention_params(96));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/q");
 
-  set_params(b, {hd, 0});
+  set_params(b, attention_params(hd));
   b.last().operands[1] = slice(k, 0, len * hd + 1);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/k");
   b.last().operands[1] = slice(k, 0, (len - 1) * hd);
@@ -115,6 +123,97 @@ TEST_CASE("attention_decode rules") {
   CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/out");
   b.last().operands[3] = b.whole(out16);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/out");
+}
+
+TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
+  Builder b;
+  const uint32_t hd = 64, group = 4, len = 32;
+  const uint32_t q = b.buffer("q", DType::f32, group * hd);
+  const uint32_t k = b.buffer("k", DType::bf16, len * hd);
+  const uint32_t v = b.buffer("v", DType::bf16, len * hd);
+  const uint32_t out = b.buffer("out", DType::f32, group * (hd + 2));
+  const uint32_t kn = b.buffer("k_new", DType::f32, 2 * hd);
+  const uint32_t vn = b.buffer("v_new", DType::bf16, hd);
+  const uint32_t ids = b.buffer("ids", DType::i32, hd);
+  b.add("attention_decode", {b.whole(q), b.whole(k), b.whole(v), b.whole(out),
+                             slice(kn, hd, hd), b.whole(vn)});
+  set_params(b, attention_params(hd, 0.0f, 17, 500000.0f));
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  // Plain RoPE: the Llama 3 factors are unused.
+  set_params(b, attention_params(hd, 0.0f, 17, 10000.0f, 0.0f, 0.0f, 0.0f, 0));
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  // No rotation: the scaling params are not looked at.
+  set_params(b, attention_params(hd, 0.0f, 17, 0.0f, -1.0f, 0.0f, 0.0f, 0));
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  SUBCASE("theta") {
+    set_params(b, attention_params(hd, 0.0f, 17, -1.0f));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+    set_params(b, attention_params(hd, 0.0f, 17, INFINITY));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+    set_params(b, attention_params(hd, 0.0f, 17, NAN));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+  }
+  SUBCASE("the rope op's scaling rules apply when theta != 0") {
+    set_params(b, attention_params(hd, 0.0f, 17, 500000.0f, -1.0f));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/scaling_factor");
+    set_params(b, attention_params(hd, 0.0f, 17, 500000.0f, 8.0f, 0.0f));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
+                "/instructions/0/params/low_freq_factor");
+    set_params(b, attention_params(hd, 0.0f, 17, 500000.0f, 8.0f, 4.0f, 4.0f));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
+                "/instructions/0/params/high_freq_factor");
+    set_params(b, attention_params(hd, 0.0f, 17, 500000.0f, 8.0f, 1.0f, 4.0f, 0));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
+                "/instructions/0/params/original_max_position");
+  }
+  SUBCASE("head_dim must be even with theta, may be odd without") {
+    const uint32_t odd = 63;
+    b.last().operands = {slice(q, 0, 4 * odd), slice(k, 0, 8 * odd), slice(v, 0, 8 * odd),
+                         slice(out, 0, 4 * (odd + 2)), slice(kn, 0, odd), slice(vn, 0, odd)};
+    set_params(b, attention_params(odd));
+    CHECK_NOTHROW(check_instruction(b.p, 0));
+    set_params(b, attention_params(odd, 0.0f, 17, 500000.0f));
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  }
+  SUBCASE("k_new and v_new: both or neither, one head each, float") {
+    b.last().operands[5] = none();
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/v_new");
+    b.last().operands[5] = b.whole(vn);
+    b.last().operands[4] = none();
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/k_new");
+    b.last().operands[4] = b.whole(kn);  // two heads
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/k_new");
+    b.last().operands[4] = slice(kn, 0, hd);
+    b.last().operands[5] = slice(vn, 0, hd - 2);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/v_new");
+    b.last().operands[5] = b.whole(ids);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/v_new");
+  }
+  SUBCASE("an empty cache chunk needs the new row") {
+    b.last().operands[1] = slice(k, len * hd, 0);
+    b.last().operands[2] = slice(v, len * hd, 0);
+    CHECK_NOTHROW(check_instruction(b.p, 0));
+    b.last().operands[2] = slice(v, 0, hd);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/v");
+    b.last().operands[2] = slice(v, 0, 0);
+    b.last().operands[4] = none();
+    b.last().operands[5] = none();
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/k");
+    // The other operands of the op, and other ops, still refuse an empty operand.
+    b.last().operands[3] = slice(out, 0, 0);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
+                "/instructions/0/operands/out/extent");
+  }
+  SUBCASE("empty operands stay refused for other ops and slots") {
+    b.last().operands[4] = slice(kn, 0, 0);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
+                "/instructions/0/operands/k_new/extent");
+    b.add("rope", {slice(q, 0, 0), b.whole(q)});
+    set_params(b, rope_params(hd, 5));
+    CHECK_ERROR(check_instruction(b.p, 1), "verify.operand.extent",
+                "/instructions/1/operands/x/extent");
+  }
 }
 
 TEST_CASE("attention_combine rules") {

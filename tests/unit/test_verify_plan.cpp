@@ -20,24 +20,25 @@ TEST_CASE("encode and decode an instruction") {
   const uint32_t y = b.buffer("y", DType::f32, 64);
   const uint32_t c0 = b.counter("c0");
   const uint32_t c1 = b.counter("c1");
-  b.add("gemv", {slice(w, 16, 96), b.whole(x), slice(y, 40, 6), none()}, {{c0, 3}, {c1, 1}},
-        {{c1, 2}});
+  b.add("gemv", {slice(w, 16, 96), b.whole(x), slice(y, 40, 6), none(), none(), none()},
+        {{c0, 3}, {c1, 1}}, {{c1, 2}});
   const Instruction &in = b.p.instructions[0];
 
   const amk_instruction_t e = encode_instruction(in, 7);
   CHECK(e.op == static_cast<uint16_t>(OpId::gemv));
   CHECK(e.index == 7);
-  CHECK(e.n_operands == 4);
+  CHECK(e.n_operands == 6);
   CHECK(e.n_waits == 2);
   CHECK(e.n_signals == 1);
-  CHECK(e.n_params == 0);
+  CHECK(e.n_params == 1);
+  CHECK(e.params[0] == f32_bits(1e-5f));  // eps, default
   CHECK(e.flags == 0);
   CHECK(e.reserved0 == 0);
   CHECK(e.operands[0].offset == 16);
   CHECK(e.operands[0].extent == 96);
   CHECK(e.operands[0].buffer == w);
   CHECK(e.operands[2].offset == 40);
-  // The absent optional slot and the slots beyond the op's are {0, 0, none}.
+  // The absent optional slots (residual, norm, w2) are {0, 0, none}.
   for (int s : {3, 4, 5}) {
     CHECK(e.operands[s].offset == 0);
     CHECK(e.operands[s].extent == 0);

@@ -1,6 +1,10 @@
 // Verifier: per-instruction signature and shape rules, launch rules, TMA rules.
 #include <doctest/doctest.h>
 
+#include <limits>
+#include <string>
+#include <vector>
+
 #include "test_verify_support.hpp"
 #include "verify/verify.hpp"
 
@@ -16,7 +20,7 @@ Builder gemv_program() {
   const uint32_t x = b.buffer("x", DType::f32, 16);
   const uint32_t y = b.buffer("y", DType::f32, 8);
   const uint32_t r = b.buffer("r", DType::bf16, 8);
-  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), b.whole(r)}, {}, {}, "g");
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), b.whole(r), none(), none()}, {}, {}, "g");
   return b;
 }
 
@@ -179,18 +183,72 @@ TEST_CASE("shape rules of the built-in ops") {
   }
   SUBCASE("gemv") {
     // w is rows 2..5 of a [*, 64] matrix.
-    CHECK_NOTHROW(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), none()}));
-    CHECK_NOTHROW(
-        one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), slice(f, 80, 4)}));
-    CHECK_ERROR(one("gemv", {slice(h, 128, 250), slice(f, 0, 64), slice(f, 64, 4), none()}),
-                "verify.shape", "/instructions/0/operands/w");
-    CHECK_ERROR(one("gemv", {slice(h, 100, 256), slice(f, 0, 64), slice(f, 64, 4), none()}),
-                "verify.shape", "/instructions/0/operands/w/offset");
-    CHECK_ERROR(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 5), none()}),
-                "verify.shape", "/instructions/0/operands/y");
+    CHECK_NOTHROW(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), none(), none(),
+                               none()}));
+    CHECK_NOTHROW(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4),
+                               slice(f, 80, 4), none(), none()}));
     CHECK_ERROR(
-        one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), slice(f, 80, 3)}),
-        "verify.shape", "/instructions/0/operands/residual");
+        one("gemv", {slice(h, 128, 250), slice(f, 0, 64), slice(f, 64, 4), none(), none(), none()}),
+        "verify.shape", "/instructions/0/operands/w");
+    CHECK_ERROR(
+        one("gemv", {slice(h, 100, 256), slice(f, 0, 64), slice(f, 64, 4), none(), none(), none()}),
+        "verify.shape", "/instructions/0/operands/w/offset");
+    CHECK_ERROR(
+        one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 5), none(), none(), none()}),
+        "verify.shape", "/instructions/0/operands/y");
+    CHECK_ERROR(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4),
+                             slice(f, 80, 3), none(), none()}),
+                "verify.shape", "/instructions/0/operands/residual");
+  }
+  SUBCASE("gemv fusions: norm and w2") {
+    // w: rows 2..5 of a [*, 64] f16 matrix; w2: rows 10..13 of the same buffer; norm: 64 f32.
+    const Operand w = slice(h, 128, 256), x = slice(f, 0, 64), y = slice(f, 64, 4);
+    const Operand res = slice(f, 80, 4), norm = slice(f, 128, 64), w2 = slice(h, 640, 256);
+    CHECK_NOTHROW(one("gemv", {w, x, y, res, norm, w2}));
+    CHECK_NOTHROW(one("gemv", {w, x, y, none(), norm, none()}));
+    CHECK_NOTHROW(one("gemv", {w, x, y, none(), none(), w2}));
+    CHECK_NOTHROW(one("gemv", {w, x, y, res, slice(h, 0, 64), w2})); // norm in another dtype
+    auto err = [&](std::vector<Operand> ops) { return error_of([&] { one("gemv", ops); }); };
+    // norm: one weight per column of w.
+    auto e = err({w, x, y, res, slice(f, 128, 63), w2});
+    REQUIRE(e);
+    CHECK(e->code() == "verify.shape");
+    CHECK(e->where() == "/instructions/0/operands/norm");
+    CHECK(e->message().find("extent(norm) = 63 must equal K = extent(x) = 64") !=
+          std::string::npos);
+    // w2: the same number of rows as w...
+    e = err({w, x, y, res, norm, slice(h, 640, 192)});
+    REQUIRE(e);
+    CHECK(e->code() == "verify.shape");
+    CHECK(e->where() == "/instructions/0/operands/w2");
+    CHECK(e->message().find("extent(w2) = 192 must equal extent(w) = 256") != std::string::npos);
+    // ...starting on a row boundary...
+    e = err({w, x, y, res, norm, slice(h, 650, 256)});
+    REQUIRE(e);
+    CHECK(e->code() == "verify.shape");
+    CHECK(e->where() == "/instructions/0/operands/w2/offset");
+    CHECK(e->message().find("offset(w2) = 650 is not a multiple of K = 64") != std::string::npos);
+    // ...and of w's dtype.
+    e = err({w, x, y, res, norm, slice(f, 1024, 256)});
+    REQUIRE(e);
+    CHECK(e->code() == "verify.dtype");
+    CHECK(e->where() == "/instructions/0/operands/w2");
+    CHECK(e->message().find("dtype(w2) = f32 must equal dtype(w) = f16") != std::string::npos);
+    // eps: finite and > 0 when norm is present, ignored without it.
+    for (float bad : {0.0f, -1e-5f, std::numeric_limits<float>::infinity(),
+                      std::numeric_limits<float>::quiet_NaN()}) {
+      CAPTURE(bad);
+      b.p.instructions.clear();
+      b.add("gemv", {w, x, y, res, norm, w2});
+      b.last().params[0] = f32_bits(bad);
+      CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/eps");
+      b.last().operands[4] = none();
+      CHECK_NOTHROW(check_instruction(b.p, 0));
+    }
+    // Only the fused forms take the slots: an operand missing from the count is refused.
+    b.p.instructions.clear();
+    b.add("gemv", {w, x, y, res});
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.count", "/instructions/0/operands");
   }
   SUBCASE("argmax") {
     CHECK_NOTHROW(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1)}));
@@ -207,6 +265,37 @@ TEST_CASE("shape rules of the built-in ops") {
     CHECK_ERROR(one("embedding", {slice(h, 0, 330), slice(i32, 0, 3), slice(f, 0, 96)}),
                 "verify.shape", "/instructions/0/operands/table");
   }
+}
+
+TEST_CASE("gemv's norm and w2 are reads: a fused gemv races with an unordered writer of them") {
+  Builder b;
+  const uint32_t w = b.buffer("w", DType::bf16, 8 * 64);
+  const uint32_t w2 = b.buffer("w2", DType::bf16, 8 * 64);
+  const uint32_t x = b.buffer("x", DType::f32, 64);
+  const uint32_t norm = b.buffer("norm", DType::bf16, 64);
+  const uint32_t y = b.buffer("y", DType::f32, 8);
+  const uint32_t y2 = b.buffer("y2", DType::f32, 8);
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), b.whole(norm), b.whole(w2)}, {}, {},
+        "fused");
+  // Another reader of norm and w2 is fine.
+  b.add("gemv", {b.whole(w2), b.whole(x), b.whole(y2), none(), b.whole(norm), b.whole(w)});
+  CHECK_NOTHROW(verify(b.p));
+  b.add("fill", {slice(norm, 8, 4)}, {}, {}, "norm_writer");
+  auto e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->code() == "verify.hazard");
+  CHECK(e->where() == "/instructions/2/operands/y");
+  CHECK(e->message().find("(gemv) reads and instruction 2 'norm_writer' (fill) writes buffer "
+                          "'norm' elements [8, 12)") != std::string::npos);
+  b.p.instructions.back().operands[0] = slice(w2, 64, 4);
+  e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->where() == "/instructions/2/operands/y");
+  CHECK(e->message().find("(gemv) reads and instruction 2 'norm_writer' (fill) writes buffer "
+                          "'w2' elements [64, 68)") != std::string::npos);
+  b.p.instructions.pop_back();
+  // The fused gemv's y is its only write: y2 written by the second one does not conflict.
+  CHECK_NOTHROW(verify(b.p));
 }
 
 TEST_CASE("launch rules") {

@@ -1,6 +1,7 @@
 // The GPU bridge over src/cuda (builds with the CUDA toolkit).
 #ifdef AMK_HAVE_CUDA
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 
@@ -16,6 +17,13 @@
 namespace amk::cli {
 namespace {
 
+// $AMK_VM_TUNING: VM tuning macros for experiments (README, "Tuning the VM").
+std::vector<std::pair<std::string, int64_t>> vm_tuning_from_env() {
+  const char* t = std::getenv("AMK_VM_TUNING");
+  if (t == nullptr || *t == '\0') return {};
+  return parse_vm_tuning(t, "$AMK_VM_TUNING");
+}
+
 GpuOptions gpu_options(const GpuRequest& r) {
   GpuOptions o;
   o.device = r.device;
@@ -25,6 +33,7 @@ GpuOptions gpu_options(const GpuRequest& r) {
   if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
   o.compile.trust_custom_ops = r.trust_custom_ops;
   o.compile.trace = r.trace;
+  o.compile.tuning = vm_tuning_from_env();
   return o;
 }
 

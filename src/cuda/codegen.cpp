@@ -1,11 +1,13 @@
 // The VM translation unit for one program: macros that switch on only the ops (and dtype pairs)
 // the program uses, the TMA geometry table, trusted custom op sources, then kernels/amk_vm.cuh.
 // Program text reaches NVRTC only through custom op sources: everything else emitted here is a
-// number derived from the program.
+// number derived from the program (plus tuning macros from the environment: validated names,
+// integer values).
 #include "cuda/codegen.hpp"
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <set>
 #include <string>
 #include <string_view>
@@ -142,6 +144,35 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
   return best;
 }
 
+std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
+                                                             const std::string& where) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  size_t pos = 0;
+  while (pos <= text.size() && !text.empty()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string_view item = text.substr(pos, comma - pos);
+    const size_t eq = item.find('=');
+    const std::string_view name = item.substr(0, std::min(eq, item.size()));
+    bool ok = eq != std::string_view::npos && name.size() > 4 && name.substr(0, 4) == "AMK_" &&
+              std::all_of(name.begin(), name.end(), [](char c) {
+                return (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+              });
+    int64_t value = 0;
+    if (ok) {
+      const std::string_view v = item.substr(eq + 1);
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), value);
+      ok = ec == std::errc() && end == v.data() + v.size() && !v.empty();
+    }
+    if (!ok)
+      throw Error(ErrorKind::usage, "usage.vm_tuning", where,
+                  "expected NAME=INTEGER[,NAME=INTEGER...] with names AMK_[A-Z0-9_]+, got '" +
+                      std::string(item) + "'");
+    out.emplace_back(std::string(name), value);
+    pos = comma + 1;
+  }
+  return out;
+}
+
 std::string vm_source(const Program& program, const Plan& plan, const CompileOptions& options) {
   if (!program.custom_ops.empty() && !options.trust_custom_ops)
     throw Error(ErrorKind::program, "custom.untrusted", "/custom_ops/0",
@@ -160,11 +191,15 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // dtype pairs of gemv (w, x) and stored dtypes of the arithmetic elementwise ops.
   std::set<std::pair<DType, DType>> gemv_pairs;
   std::set<DType> elt_dtypes;
+  std::set<int> gemv_fusions;  // bit 0: norm, bit 1: w2 (GLU)
   for (const amk_instruction_t& ins : plan.instructions) {
     const auto id = static_cast<OpId>(ins.op);
     if (id == OpId::gemv) {
       auto w = operand_dtype(program, ins, 0), x = operand_dtype(program, ins, 1);
       if (w && x && dtype_is_float(*w) && dtype_is_float(*x)) gemv_pairs.insert({*w, *x});
+      const bool norm = ins.n_operands > 4 && ins.operands[4].buffer != AMK_NO_BUFFER;
+      const bool glu = ins.n_operands > 5 && ins.operands[5].buffer != AMK_NO_BUFFER;
+      if (norm || glu) gemv_fusions.insert((norm ? 1 : 0) | (glu ? 2 : 0));
     }
     int y_slot = -1;
     if (id == OpId::add || id == OpId::mul || id == OpId::silu_mul) y_slot = 2;
@@ -184,6 +219,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_BLOCK_THREADS " + std::to_string(block) + "\n";
   s += "#define AMK_TMA_COUNT " + std::to_string(program.tma.size()) + "\n";
   if (options.trace) s += "#define AMK_TRACE 1\n";
+  for (const auto& [name, value] : options.tuning)
+    s += "#define " + name + " " + std::to_string(value) + "\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";
@@ -191,6 +228,11 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (const auto& [w, x] : gemv_pairs)
     s += "#define AMK_GEMV_" + std::string(float_macro(w)) + "_" + std::string(float_macro(x)) +
          " 1\n";
+  // Fused gemv variants the program uses (a variant not listed runs the scalar path).
+  s += "#define AMK_GEMV_FUSIONS_LISTED 1\n";
+  for (int f : gemv_fusions)
+    s += std::string("#define AMK_GEMV_FUSE_") +
+         (f == 1 ? "NORM" : f == 2 ? "GLU" : "NORM_GLU") + " 1\n";
   s += "#define AMK_ELT_DTYPES_LISTED 1\n";
   for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
   if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";

@@ -25,7 +25,14 @@ struct CompileOptions {
   // Changes the source, hence the cache key.
   bool step_kernel = false;
   std::vector<std::string> extra_options;
+  // Tuning macros for the VM (AMK_PREFETCH_BYTES, AMK_VM_SUBS, ...), defined before the kernels
+  // are included; part of the source, hence of the cache key. From $AMK_VM_TUNING in the CLI.
+  std::vector<std::pair<std::string, int64_t>> tuning;
 };
+
+// Parses "NAME=INT[,NAME=INT...]" (names AMK_[A-Z0-9_]+); throws a usage error naming `where`.
+[[nodiscard]] std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
+                                                                          const std::string& where);
 
 // The second entry point compiled in with CompileOptions::step_kernel: amk_step(prog, instruction
 // [, tensor maps]) runs one instruction's op on one block, without waits or signals.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "cuda/compile.hpp"
 #include "cuda/driver.hpp"
 #include "cuda/executor.hpp"
 #include "cuda/tma.hpp"
@@ -220,4 +221,26 @@ TEST_CASE("profile statistics") {
   CHECK(one.stddev_ms == 0.0);
   CHECK(one.median_ms == 2.0);
   CHECK(summarize_samples({}).samples_ms.empty());
+}
+
+TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming the variable") {
+  const auto t = amk::parse_vm_tuning("AMK_PREFETCH_BYTES=65536,AMK_VM_SUBS=1", "$AMK_VM_TUNING");
+  REQUIRE(t.size() == 2);
+  CHECK(t[0].first == "AMK_PREFETCH_BYTES");
+  CHECK(t[0].second == 65536);
+  CHECK(t[1].first == "AMK_VM_SUBS");
+  CHECK(t[1].second == 1);
+  CHECK(amk::parse_vm_tuning("", "x").empty());
+  CHECK(amk::parse_vm_tuning("AMK_X=-3", "x").at(0).second == -3);
+  for (const char* bad : {"FOO=1", "AMK_X", "AMK_X=", "AMK_X=1x", "AMK_x=1", "AMK_X=1,,AMK_Y=2",
+                          "AMK_X=1;rm", "AMK_=1"}) {
+    CAPTURE(bad);
+    try {
+      (void)amk::parse_vm_tuning(bad, "$AMK_VM_TUNING");
+      FAIL("accepted");
+    } catch (const amk::Error& e) {
+      CHECK(e.kind() == amk::ErrorKind::usage);
+      CHECK(e.code() == "usage.vm_tuning");
+    }
+  }
 }

@@ -149,6 +149,7 @@ def main():
     ap.add_argument("--token", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--keep", help="work in this folder and keep it")
+    ap.add_argument("--fused", action="store_true", help="generate the fused layer (amk gen llama --fused)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -161,6 +162,8 @@ def main():
             gen += ["--context", str(args.context)]
         if args.layers:
             gen += ["--layers", str(args.layers)]
+        if args.fused:
+            gen += ["--fused"]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

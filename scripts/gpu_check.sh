@@ -16,8 +16,64 @@ row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
 
 echo "== build"
 cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build --preset default -j "$(nproc)" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
+targets=(); [ "${AMK_SWEEP_ONLY:-0}" = 1 ] && targets=(--target amk)
+cmake --build --preset default -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 $amk devices
+
+# AMK_SWEEP="TUNING;TUNING;..." (each an $AMK_VM_TUNING value, "default" for none): the GEMV,
+# dispatch, hop and Llama-1B benchmarks once per VM tuning, side by side; AMK_SWEEP_ONLY=1 stops
+# after it.
+if [ -n "${AMK_SWEEP:-}" ]; then
+  echo "== VM tuning sweep"
+  sw="$out/sweep"; mkdir -p "$sw"
+  $py scripts/bench_programs.py "$sw"
+  t0=$(date +%s)
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$sw/llama1b.safetensors" -o "$sw/llama1b.json" || row "gen 1B" FAIL
+  [ -n "${AMK_SWEEP_GEN_ARGS:-}" ] && { $amk -q gen llama --preset llama-3.2-1b --context 1024 --weights "$sw/llama1b.safetensors" $AMK_SWEEP_GEN_ARGS -o "$sw/llama1b_alt.json" || row "gen 1B alt" FAIL; }
+  echo "gen 1B: $(( $(date +%s) - t0 )) s"
+  IFS=';' read -r -a tunings <<< "$AMK_SWEEP"
+  for tn in "${tunings[@]}"; do
+    tag=$(echo "$tn" | tr -c 'A-Za-z0-9=\n' '_')
+    [ "$tn" = default ] && tv="" || tv="$tn"
+    progs="gemv_8x4096x4096 gemv_1x4096x4096 dispatch_1000 dispatch_3000 hop_500 hop_2500"
+    for f in $progs; do
+      AMK_VM_TUNING="$tv" $amk --json profile "$sw/$f.json" --events --warmup 5 --iterations 30 > "$sw/$f.$tag.json" 2>"$sw/$f.$tag.err" || { tail -2 "$sw/$f.$tag.err"; echo '{}' > "$sw/$f.$tag.json"; }
+    done
+    for f in llama1b llama1b_alt; do
+      [ -e "$sw/$f.json" ] || continue
+      AMK_VM_TUNING="$tv" $amk --json profile "$sw/$f.json" --events --warmup 3 --iterations 20 > "$sw/$f.$tag.json" 2>"$sw/$f.$tag.err" || { tail -2 "$sw/$f.$tag.err"; echo '{}' > "$sw/$f.$tag.json"; }
+    done
+    if [ "${AMK_SWEEP_TRACE:-0}" = 1 ]; then
+      for f in llama1b llama1b_alt; do
+        [ -e "$sw/$f.json" ] || continue
+        echo "-- trace $f [$tag]"
+        AMK_VM_TUNING="$tv" $amk profile "$sw/$f.json" --trace "$sw/trace.$f.$tag.json" 2>&1 | tail -14
+      done
+    fi
+    $py - "$sw" "$tag" <<'PY' > "$sw/rows.$tag.txt"
+import json, os, sys
+d, tag = sys.argv[1], sys.argv[2]
+def med(f):
+    try: return json.load(open(os.path.join(d, f"{f}.{tag}.json")))["median_ms"]
+    except Exception: return None
+g8, g1 = med("gemv_8x4096x4096"), med("gemv_1x4096x4096")
+d1, d3, h1, h2 = med("dispatch_1000"), med("dispatch_3000"), med("hop_500"), med("hop_2500")
+b1, b2 = med("llama1b"), med("llama1b_alt")
+parts = []
+if g8: parts.append(f"gemv8 {8 * 4096 * 4096 * 2 / 1e9 / g8:.2f} TB/s")
+if g1: parts.append(f"gemv1 {g1 * 1e3:.1f} us")
+if d1 and d3: parts.append(f"dispatch {(d3 - d1) * 1e6 / 2000:.1f} ns")
+if h1 and h2: parts.append(f"hop {(h2 - h1) * 1e6 / 2000:.0f} ns")
+if b1: parts.append(f"1B {b1:.4f} ms")
+if b2: parts.append(f"1B-alt {b2:.4f} ms")
+print(f"sweep {tag}|" + ", ".join(parts))
+PY
+    while IFS='|' read -r k v; do row "$k" "$v"; done < "$sw/rows.$tag.txt"
+  done
+  if [ "${AMK_SWEEP_ONLY:-0}" = 1 ]; then
+    echo; echo "================ summary ================"; printf '%s\n' "${rows[@]}"; exit 0
+  fi
+fi
 
 echo "== ctest (all tiers)"
 ctest --test-dir build/default --output-on-failure -j 4 >"$out/ctest.log" 2>&1
@@ -32,8 +88,8 @@ done
 $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
-echo "== TMA gemv and cluster launch (--check against the CPU backend)"
-for f in tma_gemv cluster; do
+echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention (--check against the CPU backend)"
+for f in tma_gemv cluster gemv_fused attention_rope; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
@@ -120,6 +176,24 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
   rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
+  $py scripts/check_llama.py --amk $amk --backend cuda --fused --context 17 --tolerance 1e-3 >"$out/check_llama_fused.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_fused.log"; row "llama tiny --fused on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --fused --weights "$d/llama1b.safetensors" -o "$d/llama1b_fused.json" || row "gen 1B --fused" FAIL
+  $amk run "$d/llama1b_fused.json" --backend cuda --check -o "$d/out1b_fused" >"$d/run1b_fused.log" 2>&1
+  rc=$?; tail -2 "$d/run1b_fused.log"; row "llama-3.2-1b --fused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  for f in llama1b llama1b_fused; do
+    $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.json" 2>/dev/null
+  done
+  $py - "$d" <<'PY' > "$d/prof_rows.txt"
+import json, os, sys
+for f in ("llama1b", "llama1b_fused"):
+    try:
+        j = json.load(open(os.path.join(sys.argv[1], f"prof_{f}.json")))
+        print(f"1B decode ({'fused' if 'fused' in f else 'unfused'} layer), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
+    except Exception as e:
+        print(f"1B profile {f}|unavailable ({e})")
+PY
+  while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/prof_rows.txt"
   $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$d/bench1b.err"; tail -3 "$d/bench1b.err"
   $py - "$d/bench1b.json" <<'PY' > "$d/bench_rows.txt"
 import json, sys

@@ -152,6 +152,9 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "persistent blocks: sets the launch grid, splits work for it and writes the "
                   "queues (default: grid auto, amk schedules, work split for 132 SMs)")
       ->check(CLI::Range(1u, static_cast<unsigned>(kMaxQueues)));
+  cmd->add_flag("--fused", o->gen.fused,
+                "fused layer: rmsnorm inside the gemvs, gate/up as one GLU gemv, RoPE and the "
+                "new k/v inside attention_decode (default: one op per step of the HF layer)");
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

@@ -287,7 +287,8 @@ Program generate_llama(const LlamaOptions& o) {
                   " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
                   ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
                   " (new token at position " + std::to_string(pos) +
-                  "). bf16 weights and KV caches, f32 activations.";
+                  "). bf16 weights and KV caches, f32 activations; " +
+                  (o.fused ? "fused layer." : "unfused layer.");
   p.launch.grid = o.grid;
   Builder b(p);
 
@@ -317,22 +318,27 @@ Program generate_llama(const LlamaOptions& o) {
   };
 
   // Row-range gemv over a weight matrix: one instruction per chunk of rows.
+  // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
+  // added to y, an rmsnorm weight applied to x inside the gemv, a second matrix making it a GLU
+  // (y = silu(w x) * (w2 x)).
+  struct GemvExtras {
+    std::optional<uint32_t> residual, norm, w2;
+  };
   auto gemv_rows = [&](const std::string& name, uint32_t w, uint64_t rows, uint64_t K,
-                       uint64_t chunk, uint32_t x, uint32_t y, std::optional<uint32_t> residual,
+                       uint64_t chunk, uint32_t x, uint32_t y, GemvExtras e,
                        std::vector<Wait> waits, uint32_t signal) {
     uint32_t n = 0;
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk, ++n) {
       const uint64_t nr = std::min(chunk, rows - r0);
-      if (residual) {
-        b.add(name + "." + std::to_string(n), "gemv",
-              {{"w", slice(w, r0 * K, nr * K)}, {"x", b.whole(x)}, {"y", slice(y, r0, nr)},
-               {"residual", slice(*residual, r0, nr)}},
-              {}, waits, {{signal, 1}});
-      } else {
-        b.add(name + "." + std::to_string(n), "gemv",
-              {{"w", slice(w, r0 * K, nr * K)}, {"x", b.whole(x)}, {"y", slice(y, r0, nr)}}, {},
-              waits, {{signal, 1}});
-      }
+      const Operand none{};
+      b.add(name + "." + std::to_string(n), "gemv",
+            {{"w", slice(w, r0 * K, nr * K)},
+             {"x", b.whole(x)},
+             {"y", slice(y, r0, nr)},
+             {"residual", e.residual ? slice(*e.residual, r0, nr) : none},
+             {"norm", e.norm ? b.whole(*e.norm) : none},
+             {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
+            {{"eps", c.rms_eps}}, waits, {{signal, 1}});
     }
     return n;
   };
@@ -347,6 +353,7 @@ Program generate_llama(const LlamaOptions& o) {
   const uint64_t qkv_chunk = chunk_rows(Q + 2 * KV, target);
   const uint64_t o_chunk = chunk_rows(H, target);
   const uint64_t gu_chunk = chunk_rows(2 * F, target);
+  const uint64_t glu_chunk = chunk_rows(F, target);  // fused: each row reads gate and up
   const uint64_t down_chunk = chunk_rows(H, target);
   const uint64_t head_chunk = chunk_rows(V, target);
 
@@ -360,34 +367,26 @@ Program generate_llama(const LlamaOptions& o) {
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
     const std::string wp = layer_prefix(l);
-    const uint32_t xn = act(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
-                   v = act(L + "v", KV), qr = act(L + "q_rope", Q), kr = act(L + "k_rope", KV),
+    // Buffers and counters only the unfused layout uses (the fused one never names them).
+    constexpr uint32_t kUnused = 0xFFFFFFFFu;
+    auto uact = [&](const std::string& name, uint64_t n) { return o.fused ? kUnused : act(name, n); };
+    auto ucounter = [&](const std::string& name) { return o.fused ? kUnused : b.counter(name); };
+    const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
+                   v = act(L + "v", KV), qr = uact(L + "q_rope", Q), kr = uact(L + "k_rope", KV),
                    parts = b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
-                   attn = act(L + "attn", Q), h = act(L + "h", H), hn = act(L + "hn", H),
-                   gate = act(L + "gate", F), up = act(L + "up", F), mlp = act(L + "mlp", F),
+                   attn = act(L + "attn", Q), h = act(L + "h", H), hn = uact(L + "hn", H),
+                   gate = uact(L + "gate", F), up = uact(L + "up", F), mlp = act(L + "mlp", F),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");
-    const uint32_t c_xn = b.counter(L + "xn"), c_q = b.counter(L + "q"), c_k = b.counter(L + "k"),
-                   c_v = b.counter(L + "v"), c_qr = b.counter(L + "q_rope"),
-                   c_kr = b.counter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
+    const uint32_t c_xn = ucounter(L + "xn"), c_q = b.counter(L + "q"), c_k = b.counter(L + "k"),
+                   c_v = b.counter(L + "v"), c_qr = ucounter(L + "q_rope"),
+                   c_kr = ucounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
                    c_vc = b.counter(L + "v_cache"), c_parts = b.counter(L + "attn_partials"),
                    c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
-                   c_hn = b.counter(L + "hn"), c_gate = b.counter(L + "gate"),
-                   c_up = b.counter(L + "up"), c_mlp = b.counter(L + "mlp"),
+                   c_hn = ucounter(L + "hn"), c_gate = ucounter(L + "gate"),
+                   c_up = ucounter(L + "up"), c_mlp = b.counter(L + "mlp"),
                    c_x = b.counter("x." + std::to_string(l + 1));
-
-    b.add(L + "input_norm", "rmsnorm",
-          {{"x", b.whole(x)}, {"weight", b.whole(buf.at(wp + "input_layernorm.weight"))},
-           {"y", b.whole(xn)}},
-          {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xn, 1}});
-
-    const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
-                                  qkv_chunk, xn, q, std::nullopt, {{c_xn, 1}}, c_q);
-    const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
-                                  qkv_chunk, xn, k, std::nullopt, {{c_xn, 1}}, c_k);
-    const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
-                                  qkv_chunk, xn, v, std::nullopt, {{c_xn, 1}}, c_v);
 
     const std::initializer_list<std::pair<std::string_view, double>> rope_params = {
         {"head_dim", static_cast<double>(hd)},
@@ -397,18 +396,107 @@ Program generate_llama(const LlamaOptions& o) {
         {"low_freq_factor", c.rope_low_freq},
         {"high_freq_factor", c.rope_high_freq},
         {"original_max_position", static_cast<double>(c.rope_original_max)}};
+    const std::initializer_list<std::pair<std::string_view, double>> append_params = {
+        {"head_dim", static_cast<double>(hd)},
+        {"position", static_cast<double>(pos)},
+        {"max_len", static_cast<double>(T)}};
+
+    if (o.fused) {
+      const uint32_t in_norm = buf.at(wp + "input_layernorm.weight");
+      const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
+                                    qkv_chunk, x, q, {.norm = in_norm}, {{x_ready, x_need}}, c_q);
+      const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
+                                    qkv_chunk, x, k, {.norm = in_norm}, {{x_ready, x_need}}, c_k);
+      const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
+                                    qkv_chunk, x, v, {.norm = in_norm}, {{x_ready, x_need}}, c_v);
+      // Attention over the cached positions [0, pos) plus the new token's k/v, which the chunk
+      // holding position pos takes straight from the projections (rotating k itself).
+      for (uint64_t g = 0; g < nkv; ++g) {
+        for (uint64_t ci = 0; ci < n_chunks; ++ci) {
+          const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
+          const bool last = t1 == T;
+          const uint64_t cached = last ? pos - t0 : t1 - t0;
+          const uint64_t cache_off = (g * T + t0) * hd;
+          std::vector<Wait> waits = {{c_q, nq}};
+          if (last) {
+            waits.push_back({c_k, nk});
+            waits.push_back({c_v, nv});
+          }
+          const Operand none{};
+          b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
+                {{"q", slice(q, g * group * hd, group * hd)},
+                 {"k", slice(kc, cache_off, cached * hd)},
+                 {"v", slice(vc, cache_off, cached * hd)},
+                 {"out", slice(parts, (g * n_chunks + ci) * part, part)},
+                 {"k_new", last ? slice(k, g * hd, hd) : none},
+                 {"v_new", last ? slice(v, g * hd, hd) : none}},
+                {{"head_dim", static_cast<double>(hd)},
+                 {"scale", 0.0},
+                 {"position", static_cast<double>(pos)},
+                 {"theta", c.rope_theta},
+                 {"scaling_factor", c.rope_factor},
+                 {"low_freq_factor", c.rope_low_freq},
+                 {"high_freq_factor", c.rope_high_freq},
+                 {"original_max_position", static_cast<double>(c.rope_original_max)}},
+                std::move(waits), {{c_parts, 1}});
+        }
+      }
+      // The cache rows at `pos` for the next step, one instruction per kv head writing only
+      // that row (so they provably do not touch what this step's attention reads): rope
+      // straight into the k cache, a converting copy into the v cache. Nothing waits for them.
+      for (uint64_t g = 0; g < nkv; ++g) {
+        const std::string G = std::to_string(g);
+        b.add(L + "k_cache." + G, "rope",
+              {{"x", slice(k, g * hd, hd)}, {"y", slice(kc, (g * T + pos) * hd, hd)}},
+              rope_params, {{c_k, nk}}, {{c_kc, 1}});
+        b.add(L + "v_cache." + G, "copy",
+              {{"x", slice(v, g * hd, hd)}, {"y", slice(vc, (g * T + pos) * hd, hd)}}, {},
+              {{c_v, nv}}, {{c_vc, 1}});
+      }
+      for (uint64_t g = 0; g < nkv; ++g) {
+        b.add(L + "combine." + std::to_string(g), "attention_combine",
+              {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
+               {"out", slice(attn, g * group * hd, group * hd)}},
+              {{"head_dim", static_cast<double>(hd)}},
+              {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
+      }
+      const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
+                                    o_chunk, attn, h, {.residual = x},
+                                    {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+      const uint32_t ng = gemv_rows(
+          L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
+          {.norm = buf.at(wp + "post_attention_layernorm.weight"),
+           .w2 = buf.at(wp + "mlp.up_proj.weight")},
+          {{c_h, no}}, c_mlp);
+      const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
+                                    down_chunk, mlp, x_next, {.residual = h},
+                                    {{c_mlp, ng}}, c_x);
+      x = x_next;
+      x_ready = c_x;
+      x_need = nd;
+      continue;
+    }
+
+    b.add(L + "input_norm", "rmsnorm",
+          {{"x", b.whole(x)}, {"weight", b.whole(buf.at(wp + "input_layernorm.weight"))},
+           {"y", b.whole(xn)}},
+          {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xn, 1}});
+
+    const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
+                                  qkv_chunk, xn, q, {}, {{c_xn, 1}}, c_q);
+    const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
+                                  qkv_chunk, xn, k, {}, {{c_xn, 1}}, c_k);
+    const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
+                                  qkv_chunk, xn, v, {}, {{c_xn, 1}}, c_v);
+
     b.add(L + "q_rope", "rope", {{"x", b.whole(q)}, {"y", b.whole(qr)}}, rope_params, {{c_q, nq}},
           {{c_qr, 1}});
     b.add(L + "k_rope", "rope", {{"x", b.whole(k)}, {"y", b.whole(kr)}}, rope_params, {{c_k, nk}},
           {{c_kr, 1}});
     b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}},
-          {{"head_dim", static_cast<double>(hd)}, {"position", static_cast<double>(pos)},
-           {"max_len", static_cast<double>(T)}},
-          {{c_v, nv}}, {{c_vc, 1}});
+          append_params, {{c_v, nv}}, {{c_vc, 1}});
     b.add(L + "k_append", "kv_append", {{"x", b.whole(kr)}, {"cache", b.whole(kc)}},
-          {{"head_dim", static_cast<double>(hd)}, {"position", static_cast<double>(pos)},
-           {"max_len", static_cast<double>(T)}},
-          {{c_kr, 1}}, {{c_kc, 1}});
+          append_params, {{c_kr, 1}}, {{c_kc, 1}});
 
     for (uint64_t g = 0; g < nkv; ++g) {
       for (uint64_t ci = 0; ci < n_chunks; ++ci) {
@@ -432,34 +520,40 @@ Program generate_llama(const LlamaOptions& o) {
     }
 
     const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
-                                  o_chunk, attn, h, x, {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+                                  o_chunk, attn, h, {.residual = x}, {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
     b.add(L + "post_norm", "rmsnorm",
           {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},
           {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
     const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
-                                  gu_chunk, hn, gate, std::nullopt, {{c_hn, 1}}, c_gate);
+                                  gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
     const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
-                                  gu_chunk, hn, up, std::nullopt, {{c_hn, 1}}, c_up);
+                                  gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
     b.add(L + "silu_mul", "silu_mul", {{"gate", b.whole(gate)}, {"up", b.whole(up)}, {"y", b.whole(mlp)}},
           {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
     const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
-                                  down_chunk, mlp, x_next, h, {{c_mlp, 1}}, c_x);
+                                  down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, 1}}, c_x);
     x = x_next;
     x_ready = c_x;
     x_need = nd;
   }
 
   // ---- head ----
-  const uint32_t xf = act("final_norm", H);
+  const uint32_t xf = o.fused ? 0xFFFFFFFFu : act("final_norm", H);
   const uint32_t logits = act("logits", V, /*output=*/true);
   const uint32_t next = b.buffer("next_token", DType::i32, {1}, {}, /*output=*/true);
-  const uint32_t c_xf = b.counter("final_norm"), c_logits = b.counter("logits");
-  b.add("final_norm", "rmsnorm",
-        {{"x", b.whole(x)}, {"weight", b.whole(buf.at("model.norm.weight"))}, {"y", b.whole(xf)}},
-        {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
-  const uint32_t nl =
-      gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, std::nullopt, {{c_xf, 1}}, c_logits);
+  const uint32_t c_xf = o.fused ? 0xFFFFFFFFu : b.counter("final_norm");
+  const uint32_t c_logits = b.counter("logits");
+  uint32_t nl = 0;
+  if (o.fused) {
+    nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, x, logits,
+                   {.norm = buf.at("model.norm.weight")}, {{x_ready, x_need}}, c_logits);
+  } else {
+    b.add("final_norm", "rmsnorm",
+          {{"x", b.whole(x)}, {"weight", b.whole(buf.at("model.norm.weight"))}, {"y", b.whole(xf)}},
+          {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
+    nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, {}, {{c_xf, 1}}, c_logits);
+  }
   b.add("argmax", "argmax", {{"x", b.whole(logits)}, {"index", b.whole(next)}}, {},
         {{c_logits, nl}}, {});
 

@@ -4,7 +4,11 @@
 // (rmsnorm -> q/k/v gemv row ranges -> rope -> kv_append -> attention_decode per (kv head,
 // chunk of positions) -> attention_combine per kv head -> o-proj gemv + residual -> rmsnorm ->
 // gate/up gemv -> silu_mul -> down gemv + residual), the final rmsnorm, the lm_head gemv row
-// ranges and argmax. Weights are named as Hugging Face names them (model.layers.N....); KV
+// ranges and argmax. The fused layout (--fused) computes the same step with six dependent
+// phases per layer instead of eleven: q/k/v gemv with the rmsnorm inside -> attention_decode
+// (rotates q and the new key itself, takes the new k/v row from the projections) -> combine ->
+// o-proj + residual -> gate/up GLU gemv with the rmsnorm inside -> down + residual; the rotated
+// key and the value are appended to the caches by instructions nothing in the step waits for. Weights are named as Hugging Face names them (model.layers.N....); KV
 // caches are `amk.kv.layers.N.{k,v}` ([n_kv_heads, context, head_dim], bf16). Weights and
 // caches are seeded random by default, or read from a .safetensors file (whose header is
 // checked against the preset here, without reading the data).
@@ -55,6 +59,11 @@ struct LlamaOptions {
   uint64_t seed = 0;
   int64_t token = 1;                // input token id
   uint32_t grid = 0;                // 0: launch grid auto, amk schedules; else grid + queues
+  // Fused layer: rmsnorm inside the gemvs that read the normed vector, gate/up as one GLU
+  // gemv, RoPE and the new token's k/v inside attention_decode (the cache append runs off the
+  // critical path). Off by default: measured on the H200 it was 10-25% slower than one op per
+  // step of the HF definition (README, performance), although it has half the dependent phases.
+  bool fused = false;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.

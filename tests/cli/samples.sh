@@ -47,6 +47,7 @@ fi
 # The tiny Llama decode step (amk gen llama) against an independent numpy forward pass.
 if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu; then ok; else bad "llama tiny vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --fused --context 17 --tolerance 1e-3; then ok; else bad "llama tiny --fused vs numpy"; fi
 fi
 
 # Every sample also validates against the published JSON Schema.

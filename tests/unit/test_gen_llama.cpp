@@ -144,6 +144,7 @@ TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
     return;
   }
   gen::LlamaOptions o;
+  o.fused = false;
   const Program p = gen::generate_llama(o);
   const Program back = parse_json_program(program_to_json(p));
   CHECK(back == p);
@@ -176,12 +177,76 @@ TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
     for (const auto& w : in.waits) CHECK(w.value == signals[w.counter]);
 }
 
+TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused layer on the CPU") {
+  gen::LlamaOptions o;
+  o.fused = true;
+  o.seed = 3;
+  o.context = 17;  // chunks of 8 positions: the third holds only the new token (pos 16)
+  const Program p = gen::generate_llama(o);
+  CHECK(parse_json_program(program_to_json(p)) == p);
+  CHECK(parse_amkb_program(program_to_amkb(p)) == p);
+  verify(p);
+  const auto n = count_ops(p);
+  // tiny: qkv 256 rows -> chunks of 4 (q 32 + k 16 + v 16) with the rmsnorm inside; o 32;
+  // gate/up as one GLU gemv over 256 rows -> 4: 64; down 32; lm_head 128 with the final norm.
+  CHECK(n.at("gemv") == 2 * (64 + 32 + 64 + 32) + 128);
+  CHECK(n.count("rmsnorm") == 0);
+  CHECK(n.count("silu_mul") == 0);
+  CHECK(n.at("rope") == 2 * 2);  // per kv head: the new k row, rotated into its cache row
+  CHECK(n.at("copy") == 2 * 2);  // per kv head: the new v row into its cache row
+  CHECK(n.count("kv_append") == 0);
+  CHECK(n.at("attention_decode") == 2 * 2 * 3);
+  uint32_t with_new = 0;
+  for (const auto& in : p.instructions)
+    if (op_name(p, in.op) == "attention_decode" && in.operands.size() > 4 &&
+        in.operands[4].buffer != AMK_NO_BUFFER)
+      ++with_new;
+  CHECK(with_new == 2 * 2);  // one chunk per kv head per layer takes the new k/v row
+
+  gen::LlamaOptions u = o;
+  u.fused = false;
+  const Program q = gen::generate_llama(u);
+  HostBuffers a = materialize_all(p), b = materialize_all(q);
+  run_cpu(p, make_plan(p), a);
+  run_cpu(q, make_plan(q), b);
+  auto find = [](const Program& prog, const std::string& name) {
+    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
+      if (prog.buffers[i].name == name) return i;
+    FAIL("no buffer " << name);
+    return 0u;
+  };
+  const auto& la = a.data[find(p, "act.logits")];
+  const auto& lb = b.data[find(q, "act.logits")];
+  REQUIRE(la.size() == lb.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < la.size() / 4; ++i) {
+    float x = 0, y = 0;
+    std::memcpy(&x, la.data() + 4 * i, 4);
+    std::memcpy(&y, lb.data() + 4 * i, 4);
+    num += (double(x) - y) * (double(x) - y);
+    den += double(y) * y;
+  }
+  // Not bit-identical: the fused attention takes the new token's k/v in f32 from the
+  // projections, the unfused one reads them back from the bf16 cache (one row of 17 rounded
+  // to bf16, ~4e-3 relative), which moves the logits by ~1e-4 relative.
+  CHECK(den > 0);
+  CHECK(std::sqrt(num / den) < 1e-3);
+  CHECK(std::sqrt(num / den) > 0);  // the two programs did run different code
+  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+  // Layer 0's caches get the same new row either way (same inputs, same rounding).
+  for (const char* cache : {"amk.kv.layers.0.k", "amk.kv.layers.0.v"}) {
+    CAPTURE(cache);
+    CHECK(a.data[find(p, cache)] == b.data[find(q, cache)]);
+  }
+}
+
 TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   if (!have_llama_ops()) {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
     return;
   }
   gen::LlamaOptions o;
+  o.fused = false;
   o.preset = "llama-3.2-1b";
   o.context = 1024;
   const Program p = gen::generate_llama(o);

@@ -401,6 +401,17 @@ Program generate_llama(const LlamaOptions& o) {
         {"position", static_cast<double>(pos)},
         {"max_len", static_cast<double>(T)}};
 
+    // One attention_combine per kv head: merges the head's chunk partials into attn.
+    auto add_combines = [&] {
+      for (uint64_t g = 0; g < nkv; ++g) {
+        b.add(L + "combine." + std::to_string(g), "attention_combine",
+              {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
+               {"out", slice(attn, g * group * hd, group * hd)}},
+              {{"head_dim", static_cast<double>(hd)}},
+              {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
+      }
+    };
+
     if (o.fused) {
       const uint32_t in_norm = buf.at(wp + "input_layernorm.weight");
       const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
@@ -453,13 +464,7 @@ Program generate_llama(const LlamaOptions& o) {
               {{"x", slice(v, g * hd, hd)}, {"y", slice(vc, (g * T + pos) * hd, hd)}}, {},
               {{c_v, nv}}, {{c_vc, 1}});
       }
-      for (uint64_t g = 0; g < nkv; ++g) {
-        b.add(L + "combine." + std::to_string(g), "attention_combine",
-              {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
-               {"out", slice(attn, g * group * hd, group * hd)}},
-              {{"head_dim", static_cast<double>(hd)}},
-              {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
-      }
+      add_combines();
       const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                     o_chunk, attn, h, {.residual = x},
                                     {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
@@ -511,13 +516,7 @@ Program generate_llama(const LlamaOptions& o) {
               {{c_qr, 1}, {c_kc, 1}, {c_vc, 1}}, {{c_parts, 1}});
       }
     }
-    for (uint64_t g = 0; g < nkv; ++g) {
-      b.add(L + "combine." + std::to_string(g), "attention_combine",
-            {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
-             {"out", slice(attn, g * group * hd, group * hd)}},
-            {{"head_dim", static_cast<double>(hd)}},
-            {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
-    }
+    add_combines();
 
     const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                   o_chunk, attn, h, {.residual = x}, {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);

@@ -20,28 +20,7 @@ namespace {
 
 constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
-struct Fixture {
-  Program program;
-  HostBuffers host;
-
-  uint32_t add(const std::string& name, DType t, uint64_t n) {
-    program.buffers.push_back(make_buffer(name, t, {n}));
-    host.data.emplace_back(n * dtype_size(t));
-    return static_cast<uint32_t>(program.buffers.size() - 1);
-  }
-  uint32_t add(const std::string& name, DType t, const std::vector<float>& v) {
-    const uint32_t b = add(name, t, v.size());
-    for (size_t i = 0; i < v.size(); ++i) store_element(host.data[b].data(), t, i, v[i]);
-    return b;
-  }
-  std::vector<double> all(uint32_t b) const {
-    std::vector<double> out(host.data[b].size() / dtype_size(program.buffers[b].dtype));
-    for (size_t i = 0; i < out.size(); ++i)
-      out[i] = load_element(host.data[b].data(), program.buffers[b].dtype, i);
-    return out;
-  }
-  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
-};
+using Fixture = HostFixture;
 
 // ||got - want|| / ||want|| over the whole vectors.
 double normalized_error(const std::vector<double>& got, const std::vector<double>& want) {

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "amk_abi.h"
+#include "backend/cpu_backend.hpp"
+#include "backend/host_data.hpp"
+#include "core/numeric.hpp"
 #include "core/error.hpp"
 #include "program/program.hpp"
 
@@ -114,6 +117,34 @@ inline Buffer make_buffer(std::string name, DType dtype, std::vector<uint64_t> s
   b.shape = std::move(shape);
   return b;
 }
+
+// A program's buffers with host contents, filled from floats (rounded to the buffer's dtype),
+// and single instructions run on them by the CPU reference.
+struct HostFixture {
+  Program program;
+  HostBuffers host;
+
+  uint32_t add(const std::string& name, DType t, uint64_t n) {
+    program.buffers.push_back(make_buffer(name, t, {n}));
+    host.data.emplace_back(n * dtype_size(t));
+    return static_cast<uint32_t>(program.buffers.size() - 1);
+  }
+  // Stores v rounded to t; a test's reference reads the rounded values back with get().
+  uint32_t add(const std::string& name, DType t, const std::vector<float>& v) {
+    const uint32_t b = add(name, t, v.size());
+    for (size_t i = 0; i < v.size(); ++i) store_element(host.data[b].data(), t, i, v[i]);
+    return b;
+  }
+  [[nodiscard]] double get(uint32_t b, uint64_t i) const {
+    return load_element(host.data[b].data(), program.buffers[b].dtype, i);
+  }
+  [[nodiscard]] std::vector<double> all(uint32_t b) const {
+    std::vector<double> out(host.data[b].size() / dtype_size(program.buffers[b].dtype));
+    for (size_t i = 0; i < out.size(); ++i) out[i] = get(b, i);
+    return out;
+  }
+  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
+};
 
 struct OperandSpec {
   uint32_t buffer = AMK_NO_BUFFER;

@@ -24,25 +24,7 @@ namespace {
 
 constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
-struct Fixture {
-  Program program;
-  HostBuffers host;
-
-  uint32_t add(const std::string& name, DType t, uint64_t n) {
-    program.buffers.push_back(make_buffer(name, t, {n}));
-    host.data.emplace_back(n * dtype_size(t));
-    return static_cast<uint32_t>(program.buffers.size() - 1);
-  }
-  uint32_t add(const std::string& name, DType t, const std::vector<float>& v) {
-    const uint32_t b = add(name, t, v.size());
-    for (size_t i = 0; i < v.size(); ++i) store_element(host.data[b].data(), t, i, v[i]);
-    return b;
-  }
-  double get(uint32_t b, uint64_t i) const {
-    return load_element(host.data[b].data(), program.buffers[b].dtype, i);
-  }
-  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
-};
+using Fixture = HostFixture;
 
 std::vector<float> randoms(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
   std::mt19937 rng(seed ^ std::random_device{}());

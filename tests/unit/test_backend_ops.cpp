@@ -21,31 +21,7 @@ namespace {
 
 constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
-struct Fixture {
-  Program program;
-  HostBuffers host;
-
-  uint32_t add(const std::string& name, DType t, uint64_t n) {
-    program.buffers.push_back(make_buffer(name, t, {n}));
-    host.data.emplace_back(n * dtype_size(t));
-    return static_cast<uint32_t>(program.buffers.size() - 1);
-  }
-  // Stores v rounded to t; the test's reference reads the rounded values back with get().
-  uint32_t add(const std::string& name, DType t, const std::vector<float>& v) {
-    const uint32_t b = add(name, t, v.size());
-    for (size_t i = 0; i < v.size(); ++i) store_element(host.data[b].data(), t, i, v[i]);
-    return b;
-  }
-  double get(uint32_t b, uint64_t i) const {
-    return load_element(host.data[b].data(), program.buffers[b].dtype, i);
-  }
-  std::vector<double> all(uint32_t b) const {
-    std::vector<double> out(host.data[b].size() / dtype_size(program.buffers[b].dtype));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = get(b, i);
-    return out;
-  }
-  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
-};
+using Fixture = HostFixture;
 
 // v rounded to dtype t, as the op's store does.
 double rounded(DType t, double v) {

@@ -18,6 +18,7 @@
 #include "cuda/bench.hpp"
 #include "cuda/executor.hpp"
 #include "io/load.hpp"
+#include "gpu_skip.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
@@ -26,14 +27,6 @@ using namespace amk;
 
 namespace {
 
-const bool g_have_gpu = [] {
-  std::string why;
-  if (!gpu_available(&why)) {
-    std::fprintf(stderr, "skipped: no GPU (%s)\n", why.c_str());
-    std::_Exit(77);
-  }
-  return true;
-}();
 
 constexpr uint64_t kN = 1 << 16;
 constexpr uint64_t kChunks = 8, kChunk = kN / kChunks;
@@ -146,7 +139,7 @@ GpuOptions step_options() {
 }  // namespace
 
 TEST_CASE("three arms agree with each other and with the CPU, hot and cold") {
-  REQUIRE(g_have_gpu);
+  REQUIRE(amk::test::g_have_gpu);
   const Program program = chain_program();
   (void)verify(program);
   const Plan plan = make_plan(program, PlanOptions{4});

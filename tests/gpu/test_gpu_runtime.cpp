@@ -17,6 +17,7 @@
 #include "backend/host_data.hpp"
 #include "core/error.hpp"
 #include "cuda/executor.hpp"
+#include "gpu_skip.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
@@ -25,14 +26,6 @@ using namespace amk;
 
 namespace {
 
-const bool g_have_gpu = [] {
-  std::string why;
-  if (!gpu_available(&why)) {
-    std::fprintf(stderr, "skipped: no GPU (%s)\n", why.c_str());
-    std::_Exit(77);
-  }
-  return true;
-}();
 
 constexpr uint64_t kN = 4096;
 
@@ -96,7 +89,7 @@ double max_rel_error(const std::vector<float>& got, const std::vector<float>& wa
 } // namespace
 
 TEST_CASE("device snapshot") {
-  REQUIRE(g_have_gpu);
+  REQUIRE(amk::test::g_have_gpu);
   const auto devices = list_devices();
   REQUIRE(!devices.empty());
   for (const DeviceInfo& d : devices) {

@@ -11,84 +11,13 @@
 
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
+#include "nvrtc_program_builder.hpp"
 #include "ops/registry.hpp"
 
 using namespace amk;
+using namespace amk::test;
 
 namespace {
-
-struct Built {
-  Program program;
-  Plan plan;
-};
-
-// A hand-made program on one queue: each instruction waits for the one before it.
-class Builder {
- public:
-  uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape) {
-    Buffer b;
-    b.name = name;
-    b.dtype = dtype;
-    b.shape = std::move(shape);
-    built_.program.buffers.push_back(b);
-    amk_buffer_t ab{};
-    ab.elements = b.elements();
-    ab.bytes = b.bytes();
-    ab.dtype = static_cast<uint32_t>(dtype);
-    built_.plan.buffers.push_back(ab);
-    return static_cast<uint32_t>(built_.program.buffers.size() - 1);
-  }
-
-  void instruction(OpId op, std::vector<uint32_t> buffers, std::vector<uint32_t> params = {}) {
-    amk_instruction_t ins{};
-    ins.op = static_cast<uint16_t>(op);
-    ins.index = static_cast<uint32_t>(built_.plan.instructions.size());
-    ins.n_operands = static_cast<uint8_t>(buffers.size());
-    for (size_t k = 0; k < buffers.size(); ++k) {
-      ins.operands[k].buffer = buffers[k];
-      ins.operands[k].extent =
-          buffers[k] == AMK_NO_BUFFER
-              ? 0
-              : static_cast<uint32_t>(built_.program.buffers[buffers[k]].elements());
-    }
-    ins.n_params = static_cast<uint8_t>(params.size());
-    for (size_t k = 0; k < params.size(); ++k) ins.params[k] = params[k];
-    if (ins.index > 0) {
-      ins.n_waits = 1;
-      ins.waits[0] = {0, ins.index};
-    }
-    ins.n_signals = 1;
-    ins.signals[0] = {0, 1};
-    built_.plan.instructions.push_back(ins);
-    Instruction in;
-    in.op = ins.op;
-    built_.program.instructions.push_back(in);
-  }
-
-  Built finish(uint32_t block) {
-    Plan& plan = built_.plan;
-    built_.program.counters.push_back(Counter{"chain"});
-    built_.program.name = "step_kernel_test";
-    built_.program.launch.block = block;
-    plan.n_counters = 1;
-    plan.grid = 1;
-    plan.block = block;
-    plan.queue_offsets = {0, static_cast<uint32_t>(plan.instructions.size())};
-    for (uint32_t i = 0; i < plan.instructions.size(); ++i) {
-      plan.queue_items.push_back(i);
-      plan.ops_used.push_back(plan.instructions[i].op);
-    }
-    std::sort(plan.ops_used.begin(), plan.ops_used.end());
-    plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()),
-                        plan.ops_used.end());
-    return std::move(built_);
-  }
-
-  Program& program() { return built_.program; }
-
- private:
-  Built built_;
-};
 
 Built elementwise_program() {
   Builder b;
@@ -97,7 +26,7 @@ Built elementwise_program() {
   b.instruction(OpId::fill, {x}, {f32_bits(2.0f)});
   b.instruction(OpId::add, {x, x, y});
   b.instruction(OpId::scale, {y, y}, {f32_bits(0.5f)});
-  return b.finish(128);
+  return b.finish(128, "step_kernel_test");
 }
 
 // A bf16 gemv whose weights a TMA spec covers: the kernels then take the tensor-map table.
@@ -114,7 +43,7 @@ Built tma_gemv_program() {
   spec.dims = {k, rows};
   spec.box = {128, 32};
   b.program().tma.push_back(spec);
-  return b.finish(256);
+  return b.finish(256, "step_kernel_test");
 }
 
 CompileOptions options(bool step) {

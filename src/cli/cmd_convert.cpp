@@ -27,16 +27,7 @@ int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");
   }
   Program p = load_and_verify(o.program);
-  uint64_t bytes = 0;
-  if (to == "amkb") {
-    const auto data = program_to_amkb(p);
-    bytes = data.size();
-    write_file_atomic(o.output, data);
-  } else {
-    const std::string text = program_to_json(p) + "\n";
-    bytes = text.size();
-    write_text_atomic(o.output, text);
-  }
+  const uint64_t bytes = write_program(p, o.output, to);
   ordered_json j;
   j["status"] = "ok";
   j["input"] = o.program.path;

@@ -81,16 +81,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
 
   VerifySummary vs = verify(p);
 
-  uint64_t bytes = 0;
-  if (to == "amkb") {
-    const auto data = program_to_amkb(p);
-    bytes = data.size();
-    write_file_atomic(o.output, data);
-  } else {
-    const std::string text = program_to_json(p) + "\n";
-    bytes = text.size();
-    write_text_atomic(o.output, text);
-  }
+  const uint64_t bytes = write_program(p, o.output, to);
 
   std::map<std::string, uint64_t> by_op;
   for (const auto& in : p.instructions) ++by_op[op_name(p, in.op)];

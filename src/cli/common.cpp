@@ -5,6 +5,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include "io/load.hpp"
+#include "report/outputs.hpp"
+
 namespace amk::cli {
 
 void add_program_args(CLI::App* cmd, ProgramArgs& args) {
@@ -13,6 +16,17 @@ void add_program_args(CLI::App* cmd, ProgramArgs& args) {
                 "let data paths in the program point outside its folder");
   cmd->add_flag("--trust-custom-ops", args.trust_custom_ops,
                 "compile the program's custom op sources (runs code from the file)");
+}
+
+uint64_t write_program(const Program& p, const std::string& path, const std::string& encoding) {
+  if (encoding == "amkb") {
+    const auto data = program_to_amkb(p);
+    write_file_atomic(path, data);
+    return data.size();
+  }
+  const std::string text = program_to_json(p) + "\n";
+  write_text_atomic(path, text);
+  return text.size();
 }
 
 Program load_and_verify(const ProgramArgs& args, VerifySummary* summary) {

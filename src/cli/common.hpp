@@ -42,6 +42,10 @@ void add_program_args(CLI::App* cmd, ProgramArgs& args);
 // Loads and verifies; the summary is filled when `summary` is not null.
 [[nodiscard]] Program load_and_verify(const ProgramArgs& args, VerifySummary* summary = nullptr);
 
+// Writes `p` atomically as .amkb (encoding "amkb") or JSON text (anything else); returns the
+// bytes written.
+uint64_t write_program(const Program& p, const std::string& path, const std::string& encoding);
+
 // Prints a result: JSON to stdout with --json, else the text (unless --quiet).
 void emit(const GlobalOptions& g, const ordered_json& json, const std::string& text);
 

@@ -18,7 +18,7 @@
 #include "cuda/bench.hpp"
 #include "cuda/executor.hpp"
 #include "io/load.hpp"
-#include "gpu_skip.hpp"
+#include "gpu_support.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
@@ -39,14 +39,7 @@ Program chain_program() {
   p.launch.block = 256;
   p.launch.timeout_ms = 10000;
   auto buffer = [&](const char* name, InitKind kind, uint64_t seed, bool output) {
-    Buffer b;
-    b.name = name;
-    b.dtype = DType::f32;
-    b.shape = {kN};
-    b.init.kind = kind;
-    b.init.seed = seed;
-    b.output = output;
-    p.buffers.push_back(b);
+    amk::test::add_f32_buffer(p, name, kN, kind, seed, output);
   };
   buffer("a", InitKind::random, 1, false);
   buffer("b", InitKind::random, 2, false);

@@ -113,6 +113,31 @@ typedef struct alignas(16) amk_diag {
   uint32_t reserved[5];
 } amk_diag_t;
 
+// Weight streaming (kernels/amk_stream.cuh; off unless the AMK_STREAM_SLOTS tuning asks for it:
+// measured slower than the plain gemv). A gemv whose weights no instruction writes may load them
+// before its waits are met: the planner lists such steps per queue, and the block copies their
+// weights tile by tile into a ring of AMK_STREAM_SLOT_BYTES slots in dynamic shared memory, as
+// far ahead as the ring allows. A tile is `rows_per_tile` whole rows (chunks_per_row == 1) or
+// one chunk of `chunk_bytes` of one row (rows_per_tile == 1).
+#define AMK_STREAM_SLOT_BYTES 16384u
+#define AMK_STREAM_MAX_ROWS 1024u  // output rows of one streamed gemv (row sums live in smem)
+
+typedef struct alignas(16) amk_stream_entry {
+  uint64_t w;               // device address of w's first weight (the plan: byte offset in w_buffer)
+  uint64_t w2;              // GLU: second matrix, same geometry; 0 without
+  uint32_t step;            // position of the gemv in its queue
+  uint32_t item;            // the instruction
+  uint32_t w_buffer;
+  uint32_t w2_buffer;       // AMK_NO_BUFFER without
+  uint32_t rows;            // output rows
+  uint32_t row_bytes;       // K * weight size, a multiple of 16
+  uint32_t tiles;           // tiles per matrix
+  uint32_t rows_per_tile;
+  uint32_t chunks_per_row;
+  uint32_t chunk_bytes;     // bytes of a tile row (the last chunk of a row may be shorter)
+  uint32_t reserved[2];
+} amk_stream_entry_t;
+
 // The kernel's single parameter (besides __grid_constant__ tensor maps).
 typedef struct alignas(16) amk_device_program {
   const amk_instruction_t* instructions;
@@ -129,7 +154,9 @@ typedef struct alignas(16) amk_device_program {
   uint32_t n_buffers;
   uint32_t n_counters;
   uint32_t iterations;            // passes in this launch (waits compare value * pass)
-  uint32_t reserved;
+  uint32_t stream_slots;          // weight-stream ring slots in dynamic shared memory; 0: off
+  const uint32_t* stream_offsets;            // n_queues + 1 entries into stream_entries
+  const amk_stream_entry_t* stream_entries;  // queue after queue, in queue order
 } amk_device_program_t;
 
 #if !defined(__CUDACC_RTC__) && defined(__cplusplus)
@@ -137,6 +164,7 @@ static_assert(sizeof(amk_operand_t) == 16, "amk ABI: operand size");
 static_assert(sizeof(amk_instruction_t) == AMK_INSTRUCTION_BYTES, "amk ABI: instruction size");
 static_assert(sizeof(amk_buffer_t) == 32, "amk ABI: buffer size");
 static_assert(sizeof(amk_diag_t) == 64, "amk ABI: diag size");
+static_assert(sizeof(amk_stream_entry_t) == 64, "amk ABI: stream entry size");
 #endif
 
 #endif  // AMK_ABI_H

@@ -158,6 +158,7 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
     plan.ops_used.push_back(ins.op);
   std::sort(plan.ops_used.begin(), plan.ops_used.end());
   plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
+  plan_weight_streams(program, plan);
   return plan;
 }
 

@@ -124,6 +124,42 @@ __device__ __forceinline__ uint32_t amk_dynamic_smem_size() {
   return v;
 }
 
+// ---- dynamic shared memory and mbarriers (the TMA gemv and the weight streams) ----
+extern __shared__ __align__(128) unsigned char amk_dynamic_smem[];
+
+__device__ __forceinline__ void amk_mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void amk_mbar_inval(uint32_t bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void amk_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ bool amk_mbar_try_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Non-blocking: try_wait may suspend the thread for a while when the phase is not complete.
+__device__ __forceinline__ bool amk_mbar_test_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done;
+  asm volatile(
+      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+__device__ __forceinline__ void amk_mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+
 // ---- element conversions (cvt.rn, like the host's numeric.cpp) ----
 __device__ __forceinline__ float amk_f16_to_f32(uint16_t h) {
   float f;
@@ -221,6 +257,24 @@ __device__ __forceinline__ void amk_raise(const amk_device_program_t& prog,
 __device__ __forceinline__ void amk_fail_operand(const amk_device_program_t& prog,
                                                  const amk_instruction_t& ins, uint32_t detail) {
   amk_raise(prog, ins, AMK_STATUS_BAD_OPERAND, kAmkCounterNone, 0, 0, 0, detail);
+}
+
+// Waits for an mbarrier phase (a TMA tile, a stream slot) with the watchdog: false once the
+// launch deadline passed (this thread raised) or another thread of the block already stopped it.
+__device__ __forceinline__ bool amk_mbar_wait(const amk_device_program_t& prog,
+                                              const amk_instruction_t& ins, uint32_t bar,
+                                              uint32_t parity, uint32_t tile) {
+  if (amk_mbar_try_wait(bar, parity)) return true;
+  const uint64_t wait_start = amk_globaltimer();
+  while (!amk_mbar_try_wait(bar, parity)) {
+    if (*static_cast<volatile uint32_t*>(&amk_state.stop)) return false;
+    const uint64_t now = amk_globaltimer();
+    if (prog.timeout_ns != 0 && now - amk_state.block_start > prog.timeout_ns) {
+      amk_raise(prog, ins, AMK_STATUS_TIMEOUT, kAmkCounterNone, 0, 0, now - wait_start, tile);
+      return false;
+    }
+  }
+  return true;
 }
 
 struct amk_view {

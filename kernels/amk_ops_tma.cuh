@@ -15,27 +15,6 @@ constexpr uint32_t kAmkTmaMaxStages = 4;
 constexpr uint32_t kAmkTmaAlign = 128;        // TMA destination alignment (covers swizzle modes)
 constexpr uint32_t kAmkTmaBarrierBytes = 64;  // kAmkTmaMaxStages 8-byte mbarriers, padded
 
-extern __shared__ __align__(128) unsigned char amk_dynamic_smem[];
-
-__device__ __forceinline__ void amk_mbar_init(uint32_t bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void amk_mbar_inval(uint32_t bar) {
-  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void amk_mbar_expect_tx(uint32_t bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ bool amk_mbar_try_wait(uint32_t bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
-  return done != 0;
-}
 __device__ __forceinline__ void amk_tma_load_2d(uint32_t dst, const amk_tensor_map* map, int32_t c0,
                                                 int32_t c1, uint32_t bar) {
   asm volatile(
@@ -43,24 +22,6 @@ __device__ __forceinline__ void amk_tma_load_2d(uint32_t dst, const amk_tensor_m
       " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
       "l"(map), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
-}
-
-// Waits for a tile with the watchdog: false once the launch deadline passed (this thread
-// raised) or another thread of the block already stopped it.
-__device__ __forceinline__ bool amk_tma_wait(const amk_device_program_t& prog,
-                                             const amk_instruction_t& ins, uint32_t bar,
-                                             uint32_t parity, uint32_t tile) {
-  if (amk_mbar_try_wait(bar, parity)) return true;
-  const uint64_t wait_start = amk_globaltimer();
-  while (!amk_mbar_try_wait(bar, parity)) {
-    if (*static_cast<volatile uint32_t*>(&amk_state.stop)) return false;
-    const uint64_t now = amk_globaltimer();
-    if (prog.timeout_ns != 0 && now - amk_state.block_start > prog.timeout_ns) {
-      amk_raise(prog, ins, AMK_STATUS_TIMEOUT, kAmkCounterNone, 0, 0, now - wait_start, tile);
-      return false;
-    }
-  }
-  return true;
 }
 
 template <uint32_t W, uint32_t X>
@@ -109,7 +70,7 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
     const uint32_t s = t % stages;
     const uint32_t ct = t % col_tiles;
     const uint32_t rt = t / col_tiles;
-    const bool ok = amk_tma_wait(prog, ins, bars + 8 * s, (t / stages) & 1u, t);
+    const bool ok = amk_mbar_wait(prog, ins, bars + 8 * s, (t / stages) & 1u, t);
     if (ok) {
       const unsigned char* tile = stage0 + s * stage_bytes;
       const uint32_t c0 = ct * g.box_k;

@@ -27,6 +27,7 @@
 #include "amk_ops_norm.cuh"
 #include "amk_ops_gemv.cuh"
 #include "amk_ops_misc.cuh"
+#include "amk_stream.cuh"
 
 // Sub-windows of 32 steps held per lane (lookahead of a load: one window).
 #ifndef AMK_VM_SUBS
@@ -57,7 +58,10 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #endif
 constexpr uint32_t kAmkPrefetchChunk = 32768;  // bytes per bulk prefetch request
 
-__device__ __forceinline__ bool amk_op_streams(uint32_t op) { return op == 9 || op == 14; }
+// With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
+__device__ __forceinline__ bool amk_op_streams(uint32_t op) {
+  return (op == 9 && !AMK_WEIGHT_STREAMS) || op == 14;
+}
 
 // [p, p + bytes) into L2, whole 16-byte units inside the range only (the range is in bounds).
 __device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t bytes) {
@@ -194,6 +198,17 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     amk_state.block_start = amk_globaltimer();
     amk_state.buffers = prog.buffers;
   }
+#if AMK_WEIGHT_STREAMS
+  amk_stream_cursor sc = amk_stream_init(prog, blockIdx.x, len, prog.iterations > 0 ? prog.iterations : 1u);
+  // A stopping block waits for the weight copies still landing in its shared memory.
+#define AMK_VM_EXIT()     \
+  do {                    \
+    amk_stream_drain();   \
+    return;               \
+  } while (0)
+#else
+#define AMK_VM_EXIT() return
+#endif
 
   // Window registers (see the top of this file). Sub-window j of the current window: packed
   // header cur[j], instruction index itc[j], mask m[j]; window + 1: raw header words hw0/hw1 and
@@ -307,6 +322,10 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         }
       }
 #endif
+#if AMK_WEIGHT_STREAMS
+      amk_stream_top_up();  // the warps keep the ring full across this step's waits
+      const bool streamed = p + l == sc.next_step;
+#endif
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
@@ -317,7 +336,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
           amk_ldg_nc2(&ins.waits[lane], counter, value);
           if (!amk_wait(prog, ins, counter, value * pass, qpos)) stop = true;
         }
-        if (__syncthreads_or(stop)) return;
+        if (__syncthreads_or(stop)) AMK_VM_EXIT();
         dirty = false;
       }
 #ifdef AMK_TRACE
@@ -325,17 +344,24 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
       if (op != 0) {
         if (dirty && __syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0))
-          return;
+          AMK_VM_EXIT();
         amk_state.queue_pos[warp] = qpos;
-#if AMK_TMA_GEMV
-        amk_dispatch(prog, ins, &tma);
-#else
-        amk_dispatch(prog, ins);
+#if AMK_WEIGHT_STREAMS
+        if (streamed) {
+          if (!amk_stream_gemv(prog, ins, sc)) AMK_VM_EXIT();
+        } else
 #endif
+        {
+#if AMK_TMA_GEMV
+          amk_dispatch(prog, ins, &tma);
+#else
+          amk_dispatch(prog, ins);
+#endif
+        }
         dirty = true;
       }
 #ifdef AMK_TRACE
-      if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+      if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) AMK_VM_EXIT();
       dirty = false;
       if (threadIdx.x == 0 && prog.trace != nullptr) {
         const uint32_t index = ins.index;
@@ -345,7 +371,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
       if (n_signals != 0) {
         if (dirty) {
-          if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+          if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) AMK_VM_EXIT();
           dirty = false;
         }
         if (signaller) amk_red_release(prog.counters + sig_counter, sig_add);
@@ -355,5 +381,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     if (p == total) break;
   }
 }
+#undef AMK_VM_EXIT
 
 #endif  // AMK_VM_CUH

@@ -144,6 +144,31 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
   return best;
 }
 
+uint32_t stream_slots_wanted(const CompileOptions& options) {
+  for (const auto& [name, value] : options.tuning)
+    if (name == "AMK_STREAM_SLOTS")
+      return static_cast<uint32_t>(std::clamp<int64_t>(value, 0, 64));
+  return kStreamSlots;
+}
+
+uint32_t stream_x_floats(const Plan& plan) {
+  uint32_t k = 0;
+  for (const amk_stream_entry_t& e : plan.stream_entries)
+    if (e.item < plan.instructions.size())
+      k = std::max(k, plan.instructions[e.item].operands[1].extent);
+  return k;
+}
+
+uint64_t stream_smem_bytes(uint32_t slots, uint32_t x_floats) {
+  const uint64_t bars = (16ull * slots + 127) / 128 * 128;
+  const uint64_t xs = (4ull * x_floats + 127) / 128 * 128;
+  return 128 + bars + 8ull * AMK_STREAM_MAX_ROWS + xs + uint64_t{slots} * AMK_STREAM_SLOT_BYTES;
+}
+
+uint32_t stream_slots_fitting(uint32_t wanted, uint32_t x_floats, uint64_t avail) {
+  return wanted >= 2 && wanted <= 64 && stream_smem_bytes(wanted, x_floats) <= avail ? wanted : 0;
+}
+
 std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
                                                              const std::string& where) {
   std::vector<std::pair<std::string, int64_t>> out;
@@ -236,6 +261,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_ELT_DTYPES_LISTED 1\n";
   for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
   if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";
+  if (plan.has_streams() && stream_slots_wanted(options) >= 2) {
+    s += "#define AMK_WEIGHT_STREAMS 1\n";
+    s += "#define AMK_STREAM_X_FLOATS " + std::to_string(stream_x_floats(plan)) + "\n";
+  }
   s += "#include \"amk_device.cuh\"\n";
   if (std::any_of(ops.begin(), ops.end(), is_attention_op))
     s += "#include \"amk_ops_attention.cuh\"\n";

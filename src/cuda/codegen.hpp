@@ -38,4 +38,18 @@ struct TmaGemvSpec {
 [[nodiscard]] uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan,
                                              uint32_t smem_optin = 232448);
 
+// Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
+// when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv
+// on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=12 turns it on.
+inline constexpr uint32_t kStreamSlots = 0;
+[[nodiscard]] uint32_t stream_slots_wanted(const CompileOptions& options);
+// Floats of x the ring stages: the widest streamed gemv's K (AMK_STREAM_X_FLOATS).
+[[nodiscard]] uint32_t stream_x_floats(const Plan& plan);
+// Dynamic shared memory a ring of `slots` slots takes: alignment pad, 2 mbarriers per slot
+// (rounded to 128 bytes), the row sums, x (`x_floats`, rounded to 128 bytes), the slots.
+[[nodiscard]] uint64_t stream_smem_bytes(uint32_t slots, uint32_t x_floats);
+// `wanted` when a ring of that many slots (2..64; the kernel is compiled for exactly that
+// count) fits in `avail` bytes, else 0 (streams off for the launch).
+[[nodiscard]] uint32_t stream_slots_fitting(uint32_t wanted, uint32_t x_floats, uint64_t avail);
+
 }  // namespace amk

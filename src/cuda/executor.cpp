@@ -58,7 +58,7 @@ struct GpuExecutable::Impl {
   CUfunction step_function = nullptr; // amk_step (compile.step_kernel only)
   cu::DeviceMemory arena; // every program buffer, kBufferAlignment apart
   cu::DeviceMemory instructions, queue_offsets, queue_items, buffer_table, counters, abort_flag,
-      trace_words;
+      trace_words, stream_offsets, stream_entries;
   cu::HostMappedMemory control;
   cu::Stream stream;       // launches, resets, event records
   cu::Stream abort_stream; // the host abort copy only
@@ -76,6 +76,7 @@ struct GpuExecutable::Impl {
   uint64_t timeout_ms = 0;
   uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
   uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
+  uint32_t stream_slots = 0; // weight-stream ring slots (0: no streams in this launch)
   bool hung = false; // a kernel may still be running: never free (it could block forever)
 
   std::string kernel_label() const {
@@ -129,6 +130,11 @@ struct GpuExecutable::Impl {
     prog.n_buffers = static_cast<uint32_t>(program.buffers.size());
     prog.n_counters = n_counters;
     prog.iterations = iterations;
+    if (stream_slots != 0 && stream_entries.get() != 0) {
+      prog.stream_slots = stream_slots;
+      prog.stream_offsets = reinterpret_cast<const uint32_t*>(stream_offsets.get());
+      prog.stream_entries = reinterpret_cast<const amk_stream_entry_t*>(stream_entries.get());
+    }
     return prog;
   }
 
@@ -308,6 +314,21 @@ void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& 
   buffer_table =
       cu::DeviceMemory::allocate(table.size() * sizeof(amk_buffer_t), "the buffer table");
   buffer_table.upload(bytes_of(table), 0, stream.get(), "the buffer table");
+  if (stream_slots != 0 && plan.has_streams()) {
+    // Entries carry byte offsets into their buffers until here.
+    std::vector<amk_stream_entry_t> entries = plan.stream_entries;
+    for (amk_stream_entry_t& e : entries) {
+      e.w += table.at(e.w_buffer).address;
+      if (e.w2_buffer != AMK_NO_BUFFER) e.w2 += table.at(e.w2_buffer).address;
+    }
+    stream_offsets = cu::DeviceMemory::allocate(plan.stream_offsets.size() * sizeof(uint32_t),
+                                                "the weight-stream offsets");
+    stream_offsets.upload(bytes_of(plan.stream_offsets), 0, stream.get(),
+                          "the weight-stream offsets");
+    stream_entries = cu::DeviceMemory::allocate(entries.size() * sizeof(amk_stream_entry_t),
+                                                "the weight-stream entries");
+    stream_entries.upload(bytes_of(entries), 0, stream.get(), "the weight-stream entries");
+  }
   counters =
       cu::DeviceMemory::allocate(uint64_t{plan.n_counters} * sizeof(uint32_t), "the counters");
   abort_flag = cu::DeviceMemory::allocate(sizeof(uint32_t), "the abort flag");
@@ -397,6 +418,17 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
         m.block > footprint.max_threads)
       prove_coresidency(program, m.grid, m.device,
                         footprint); // throws device.smem / .block
+    // The weight-stream ring takes what shared memory the kernel leaves (the plan streams only
+    // programs that use no dynamic shared memory of their own).
+    if (plan.has_streams() && stream_slots_wanted(copts) >= 2) {  // as vm_source decides
+      const uint64_t avail = m.device.smem_per_block_optin - footprint.static_smem;
+      const uint32_t x_floats = stream_x_floats(plan);
+      m.stream_slots = stream_slots_fitting(stream_slots_wanted(copts), x_floats, avail);
+      if (m.stream_slots != 0)
+        m.dynamic_smem = std::max<uint32_t>(
+            m.dynamic_smem, static_cast<uint32_t>(stream_smem_bytes(m.stream_slots, x_floats)));
+      shape.dynamic_smem = m.dynamic_smem;
+    }
   }
   cu::configure_function(m.function, shape, m.kernel_label());
   if (copts.step_kernel) {

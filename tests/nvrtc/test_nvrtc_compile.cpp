@@ -15,6 +15,8 @@
 #include "cuda/cache.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
+#include "io/load.hpp"
+#include "plan/plan.hpp"
 #include "nvrtc_program_builder.hpp"
 #include "ops/registry.hpp"
 
@@ -333,4 +335,37 @@ TEST_CASE("cubin cache: hit, miss on a different option, corrupt entry rebuilt")
   off.use_cache = false;
   CHECK_FALSE(compile_vm(b.program, b.plan, off).cache_hit);
   unsetenv("AMK_CACHE_DIR");
+}
+
+TEST_CASE("weight streams: ring sizing, off by default, the streamed VM compiles for sm_90a") {
+  // Ring: pad + 2 mbarriers a slot (128-byte rounded) + row sums + x (128-byte rounded) + slots.
+  CHECK(stream_smem_bytes(12, 2048) ==
+        128 + 256 + 8 * AMK_STREAM_MAX_ROWS + 8192 + 12 * AMK_STREAM_SLOT_BYTES);
+  CHECK(stream_smem_bytes(2, 33) == 128 + 128 + 8 * AMK_STREAM_MAX_ROWS + 256 + 2 * AMK_STREAM_SLOT_BYTES);
+  // The kernel is compiled for exactly the slots wanted: those, or none.
+  CHECK(stream_slots_fitting(12, 2048, stream_smem_bytes(12, 2048)) == 12);
+  CHECK(stream_slots_fitting(12, 2048, stream_smem_bytes(12, 2048) - 1) == 0);
+  CHECK(stream_slots_fitting(2, 64, stream_smem_bytes(2, 64)) == 2);
+  CHECK(stream_slots_fitting(1, 64, 1u << 20) == 0);
+  CHECK(stream_slots_fitting(0, 64, 1u << 20) == 0);
+
+  const Program program =
+      load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / "gemv_stream.json");
+  const Plan plan = make_plan(program);
+  REQUIRE(plan.has_streams());
+  // Off unless the tuning asks for slots.
+  CHECK(stream_slots_wanted(uncached()) == 0);
+  CHECK(vm_source(program, plan, uncached()).find("AMK_WEIGHT_STREAMS") == std::string::npos);
+  CompileOptions on = uncached();
+  on.tuning = {{"AMK_STREAM_SLOTS", 12}};
+  CHECK(stream_slots_wanted(on) == 12);
+  const std::string src = vm_source(program, plan, on);
+  CHECK(src.find("#define AMK_WEIGHT_STREAMS 1") != std::string::npos);
+  CHECK(stream_x_floats(plan) == 16384);  // the widest streamed x (32 KiB rows of bf16)
+  CHECK(src.find("#define AMK_STREAM_X_FLOATS 16384") != std::string::npos);
+  const CompileOutput out = compile_vm(program, plan, on);
+  CHECK(out.ok);
+  CHECK(is_elf(out.cubin));
+  std::printf("[nvrtc] weight streams: cold compile %.0f ms\n%s", out.compile_ms,
+              resource_lines(out.log).c_str());
 }

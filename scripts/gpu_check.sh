@@ -89,11 +89,15 @@ $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
 echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused attention_rope; do
+for f in tma_gemv cluster gemv_fused attention_rope gemv_stream; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
 done
+# The weight streams are off by default (measured slower); their path stays checked.
+AMK_VM_TUNING=AMK_STREAM_SLOTS=12 $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check >"$out/run_gemv_stream_on.log" 2>&1
+rc=$?; row "gemv_stream, streams on, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+[ $rc = 0 ] || tail -5 "$out/run_gemv_stream_on.log"
 $amk inspect --attributes samples/mlp_block.json 2>&1 | tail -4
 $amk inspect --attributes tests/gpu/programs/cluster.json 2>&1 | tail -3
 

@@ -119,6 +119,21 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   if (!p.tma.empty()) t << "tma specs     " << p.tma.size() << "\n";
   if (!p.custom_ops.empty()) t << "custom ops    " << p.custom_ops.size() << "\n";
 
+  // Weight streams: which gemv steps could copy their weights ahead of their waits.
+  uint64_t gemv_steps = 0, stream_bytes = 0;
+  for (uint32_t item : plan.queue_items)
+    if (plan.instructions[item].op == static_cast<uint16_t>(OpId::gemv)) ++gemv_steps;
+  for (const amk_stream_entry_t& e : plan.stream_entries)
+    stream_bytes += uint64_t{e.rows} * e.row_bytes * (e.w2_buffer != AMK_NO_BUFFER ? 2 : 1);
+  j["weight_streams"] = {{"steps", plan.stream_entries.size()},
+                         {"gemv_steps", gemv_steps},
+                         {"bytes", stream_bytes},
+                         {"enabled_by", "AMK_VM_TUNING=AMK_STREAM_SLOTS=N"}};
+  if (gemv_steps != 0)
+    t << "weight streams " << plan.stream_entries.size() << " of " << gemv_steps
+      << " gemv steps could stream (" << format_bytes(stream_bytes)
+      << "); off unless AMK_VM_TUNING=AMK_STREAM_SLOTS=N\n";
+
   if (o.attributes) {
     ordered_json attrs = kernel_attributes(p, o.program.load_options(), t);
     j["attributes"] = std::move(attrs);

@@ -46,6 +46,11 @@ expect_grep "$tmp/out" "gemv  6" "inspect counts instructions by op"
 expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
 [ "$(json_field "$tmp/out" "j['instructions']['by_op']['gemv']")" = 6 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json by_op"; }
 [ "$(json_field "$tmp/out" "j['buffers']['bytes']")" = 3166208 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json bytes"; }
+# Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
+expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"
+expect_grep "$tmp/out" "weight streams 11 of 12 gemv steps" "inspect counts the streamable gemv steps"
+expect_rc 0 "inspect --json weight streams" -- "$amk" --json inspect "$root/tests/gpu/programs/gemv_stream.json"
+[ "$(json_field "$tmp/out" "j['weight_streams']['bytes']")" = 1847360 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json weight_streams bytes"; }
 
 expect_rc 0 "convert to amkb" -- "$amk" convert "$sample" -o "$tmp/mlp.amkb"
 expect_rc 0 "validate amkb" -- "$amk" validate "$tmp/mlp.amkb"

@@ -147,8 +147,8 @@ __device__ __forceinline__ void amk_cp_async16(uint32_t dst, uint64_t src, uint6
 // Whole warp: copies this warp's share of tiles in order. Tiles before `need` are issued even if
 // that means waiting for their slot; after those, only while slots are already free (never
 // waiting: this warp may be one still reading the slot). False if the block is stopping.
-// (A first version had one thread issue one 16 KiB cp.async.bulk per tile: same speed as this
-// one on the H200, see the README's performance notes.)
+// (A first version had one thread issue one 16 KiB cp.async.bulk per tile; with its other
+// costs it measured no faster, see the README's performance notes.)
 __device__ __noinline__ bool amk_stream_pump(uint32_t need) {
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;

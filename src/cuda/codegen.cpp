@@ -147,7 +147,7 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
 uint32_t stream_slots_wanted(const CompileOptions& options) {
   for (const auto& [name, value] : options.tuning)
     if (name == "AMK_STREAM_SLOTS")
-      return static_cast<uint32_t>(std::clamp<int64_t>(value, 0, 64));
+      return value >= 2 && value <= 64 ? static_cast<uint32_t>(value) : 0u;  // parse_vm_tuning checked
   return kStreamSlots;
 }
 
@@ -157,6 +157,10 @@ uint32_t stream_x_floats(const Plan& plan) {
     if (e.item < plan.instructions.size())
       k = std::max(k, plan.instructions[e.item].operands[1].extent);
   return k;
+}
+
+bool streams_compiled(const Plan& plan, const CompileOptions& options) {
+  return plan.has_streams() && stream_slots_wanted(options) != 0;
 }
 
 uint64_t stream_smem_bytes(uint32_t slots, uint32_t x_floats) {
@@ -192,6 +196,10 @@ std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view te
       throw Error(ErrorKind::usage, "usage.vm_tuning", where,
                   "expected NAME=INTEGER[,NAME=INTEGER...] with names AMK_[A-Z0-9_]+, got '" +
                       std::string(item) + "'");
+    if (name == "AMK_STREAM_SLOTS" && value != 0 && (value < 2 || value > 64))
+      throw Error(ErrorKind::usage, "usage.vm_tuning", where,
+                  "AMK_STREAM_SLOTS is 0 (weight streams off) or a slot count in 2..64, got " +
+                      std::to_string(value));
     out.emplace_back(std::string(name), value);
     pos = comma + 1;
   }
@@ -261,7 +269,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_ELT_DTYPES_LISTED 1\n";
   for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
   if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";
-  if (plan.has_streams() && stream_slots_wanted(options) >= 2) {
+  if (streams_compiled(plan, options)) {
     s += "#define AMK_WEIGHT_STREAMS 1\n";
     s += "#define AMK_STREAM_X_FLOATS " + std::to_string(stream_x_floats(plan)) + "\n";
   }

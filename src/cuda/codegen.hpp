@@ -43,6 +43,8 @@ struct TmaGemvSpec {
 // on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=12 turns it on.
 inline constexpr uint32_t kStreamSlots = 0;
 [[nodiscard]] uint32_t stream_slots_wanted(const CompileOptions& options);
+// Whether vm_source compiles the weight streams in: the plan has some and the tuning wants slots.
+[[nodiscard]] bool streams_compiled(const Plan& plan, const CompileOptions& options);
 // Floats of x the ring stages: the widest streamed gemv's K (AMK_STREAM_X_FLOATS).
 [[nodiscard]] uint32_t stream_x_floats(const Plan& plan);
 // Dynamic shared memory a ring of `slots` slots takes: alignment pad, 2 mbarriers per slot

@@ -420,13 +420,17 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
                         footprint); // throws device.smem / .block
     // The weight-stream ring takes what shared memory the kernel leaves (the plan streams only
     // programs that use no dynamic shared memory of their own).
-    if (plan.has_streams() && stream_slots_wanted(copts) >= 2) {  // as vm_source decides
+    if (streams_compiled(plan, copts)) {
       const uint64_t avail = m.device.smem_per_block_optin - footprint.static_smem;
-      const uint32_t x_floats = stream_x_floats(plan);
-      m.stream_slots = stream_slots_fitting(stream_slots_wanted(copts), x_floats, avail);
+      const uint32_t wanted = stream_slots_wanted(copts), x_floats = stream_x_floats(plan);
+      m.stream_slots = stream_slots_fitting(wanted, x_floats, avail);
       if (m.stream_slots != 0)
         m.dynamic_smem = std::max<uint32_t>(
             m.dynamic_smem, static_cast<uint32_t>(stream_smem_bytes(m.stream_slots, x_floats)));
+      else
+        spdlog::warn("weight streams off for this launch: {} slots and {} floats of x need {} "
+                     "bytes of shared memory, the kernel leaves {}",
+                     wanted, x_floats, stream_smem_bytes(wanted, x_floats), avail);
       shape.dynamic_smem = m.dynamic_smem;
     }
   }

@@ -232,8 +232,13 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
   CHECK(t[1].second == 1);
   CHECK(amk::parse_vm_tuning("", "x").empty());
   CHECK(amk::parse_vm_tuning("AMK_X=-3", "x").at(0).second == -3);
+  // Weight-stream slots: 0 (off) or 2..64.
+  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=0", "x").at(0).second == 0);
+  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=2", "x").at(0).second == 2);
+  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=64", "x").at(0).second == 64);
   for (const char* bad : {"FOO=1", "AMK_X", "AMK_X=", "AMK_X=1x", "AMK_x=1", "AMK_X=1,,AMK_Y=2",
-                          "AMK_X=1;rm", "AMK_=1"}) {
+                          "AMK_X=1;rm", "AMK_=1", "AMK_STREAM_SLOTS=1", "AMK_STREAM_SLOTS=65",
+                          "AMK_STREAM_SLOTS=-2"}) {
     CAPTURE(bad);
     try {
       (void)amk::parse_vm_tuning(bad, "$AMK_VM_TUNING");

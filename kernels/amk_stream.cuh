@@ -106,7 +106,6 @@ struct amk_stream_ring {
   uint32_t slot0;                     // shared address of slot 0
   float* acc;                         // kAmkStreamAccFloats row sums, zero between instructions
   float* xs;                          // AMK_STREAM_X_FLOATS: the running gemv's x (times norm)
-  unsigned char* slot0_ptr;
   float ss[kAmkWarps];                // per-warp sums of x^2 (the norm's scale)
   amk_stream_issue warp[kAmkWarps];
 };
@@ -265,8 +264,7 @@ __device__ __forceinline__ amk_stream_cursor amk_stream_init(const amk_device_pr
     r.bars = base + pad;
     r.acc = acc;
     r.xs = acc + kAmkStreamAccFloats;
-    r.slot0_ptr = reinterpret_cast<unsigned char*>(acc + kAmkStreamAccFloats) + kAmkStreamXBytes;
-    r.slot0 = amk_smem_addr(r.slot0_ptr);
+    r.slot0 = amk_smem_addr(acc + kAmkStreamAccFloats) + kAmkStreamXBytes;
     for (uint32_t i = 0; i < slots; ++i) {
       amk_mbar_init(r.bars + 8 * i, AMK_BLOCK_THREADS);  // one cp.async arrival per thread
       amk_mbar_init(r.bars + 8 * (slots + i), kAmkWarps);

@@ -70,7 +70,7 @@ struct amk_tma_gemv_geom {
 // What the block knows about itself; lives in shared memory so ops can stop the block.
 struct amk_block_state {
   uint32_t stop;                  // nonzero: return after the current instruction
-  uint32_t reserved;
+  uint32_t rope_valid;            // nonzero: the attention op's RoPE table is filled (its tag says for what)
   uint64_t block_start;           // %globaltimer at entry (watchdog origin)
   const amk_buffer_t* buffers;    // prog.buffers, for amk_operand
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
@@ -457,6 +457,59 @@ struct amk_ftype<AMK_DTYPE_BF16> {
     reinterpret_cast<uint16_t*>(p)[i] = amk_f32_to_bf16(x);
   }
 };
+
+constexpr uint32_t kAmkPrefetchChunkBytes = 32768;  // bytes per bulk prefetch request
+// [p, p + bytes) into L2, whole 16-byte units inside the range only (the range is in bounds).
+__device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t bytes) {
+#if __CUDA_ARCH__ >= 900
+  uint64_t a = (reinterpret_cast<uint64_t>(p) + 15) & ~15ull;
+  const uint64_t end = (reinterpret_cast<uint64_t>(p) + bytes) & ~15ull;
+  while (a < end) {
+    const uint32_t n = static_cast<uint32_t>(min(end - a, static_cast<uint64_t>(kAmkPrefetchChunkBytes)));
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
+    a += n;
+  }
+#endif
+}
+
+// ---- short vector loads for the fast paths ----
+// p[e0 .. e0 + P) as floats, P = 4 or 8 elements of dtype X (f32, f16, bf16); e0 is a multiple of
+// P and p is 16-byte aligned.
+template <uint32_t X, uint32_t P>
+__device__ __forceinline__ void amk_load_elems(const unsigned char* p, uint32_t e0, float* f) {
+  if (X == AMK_DTYPE_F32) {
+#pragma unroll
+    for (uint32_t q = 0; q < P / 4; ++q)
+      amk_ftype<AMK_DTYPE_F32>::unpack(amk_ld16(p + (static_cast<uint64_t>(e0) + 4 * q) * 4),
+                                       f + 4 * q);
+  } else if (P == 8) {
+    amk_ftype<X>::unpack(amk_ld16(p + static_cast<uint64_t>(e0) * 2), f);
+  } else {  // four 2-byte elements: one 8-byte load
+    uint32_t a, b;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];"
+                 : "=r"(a), "=r"(b)
+                 : "l"(p + static_cast<uint64_t>(e0) * 2));
+    if (X == AMK_DTYPE_BF16) {
+      amk_unpack_bf16x2(a, f[0], f[1]);
+      amk_unpack_bf16x2(b, f[2], f[3]);
+    } else {
+      amk_unpack_f16x2(a, f[0], f[1]);
+      amk_unpack_f16x2(b, f[2], f[3]);
+    }
+  }
+}
+
+// The same with the dtype a (uniform) runtime value: f16, bf16, anything else read as f32.
+template <uint32_t P>
+__device__ __forceinline__ void amk_load_elems_dt(const unsigned char* p, uint32_t dtype,
+                                                   uint32_t e0, float* f) {
+  if (dtype == AMK_DTYPE_BF16)
+    amk_load_elems<AMK_DTYPE_BF16, P>(p, e0, f);
+  else if (dtype == AMK_DTYPE_F16)
+    amk_load_elems<AMK_DTYPE_F16, P>(p, e0, f);
+  else
+    amk_load_elems<AMK_DTYPE_F32, P>(p, e0, f);
+}
 
 __device__ __forceinline__ bool amk_aligned16(const void* p) {
   return (reinterpret_cast<unsigned long long>(p) & (kAmkVectorBytes - 1)) == 0;

@@ -6,7 +6,14 @@
 
 #include "amk_device.cuh"
 
-constexpr uint32_t kAmkEltUnroll = 2;  // vectors in flight per thread (x2 operands)
+// Vectors in flight per thread (x2 operands) at 256 threads. A decode step's elementwise ops are
+// small and run on one block between two waits: 8192 floats take two rounds of loads. Wider
+// blocks keep the same bytes in flight with fewer per thread (their register budget is smaller).
+#ifndef AMK_ELT_UNROLL
+#define AMK_ELT_UNROLL 4
+#endif
+constexpr uint32_t kAmkEltUnroll =
+    AMK_ELT_UNROLL * 256 / AMK_BLOCK_THREADS > 0 ? AMK_ELT_UNROLL * 256 / AMK_BLOCK_THREADS : 1;
 
 // Which float dtypes get a vectorized instantiation (the generated source lists those the
 // program's elementwise instructions store; by hand, all three). Others take the scalar path.

@@ -48,31 +48,6 @@
 constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
-// x[e0 .. e0 + P) as floats; e0 is a multiple of P and x is 16-byte aligned.
-template <uint32_t X, uint32_t P>
-__device__ __forceinline__ void amk_gemv_load_x(const unsigned char* x, uint32_t e0, float* f) {
-  if (X == AMK_DTYPE_F32) {
-#pragma unroll
-    for (uint32_t q = 0; q < P / 4; ++q)
-      amk_ftype<AMK_DTYPE_F32>::unpack(amk_ld16(x + (static_cast<uint64_t>(e0) + 4 * q) * 4),
-                                       f + 4 * q);
-  } else if (P == 8) {
-    amk_ftype<X>::unpack(amk_ld16(x + static_cast<uint64_t>(e0) * 2), f);
-  } else {  // four 2-byte elements: one 8-byte load
-    uint32_t a, b;
-    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];"
-                 : "=r"(a), "=r"(b)
-                 : "l"(x + static_cast<uint64_t>(e0) * 2));
-    if (X == AMK_DTYPE_BF16) {
-      amk_unpack_bf16x2(a, f[0], f[1]);
-      amk_unpack_bf16x2(b, f[2], f[3]);
-    } else {
-      amk_unpack_f16x2(a, f[0], f[1]);
-      amk_unpack_f16x2(b, f[2], f[3]);
-    }
-  }
-}
-
 // Row r's result: + residual[r], stored in y's dtype. One lane calls this.
 __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_view& res,
                                                    uint32_t r, float acc) {
@@ -118,19 +93,6 @@ __device__ __forceinline__ float amk_gemv_inv_rms(const amk_view& x, float eps) 
   }
   ss = amk_warp_sum(ss + ss2);
   return 1.0f / sqrtf(ss / static_cast<float>(x.n) + eps);
-}
-
-// norm[e0 .. e0 + P) as floats (same alignment contract as amk_gemv_load_x). The dtype is a
-// uniform runtime value, so norm's dtype adds no instantiation.
-template <uint32_t P>
-__device__ __forceinline__ void amk_gemv_load_norm(const unsigned char* norm, uint32_t dtype,
-                                                   uint32_t e0, float* f) {
-  if (dtype == AMK_DTYPE_BF16)
-    amk_gemv_load_x<AMK_DTYPE_BF16, P>(norm, e0, f);
-  else if (dtype == AMK_DTYPE_F16)
-    amk_gemv_load_x<AMK_DTYPE_F16, P>(norm, e0, f);
-  else
-    amk_gemv_load_x<AMK_DTYPE_F32, P>(norm, e0, f);
 }
 
 // Vector path. kNorm / kGlu select the fusions; with kGlu each output row is two virtual rows
@@ -182,10 +144,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       if (v < vecs_per_row) {
         float wf[kPer], xf[kPer];
         TW::unpack(cur[u], wf);
-        amk_gemv_load_x<X, kPer>(x, v * kPer, xf);
+        amk_load_elems<X, kPer>(x, v * kPer, xf);
         if (kNorm) {
           float nf[kPer];
-          amk_gemv_load_norm<kPer>(fuse.norm, fuse.norm_dtype, v * kPer, nf);
+          amk_load_elems_dt<kPer>(fuse.norm, fuse.norm_dtype, v * kPer, nf);
 #pragma unroll
           for (uint32_t e = 0; e < kPer; ++e) xf[e] *= nf[e];
         }

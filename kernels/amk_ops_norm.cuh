@@ -1,12 +1,73 @@
 // Row reductions: rmsnorm and softmax. One row at a time over the whole block (decode rows are
-// long and few); block reductions through warp shuffles. Each thread rereads its own elements
-// for the output pass, so y may alias x.
+// long and few); block reductions through warp shuffles. Each thread rereads (or keeps) its own
+// elements for the output pass, so y may alias x. A decode step runs these on one block between
+// two dependency waits, so their latency is on the critical path: the fast paths issue all of a
+// thread's loads before using any (a loop of one dependent load per element costs a round trip
+// per element: 6.5 us for a 2048-wide rmsnorm on the H200).
 #ifndef AMK_OPS_NORM_CUH
 #define AMK_OPS_NORM_CUH
 
 #include "amk_device.cuh"
 
 #if AMK_USE_OP_RMSNORM
+// Vectors of 4 floats per thread in flight per pass of the fast path (at 256 threads): x and
+// weight of a row up to 2048 elements stay in registers between the sum and the scaling, so a
+// row costs one round trip for its loads (all issued before any is used) and one for the
+// stores. Longer rows take several chunks and reread x (from L1) in the second pass.
+#ifndef AMK_NORM_VECS
+#define AMK_NORM_VECS 2
+#endif
+constexpr uint32_t kAmkNormVecs =
+    AMK_NORM_VECS * 256 / AMK_BLOCK_THREADS > 0 ? AMK_NORM_VECS * 256 / AMK_BLOCK_THREADS : 1;
+
+// Fast path: f32 x and y, weight of dtype W, 16-byte aligned, d a multiple of 4.
+template <uint32_t W>
+__device__ __forceinline__ void amk_rmsnorm_vec(const amk_view& x, const amk_view& w,
+                                                const amk_view& y, uint32_t d, uint32_t rows,
+                                                float eps, unsigned char* scratch) {
+  constexpr uint32_t kChunk = AMK_BLOCK_THREADS * kAmkNormVecs;  // vectors per pass
+  const uint32_t nv = d / 4;
+  for (uint32_t r = 0; r < rows; ++r) {
+    const unsigned char* xr = x.ptr + static_cast<uint64_t>(r) * d * 4;
+    unsigned char* yr = y.ptr + static_cast<uint64_t>(r) * d * 4;
+    float xs[kAmkNormVecs][4], ws[kAmkNormVecs][4];
+    auto load = [&](uint32_t c0) {
+#pragma unroll
+      for (uint32_t u = 0; u < kAmkNormVecs; ++u) {
+        const uint32_t v = c0 + u * AMK_BLOCK_THREADS + threadIdx.x;
+        if (v < nv) {
+          amk_load_elems<AMK_DTYPE_F32, 4>(xr, 4 * v, xs[u]);
+          amk_load_elems<W, 4>(w.ptr, 4 * v, ws[u]);
+        }
+      }
+    };
+    float ss = 0.0f, ss2 = 0.0f;
+    for (uint32_t c0 = 0; c0 < nv; c0 += kChunk) {
+      load(c0);
+#pragma unroll
+      for (uint32_t u = 0; u < kAmkNormVecs; ++u)
+        if (c0 + u * AMK_BLOCK_THREADS + threadIdx.x < nv) {
+          ss = fmaf(xs[u][0], xs[u][0], fmaf(xs[u][1], xs[u][1], ss));
+          ss2 = fmaf(xs[u][2], xs[u][2], fmaf(xs[u][3], xs[u][3], ss2));
+        }
+    }
+    const float inv = 1.0f / sqrtf(amk_block_sum(ss + ss2, scratch) / static_cast<float>(d) + eps);
+    for (uint32_t c0 = 0; c0 < nv; c0 += kChunk) {
+      if (nv > kChunk) load(c0);  // one chunk: still in registers
+#pragma unroll
+      for (uint32_t u = 0; u < kAmkNormVecs; ++u) {
+        const uint32_t v = c0 + u * AMK_BLOCK_THREADS + threadIdx.x;
+        if (v < nv) {
+          float o[4];
+#pragma unroll
+          for (uint32_t e = 0; e < 4; ++e) o[e] = xs[u][e] * inv * ws[u][e];
+          amk_st16(yr + 16ull * v, amk_ftype<AMK_DTYPE_F32>::pack(o));
+        }
+      }
+    }
+  }
+}
+
 // y = x / sqrt(mean(x^2) + eps) * weight, rows of extent(weight).
 AMK_OP_FN void amk_op_rmsnorm(const amk_device_program_t&, const amk_instruction_t& ins,
                               unsigned char* scratch) {
@@ -17,6 +78,12 @@ AMK_OP_FN void amk_op_rmsnorm(const amk_device_program_t&, const amk_instruction
   const uint32_t d = w.n;
   if (d == 0) return;
   const uint32_t rows = x.n / d;
+  if (x.dtype == AMK_DTYPE_F32 && y.dtype == AMK_DTYPE_F32 && d % 4 == 0 &&
+      amk_aligned16(x.ptr) && amk_aligned16(y.ptr) && amk_aligned16(w.ptr)) {
+    if (w.dtype == AMK_DTYPE_BF16) return amk_rmsnorm_vec<AMK_DTYPE_BF16>(x, w, y, d, rows, eps, scratch);
+    if (w.dtype == AMK_DTYPE_F32) return amk_rmsnorm_vec<AMK_DTYPE_F32>(x, w, y, d, rows, eps, scratch);
+    if (w.dtype == AMK_DTYPE_F16) return amk_rmsnorm_vec<AMK_DTYPE_F16>(x, w, y, d, rows, eps, scratch);
+  }
   for (uint32_t r = 0; r < rows; ++r) {
     const uint64_t base = static_cast<uint64_t>(r) * d;
     float ss = 0.0f;

@@ -83,7 +83,7 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
         for (uint32_t v = lane; v < valid_vecs; v += kAmkWarpSize) {
           float wf[kPer], xf[kPer];
           TW::unpack(*reinterpret_cast<const amk_vec16*>(trow + v * kAmkVectorBytes), wf);
-          amk_gemv_load_x<X, kPer>(x.ptr, c0 + v * kPer, xf);
+          amk_load_elems<X, kPer>(x.ptr, c0 + v * kPer, xf);
 #pragma unroll
           for (uint32_t e = 0; e < kPer; e += 2) {
             a0 = fmaf(wf[e], xf[e], a0);

@@ -315,7 +315,7 @@ __device__ __noinline__ float amk_stream_stage_x(const amk_view x, const amk_vie
         TX::unpack(v[u], f);
         if (norm.present()) {
           float nf[kPer];
-          amk_gemv_load_norm<kPer>(norm.ptr, norm.dtype, i * kPer, nf);
+          amk_load_elems_dt<kPer>(norm.ptr, norm.dtype, i * kPer, nf);
 #pragma unroll
           for (uint32_t q = 0; q < kPer; ++q) {
             ss = fmaf(f[q], f[q], ss);

@@ -8,7 +8,8 @@
 // Inside attention_decode every warp streams its own positions with 16-byte loads that skip L1
 // (K and V are read once), keeps an online softmax per query head in registers, and the warps
 // merge once at the end through shared memory. A decode step needs no rope or kv_append before
-// it: with theta != 0 the op rotates q and k_new itself (a (cos, sin) table in the op scratch),
+// it: with theta != 0 the op rotates q and k_new itself (a (cos, sin) table in shared memory,
+// computed once per block and RoPE params: amk_attn_rope_table),
 // and the new token's (k_new, v_new) joins the chunk as one more position. Both happen outside
 // the streaming loop, so its registers (the op's limit) are the same with or without them.
 //
@@ -129,6 +130,13 @@ AMK_OP_FN void amk_op_kv_append(const amk_device_program_t&, const amk_instructi
 // ---------------------------------------------------------------------------------------------
 #if AMK_USE_OP_ATTENTION_DECODE
 constexpr uint32_t kAmkAttnMaxHeadDim = 256;  // kMaxAttentionHeadDim in verify/op_rules.cpp
+// The K/V dtypes with a vector loader (the generated source lists those the program uses; by
+// hand, all three). Others take the element-by-element loader.
+#if !defined(AMK_ATTN_KV_LISTED)
+#define AMK_ATTN_KV_F32 1
+#define AMK_ATTN_KV_F16 1
+#define AMK_ATTN_KV_BF16 1
+#endif
 // Query heads per pass: a lane keeps its slice of q and o for each in registers, so the count
 // follows the register budget of the block size (launch bounds: 64K registers per block).
 constexpr uint32_t kAmkAttnHeads = AMK_BLOCK_THREADS <= 256 ? 4 : AMK_BLOCK_THREADS <= 512 ? 2 : 1;
@@ -196,6 +204,37 @@ __device__ __forceinline__ float amk_attn_rotated(const amk_view& x, uint64_t ba
   return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
 }
 
+// The RoPE (cos, sin) table of attention_decode lives in shared memory across instructions:
+// every attention instruction of a decode step has the same position and RoPE params, so the
+// first one a block runs computes it (in double, one frequency per thread) and the rest of the
+// block's instructions reuse it. The tag is head_dim and the six RoPE params.
+constexpr uint32_t kAmkRopeTagWords = 7;
+__shared__ __align__(16) float amk_attn_rope[kAmkAttnMaxHeadDim];  // hd / 2 (cos, sin) pairs
+__shared__ uint32_t amk_attn_rope_tag[kAmkRopeTagWords];
+
+__device__ __forceinline__ uint32_t amk_attn_rope_tag_word(const amk_instruction_t& ins,
+                                                           uint32_t w) {
+  return w == 0 ? ins.params[0] : ins.params[kAmkRopeParamsOfAttention + w - 1];
+}
+
+// The table for `ins` (theta != 0), computed unless the block already holds it. Ends with a
+// barrier when it computes; the check itself costs one.
+__device__ __forceinline__ const float* amk_attn_rope_table(const amk_instruction_t& ins) {
+  bool same = amk_state.rope_valid != 0;
+#pragma unroll
+  for (uint32_t w = 0; w < kAmkRopeTagWords; ++w)
+    same = same && amk_attn_rope_tag[w] == amk_attn_rope_tag_word(ins, w);
+  if (__syncthreads_and(same)) return amk_attn_rope;  // uniform; every thread has read the tag
+  const uint32_t half = ins.params[0] / 2;
+  for (uint32_t i = threadIdx.x; i < half; i += AMK_BLOCK_THREADS)
+    amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, amk_attn_rope[2 * i],
+                     amk_attn_rope[2 * i + 1]);
+  if (threadIdx.x < kAmkRopeTagWords) amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x);
+  if (threadIdx.x == 0) amk_state.rope_valid = 1;
+  __syncthreads();
+  return amk_attn_rope;
+}
+
 // Folds (m_o, l_o, o_o) into (m, l, o): the rescaling of two online-softmax states.
 __device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, float& b,
                                                  float& big) {
@@ -208,10 +247,14 @@ __device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, f
 // position (lp = next power of two >= vectors per row); lane r of a group owns elements
 // [r*E, r*E + E) of every row, so its slice of q and o stays in registers. Scores are reduced
 // across the group with shuffles.
+// With `rope` (the (cos, sin) table) q is rotated here, in registers: the partner of element j,
+// j +- hd/2, sits in lane r ^ (hd / 2E) of the same group (the caller checks that hd / 2E is a
+// power of two).
 template <class L>
 __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const amk_view& k,
                                                      const amk_view& v, float* out, uint32_t hd,
-                                                     float scale, uint32_t g0, uint32_t gn) {
+                                                     float scale, uint32_t g0, uint32_t gn,
+                                                     const float* rope) {
   constexpr uint32_t E = L::E, G = kAmkAttnHeads, U = L::U;
   const uint32_t vecs = (hd + E - 1) / E;
   uint32_t lp = 1;
@@ -225,18 +268,44 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
   const uint32_t len = k.n / hd;
 
   float qr[G][E], o[G][E], m[G], l[G];
+  // f32 q (the usual case, and the staged rotated q): plain loads the compiler issues together.
+  // Through the dtype switch, each load would wait for the one before (one round trip each).
+  const bool q_f32 = q.dtype == AMK_DTYPE_F32;
+  const float* qf = reinterpret_cast<const float*>(q.ptr);
 #pragma unroll
   for (uint32_t g = 0; g < G; ++g) {
     m[g] = amk_neg_inf();
     l[g] = 0.0f;
+    const uint64_t qb = static_cast<uint64_t>(g0 + g) * hd + d0;
 #pragma unroll
     for (uint32_t e = 0; e < E; ++e) {
       o[g][e] = 0.0f;
-      qr[g][e] = g < gn && e < n_valid
-                     ? scale * amk_load_f32(q, static_cast<uint64_t>(g0 + g) * hd + d0 + e)
-                     : 0.0f;
+      const bool in = g < gn && e < n_valid;
+      // (Scaled here at > 256 threads; with the rotation below, after it.)
+      const float qscale = AMK_BLOCK_THREADS > 256 ? scale : 1.0f;
+      qr[g][e] = in ? qscale * (q_f32 ? qf[qb + e] : amk_load_f32(q, qb + e)) : 0.0f;
     }
   }
+#if AMK_BLOCK_THREADS <= 256  // wider blocks stage the rotated q (registers: see the caller)
+  if (rope != nullptr) {
+    const uint32_t half = hd / 2, partner = half / E;
+    const bool lo = d0 < half;
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) {
+      const uint32_t i = (d0 + e) % half;
+      const float c = rope[2 * i], s = rope[2 * i + 1];
+#pragma unroll
+      for (uint32_t g = 0; g < G; ++g) {
+        const float p = __shfl_xor_sync(kAmkFullMask, qr[g][e], partner);
+        qr[g][e] = lo ? fmaf(qr[g][e], c, -p * s) : fmaf(qr[g][e], c, p * s);
+      }
+    }
+  }
+#pragma unroll
+  for (uint32_t g = 0; g < G; ++g)
+#pragma unroll
+    for (uint32_t e = 0; e < E; ++e) qr[g][e] *= scale;
+#endif
 
   if (warp < kAmkAttnWarps) {
     for (uint32_t b0 = 0; b0 < len; b0 += U * stride) {  // uniform over the block
@@ -404,18 +473,39 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
   const uint32_t group = q.n / hd;
   const uint32_t half = hd / 2;
 
+  // This chunk's K and V rows are pulled into L2 while the block computes the RoPE table and
+  // stages q; the streaming loop then starts on L2 hits.
+  if (AMK_BLOCK_THREADS <= 256 && threadIdx.x == 0 && cached) {
+    amk_prefetch_l2(k.ptr, static_cast<uint64_t>(k.n) * amk_dtype_size(k.dtype));
+    amk_prefetch_l2(v.ptr, static_cast<uint64_t>(v.n) * amk_dtype_size(v.dtype));
+  }
   const float* rope = nullptr;
   if (amk_attn_rotates(ins)) {
-    float* table = reinterpret_cast<float*>(scratch);  // hd / 2 <= kAmkRopeTable pairs
+#if AMK_BLOCK_THREADS <= 256
+    rope = amk_attn_rope_table(ins);
+#else  // wider blocks (128 registers): the table per instruction, in the scratch
+    float* table = reinterpret_cast<float*>(scratch);
     for (uint32_t i = threadIdx.x; i < half; i += AMK_BLOCK_THREADS)
       amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, table[2 * i], table[2 * i + 1]);
     __syncthreads();
     rope = table;
+#endif
   }
 
   if (cached) {
+    // q is rotated inside the pass (lane shuffles) when each half of the head is a power-of-two
+    // number of the loader's vectors; otherwise staged rotated first (always at more than 256
+    // threads, where the pass has 128 registers and the shuffles made it spill).
+    // (The vector loader's conditions, as `vector` below says them.)
+    const uint32_t kv_per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
+    const uint32_t half_vecs = half / kv_per_vec;
+    const bool rotate_in_pass =
+        AMK_BLOCK_THREADS <= 256 && rope != nullptr && k.dtype == v.dtype &&
+        amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && hd % kv_per_vec == 0 &&
+        hd <= kAmkWarpSize * kv_per_vec && half % kv_per_vec == 0 && half_vecs != 0 &&
+        (half_vecs & (half_vecs - 1)) == 0;
     amk_view qs = q;
-    if (rope != nullptr) {
+    if (rope != nullptr && !rotate_in_pass) {
       // The rotated q, in f32, staged in the tail of out: elements [2*group, group*(hd + 2)).
       // The pass of head g writes out row g, [g*(hd + 2), (g + 1)*(hd + 2)), which ends before
       // the staged heads after g, and it reads its own heads before it writes.
@@ -433,18 +523,27 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
     // the element-by-element one is built.
     const bool vector = AMK_BLOCK_THREADS <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
                         amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
+    const float* pass_rope = rotate_in_pass ? rope : nullptr;
     for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
       const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
 #if AMK_BLOCK_THREADS <= 512
+#if AMK_ATTN_KV_BF16
       if (vector && k.dtype == AMK_DTYPE_BF16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn);
-      else if (vector && k.dtype == AMK_DTYPE_F16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn);
-      else if (vector && k.dtype == AMK_DTYPE_F32)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn);
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
       else
 #endif
-        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn);
+#if AMK_ATTN_KV_F16
+      if (vector && k.dtype == AMK_DTYPE_F16)
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+      else
+#endif
+#if AMK_ATTN_KV_F32
+      if (vector && k.dtype == AMK_DTYPE_F32)
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+      else
+#endif
+#endif
+        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
     }
   }
 
@@ -455,7 +554,11 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
     const amk_view qn = amk_operand(ins, 0);
     const amk_view k_new = amk_operand(ins, 4);
     const amk_view v_new = amk_operand(ins, 5);
+#if AMK_BLOCK_THREADS <= 256
+    const float* table = amk_attn_rotates(ins) ? amk_attn_rope : nullptr;  // not kept live
+#else
     const float* table = amk_attn_rotates(ins) ? reinterpret_cast<const float*>(scratch) : nullptr;
+#endif
     const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
     for (uint32_t g = warp; g < group; g += kAmkWarps) {
       const uint64_t base = static_cast<uint64_t>(g) * hd;
@@ -492,6 +595,7 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 // ---------------------------------------------------------------------------------------------
 #if AMK_USE_OP_ATTENTION_COMBINE
 constexpr uint32_t kAmkCombineDims = 4;  // output dims per lane: a warp covers 128 per item
+constexpr uint32_t kAmkCombineBatch = 8;  // chunks whose values a lane loads at once
 
 // out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c. One warp per
 // (query head, 128-dim slice); chunk weights are computed once per lane and broadcast.
@@ -527,14 +631,23 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
       }
       total += w;
       const uint32_t n = chunks - c0 < kAmkWarpSize ? chunks - c0 : kAmkWarpSize;
-#pragma unroll 4
-      for (uint32_t j = 0; j < n; ++j) {
-        const float wj = __shfl_sync(kAmkFullMask, w, j);
-        const float* src = head + static_cast<uint64_t>(c0 + j) * block;
+      // kAmkCombineBatch chunks' values loaded before any is used (one round trip per batch).
+      for (uint32_t j0 = 0; j0 < n; j0 += kAmkCombineBatch) {
+        float val[kAmkCombineBatch][kAmkCombineDims];
 #pragma unroll
-        for (uint32_t e = 0; e < kAmkCombineDims; ++e) {
-          const uint32_t d = dbase + e * kAmkWarpSize + lane;
-          if (d < hd) acc[e] = fmaf(wj, src[d], acc[e]);
+        for (uint32_t j = 0; j < kAmkCombineBatch; ++j) {
+          const float* src = head + static_cast<uint64_t>(c0 + j0 + j) * block;
+#pragma unroll
+          for (uint32_t e = 0; e < kAmkCombineDims; ++e) {
+            const uint32_t d = dbase + e * kAmkWarpSize + lane;
+            val[j][e] = j0 + j < n && d < hd ? src[d] : 0.0f;
+          }
+        }
+#pragma unroll
+        for (uint32_t j = 0; j < kAmkCombineBatch; ++j) {
+          const float wj = __shfl_sync(kAmkFullMask, w, (j0 + j) % kAmkWarpSize);
+#pragma unroll
+          for (uint32_t e = 0; e < kAmkCombineDims; ++e) acc[e] = fmaf(wj, val[j][e], acc[e]);
         }
       }
     }

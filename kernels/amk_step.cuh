@@ -26,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
   // table, and the "queue position" a failing op reports (here: the instruction index).
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
+    amk_state.rope_valid = 0;
     amk_state.block_start = amk_globaltimer();
     amk_state.buffers = prog.buffers;
   }

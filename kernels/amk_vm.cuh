@@ -56,43 +56,35 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #ifndef AMK_PREFETCH_BYTES
 #define AMK_PREFETCH_BYTES 32768
 #endif
-constexpr uint32_t kAmkPrefetchChunk = 32768;  // bytes per bulk prefetch request
+// Bytes of its own streamed operands a step that waits prefetches into L2 before the wait
+// (0: none).
+#ifndef AMK_PREFETCH_OWN_BYTES
+#define AMK_PREFETCH_OWN_BYTES 0
+#endif
 
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
 __device__ __forceinline__ bool amk_op_streams(uint32_t op) {
   return (op == 9 && !AMK_WEIGHT_STREAMS) || op == 14;
 }
 
-// [p, p + bytes) into L2, whole 16-byte units inside the range only (the range is in bounds).
-__device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t bytes) {
-#if __CUDA_ARCH__ >= 900
-  uint64_t a = (reinterpret_cast<uint64_t>(p) + 15) & ~15ull;
-  const uint64_t end = (reinterpret_cast<uint64_t>(p) + bytes) & ~15ull;
-  while (a < end) {
-    const uint32_t n = static_cast<uint32_t>(min(end - a, static_cast<uint64_t>(kAmkPrefetchChunk)));
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
-    a += n;
-  }
-#endif
-}
-
-__device__ __forceinline__ void amk_prefetch_operand(const amk_instruction_t& ins, uint32_t k) {
+__device__ __forceinline__ void amk_prefetch_operand(const amk_instruction_t& ins, uint32_t k,
+                                                     uint64_t limit) {
   if (k >= ins.n_operands || ins.operands[k].buffer == AMK_NO_BUFFER) return;
   const amk_view v = amk_operand(ins, k);
   const uint64_t bytes = static_cast<uint64_t>(v.n) * amk_dtype_size(v.dtype);
-  amk_prefetch_l2(v.ptr, min(bytes, static_cast<uint64_t>(AMK_PREFETCH_BYTES)));
+  amk_prefetch_l2(v.ptr, min(bytes, limit));
 }
 
 // The streamed operands of instruction `item` (op `op`): gemv's w and w2, attention's k and v.
 __device__ __forceinline__ void amk_prefetch_streams(const amk_device_program_t& prog,
-                                                     uint32_t item, uint32_t op) {
+                                                     uint32_t item, uint32_t op, uint64_t limit) {
   const amk_instruction_t& ins = prog.instructions[item];
   if (op == 9) {
-    amk_prefetch_operand(ins, 0);
-    amk_prefetch_operand(ins, 5);
+    amk_prefetch_operand(ins, 0, limit);
+    amk_prefetch_operand(ins, 5, limit);
   } else if (op == 14) {
-    amk_prefetch_operand(ins, 1);
-    amk_prefetch_operand(ins, 2);
+    amk_prefetch_operand(ins, 1, limit);
+    amk_prefetch_operand(ins, 2, limit);
   }
 }
 
@@ -195,6 +187,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
+    amk_state.rope_valid = 0;
     amk_state.block_start = amk_globaltimer();
     amk_state.buffers = prog.buffers;
   }
@@ -317,7 +310,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
             if (started && count < AMK_PREFETCH_AHEAD) continue;  // issued at an earlier step
             const uint32_t t_item = __shfl_sync(kAmkFullMask, itc[j], src);
             const uint32_t t_op = __shfl_sync(kAmkFullMask, cur[j], src) & 0xFFFFu;
-            if (issuer && t_item != kAmkNoItem) amk_prefetch_streams(prog, t_item, t_op);
+            if (issuer && t_item != kAmkNoItem)
+              amk_prefetch_streams(prog, t_item, t_op, AMK_PREFETCH_BYTES);
           }
         }
       }
@@ -325,6 +319,13 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #if AMK_WEIGHT_STREAMS
       amk_stream_top_up();  // the warps keep the ring full across this step's waits
       const bool streamed = p + l == sc.next_step;
+#endif
+#if AMK_PREFETCH_OWN_BYTES > 0
+      // A step that must wait pulls the first bytes of its own streamed operands into L2 first,
+      // so its loads start as L2 hits once the wait is over. (A hint: L2 is coherent, so this is
+      // safe whatever writes the operand before the wait ends.)
+      if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
+        amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
 #endif
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;

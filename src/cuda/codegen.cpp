@@ -225,6 +225,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   std::set<std::pair<DType, DType>> gemv_pairs;
   std::set<DType> elt_dtypes;
   std::set<int> gemv_fusions;  // bit 0: norm, bit 1: w2 (GLU)
+  std::set<DType> attn_kv;     // K (= V) dtypes of attention_decode's vector paths
   for (const amk_instruction_t& ins : plan.instructions) {
     const auto id = static_cast<OpId>(ins.op);
     if (id == OpId::gemv) {
@@ -234,6 +235,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
       const bool glu = ins.n_operands > 5 && ins.operands[5].buffer != AMK_NO_BUFFER;
       if (norm || glu) gemv_fusions.insert((norm ? 1 : 0) | (glu ? 2 : 0));
     }
+    if (id == OpId::attention_decode)
+      if (auto k = operand_dtype(program, ins, 1); k && dtype_is_float(*k)) attn_kv.insert(*k);
     int y_slot = -1;
     if (id == OpId::add || id == OpId::mul || id == OpId::silu_mul) y_slot = 2;
     if (id == OpId::scale) y_slot = 1;
@@ -266,6 +269,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (int f : gemv_fusions)
     s += std::string("#define AMK_GEMV_FUSE_") +
          (f == 1 ? "NORM" : f == 2 ? "GLU" : "NORM_GLU") + " 1\n";
+  // attention_decode's vector loaders for the K/V dtypes the program uses (others: the
+  // element-by-element loader). Each one is a large unrolled body in the one VM kernel.
+  s += "#define AMK_ATTN_KV_LISTED 1\n";
+  for (DType t : attn_kv) s += "#define AMK_ATTN_KV_" + std::string(float_macro(t)) + " 1\n";
   s += "#define AMK_ELT_DTYPES_LISTED 1\n";
   for (DType t : elt_dtypes) s += "#define AMK_ELT_" + std::string(float_macro(t)) + " 1\n";
   if (!tma_specs.empty()) s += "#define AMK_TMA_GEMV 1\n";

@@ -209,6 +209,12 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
                             "#include \"amk_ops_attention.cuh\""})
     CHECK(src.find(macro) != std::string::npos);
   CHECK(src.find("AMK_USE_OP_GEMV") == std::string::npos);
+  // Only the K/V dtypes the program's attention uses get a vector loader.
+  CHECK(src.find("#define AMK_ATTN_KV_LISTED 1") != std::string::npos);
+  const int kv_listed = (src.find("#define AMK_ATTN_KV_F32 1") != std::string::npos) +
+                        (src.find("#define AMK_ATTN_KV_F16 1") != std::string::npos) +
+                        (src.find("#define AMK_ATTN_KV_BF16 1") != std::string::npos);
+  CHECK(kv_listed == 1);
   CHECK(src.find("#include \"amk_ops_attention.cuh\"") < src.find("#include \"amk_vm.cuh\""));
   // The program does use the fused form (theta set, k_new and v_new present).
   const auto fused = std::count_if(b.plan.instructions.begin(), b.plan.instructions.end(),

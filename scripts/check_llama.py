@@ -2,7 +2,7 @@
 """Checks amk's Llama decode step (`amk gen llama`) against an independent numpy implementation.
 
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
-        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N]
+        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --rope-ops] [--glu-gemv]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -13,8 +13,9 @@ What it does:
    hand: this script never looks at amk's buffers except to compare): a Hugging Face style
    Llama forward for one token at position context-1 with the given KV cache (embedding,
    RMSNorm, q/k/v projections, RoPE with Llama 3 frequency scaling as in transformers'
-   `_compute_llama3_parameters` and `rotate_half`, the new k/v written into the cache rounded
-   to bf16 as amk's cache stores them, grouped-query attention with a plain softmax over all
+   `_compute_llama3_parameters` and `rotate_half`, the new k/v row joining the cached ones
+   unrounded (amk's default and fused layers take it from the projections) or, with
+   --rope-ops, rounded to bf16 as the cache stores it (kv_append runs before attention), grouped-query attention with a plain softmax over all
    positions, o-proj + residual, SwiGLU MLP + residual, final norm, lm_head (tied to the
    embedding for llama-3.2-1b)).
 4. Compares: the saved inputs against the file (both readers agree), the logits by normalized
@@ -104,8 +105,10 @@ def rope(x, position, inv_freq):
     return x * cos + rot * sin
 
 
-def forward(t, cfg):
-    """One decode step; returns logits [vocab]."""
+def forward(t, cfg, new_row_f32):
+    """One decode step; returns logits [vocab]. new_row_f32: the step's own k/v row enters
+    attention unrounded (amk's default and fused layers take it from the projections); else it
+    is read back from the bf16 cache (--rope-ops, where kv_append runs first)."""
     L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps, pos, group = cfg["rms_norm_eps"], cfg["position"], nh // nkv
@@ -121,7 +124,7 @@ def forward(t, cfg):
         q, k = rope(q, pos, inv_freq), rope(k, pos, inv_freq)
         kc = t[f"amk.kv.layers.{l}.k"].copy()  # [nkv, T, hd]
         vc = t[f"amk.kv.layers.{l}.v"].copy()
-        kc[:, pos], vc[:, pos] = bf16_round(k), bf16_round(v)
+        kc[:, pos], vc[:, pos] = (k, v) if new_row_f32 else (bf16_round(k), bf16_round(v))
         kc, vc = kc[:, : pos + 1], vc[:, : pos + 1]
         attn = np.empty((nh, hd))
         for h in range(nh):
@@ -150,6 +153,10 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--keep", help="work in this folder and keep it")
     ap.add_argument("--fused", action="store_true", help="generate the fused layer (amk gen llama --fused)")
+    ap.add_argument("--glu-gemv", action="store_true",
+                    help="generate the layer with gate/up as one GLU gemv (amk gen llama --glu-gemv)")
+    ap.add_argument("--rope-ops", action="store_true",
+                    help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,6 +171,10 @@ def main():
             gen += ["--layers", str(args.layers)]
         if args.fused:
             gen += ["--fused"]
+        if args.rope_ops:
+            gen += ["--rope-ops"]
+        if args.glu_gemv:
+            gen += ["--glu-gemv"]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
@@ -184,7 +195,7 @@ def main():
               + (f" (differ: {bad[:4]})" if bad else ""))
         ok &= not bad
 
-        want = forward(tensors, cfg)
+        want = forward(tensors, cfg, new_row_f32=not args.rope_ops)
         got = outputs["act.logits"].astype(F64).ravel()
         err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
         good = bool(np.isfinite(err) and err <= args.tolerance)

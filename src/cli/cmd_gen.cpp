@@ -146,6 +146,13 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_flag("--fused", o->gen.fused,
                 "fused layer: rmsnorm inside the gemvs, gate/up as one GLU gemv, RoPE and the "
                 "new k/v inside attention_decode (default: one op per step of the HF layer)");
+  cmd->add_flag("--rope-ops", o->gen.rope_ops,
+                "unfused layer with RoPE and the cache append as instructions of their own "
+                "(rope, kv_append) before attention, in the HF order (default: attention "
+                "rotates q and takes the new k/v row itself)");
+  cmd->add_flag("--glu-gemv", o->gen.glu_gemv,
+                "unfused layer with gate/up as one GLU gemv (silu inside) instead of two gemvs "
+                "and a silu_mul");
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

@@ -266,6 +266,13 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     usage_error("usage.gen.token", "--token",
                 "token must be in 0.." + std::to_string(r.cfg.vocab - 1) + ", got " +
                     std::to_string(o.token));
+  if (o.fused && o.rope_ops)
+    usage_error("usage.gen.layout", "--rope-ops",
+                "--rope-ops applies to the unfused layer only; the fused one has RoPE inside "
+                "attention");
+  if (o.fused && o.glu_gemv)
+    usage_error("usage.gen.layout", "--glu-gemv",
+                "--glu-gemv applies to the unfused layer only; the fused one always has it");
   if (o.grid > kMaxQueues)
     usage_error("usage.gen.grid", "--grid", "grid must be in 1.." + std::to_string(kMaxQueues));
   return r;
@@ -288,7 +295,10 @@ Program generate_llama(const LlamaOptions& o) {
                   ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
                   " (new token at position " + std::to_string(pos) +
                   "). bf16 weights and KV caches, f32 activations; " +
-                  (o.fused ? "fused layer." : "unfused layer.");
+                  (o.fused ? std::string("fused layer.")
+                           : std::string("unfused layer, ") +
+                                 (o.rope_ops ? "rope and kv_append ops" : "RoPE inside attention") +
+                                 (o.glu_gemv ? ", gate/up as one GLU gemv." : "."));
   p.launch.grid = o.grid;
   Builder b(p);
 
@@ -371,21 +381,29 @@ Program generate_llama(const LlamaOptions& o) {
     constexpr uint32_t kUnused = 0xFFFFFFFFu;
     auto uact = [&](const std::string& name, uint64_t n) { return o.fused ? kUnused : act(name, n); };
     auto ucounter = [&](const std::string& name) { return o.fused ? kUnused : b.counter(name); };
+    // ... and those only the rope-ops layout uses.
+    const bool rope_ops = !o.fused && o.rope_ops;
+    auto ract = [&](const std::string& name, uint64_t n) { return rope_ops ? act(name, n) : kUnused; };
+    auto rcounter = [&](const std::string& name) { return rope_ops ? b.counter(name) : kUnused; };
+    // ... and those of the separate gate and up gemvs (not with --glu-gemv).
+    const bool split_mlp = !o.fused && !o.glu_gemv;
+    auto gact = [&](const std::string& name, uint64_t n) { return split_mlp ? act(name, n) : kUnused; };
+    auto gcounter = [&](const std::string& name) { return split_mlp ? b.counter(name) : kUnused; };
     const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
-                   v = act(L + "v", KV), qr = uact(L + "q_rope", Q), kr = uact(L + "k_rope", KV),
+                   v = act(L + "v", KV), qr = ract(L + "q_rope", Q), kr = ract(L + "k_rope", KV),
                    parts = b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
                    attn = act(L + "attn", Q), h = act(L + "h", H), hn = uact(L + "hn", H),
-                   gate = uact(L + "gate", F), up = uact(L + "up", F), mlp = act(L + "mlp", F),
+                   gate = gact(L + "gate", F), up = gact(L + "up", F), mlp = act(L + "mlp", F),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");
     const uint32_t c_xn = ucounter(L + "xn"), c_q = b.counter(L + "q"), c_k = b.counter(L + "k"),
-                   c_v = b.counter(L + "v"), c_qr = ucounter(L + "q_rope"),
-                   c_kr = ucounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
+                   c_v = b.counter(L + "v"), c_qr = rcounter(L + "q_rope"),
+                   c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
                    c_vc = b.counter(L + "v_cache"), c_parts = b.counter(L + "attn_partials"),
                    c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
-                   c_hn = ucounter(L + "hn"), c_gate = ucounter(L + "gate"),
-                   c_up = ucounter(L + "up"), c_mlp = b.counter(L + "mlp"),
+                   c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
+                   c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
                    c_x = b.counter("x." + std::to_string(l + 1));
 
     const std::initializer_list<std::pair<std::string_view, double>> rope_params = {
@@ -412,16 +430,11 @@ Program generate_llama(const LlamaOptions& o) {
       }
     };
 
-    if (o.fused) {
-      const uint32_t in_norm = buf.at(wp + "input_layernorm.weight");
-      const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
-                                    qkv_chunk, x, q, {.norm = in_norm}, {{x_ready, x_need}}, c_q);
-      const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
-                                    qkv_chunk, x, k, {.norm = in_norm}, {{x_ready, x_need}}, c_k);
-      const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
-                                    qkv_chunk, x, v, {.norm = in_norm}, {{x_ready, x_need}}, c_v);
-      // Attention over the cached positions [0, pos) plus the new token's k/v, which the chunk
-      // holding position pos takes straight from the projections (rotating k itself).
+    // Attention with RoPE inside: every chunk rotates q itself, the chunk holding position pos
+    // also takes the new token's k/v row straight from the projections (rotating k); the cache
+    // rows at pos are written by instructions nothing in the step waits for. q/k/v come from
+    // gemvs that signal c_q / c_k / c_v (nq / nk / nv instructions).
+    auto add_attention_with_rope = [&](uint32_t nq, uint32_t nk, uint32_t nv) {
       for (uint64_t g = 0; g < nkv; ++g) {
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
           const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
@@ -464,6 +477,17 @@ Program generate_llama(const LlamaOptions& o) {
               {{"x", slice(v, g * hd, hd)}, {"y", slice(vc, (g * T + pos) * hd, hd)}}, {},
               {{c_v, nv}}, {{c_vc, 1}});
       }
+    };
+
+    if (o.fused) {
+      const uint32_t in_norm = buf.at(wp + "input_layernorm.weight");
+      const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
+                                    qkv_chunk, x, q, {.norm = in_norm}, {{x_ready, x_need}}, c_q);
+      const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
+                                    qkv_chunk, x, k, {.norm = in_norm}, {{x_ready, x_need}}, c_k);
+      const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
+                                    qkv_chunk, x, v, {.norm = in_norm}, {{x_ready, x_need}}, c_v);
+      add_attention_with_rope(nq, nk, nv);
       add_combines();
       const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                     o_chunk, attn, h, {.residual = x},
@@ -494,26 +518,30 @@ Program generate_llama(const LlamaOptions& o) {
     const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
                                   qkv_chunk, xn, v, {}, {{c_xn, 1}}, c_v);
 
-    b.add(L + "q_rope", "rope", {{"x", b.whole(q)}, {"y", b.whole(qr)}}, rope_params, {{c_q, nq}},
-          {{c_qr, 1}});
-    b.add(L + "k_rope", "rope", {{"x", b.whole(k)}, {"y", b.whole(kr)}}, rope_params, {{c_k, nk}},
-          {{c_kr, 1}});
-    b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}},
-          append_params, {{c_v, nv}}, {{c_vc, 1}});
-    b.add(L + "k_append", "kv_append", {{"x", b.whole(kr)}, {"cache", b.whole(kc)}},
-          append_params, {{c_kr, 1}}, {{c_kc, 1}});
+    if (!rope_ops) {
+      add_attention_with_rope(nq, nk, nv);
+    } else {
+      b.add(L + "q_rope", "rope", {{"x", b.whole(q)}, {"y", b.whole(qr)}}, rope_params, {{c_q, nq}},
+            {{c_qr, 1}});
+      b.add(L + "k_rope", "rope", {{"x", b.whole(k)}, {"y", b.whole(kr)}}, rope_params, {{c_k, nk}},
+            {{c_kr, 1}});
+      b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}},
+            append_params, {{c_v, nv}}, {{c_vc, 1}});
+      b.add(L + "k_append", "kv_append", {{"x", b.whole(kr)}, {"cache", b.whole(kc)}},
+            append_params, {{c_kr, 1}}, {{c_kc, 1}});
 
-    for (uint64_t g = 0; g < nkv; ++g) {
-      for (uint64_t ci = 0; ci < n_chunks; ++ci) {
-        const uint64_t t0 = ci * chunk_len, len = std::min(chunk_len, T - t0);
-        const uint64_t cache_off = (g * T + t0) * hd;
-        b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
-              {{"q", slice(qr, g * group * hd, group * hd)},
-               {"k", slice(kc, cache_off, len * hd)},
-               {"v", slice(vc, cache_off, len * hd)},
-               {"out", slice(parts, (g * n_chunks + ci) * part, part)}},
-              {{"head_dim", static_cast<double>(hd)}, {"scale", 0.0}},
-              {{c_qr, 1}, {c_kc, 1}, {c_vc, 1}}, {{c_parts, 1}});
+      for (uint64_t g = 0; g < nkv; ++g) {
+        for (uint64_t ci = 0; ci < n_chunks; ++ci) {
+          const uint64_t t0 = ci * chunk_len, len = std::min(chunk_len, T - t0);
+          const uint64_t cache_off = (g * T + t0) * hd;
+          b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
+                {{"q", slice(qr, g * group * hd, group * hd)},
+                 {"k", slice(kc, cache_off, len * hd)},
+                 {"v", slice(vc, cache_off, len * hd)},
+                 {"out", slice(parts, (g * n_chunks + ci) * part, part)}},
+                {{"head_dim", static_cast<double>(hd)}, {"scale", 0.0}},
+                {{c_qr, 1}, {c_kc, 1}, {c_vc, 1}}, {{c_parts, 1}});
+        }
       }
     }
     add_combines();
@@ -524,14 +552,21 @@ Program generate_llama(const LlamaOptions& o) {
           {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},
           {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
-    const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
-                                  gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
-    const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
-                                  gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
-    b.add(L + "silu_mul", "silu_mul", {{"gate", b.whole(gate)}, {"up", b.whole(up)}, {"y", b.whole(mlp)}},
-          {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
+    uint32_t mlp_need = 1;
+    if (o.glu_gemv) {  // silu(gate x) * (up x) inside one gemv: no silu_mul phase
+      mlp_need = gemv_rows(L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk,
+                           hn, mlp, {.w2 = buf.at(wp + "mlp.up_proj.weight")}, {{c_hn, 1}}, c_mlp);
+    } else {
+      const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
+                                    gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
+      const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
+                                    gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
+      b.add(L + "silu_mul", "silu_mul",
+            {{"gate", b.whole(gate)}, {"up", b.whole(up)}, {"y", b.whole(mlp)}}, {},
+            {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
+    }
     const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
-                                  down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, 1}}, c_x);
+                                  down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);
     x = x_next;
     x_ready = c_x;
     x_need = nd;

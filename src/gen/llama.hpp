@@ -1,10 +1,13 @@
 // Program generators for real workloads: a whole Llama decode step (batch 1) as one amk program.
 //
 // generate_llama() builds the program in memory: a token id, the embedding, every decoder layer
-// (rmsnorm -> q/k/v gemv row ranges -> rope -> kv_append -> attention_decode per (kv head,
-// chunk of positions) -> attention_combine per kv head -> o-proj gemv + residual -> rmsnorm ->
-// gate/up gemv -> silu_mul -> down gemv + residual), the final rmsnorm, the lm_head gemv row
-// ranges and argmax. The fused layout (--fused) computes the same step with six dependent
+// (rmsnorm -> q/k/v gemv row ranges -> attention_decode per (kv head, chunk of positions), which
+// rotates q and, in the chunk holding the new position, takes the new k/v row from the
+// projections -> attention_combine per kv head -> o-proj gemv + residual -> rmsnorm -> gate/up
+// gemv -> silu_mul -> down gemv + residual), the final rmsnorm, the lm_head gemv row ranges and
+// argmax; the rotated new key and the value go into their cache rows through instructions
+// nothing in the step waits for. --rope-ops puts rope (q, k) and kv_append (k, v) before
+// attention as instructions of their own instead, in the HF order. The fused layout (--fused) computes the same step with six dependent
 // phases per layer instead of eleven: q/k/v gemv with the rmsnorm inside -> attention_decode
 // (rotates q and the new key itself, takes the new k/v row from the projections) -> combine ->
 // o-proj + residual -> gate/up GLU gemv with the rmsnorm inside -> down + residual; the rotated
@@ -64,6 +67,14 @@ struct LlamaOptions {
   // critical path). Off by default: measured on the H200 it was 10-25% slower than one op per
   // step of the HF definition (README, performance), although it has half the dependent phases.
   bool fused = false;
+  // Unfused layer only: RoPE and the cache append as instructions of their own (rope on q and
+  // k, kv_append of k and v) before attention, in the HF layer's order. By default attention
+  // rotates q and takes the new k/v row itself, as in the fused layer: three dependent phases
+  // fewer per layer.
+  bool rope_ops = false;
+  // Unfused layer only: gate/up as one GLU gemv (silu inside) instead of two gemvs and a
+  // silu_mul, one dependent phase fewer per layer.
+  bool glu_gemv = false;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.

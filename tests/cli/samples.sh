@@ -47,7 +47,9 @@ fi
 # The tiny Llama decode step (amk gen llama) against an independent numpy forward pass.
 if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu; then ok; else bad "llama tiny vs numpy"; fi
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --fused --context 17 --tolerance 1e-3; then ok; else bad "llama tiny --fused vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --fused --context 17; then ok; else bad "llama tiny --fused vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --rope-ops; then ok; else bad "llama tiny --rope-ops vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --glu-gemv; then ok; else bad "llama tiny --glu-gemv vs numpy"; fi
 fi
 
 # Every sample also validates against the published JSON Schema.

@@ -161,13 +161,21 @@ TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
   CHECK(n.at("embedding") == 1);
   CHECK(n.at("rmsnorm") == 2 * 2 + 1);
   CHECK(n.at("gemv") == 2 * (64 + 32 + 128 + 32) + 128);
+  // RoPE inside attention: per kv head, a rope writing the rotated new k row into its cache row
+  // and a copy of the new v row; no kv_append.
   CHECK(n.at("rope") == 2 * 2);
-  CHECK(n.at("kv_append") == 2 * 2);
+  CHECK(n.at("copy") == 2 * 2);
+  CHECK(n.count("kv_append") == 0);
   CHECK(n.at("attention_decode") == 2 * 2 * 2);
   CHECK(n.at("attention_combine") == 2 * 2);
   CHECK(n.at("silu_mul") == 2);
   CHECK(n.at("argmax") == 1);
   CHECK(n.size() == 9);
+  uint32_t rotating = 0;
+  for (const auto& in : p.instructions)
+    if (op_name(p, in.op) == "attention_decode" && in.params.size() > 3 && in.params[3] != 0)
+      ++rotating;
+  CHECK(rotating == 2 * 2 * 2);  // every chunk rotates q itself
 
   // Counters: one per produced tensor per layer, each wait asking for all its producers.
   std::vector<uint64_t> signals(p.counters.size(), 0);
@@ -240,6 +248,119 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
   }
 }
 
+TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on the CPU") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  o.rope_ops = true;
+  o.seed = 5;
+  const Program p = gen::generate_llama(o);
+  CHECK(parse_json_program(program_to_json(p)) == p);
+  verify(p);
+  const auto n = count_ops(p);
+  CHECK(n.at("rope") == 2 * 2);       // q and k per layer
+  CHECK(n.at("kv_append") == 2 * 2);  // k and v per layer
+  CHECK(n.count("copy") == 0);
+  CHECK(n.at("attention_decode") == 2 * 2 * 2);
+  CHECK(n.at("rmsnorm") == 2 * 2 + 1);
+  for (const auto& in : p.instructions)
+    if (op_name(p, in.op) == "attention_decode") CHECK(in.params.at(3) == 0);  // theta 0: no RoPE
+
+  gen::LlamaOptions d = o;
+  d.rope_ops = false;
+  const Program q = gen::generate_llama(d);
+  HostBuffers a = materialize_all(p), b = materialize_all(q);
+  run_cpu(p, make_plan(p), a);
+  run_cpu(q, make_plan(q), b);
+  auto find = [](const Program& prog, const std::string& name) {
+    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
+      if (prog.buffers[i].name == name) return i;
+    FAIL("no buffer " << name);
+    return 0u;
+  };
+  const auto& la = a.data[find(p, "act.logits")];
+  const auto& lb = b.data[find(q, "act.logits")];
+  REQUIRE(la.size() == lb.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < la.size() / 4; ++i) {
+    float x = 0, y = 0;
+    std::memcpy(&x, la.data() + 4 * i, 4);
+    std::memcpy(&y, lb.data() + 4 * i, 4);
+    num += (double(x) - y) * (double(x) - y);
+    den += double(y) * y;
+  }
+  // The default layer takes the new k/v in f32 from the projections, --rope-ops reads them
+  // back from the bf16 cache: close, not identical.
+  CHECK(den > 0);
+  CHECK(std::sqrt(num / den) < 1e-3);
+  CHECK(std::sqrt(num / den) > 0);
+  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+  // Layer 0's new cache rows come from the same inputs either way.
+  for (const char* cache : {"amk.kv.layers.0.k", "amk.kv.layers.0.v"}) {
+    CAPTURE(cache);
+    CHECK(a.data[find(p, cache)] == b.data[find(q, cache)]);
+  }
+
+  gen::LlamaOptions both = o;
+  both.fused = true;
+  CHECK_THROWS_WITH(gen::generate_llama(both), doctest::Contains("unfused layer only"));
+}
+
+TEST_CASE("tiny, --glu-gemv: gate/up as one GLU gemv, no silu_mul, same step on the CPU") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  o.glu_gemv = true;
+  o.seed = 7;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  const auto n = count_ops(p);
+  // gate/up: 256 rows -> chunks of 4 -> 64 GLU instructions per layer instead of 64 + 64.
+  CHECK(n.at("gemv") == 2 * (64 + 32 + 64 + 32) + 128);
+  CHECK(n.count("silu_mul") == 0);
+  uint32_t glu = 0;
+  for (const auto& in : p.instructions)
+    if (op_name(p, in.op) == "gemv" && in.operands.size() > 5 &&
+        in.operands[5].buffer != AMK_NO_BUFFER)
+      ++glu;
+  CHECK(glu == 2 * 64);
+
+  gen::LlamaOptions d = o;
+  d.glu_gemv = false;
+  const Program q = gen::generate_llama(d);
+  HostBuffers a = materialize_all(p), b = materialize_all(q);
+  run_cpu(p, make_plan(p), a);
+  run_cpu(q, make_plan(q), b);
+  auto find = [](const Program& prog, const std::string& name) {
+    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
+      if (prog.buffers[i].name == name) return i;
+    FAIL("no buffer " << name);
+    return 0u;
+  };
+  const auto& la = a.data[find(p, "act.logits")];
+  const auto& lb = b.data[find(q, "act.logits")];
+  REQUIRE(la.size() == lb.size());
+  double num = 0, den = 0;
+  for (size_t i = 0; i < la.size() / 4; ++i) {
+    float x = 0, y = 0;
+    std::memcpy(&x, la.data() + 4 * i, 4);
+    std::memcpy(&y, lb.data() + 4 * i, 4);
+    num += (double(x) - y) * (double(x) - y);
+    den += double(y) * y;
+  }
+  CHECK(den > 0);
+  CHECK(std::sqrt(num / den) < 1e-5);
+  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+
+  gen::LlamaOptions both = o;
+  both.fused = true;
+  CHECK_THROWS_WITH(gen::generate_llama(both), doctest::Contains("unfused layer only"));
+}
+
 TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   if (!have_llama_ops()) {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
@@ -257,7 +378,9 @@ TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   CHECK(n.at("attention_decode") == 16 * 8 * 16);
   CHECK(n.at("attention_combine") == 16 * 8);
   CHECK(n.at("rmsnorm") == 33);
-  CHECK(p.instructions.size() == 10647);
+  CHECK(n.at("rope") == 16 * 8);  // the new k row into its cache row, per kv head
+  CHECK(n.at("copy") == 16 * 8);  // the new v row
+  CHECK(p.instructions.size() == 10839);
   verify(p);
 }
 

@@ -180,8 +180,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
   rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
-  $py scripts/check_llama.py --amk $amk --backend cuda --fused --context 17 --tolerance 1e-3 >"$out/check_llama_fused.log" 2>&1
+  $py scripts/check_llama.py --amk $amk --backend cuda --fused --context 17 >"$out/check_llama_fused.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_fused.log"; row "llama tiny --fused on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --rope-ops >"$out/check_llama_ropeops.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_ropeops.log"; row "llama tiny --rope-ops on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --glu-gemv >"$out/check_llama_glu.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_glu.log"; row "llama tiny --glu-gemv on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --fused --weights "$d/llama1b.safetensors" -o "$d/llama1b_fused.json" || row "gen 1B --fused" FAIL
   $amk run "$d/llama1b_fused.json" --backend cuda --check -o "$d/out1b_fused" >"$d/run1b_fused.log" 2>&1
   rc=$?; tail -2 "$d/run1b_fused.log"; row "llama-3.2-1b --fused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
@@ -210,6 +214,7 @@ except Exception as e:
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
+  $py scripts/trace_phases.py "$d/trace1b.json" | cut -c1-100
   PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$d/torch.err"
   rc=$?; tail -5 "$d/torch.err"; tail -20 "$d/torch.json"
   row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && echo "pass (token $tok)" || echo "FAIL (exit $rc)")"

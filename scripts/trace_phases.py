@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Phase table of an `amk profile --trace FILE` Chrome trace.
+
+A phase is the set of instructions whose names differ only in their trailing numbers
+(`L3.q_proj.17` -> `L*.q_proj`, layers folded together). For each phase, averaged over its
+occurrences (layers): how many instructions, the gap from the previous phase's last end to this
+phase's first start (hop + waiting), the span from its first start to its last end, the mean and
+max instruction time, and the bytes moved at the span's rate. The critical path of a dependent
+program is roughly the sum of gap + span over the phases, which is what the last line shows.
+
+usage: trace_phases.py TRACE.json [--layers]   (--layers: one row per layer phase, unfolded)
+"""
+import json
+import re
+import sys
+from collections import OrderedDict
+
+
+def phase_key(name, fold):
+    # event names are "op #index name"; the instruction name is the last word
+    inst = name.split(" ", 2)[2] if name.count(" ") >= 2 else name
+    inst = re.sub(r"(\.\d+)+$", "", inst)
+    if fold:
+        inst = re.sub(r"^L\d+\.", "L*.", inst)
+    return inst
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    fold = "--layers" not in sys.argv
+    if len(args) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(args[0]) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    # occurrences: consecutive runs of one unfolded phase name (a layer's q_proj, ...)
+    occ = OrderedDict()
+    for e in events:
+        key = phase_key(e["name"], False)
+        o = occ.setdefault(key, {"start": 1e30, "end": 0.0, "durs": [], "bytes": 0})
+        o["start"] = min(o["start"], e["ts"])
+        o["end"] = max(o["end"], e["ts"] + e["dur"])
+        o["durs"].append(e["dur"])
+        o["bytes"] += e["args"].get("bytes", 0)
+    ordered = sorted(occ.items(), key=lambda kv: kv[1]["start"])
+    rows = OrderedDict()
+    prev_end = None
+    for key, o in ordered:
+        gap = 0.0 if prev_end is None else o["start"] - prev_end
+        prev_end = o["end"] if prev_end is None else max(prev_end, o["end"])
+        k = re.sub(r"^L\d+\.", "L*.", key) if fold else key
+        r = rows.setdefault(k, {"n": 0, "count": 0, "gap": 0.0, "span": 0.0, "mean": 0.0,
+                                "max": 0.0, "bytes": 0})
+        r["n"] += 1
+        r["count"] += len(o["durs"])
+        r["gap"] += gap
+        r["span"] += o["end"] - o["start"]
+        r["mean"] += sum(o["durs"]) / len(o["durs"])
+        r["max"] += max(o["durs"])
+        r["bytes"] += o["bytes"]
+    total_gap = sum(r["gap"] for r in rows.values())
+    total_span = sum(r["span"] for r in rows.values())
+    print(f"{'phase':<28}{'occ':>4}{'instr':>7}{'gap us':>9}{'span us':>9}{'mean us':>9}"
+          f"{'max us':>9}{'GB/s':>8}{'sum gap+span':>14}")
+    for k, r in rows.items():
+        n = r["n"]
+        rate = r["bytes"] / (r["span"] * 1e3) if r["span"] > 0 else 0.0
+        print(f"{k:<28}{n:>4}{r['count'] // n:>7}{r['gap'] / n:>9.2f}{r['span'] / n:>9.2f}"
+              f"{r['mean'] / n:>9.2f}{r['max'] / n:>9.2f}{rate:>8.0f}{r['gap'] + r['span']:>14.1f}")
+    t0 = min(e["ts"] for e in events)
+    t1 = max(e["ts"] + e["dur"] for e in events)
+    print(f"total: span {t1 - t0:.1f} us; phases: gaps {total_gap:.1f} us + spans "
+          f"{total_span:.1f} us (overlapping phases count twice)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -88,8 +88,8 @@ done
 $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
-echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused attention_rope gemv_stream; do
+echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
+for f in tma_gemv cluster gemv_fused attention_rope gemv_stream small_ops; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"

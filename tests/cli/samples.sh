@@ -71,7 +71,7 @@ PY
 fi
 # The GPU tier's --check programs (weight streams, fusions, TMA, cluster) load, verify and run on
 # the CPU backend too (the GPU run compares against exactly this).
-for n in gemv_stream gemv_fused attention_rope tma_gemv cluster; do
+for n in gemv_stream gemv_fused attention_rope tma_gemv cluster small_ops; do
   "$amk" -q run "$root/tests/gpu/programs/$n.json" --backend cpu -o "$tmp/gpu_$n" && ok || bad "$n: cpu run"
 done
 echo "samples: $pass passed, $fail failed"

@@ -52,6 +52,41 @@ uint64_t weight_formula(const gen::LlamaConfig& c) {
   return 2 * (V * H + c.layers * per_layer + H + (c.tied_embeddings ? 0 : V * H));
 }
 
+// Two programs of the same step run on the CPU backend: their buffers, by name.
+struct CpuPair {
+  HostBuffers a, b;
+  const Program &pa, &pb;
+  CpuPair(const Program& x, const Program& y)
+      : a(materialize_all(x)), b(materialize_all(y)), pa(x), pb(y) {
+    run_cpu(pa, make_plan(pa), a);
+    run_cpu(pb, make_plan(pb), b);
+  }
+  static uint32_t find(const Program& prog, const std::string& name) {
+    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
+      if (prog.buffers[i].name == name) return i;
+    FAIL("no buffer " << name);
+    return 0u;
+  }
+  const std::vector<std::byte>& in_a(const std::string& n) const { return a.data[find(pa, n)]; }
+  const std::vector<std::byte>& in_b(const std::string& n) const { return b.data[find(pb, n)]; }
+  // ||a - b|| / ||b|| of an f32 buffer (REQUIREs equal sizes and a nonzero b).
+  double rel_diff(const std::string& n) const {
+    const auto& x = in_a(n);
+    const auto& y = in_b(n);
+    REQUIRE(x.size() == y.size());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < x.size() / 4; ++i) {
+      float u = 0, v = 0;
+      std::memcpy(&u, x.data() + 4 * i, 4);
+      std::memcpy(&v, y.data() + 4 * i, 4);
+      num += (double(u) - v) * (double(u) - v);
+      den += double(v) * v;
+    }
+    REQUIRE(den > 0);
+    return std::sqrt(num / den);
+  }
+};
+
 bool have_llama_ops() {
   return find_op("rope") && find_op("kv_append") && find_op("attention_decode") &&
          find_op("attention_combine");
@@ -214,37 +249,18 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
   gen::LlamaOptions u = o;
   u.fused = false;
   const Program q = gen::generate_llama(u);
-  HostBuffers a = materialize_all(p), b = materialize_all(q);
-  run_cpu(p, make_plan(p), a);
-  run_cpu(q, make_plan(q), b);
-  auto find = [](const Program& prog, const std::string& name) {
-    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
-      if (prog.buffers[i].name == name) return i;
-    FAIL("no buffer " << name);
-    return 0u;
-  };
-  const auto& la = a.data[find(p, "act.logits")];
-  const auto& lb = b.data[find(q, "act.logits")];
-  REQUIRE(la.size() == lb.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < la.size() / 4; ++i) {
-    float x = 0, y = 0;
-    std::memcpy(&x, la.data() + 4 * i, 4);
-    std::memcpy(&y, lb.data() + 4 * i, 4);
-    num += (double(x) - y) * (double(x) - y);
-    den += double(y) * y;
-  }
+  const CpuPair run(p, q);
+  const double diff = run.rel_diff("act.logits");
   // Not bit-identical: the fused attention takes the new token's k/v in f32 from the
   // projections, the unfused one reads them back from the bf16 cache (one row of 17 rounded
   // to bf16, ~4e-3 relative), which moves the logits by ~1e-4 relative.
-  CHECK(den > 0);
-  CHECK(std::sqrt(num / den) < 1e-3);
-  CHECK(std::sqrt(num / den) > 0);  // the two programs did run different code
-  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+  CHECK(diff < 1e-3);
+  CHECK(diff > 0);  // the two programs did run different code
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
   // Layer 0's caches get the same new row either way (same inputs, same rounding).
   for (const char* cache : {"amk.kv.layers.0.k", "amk.kv.layers.0.v"}) {
     CAPTURE(cache);
-    CHECK(a.data[find(p, cache)] == b.data[find(q, cache)]);
+    CHECK(run.in_a(cache) == run.in_b(cache));
   }
 }
 
@@ -271,36 +287,17 @@ TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on t
   gen::LlamaOptions d = o;
   d.rope_ops = false;
   const Program q = gen::generate_llama(d);
-  HostBuffers a = materialize_all(p), b = materialize_all(q);
-  run_cpu(p, make_plan(p), a);
-  run_cpu(q, make_plan(q), b);
-  auto find = [](const Program& prog, const std::string& name) {
-    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
-      if (prog.buffers[i].name == name) return i;
-    FAIL("no buffer " << name);
-    return 0u;
-  };
-  const auto& la = a.data[find(p, "act.logits")];
-  const auto& lb = b.data[find(q, "act.logits")];
-  REQUIRE(la.size() == lb.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < la.size() / 4; ++i) {
-    float x = 0, y = 0;
-    std::memcpy(&x, la.data() + 4 * i, 4);
-    std::memcpy(&y, lb.data() + 4 * i, 4);
-    num += (double(x) - y) * (double(x) - y);
-    den += double(y) * y;
-  }
+  const CpuPair run(p, q);
+  const double diff = run.rel_diff("act.logits");
   // The default layer takes the new k/v in f32 from the projections, --rope-ops reads them
   // back from the bf16 cache: close, not identical.
-  CHECK(den > 0);
-  CHECK(std::sqrt(num / den) < 1e-3);
-  CHECK(std::sqrt(num / den) > 0);
-  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+  CHECK(diff < 1e-3);
+  CHECK(diff > 0);
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
   // Layer 0's new cache rows come from the same inputs either way.
   for (const char* cache : {"amk.kv.layers.0.k", "amk.kv.layers.0.v"}) {
     CAPTURE(cache);
-    CHECK(a.data[find(p, cache)] == b.data[find(q, cache)]);
+    CHECK(run.in_a(cache) == run.in_b(cache));
   }
 
   gen::LlamaOptions both = o;
@@ -332,29 +329,10 @@ TEST_CASE("tiny, --glu-gemv: gate/up as one GLU gemv, no silu_mul, same step on 
   gen::LlamaOptions d = o;
   d.glu_gemv = false;
   const Program q = gen::generate_llama(d);
-  HostBuffers a = materialize_all(p), b = materialize_all(q);
-  run_cpu(p, make_plan(p), a);
-  run_cpu(q, make_plan(q), b);
-  auto find = [](const Program& prog, const std::string& name) {
-    for (uint32_t i = 0; i < prog.buffers.size(); ++i)
-      if (prog.buffers[i].name == name) return i;
-    FAIL("no buffer " << name);
-    return 0u;
-  };
-  const auto& la = a.data[find(p, "act.logits")];
-  const auto& lb = b.data[find(q, "act.logits")];
-  REQUIRE(la.size() == lb.size());
-  double num = 0, den = 0;
-  for (size_t i = 0; i < la.size() / 4; ++i) {
-    float x = 0, y = 0;
-    std::memcpy(&x, la.data() + 4 * i, 4);
-    std::memcpy(&y, lb.data() + 4 * i, 4);
-    num += (double(x) - y) * (double(x) - y);
-    den += double(y) * y;
-  }
-  CHECK(den > 0);
-  CHECK(std::sqrt(num / den) < 1e-5);
-  CHECK(a.data[find(p, "next_token")] == b.data[find(q, "next_token")]);
+  const CpuPair run(p, q);
+  const double diff = run.rel_diff("act.logits");
+  CHECK(diff < 1e-5);
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
 
   gen::LlamaOptions both = o;
   both.fused = true;

@@ -472,6 +472,12 @@ __device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t
 #endif
 }
 
+// A per-thread count tuned at 256 threads, scaled to the block so a block keeps the same total
+// (at least 1): how many 16-byte loads the single-block ops keep in flight per thread.
+__host__ __device__ constexpr uint32_t amk_per_thread_at_256(uint32_t n) {
+  return n * 256 / AMK_BLOCK_THREADS > 0 ? n * 256 / AMK_BLOCK_THREADS : 1;
+}
+
 // ---- short vector loads for the fast paths ----
 // p[e0 .. e0 + P) as floats, P = 4 or 8 elements of dtype X (f32, f16, bf16); e0 is a multiple of
 // P and p is 16-byte aligned.

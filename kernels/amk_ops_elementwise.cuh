@@ -12,8 +12,7 @@
 #ifndef AMK_ELT_UNROLL
 #define AMK_ELT_UNROLL 4
 #endif
-constexpr uint32_t kAmkEltUnroll =
-    AMK_ELT_UNROLL * 256 / AMK_BLOCK_THREADS > 0 ? AMK_ELT_UNROLL * 256 / AMK_BLOCK_THREADS : 1;
+constexpr uint32_t kAmkEltUnroll = amk_per_thread_at_256(AMK_ELT_UNROLL);
 
 // Which float dtypes get a vectorized instantiation (the generated source lists those the
 // program's elementwise instructions store; by hand, all three). Others take the scalar path.

@@ -19,8 +19,7 @@ __device__ __forceinline__ void amk_argmax_merge(float& bv, uint32_t& bi, float 
 #ifndef AMK_ARGMAX_UNROLL
 #define AMK_ARGMAX_UNROLL 8
 #endif
-constexpr uint32_t kAmkArgmaxUnroll =
-    AMK_ARGMAX_UNROLL * 256 / AMK_BLOCK_THREADS > 0 ? AMK_ARGMAX_UNROLL * 256 / AMK_BLOCK_THREADS : 1;
+constexpr uint32_t kAmkArgmaxUnroll = amk_per_thread_at_256(AMK_ARGMAX_UNROLL);
 
 AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_t& ins,
                              unsigned char* scratch) {

@@ -17,8 +17,7 @@
 #ifndef AMK_NORM_VECS
 #define AMK_NORM_VECS 2
 #endif
-constexpr uint32_t kAmkNormVecs =
-    AMK_NORM_VECS * 256 / AMK_BLOCK_THREADS > 0 ? AMK_NORM_VECS * 256 / AMK_BLOCK_THREADS : 1;
+constexpr uint32_t kAmkNormVecs = amk_per_thread_at_256(AMK_NORM_VECS);
 
 // Fast path: f32 x and y, weight of dtype W, 16-byte aligned, d a multiple of 4.
 template <uint32_t W>

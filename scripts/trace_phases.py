@@ -8,7 +8,11 @@ phase's first start (hop + waiting), the span from its first start to its last e
 max instruction time, and the bytes moved at the span's rate. The critical path of a dependent
 program is roughly the sum of gap + span over the phases, which is what the last line shows.
 
-usage: trace_phases.py TRACE.json [--layers]   (--layers: one row per layer phase, unfolded)
+With --warm, a second table splits each phase's instruction times by what the block ran just
+before: "cold" when its previous instruction was another op (code and constants may have left the
+caches in between), "warm" when it was an instruction of the same op.
+
+usage: trace_phases.py TRACE.json [--layers] [--warm]   (--layers: one row per layer phase)
 """
 import json
 import re
@@ -23,6 +27,32 @@ def phase_key(name, fold):
     if fold:
         inst = re.sub(r"^L\d+\.", "L*.", inst)
     return inst
+
+
+def op_of(name):
+    return name.split(" ", 1)[0]
+
+
+def warm_table(events, fold):
+    by_block = {}
+    for e in events:
+        by_block.setdefault(e["tid"], []).append(e)
+    split = OrderedDict()
+    for evs in by_block.values():
+        evs.sort(key=lambda e: e["ts"])
+        prev = None
+        for e in evs:
+            k = phase_key(e["name"], fold)
+            s = split.setdefault(k, {"cold": [], "warm": []})
+            warm = prev is not None and op_of(prev["name"]) == op_of(e["name"])
+            s["warm" if warm else "cold"].append(e["dur"])
+            prev = e
+    def mean(v):
+        return sum(v) / len(v) if v else float("nan")
+    print(f"{'phase':<28}{'cold n':>8}{'cold us':>9}{'warm n':>8}{'warm us':>9}")
+    for k, s in split.items():
+        print(f"{k:<28}{len(s['cold']):>8}{mean(s['cold']):>9.2f}{len(s['warm']):>8}"
+              f"{mean(s['warm']):>9.2f}")
 
 
 def main():
@@ -67,6 +97,8 @@ def main():
         rate = r["bytes"] / (r["span"] * 1e3) if r["span"] > 0 else 0.0
         print(f"{k:<28}{n:>4}{r['count'] // n:>7}{r['gap'] / n:>9.2f}{r['span'] / n:>9.2f}"
               f"{r['mean'] / n:>9.2f}{r['max'] / n:>9.2f}{rate:>8.0f}{r['gap'] + r['span']:>14.1f}")
+    if "--warm" in sys.argv:
+        warm_table(events, fold)
     t0 = min(e["ts"] for e in events)
     t1 = max(e["ts"] + e["dur"] for e in events)
     print(f"total: span {t1 - t0:.1f} us; phases: gaps {total_gap:.1f} us + spans "

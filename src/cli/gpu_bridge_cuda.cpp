@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
 
 #include "cli/gpu_bridge.hpp"
 #include "core/error.hpp"
@@ -34,6 +35,9 @@ GpuOptions gpu_options(const GpuRequest& r) {
   o.compile.trust_custom_ops = r.trust_custom_ops;
   o.compile.trace = r.trace;
   o.compile.tuning = vm_tuning_from_env();
+  // $AMK_LINEINFO=1: source line tables in the cubin, for ncu's source view (README).
+  const char* li = std::getenv("AMK_LINEINFO");
+  o.compile.line_info = li != nullptr && std::string_view(li) == "1";
   return o;
 }
 

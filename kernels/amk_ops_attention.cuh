@@ -235,13 +235,25 @@ __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instructio
   return amk_attn_rope;
 }
 
-// Folds (m_o, l_o, o_o) into (m, l, o): the rescaling of two online-softmax states.
-__device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, float& b,
-                                                 float& big) {
-  big = fmaxf(m, m_o);
-  a = m == amk_neg_inf() ? 0.0f : expf(m - big);
-  b = m_o == amk_neg_inf() ? 0.0f : expf(m_o - big);
+// exp for the softmax weights: ex2.approx of x * log2(e) (two instructions instead of expf's
+// range reduction, ~17). Relative error ~1e-6 on the weights that matter; exp(-inf) = 0.
+__device__ __forceinline__ float amk_attn_exp(float x) {
+  return AMK_BLOCK_THREADS <= 256 ? __expf(x) : expf(x);
 }
+
+// The weight of an online-softmax state with max m once the common max is `big` (0 for a state
+// that saw no position: m = -inf).
+__device__ __forceinline__ float amk_attn_weight(float m, float big) {
+  return m == amk_neg_inf() ? 0.0f : amk_attn_exp(m - big);
+}
+
+// The new token's row, when the instruction carries one and the chunk has cached rows too: its
+// score per query head (q_g . k_new, scaled) and v_new, in shared memory, so the passes' final
+// merge takes it as one more partial (max s, sum 1, output v_new). Heads past kAmkAttnNewHeads
+// take the separate path after the passes instead.
+constexpr uint32_t kAmkAttnNewHeads = 16;
+__shared__ float amk_attn_new_s[kAmkAttnNewHeads];
+__shared__ __align__(16) float amk_attn_new_v[kAmkAttnMaxHeadDim];
 
 // Query heads [g0, g0 + gn) of q against the chunk (k, v). Lanes form groups of `lp` lanes per
 // position (lp = next power of two >= vectors per row); lane r of a group owns elements
@@ -249,12 +261,14 @@ __device__ __forceinline__ void amk_attn_rescale(float m, float m_o, float& a, f
 // across the group with shuffles.
 // With `rope` (the (cos, sin) table) q is rotated here, in registers: the partner of element j,
 // j +- hd/2, sits in lane r ^ (hd / 2E) of the same group (the caller checks that hd / 2E is a
-// power of two).
+// power of two). With `with_new` the new token's row (amk_attn_new_*) joins the final merge.
+// Every instruction here counts: a block runs one attention instruction per layer with 8 warps,
+// so the op is issue-latency bound (~6 cycles per instruction per scheduler), not memory bound.
 template <class L>
 __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const amk_view& k,
                                                      const amk_view& v, float* out, uint32_t hd,
                                                      float scale, uint32_t g0, uint32_t gn,
-                                                     const float* rope) {
+                                                     const float* rope, bool with_new) {
   constexpr uint32_t E = L::E, G = kAmkAttnHeads, U = L::U;
   const uint32_t vecs = (hd + E - 1) / E;
   uint32_t lp = 1;
@@ -268,36 +282,48 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
   const uint32_t len = k.n / hd;
 
   float qr[G][E], o[G][E], m[G], l[G];
-  // f32 q (the usual case, and the staged rotated q): plain loads the compiler issues together.
-  // Through the dtype switch, each load would wait for the one before (one round trip each).
+  // f32 q (the usual case, and the staged rotated q): 16-byte loads when the slice is whole and
+  // aligned, else plain loads the compiler issues together. (Through the dtype switch, each load
+  // would wait for the one before: one round trip each.)
   const bool q_f32 = q.dtype == AMK_DTYPE_F32;
+  const bool q_vec = AMK_BLOCK_THREADS <= 256 && q_f32 && E % 4 == 0 && n_valid == E && amk_aligned16(q.ptr) && hd % 4 == 0;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
+  // (Scaled here at > 256 threads; with the rotation below, after it.)
+  const float qscale = AMK_BLOCK_THREADS > 256 ? scale : 1.0f;
 #pragma unroll
   for (uint32_t g = 0; g < G; ++g) {
     m[g] = amk_neg_inf();
     l[g] = 0.0f;
     const uint64_t qb = static_cast<uint64_t>(g0 + g) * hd + d0;
 #pragma unroll
-    for (uint32_t e = 0; e < E; ++e) {
-      o[g][e] = 0.0f;
-      const bool in = g < gn && e < n_valid;
-      // (Scaled here at > 256 threads; with the rotation below, after it.)
-      const float qscale = AMK_BLOCK_THREADS > 256 ? scale : 1.0f;
-      qr[g][e] = in ? qscale * (q_f32 ? qf[qb + e] : amk_load_f32(q, qb + e)) : 0.0f;
+    for (uint32_t e = 0; e < E; ++e) o[g][e] = 0.0f;
+    if (q_vec && g < gn) {
+#pragma unroll
+      for (uint32_t e = 0; e < E; e += 4)
+        amk_ftype<AMK_DTYPE_F32>::unpack(amk_ld16(qf + qb + e), &qr[g][e]);
+    } else {
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) {
+        const bool in = g < gn && e < n_valid;
+        qr[g][e] = in ? qscale * (q_f32 ? qf[qb + e] : amk_load_f32(q, qb + e)) : 0.0f;
+      }
     }
   }
 #if AMK_BLOCK_THREADS <= 256  // wider blocks stage the rotated q (registers: see the caller)
   if (rope != nullptr) {
+    // The lane's slice lies in one half (E divides hd / 2), so its pair indices are i0 + e and
+    // the sign of the partner's term is the lane's: y_lo = x cos - x_hi sin, y_hi = x cos + x_lo sin.
     const uint32_t half = hd / 2, partner = half / E;
     const bool lo = d0 < half;
+    const uint32_t i0 = lo ? d0 : d0 - half;
 #pragma unroll
     for (uint32_t e = 0; e < E; ++e) {
-      const uint32_t i = (d0 + e) % half;
-      const float c = rope[2 * i], s = rope[2 * i + 1];
+      const float c = rope[2 * (i0 + e)];
+      const float s = lo ? -rope[2 * (i0 + e) + 1] : rope[2 * (i0 + e) + 1];
 #pragma unroll
       for (uint32_t g = 0; g < G; ++g) {
         const float p = __shfl_xor_sync(kAmkFullMask, qr[g][e], partner);
-        qr[g][e] = lo ? fmaf(qr[g][e], c, -p * s) : fmaf(qr[g][e], c, p * s);
+        qr[g][e] = fmaf(qr[g][e], c, p * s);
       }
     }
   }
@@ -353,11 +379,11 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
 #pragma unroll
         for (uint32_t u = 0; u < U; ++u)
           if (ok[u]) top = fmaxf(top, s[g][u]);
-        const float corr = m[g] == amk_neg_inf() ? 0.0f : expf(m[g] - top);
+        const float corr = amk_attn_weight(m[g], top);
         float sum = 0.0f;
 #pragma unroll
         for (uint32_t u = 0; u < U; ++u) {
-          s[g][u] = ok[u] ? expf(s[g][u] - top) : 0.0f;
+          s[g][u] = ok[u] ? amk_attn_exp(s[g][u] - top) : 0.0f;
           sum += s[g][u];
         }
         l[g] = fmaf(l[g], corr, sum);
@@ -376,14 +402,18 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
           for (uint32_t e = 0; e < E; ++e) o[g][e] = fmaf(s[g][u], vf[e], o[g][e]);
       }
     }
-    // Merge the lane groups of the warp (lanes with the same r own the same slice).
+    // Merge the lane groups of the warp (lanes with the same r own the same slice): the common
+    // max first, then one rescale per head and plain sums. (At > 256 threads, 128 registers, a
+    // pairwise rescale per level: the two-step form spilled there.)
+#if AMK_BLOCK_THREADS > 256
     for (uint32_t off = lp; off < kAmkWarpSize; off <<= 1) {
 #pragma unroll
       for (uint32_t g = 0; g < G; ++g) {
         const float m_o = __shfl_xor_sync(kAmkFullMask, m[g], off);
         const float l_o = __shfl_xor_sync(kAmkFullMask, l[g], off);
-        float a, b;
-        amk_attn_rescale(m[g], m_o, a, b, m[g]);
+        const float big = fmaxf(m[g], m_o);
+        const float a = amk_attn_weight(m[g], big), b = amk_attn_weight(m_o, big);
+        m[g] = big;
         l[g] = l[g] * a + l_o * b;
 #pragma unroll
         for (uint32_t e = 0; e < E; ++e) {
@@ -392,9 +422,30 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
         }
       }
     }
+#else
+#pragma unroll
+    for (uint32_t g = 0; g < G; ++g) {
+      float big = m[g];
+      for (uint32_t off = lp; off < kAmkWarpSize; off <<= 1)
+        big = fmaxf(big, __shfl_xor_sync(kAmkFullMask, big, off));
+      const float a = amk_attn_weight(m[g], big);
+      m[g] = big;
+      l[g] *= a;
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) o[g][e] *= a;
+    }
+    for (uint32_t off = lp; off < kAmkWarpSize; off <<= 1) {
+#pragma unroll
+      for (uint32_t g = 0; g < G; ++g) {
+        l[g] += __shfl_xor_sync(kAmkFullMask, l[g], off);
+#pragma unroll
+        for (uint32_t e = 0; e < E; ++e) o[g][e] += __shfl_xor_sync(kAmkFullMask, o[g][e], off);
+      }
+    }
+#endif
   }
 
-  // Merge the warps through shared memory, `per_round` query heads at a time.
+  // Merge the warps through shared memory, `per_round` query heads at a time (plus the new row).
   const uint32_t row = hd + 2;
   const uint32_t per_round_max = kAmkAttnMergeFloats / (kAmkAttnWarps * row);
   const uint32_t per_round = per_round_max < G ? per_round_max : G;
@@ -419,14 +470,15 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
       const uint32_t gl = idx / row, d = idx - gl * row;
       const float* src = amk_attn_merge + gl * row;
       const uint32_t w_stride = per_round * row;
-      float big = amk_neg_inf();
+      const float s_new = with_new ? amk_attn_new_s[g0 + h0 + gl] : amk_neg_inf();
+      float big = s_new;
 #pragma unroll
       for (uint32_t w = 0; w < kAmkAttnWarps; ++w) big = fmaxf(big, src[w * w_stride + hd]);
-      float total = 0.0f, acc = 0.0f;
+      const float f_new = amk_attn_weight(s_new, big);
+      float total = f_new, acc = d < hd && with_new ? f_new * amk_attn_new_v[d] : 0.0f;
 #pragma unroll
       for (uint32_t w = 0; w < kAmkAttnWarps; ++w) {
-        const float mw = src[w * w_stride + hd];
-        const float f = mw == amk_neg_inf() ? 0.0f : expf(mw - big);
+        const float f = amk_attn_weight(src[w * w_stride + hd], big);
         total = fmaf(f, src[w * w_stride + hd + 1], total);
         if (d < hd) acc = fmaf(f, src[w * w_stride + d], acc);
       }
@@ -450,6 +502,44 @@ __device__ __forceinline__ bool amk_attn_has_new_row(const amk_instruction_t& in
   return ins.n_operands > 5 && ins.operands[4].buffer != AMK_NO_BUFFER &&
          ins.operands[5].buffer != AMK_NO_BUFFER && ins.operands[4].extent >= hd &&
          ins.operands[5].extent >= hd;
+}
+
+// One element of the new token's rows (q's head at `base`, or k_new), rotated when `table` is
+// given; f32 rows (the usual case) with plain loads the compiler can issue together.
+__device__ __forceinline__ float amk_attn_new_elem(const amk_view& x, uint64_t base, uint32_t d,
+                                                   uint32_t half, const float* table) {
+  if (x.dtype != AMK_DTYPE_F32)
+    return table != nullptr ? amk_attn_rotated(x, base, d, half, table) : amk_load_f32(x, base + d);
+  const float* f = reinterpret_cast<const float*>(x.ptr) + base;
+  if (table == nullptr) return f[d];
+  const bool lo = d < half;
+  const uint32_t i = lo ? d : d - half;
+  const float a = f[d], b = f[lo ? d + half : i];
+  const float c = table[2 * i], s = table[2 * i + 1];
+  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
+}
+
+// The new token's row into amk_attn_new_s / amk_attn_new_v for the passes' merge (group <=
+// kAmkAttnNewHeads): one warp per query head. No barrier: the merge's first one orders it.
+__device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_t& ins,
+                                                          uint32_t hd, uint32_t group, float scale,
+                                                          const float* table) {
+  const amk_view qn = amk_operand(ins, 0);
+  const amk_view k_new = amk_operand(ins, 4);
+  const amk_view v_new = amk_operand(ins, 5);
+  const uint32_t half = hd / 2;
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  for (uint32_t d = threadIdx.x; d < hd; d += AMK_BLOCK_THREADS)
+    amk_attn_new_v[d] = amk_load_f32(v_new, d);
+  for (uint32_t g = warp; g < group; g += kAmkWarps) {
+    const uint64_t base = static_cast<uint64_t>(g) * hd;
+    float dot = 0.0f;
+#pragma unroll 4
+    for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
+      dot = fmaf(amk_attn_new_elem(qn, base, d, half, table), amk_attn_new_elem(k_new, 0, d, half, table), dot);
+    dot = amk_warp_sum(dot);
+    if (lane == 0) amk_attn_new_s[g] = scale * dot;
+  }
 }
 
 // out[g] = (o_g[hd] normalized within the chunk, max score m_g, sum exp(s - m_g)) for each query
@@ -492,6 +582,12 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 #endif
   }
 
+  // The new row joins the passes' merge when there are passes (and its heads fit the shared
+  // arrays); otherwise it is folded in after them, below.
+  const bool new_in_merge =
+      AMK_BLOCK_THREADS <= 256 && cached && has_new && group <= kAmkAttnNewHeads;
+  if (new_in_merge) amk_attn_new_row_to_merge(ins, hd, group, scale, rope);
+
   if (cached) {
     // q is rotated inside the pass (lane shuffles) when each half of the head is a power-of-two
     // number of the loader's vectors; otherwise staged rotated first (always at more than 256
@@ -529,28 +625,28 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 #if AMK_BLOCK_THREADS <= 512
 #if AMK_ATTN_KV_BF16
       if (vector && k.dtype == AMK_DTYPE_BF16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope, new_in_merge);
       else
 #endif
 #if AMK_ATTN_KV_F16
       if (vector && k.dtype == AMK_DTYPE_F16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn, pass_rope, new_in_merge);
       else
 #endif
 #if AMK_ATTN_KV_F32
       if (vector && k.dtype == AMK_DTYPE_F32)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn, pass_rope, new_in_merge);
       else
 #endif
 #endif
-        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn, pass_rope);
+        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn, pass_rope, new_in_merge);
     }
   }
 
-  if (has_new) {
+  if (has_new && !new_in_merge) {
     // The new token's row folded into each head's chunk state (m, l, normalized o) once the
-    // passes are done (they end with a barrier), one warp per query head. Its operands are read
-    // from the instruction again here: nothing of this stays live through the streaming loop.
+    // passes (if any) are done (they end with a barrier), one warp per query head. Its operands
+    // are read from the instruction again here: nothing of this stays live through the loop.
     const amk_view qn = amk_operand(ins, 0);
     const amk_view k_new = amk_operand(ins, 4);
     const amk_view v_new = amk_operand(ins, 5);

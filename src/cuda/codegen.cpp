@@ -37,8 +37,8 @@ bool is_attention_op(uint16_t id) {
          id <= static_cast<uint16_t>(OpId::attention_combine);
 }
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
-// 8 warps, 4 heads per pass, 130 floats per head).
-constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4;
+// 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values).
+constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4;
 
 std::string_view float_macro(DType t) {
   switch (t) {

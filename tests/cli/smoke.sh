@@ -96,6 +96,17 @@ elif [ "$rc" -eq 5 ] && grep -q "device.unsupported" "$tmp/err"; then
 else
   fail=$((fail + 1)); echo "FAIL compile: exit $rc"; head -3 "$tmp/err"
 fi
+# $AMK_LINEINFO=1 adds -lineinfo to the NVRTC options (and only then).
+if [ "$rc" -eq 0 ]; then
+  AMK_LINEINFO=1 AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a >"$tmp/li.json" 2>/dev/null
+  AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a >"$tmp/noli.json" 2>/dev/null
+  if [ "$(json_field "$tmp/li.json" "'-lineinfo' in j['options']")" = True ] &&
+     [ "$(json_field "$tmp/noli.json" "'-lineinfo' in j['options']")" = False ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); echo "FAIL AMK_LINEINFO=1 -> -lineinfo"
+  fi
+fi
 expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/tests/gpu/programs/hang.json" --arch sm_90a
 
 # Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.

@@ -238,7 +238,7 @@ __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instructio
 // exp for the softmax weights: ex2.approx of x * log2(e) (two instructions instead of expf's
 // range reduction, ~17). Relative error ~1e-6 on the weights that matter; exp(-inf) = 0.
 __device__ __forceinline__ float amk_attn_exp(float x) {
-  return AMK_BLOCK_THREADS <= 256 ? __expf(x) : expf(x);
+  return __expf(x);
 }
 
 // The weight of an online-softmax state with max m once the common max is `big` (0 for a state
@@ -403,26 +403,7 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
       }
     }
     // Merge the lane groups of the warp (lanes with the same r own the same slice): the common
-    // max first, then one rescale per head and plain sums. (At > 256 threads, 128 registers, a
-    // pairwise rescale per level: the two-step form spilled there.)
-#if AMK_BLOCK_THREADS > 256
-    for (uint32_t off = lp; off < kAmkWarpSize; off <<= 1) {
-#pragma unroll
-      for (uint32_t g = 0; g < G; ++g) {
-        const float m_o = __shfl_xor_sync(kAmkFullMask, m[g], off);
-        const float l_o = __shfl_xor_sync(kAmkFullMask, l[g], off);
-        const float big = fmaxf(m[g], m_o);
-        const float a = amk_attn_weight(m[g], big), b = amk_attn_weight(m_o, big);
-        m[g] = big;
-        l[g] = l[g] * a + l_o * b;
-#pragma unroll
-        for (uint32_t e = 0; e < E; ++e) {
-          const float o_o = __shfl_xor_sync(kAmkFullMask, o[g][e], off);
-          o[g][e] = o[g][e] * a + o_o * b;
-        }
-      }
-    }
-#else
+    // max first, then one rescale per head and plain sums.
 #pragma unroll
     for (uint32_t g = 0; g < G; ++g) {
       float big = m[g];
@@ -442,7 +423,6 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
         for (uint32_t e = 0; e < E; ++e) o[g][e] += __shfl_xor_sync(kAmkFullMask, o[g][e], off);
       }
     }
-#endif
   }
 
   // Merge the warps through shared memory, `per_round` query heads at a time (plus the new row).

@@ -670,11 +670,15 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 
 // ---------------------------------------------------------------------------------------------
 #if AMK_USE_OP_ATTENTION_COMBINE
-constexpr uint32_t kAmkCombineDims = 4;  // output dims per lane: a warp covers 128 per item
-constexpr uint32_t kAmkCombineBatch = 8;  // chunks whose values a lane loads at once
+constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp covers 128 per item
+// Chunks whose values a lane loads at once (fewer where a thread has fewer registers).
+constexpr uint32_t kAmkCombineBatch = AMK_BLOCK_THREADS <= 256 ? 16 : 8;
 
 // out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c. One warp per
-// (query head, 128-dim slice); chunk weights are computed once per lane and broadcast.
+// (query head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The
+// chunks' values do not depend on M, so the first batch loads together with (m, l): a head of up
+// to kAmkCombineBatch chunks costs one round trip (a chain of four cost ~4 us on the H200). More
+// than 32 chunks: rounds of 32, the running sums rescaled when the max grows.
 AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
                                         unsigned char*) {
   const amk_view partials = amk_operand(ins, 0);
@@ -693,23 +697,15 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
   for (uint32_t item = warp; item < group * slices; item += kAmkWarps) {
     const uint32_t g = item / slices, dbase = (item - g * slices) * kSlice;
     const float* head = p + static_cast<uint64_t>(g) * row;
-    float big = amk_neg_inf();
-    for (uint32_t c = lane; c < chunks; c += kAmkWarpSize) big = fmaxf(big, head[c * block + hd]);
-    big = amk_warp_max(big);
+    float big = amk_neg_inf(), total = 0.0f;
     float acc[kAmkCombineDims] = {};
-    float total = 0.0f;
     for (uint32_t c0 = 0; c0 < chunks; c0 += kAmkWarpSize) {
       const uint32_t c = c0 + lane;
-      float w = 0.0f;
-      if (c < chunks) {
-        const float mc = head[c * block + hd];
-        w = mc == amk_neg_inf() ? 0.0f : head[c * block + hd + 1] * expf(mc - big);
-      }
-      total += w;
       const uint32_t n = chunks - c0 < kAmkWarpSize ? chunks - c0 : kAmkWarpSize;
-      // kAmkCombineBatch chunks' values loaded before any is used (one round trip per batch).
-      for (uint32_t j0 = 0; j0 < n; j0 += kAmkCombineBatch) {
-        float val[kAmkCombineBatch][kAmkCombineDims];
+      const float mc = c < chunks ? head[c * block + hd] : amk_neg_inf();
+      const float lc = c < chunks ? head[c * block + hd + 1] : 0.0f;
+      float val[kAmkCombineBatch][kAmkCombineDims];
+      auto load_batch = [&](uint32_t j0) {
 #pragma unroll
         for (uint32_t j = 0; j < kAmkCombineBatch; ++j) {
           const float* src = head + static_cast<uint64_t>(c0 + j0 + j) * block;
@@ -719,6 +715,20 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
             val[j][e] = j0 + j < n && d < hd ? src[d] : 0.0f;
           }
         }
+      };
+      load_batch(0);
+      const float round_max = amk_warp_max(mc);
+      if (round_max > big) {  // uniform: rescale what earlier rounds summed
+        const float r = big == amk_neg_inf() ? 0.0f : expf(big - round_max);
+        total *= r;
+#pragma unroll
+        for (uint32_t e = 0; e < kAmkCombineDims; ++e) acc[e] *= r;
+        big = round_max;
+      }
+      const float w = mc == amk_neg_inf() ? 0.0f : lc * expf(mc - big);
+      total += w;
+      for (uint32_t j0 = 0; j0 < n; j0 += kAmkCombineBatch) {
+        if (j0 != 0) load_batch(j0);
 #pragma unroll
         for (uint32_t j = 0; j < kAmkCombineBatch; ++j) {
           const float wj = __shfl_sync(kAmkFullMask, w, (j0 + j) % kAmkWarpSize);

@@ -365,6 +365,8 @@ Program generate_llama(const LlamaOptions& o) {
   const uint64_t gu_chunk = chunk_rows(2 * F, target);
   const uint64_t glu_chunk = chunk_rows(F, target);  // fused: each row reads gate and up
   const uint64_t down_chunk = chunk_rows(H, target);
+  // silu_mul slices: up to 8, of at least 128 elements.
+  const uint64_t silu_slices = std::clamp<uint64_t>(F / 128, 1, 8);
   const uint64_t head_chunk = chunk_rows(V, target);
 
   // ---- embedding ----
@@ -561,9 +563,16 @@ Program generate_llama(const LlamaOptions& o) {
                                     gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
       const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
                                     gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
-      b.add(L + "silu_mul", "silu_mul",
-            {{"gate", b.whole(gate)}, {"up", b.whole(up)}, {"y", b.whole(mlp)}}, {},
-            {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
+      // silu_mul in slices on several blocks: one block's pass over all F elements is bound by
+      // its instruction issue (an exp and a division per element), not by the 2F floats it reads.
+      const uint64_t silu_len = ceil_div(F, silu_slices);
+      mlp_need = 0;
+      for (uint64_t r0 = 0; r0 < F; r0 += silu_len, ++mlp_need) {
+        const uint64_t nr = std::min(silu_len, F - r0);
+        b.add(L + "silu_mul." + std::to_string(mlp_need), "silu_mul",
+              {{"gate", slice(gate, r0, nr)}, {"up", slice(up, r0, nr)}, {"y", slice(mlp, r0, nr)}},
+              {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
+      }
     }
     const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
                                   down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);

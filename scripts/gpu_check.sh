@@ -94,6 +94,14 @@ for f in tma_gemv cluster gemv_fused attention_rope gemv_stream small_ops; do
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
 done
+# attention_rope at 128 and 512 threads a block: the attention and combine paths compiled for
+# other register budgets (the programs above all use 256).
+for bt in 128 512; do
+  sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
+  $amk run "$out/attention_rope_$bt.json" --backend cuda --check >"$out/run_attention_rope_$bt.log" 2>&1
+  rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
+done
 # The weight streams are off by default (measured slower); their path stays checked.
 AMK_VM_TUNING=AMK_STREAM_SLOTS=12 $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check >"$out/run_gemv_stream_on.log" 2>&1
 rc=$?; row "gemv_stream, streams on, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"

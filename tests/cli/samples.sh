@@ -74,5 +74,10 @@ fi
 for n in gemv_stream gemv_fused attention_rope tma_gemv cluster small_ops; do
   "$amk" -q run "$root/tests/gpu/programs/$n.json" --backend cpu -o "$tmp/gpu_$n" && ok || bad "$n: cpu run"
 done
+# attention_rope at other block sizes (the GPU tier checks these too; here: they load and run).
+for bt in 128 512; do
+  sed "s/\"block\": 256/\"block\": $bt/" "$root/tests/gpu/programs/attention_rope.json" > "$tmp/attention_rope_$bt.json"
+  grep -q "\"block\": $bt" "$tmp/attention_rope_$bt.json" && "$amk" -q run "$tmp/attention_rope_$bt.json" --backend cpu -o "$tmp/gpu_ar_$bt" && ok || bad "attention_rope at $bt threads: cpu run"
+done
 echo "samples: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -57,6 +57,11 @@ def warm_table(events, fold):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    unknown = [a for a in sys.argv[1:] if a.startswith("--") and a not in ("--layers", "--warm")]
+    if unknown:
+        print(f"trace_phases.py: unknown option {unknown[0]} (options: --layers, --warm)",
+              file=sys.stderr)
+        return 2
     fold = "--layers" not in sys.argv
     if len(args) != 1:
         print(__doc__, file=sys.stderr)

@@ -25,6 +25,17 @@ std::vector<std::pair<std::string, int64_t>> vm_tuning_from_env() {
   return parse_vm_tuning(t, "$AMK_VM_TUNING");
 }
 
+// $AMK_LINEINFO: "1" compiles the VM with source line tables (ncu's source view, README); unset,
+// empty or "0" leaves them out; anything else is a usage error naming the variable.
+bool line_info_from_env() {
+  const char* li = std::getenv("AMK_LINEINFO");
+  const std::string_view v = li != nullptr ? li : "";
+  if (v.empty() || v == "0") return false;
+  if (v == "1") return true;
+  throw Error(ErrorKind::usage, "usage.lineinfo", "$AMK_LINEINFO",
+              "expected 0 or 1, got '" + std::string(v) + "'");
+}
+
 GpuOptions gpu_options(const GpuRequest& r) {
   GpuOptions o;
   o.device = r.device;
@@ -35,9 +46,7 @@ GpuOptions gpu_options(const GpuRequest& r) {
   o.compile.trust_custom_ops = r.trust_custom_ops;
   o.compile.trace = r.trace;
   o.compile.tuning = vm_tuning_from_env();
-  // $AMK_LINEINFO=1: source line tables in the cubin, for ncu's source view (README).
-  const char* li = std::getenv("AMK_LINEINFO");
-  o.compile.line_info = li != nullptr && std::string_view(li) == "1";
+  o.compile.line_info = line_info_from_env();
   return o;
 }
 

@@ -54,6 +54,8 @@ if grep -q "built without the CUDA toolkit" "$tmp/err"; then
 else
   expect_rc 2 "AMK_STREAM_SLOTS=1 refused" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=1 "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_STREAM_SLOTS is 0" "stream slots error is located"
+  expect_rc 2 "AMK_LINEINFO=yes refused" -- env AMK_LINEINFO=yes "$amk" compile "$sample" --arch sm_90a
+  expect_grep "$tmp/err" "usage.lineinfo\] at \$AMK_LINEINFO: expected 0 or 1, got 'yes'" "lineinfo error is located"
 fi
 # Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
 expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"
@@ -117,5 +119,8 @@ if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "profile without a GPU" -- "$amk" profile "$sample" --events
 fi
 
+# scripts/trace_phases.py: an unknown option is refused (exit 2), named.
+expect_rc 2 "trace_phases.py --wram refused" -- "$py" "$root/scripts/trace_phases.py" t.json --wram
+expect_grep "$tmp/err" "unknown option --wram" "trace_phases names the option"
 echo "smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

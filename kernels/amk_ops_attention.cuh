@@ -286,7 +286,7 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
   // aligned, else plain loads the compiler issues together. (Through the dtype switch, each load
   // would wait for the one before: one round trip each.)
   const bool q_f32 = q.dtype == AMK_DTYPE_F32;
-  const bool q_vec = AMK_BLOCK_THREADS <= 256 && q_f32 && E % 4 == 0 && n_valid == E && amk_aligned16(q.ptr) && hd % 4 == 0;
+  const bool q_vec = q_f32 && E % 4 == 0 && n_valid == E && amk_aligned16(q.ptr) && hd % 4 == 0;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
   // (Scaled here at > 256 threads; with the rotation below, after it.)
   const float qscale = AMK_BLOCK_THREADS > 256 ? scale : 1.0f;
@@ -301,6 +301,8 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
 #pragma unroll
       for (uint32_t e = 0; e < E; e += 4)
         amk_ftype<AMK_DTYPE_F32>::unpack(amk_ld16(qf + qb + e), &qr[g][e]);
+#pragma unroll
+      for (uint32_t e = 0; e < E; ++e) qr[g][e] *= qscale;
     } else {
 #pragma unroll
       for (uint32_t e = 0; e < E; ++e) {

@@ -4,34 +4,28 @@
 // loads issued only once a phase's inputs are ready, every phase pays the dependency hop, then
 // the ramp of an idle memory pipe, then the stream. But weights depend on nothing the program
 // computes: the planner (src/plan/streams.cpp) lists, per queue, the gemv steps whose weights no
-// instruction writes, with their tiling, and the block copies those weights into a ring of
-// `stream_slots` slots of AMK_STREAM_SLOT_BYTES in dynamic shared memory, in queue order, as far
-// ahead as the ring allows -- across the waits of the steps in between.
+// instruction writes, with their tiling, and the block copies those weights with the bulk copy
+// engine (cp.async.bulk, one instruction per tile) into a ring of `stream_slots` slots of
+// AMK_STREAM_SLOT_BYTES in dynamic shared memory, in queue order, as far ahead as the ring
+// allows -- across the waits of the steps in between.
 //
-// Ring. Tile number `seq` (counted over the whole launch) lives in slot seq % S. Slot s has a
-// `full` mbarrier (one arrival per thread, made by cp.async.mbarrier.arrive.noinc once that
-// thread's copies of the tile landed) and an `empty` one (one arrival per warp once the warp is
-// done reading). Use u = seq / S of a slot waits for full's phase u and, before any copy into
-// it, empty's phase u - 1.
+// Ownership. Tile number `seq` (counted over the whole launch) lives in slot seq % S, and slot s
+// belongs to warp s % C (C = min(S, warps)): that warp issues every tile of the slot and is the
+// only one that reads it. A slot is reused only by its owner, after it consumed the previous
+// tile, so the only barrier per slot is `full` (count 1: the owner's arrive.expect_tx; the copy
+// engine completes the transaction), and no warp ever waits for another one. Every warp tops up
+// its own slots without blocking at every step with work (before the step's waits) and between
+// its tiles; nothing is issued past the last listed step, so a launch that completes has
+// consumed every copy it started; a block that stops early waits for its copies before exiting.
 //
-// Issue. Every warp copies its own share of every tile (16-byte cp.async per lane) and keeps
-// its own cursor. Each warp tops the ring up without blocking at every step with work, before
-// the step's waits, and inside a streamed gemv before each tile; before it reads tile `seq` it
-// makes sure it issued its share of `seq`, waiting for the slot if needed (the other warps only
-// need tiles issued before, so this always completes). Nothing is issued past the last listed
-// step, so a launch that completes has consumed every copy it started; a block that stops early
-// waits for its copies (cp.async.wait_all) before it exits.
+// Consumer. Each tile is read by its owner alone (a tile is a few whole rows, or one chunk of a
+// long row): the warp's dot products go to the instruction's row sums in shared memory (red.add,
+// as chunks of one row may belong to several warps); after the last tile a barrier, then the
+// rows are finished (rmsnorm scale, GLU, residual) and stored.
 //
-// Status: correct (checked against the CPU backend on the GPU), but slower than the plain gemv
-// on the H200 (8 x 4096x4096: 216 vs 72 us; Llama-3.2-1B step 2.58 vs 1.84 ms), so it is off
-// unless the VM tuning sets AMK_STREAM_SLOTS. Per 16 KiB tile a warp spent ~1450 cycles issuing
-// (cp.async back-pressure), ~1660 reading the tile from shared memory and ~260 waiting for it
-// (clock64 per phase, before the per-tile divisions were removed); see the README.
-//
-// Consumer. Every warp reads every tile: a tile of rows_per_tile >= warps whole rows gives each
-// warp whole rows; fewer rows (or one chunk of a long row) are split into column parts. A warp's
-// partial dot product goes to the instruction's row sums in shared memory (atomic add); after
-// the last tile a barrier, then the rows are finished (rmsnorm scale, GLU, residual) and stored.
+// History: a first ring had every warp copy and read a share of every tile (16-byte cp.async per
+// lane, full and empty barriers across warps): per 16 KiB tile each warp spent ~1450 cycles
+// issuing and ~1660 reading, so the ring ran at a third of the plain gemv's speed.
 #ifndef AMK_STREAM_CUH
 #define AMK_STREAM_CUH
 
@@ -59,50 +53,83 @@ constexpr uint32_t kAmkStreamAccFloats = 2 * AMK_STREAM_MAX_ROWS;  // w's rows, 
 #endif
 constexpr uint32_t kAmkStreamXBytes = (4 * AMK_STREAM_X_FLOATS + 127) / 128 * 128;
 constexpr uint32_t kAmkStreamNone = 0xFFFFFFFFu;
+// The weight and x dtypes with a streamed instantiation: those of the gemv pairs compiled in.
+#define AMK_STREAM_W_F32 (AMK_GEMV_F32_F32 || AMK_GEMV_F32_F16 || AMK_GEMV_F32_BF16)
+#define AMK_STREAM_W_F16 (AMK_GEMV_F16_F32 || AMK_GEMV_F16_F16 || AMK_GEMV_F16_BF16)
+#define AMK_STREAM_W_BF16 (AMK_GEMV_BF16_F32 || AMK_GEMV_BF16_F16 || AMK_GEMV_BF16_BF16)
+#define AMK_STREAM_X_F32 (AMK_GEMV_F32_F32 || AMK_GEMV_F16_F32 || AMK_GEMV_BF16_F32)
+#define AMK_STREAM_X_F16 (AMK_GEMV_F32_F16 || AMK_GEMV_F16_F16 || AMK_GEMV_BF16_F16)
+#define AMK_STREAM_X_BF16 (AMK_GEMV_F32_BF16 || AMK_GEMV_F16_BF16 || AMK_GEMV_BF16_BF16)
 
-// Dynamic shared memory: [full bars | empty bars] (128-byte aligned), row sums, x, the slots.
-// The host sizes it the same way (src/cuda/executor.cpp).
+// Dynamic shared memory: the full mbarriers (16 bytes reserved a slot, 128-byte aligned), row
+// sums, x, the slots. The host sizes it the same way (src/cuda/codegen.cpp, stream_smem_bytes).
 __device__ __forceinline__ uint32_t amk_stream_bars_bytes(uint32_t slots) {
   return (16 * slots + 127) / 128 * 128;
 }
 
-// Where a walk over an entry's tiles stands: tile `it` is matrix `mat` (0: w, 1: w2), first row
-// `r`, chunk `c` of that row (0 when tiles hold whole rows). Advanced without divisions.
-struct amk_tile_pos {
-  uint32_t it, mat, r, c;
+// Tile t of an entry (t < tiles: w's, then w2's): its first row, rows, and the byte offset and
+// length of its part of each row (a whole row unless rows are longer than a slot).
+struct amk_tile_geom {
+  uint32_t mat, r0, nr, off, bytes;  // bytes: of one row's part
 };
-__device__ __forceinline__ void amk_tile_next(amk_tile_pos& p, const amk_stream_entry_t& e) {
-  ++p.it;
+__device__ __forceinline__ amk_tile_geom amk_tile_at(const amk_stream_entry_t& e, uint32_t t) {
+  amk_tile_geom g;
+  g.mat = t >= e.tiles ? 1u : 0u;
+  const uint32_t tt = t - g.mat * e.tiles;
   if (e.chunks_per_row == 1) {
-    p.r += e.rows_per_tile;
-  } else if (++p.c == e.chunks_per_row) {
-    p.c = 0;
-    ++p.r;
+    g.r0 = tt * e.rows_per_tile;
+    g.nr = min(e.rows_per_tile, e.rows - g.r0);
+    g.off = 0;
+    g.bytes = e.row_bytes;
+  } else {
+    g.r0 = tt / e.chunks_per_row;
+    g.nr = 1;
+    g.off = (tt - g.r0 * e.chunks_per_row) * e.chunk_bytes;
+    g.bytes = min(e.chunk_bytes, e.row_bytes - g.off);
   }
-  if (p.r >= e.rows) {
-    p.r = 0;
-    ++p.mat;
-  }
+  return g;
 }
 
-// A warp's issue cursor: each warp copies its share of every tile, in order.
+// Consumer warps: slot s belongs to warp s % kAmkStreamWarps, a divisor of the slot count, so
+// warp w owns the tiles seq = w (mod kAmkStreamWarps). A warp with one slot cannot read a tile
+// while its next one lands, so by default each owns two or more: the largest divisor of the
+// slots that is at most half of them and at most the block's warps (AMK_STREAM_WARPS asks for
+// another bound).
+#ifndef AMK_STREAM_WARPS
+#define AMK_STREAM_WARPS (AMK_STREAM_SLOTS / 2)
+#endif
+__host__ __device__ constexpr uint32_t amk_stream_warps(uint32_t slots, uint32_t want, uint32_t warps) {
+  uint32_t d = want < warps ? want : warps;
+  if (d > slots) d = slots;
+  while (d > 1 && slots % d != 0) --d;
+  return d < 1 ? 1u : d;
+}
+constexpr uint32_t kAmkStreamWarps = amk_stream_warps(kAmkSlots, AMK_STREAM_WARPS, kAmkWarps);
+static_assert(kAmkSlots % kAmkStreamWarps == 0, "stream warps divide the slots");
+
+// The warp that owns (issues and reads) ring tile `seq`.
+__device__ __forceinline__ uint32_t amk_stream_owner(uint32_t seq) { return seq % kAmkStreamWarps; }
+
+// A warp's issue cursor (its lane 0 reads and writes it): its next tile to issue is ring tile
+// `seq`, tile `t` of entry `ie`; own tiles below `consumed` have been read.
 struct amk_stream_issue {
-  uint32_t ie;         // entry being issued (absolute)
-  uint32_t issued;     // tiles issued so far
+  uint32_t ie;         // entry of the walk (absolute); total when every tile is issued
+  uint32_t seq;        // ring sequence number of the next own tile
+  uint32_t t;          // its tile in entry ie (w's, then w2's)
   uint32_t cur_tiles;  // tiles of entry ie over both matrices
-  uint32_t pad;
-  amk_tile_pos pos;    // next tile of entry ie
+  uint32_t consumed;   // own tiles below this sequence number have been read
+  uint32_t pad[3];
   amk_stream_entry_t cur;
 };
 
 // The ring, in static shared memory: constants set once (thread 0, before the VM's first
-// barrier), and one issue cursor per warp (its lane 0 writes it).
+// barrier), and one issue cursor per warp.
 struct amk_stream_ring {
   const amk_stream_entry_t* entries;  // this queue's
   uint32_t n;                         // entries per pass
   uint32_t total;                     // n * passes
   uint32_t len;                       // queue length (steps per pass)
-  uint32_t bars;                      // shared address of full[0]; empty[s] at bars + 8 (S + s)
+  uint32_t bars;                      // shared address of full[0]; full[s] at bars + 8 s
   uint32_t slot0;                     // shared address of slot 0
   float* acc;                         // kAmkStreamAccFloats row sums, zero between instructions
   float* xs;                          // AMK_STREAM_X_FLOATS: the running gemv's x (times norm)
@@ -115,7 +142,7 @@ __shared__ amk_stream_ring amk_ring;
 struct amk_stream_cursor {
   uint32_t ce;         // next entry to consume (absolute)
   uint32_t next_step;  // its absolute step, kAmkStreamNone when none is left
-  uint32_t consumed;   // tiles consumed so far
+  uint32_t consumed;   // tiles consumed so far (the ring sequence number of ce's first tile)
 };
 
 __device__ __forceinline__ const amk_stream_entry_t* amk_stream_entry(uint32_t e) {
@@ -131,96 +158,64 @@ __device__ __forceinline__ uint32_t amk_stream_mats(const amk_stream_entry_t& e)
   return e.w2_buffer != AMK_NO_BUFFER ? 2u : 1u;
 }
 
-// One 16-byte asynchronous copy global -> shared that skips L1 (marked L2 evict-first).
-__device__ __forceinline__ void amk_cp_async16(uint32_t dst, uint64_t src, uint64_t policy) {
+// One bulk copy global -> shared of `bytes` (a multiple of 16, both ends 16-byte aligned) that
+// completes `bytes` of the transaction of the mbarrier at `bar` (marked L2 evict-first).
+__device__ __forceinline__ void amk_bulk_copy(uint32_t dst, uint64_t src, uint32_t bytes,
+                                              uint32_t bar, uint64_t policy) {
 #if AMK_STREAM_EVICT_FIRST
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
-               "l"(policy)
-               : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
+      "[%0], [%1], %2, [%3], %4;" ::"r"(dst),
+      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
+      : "memory");
 #else
   (void)policy;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 #endif
 }
 
-// Whole warp: copies this warp's share of tiles in order. Tiles before `need` are issued even if
-// that means waiting for their slot; after those, only while slots are already free (never
-// waiting: this warp may be one still reading the slot). False if the block is stopping.
-// (A first version had one thread issue one 16 KiB cp.async.bulk per tile; with its other
-// costs it measured no faster, see the README's performance notes.)
-__device__ __noinline__ bool amk_stream_pump(uint32_t need) {
-  const uint32_t warp = threadIdx.x / kAmkWarpSize;
-  const uint32_t lane = threadIdx.x % kAmkWarpSize;
-  amk_stream_issue& w = amk_ring.warp[warp];
-  const uint32_t total = amk_ring.total, bars = amk_ring.bars, slot0 = amk_ring.slot0;
-  uint32_t ie = w.ie, issued = w.issued;
-  amk_tile_pos pos = w.pos;
+// Moves a warp's cursor `k` tiles on (across entries; ie == total past the last tile).
+__device__ __forceinline__ void amk_stream_advance(amk_stream_issue& w, uint32_t k) {
+  w.seq += k;
+  uint32_t t = w.t + k;
+  while (t >= w.cur_tiles) {
+    t -= w.cur_tiles;
+    if (++w.ie >= amk_ring.total) break;
+    w.cur = *amk_stream_entry(w.ie);
+    w.cur_tiles = w.cur.tiles * amk_stream_mats(w.cur);
+  }
+  w.t = t;
+}
+
+// Lane 0 of a consumer warp: issues this warp's tiles in ring order while their slots are free
+// (the owner read the slot's previous tile). Never waits.
+__device__ __noinline__ void amk_stream_pump() {
+  amk_stream_issue& w = amk_ring.warp[threadIdx.x / kAmkWarpSize];
+  const uint32_t limit = w.consumed + kAmkSlots;
   uint64_t policy = 0;
 #if AMK_STREAM_EVICT_FIRST
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
-  bool ok = true;
-  while (ie < total) {
-    const uint32_t slot = issued % kAmkSlots;
-    const uint32_t use = issued / kAmkSlots;
-    if (use > 0) {
-      const uint32_t empty = bars + 8 * (kAmkSlots + slot);
-      const uint32_t parity = (use - 1) & 1u;
-      // Every lane observes the slot's release before its copies overwrite it.
-      bool free;
-      if (issued < need) {
-        while (!(free = amk_mbar_try_wait(empty, parity)))
-          if (*static_cast<volatile uint32_t*>(&amk_state.stop) != 0) break;
-      } else {
-        free = amk_mbar_test_wait(empty, parity);
-      }
-      if (!__all_sync(kAmkFullMask, free)) {
-        ok = issued >= need;
-        break;
-      }
-    }
+  // The warp's reads of a slot it refills are ordered before this lane by the caller's
+  // __syncwarp (they completed: their values fed the row sums); as in the usual TMA pipelines, no
+  // proxy fence between those reads and the copy engine's writes.
+  while (w.ie < amk_ring.total && w.seq < limit) {  // else: the slot holds an unread tile
     const amk_stream_entry_t& e = w.cur;
-    uint64_t src = (pos.mat != 0 ? e.w2 : e.w) + static_cast<uint64_t>(pos.r) * e.row_bytes;
-    uint32_t bytes;
-    if (e.chunks_per_row == 1) {
-      bytes = min(e.rows_per_tile, e.rows - pos.r) * e.row_bytes;
-    } else {
-      const uint32_t off = pos.c * e.chunk_bytes;
-      src += off;
-      bytes = min(e.chunk_bytes, e.row_bytes - off);
-    }
-    // This warp's share: vectors [lo, hi) of the tile.
-    const uint32_t vecs = bytes / kAmkVectorBytes;
-    const uint32_t lo = vecs * warp / kAmkWarps, hi = vecs * (warp + 1) / kAmkWarps;
-    const uint32_t dst = slot0 + slot * AMK_STREAM_SLOT_BYTES;
-    for (uint32_t v = lo + lane; v < hi; v += kAmkWarpSize)
-      amk_cp_async16(dst + v * kAmkVectorBytes, src + static_cast<uint64_t>(v) * kAmkVectorBytes,
-                     policy);
-    // full[slot] gets this thread's arrival once its copies (all before this point) landed.
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bars + 8 * slot)
-                 : "memory");
-    ++issued;
-    amk_tile_next(pos, e);
-    if (pos.it == w.cur_tiles) {
-      pos = amk_tile_pos{0, 0, 0, 0};
-      if (++ie < total) {
-        __syncwarp();
-        if (lane == 0) {
-          w.cur = *amk_stream_entry(ie);
-          w.cur_tiles = w.cur.tiles * amk_stream_mats(w.cur);
-        }
-        __syncwarp();
-      }
-    }
+    const amk_tile_geom g = amk_tile_at(e, w.t);
+    const uint64_t src = (g.mat != 0 ? e.w2 : e.w) + static_cast<uint64_t>(g.r0) * e.row_bytes + g.off;
+    const uint32_t bytes = g.nr * g.bytes;  // whole rows are contiguous; a chunk is one piece
+    const uint32_t slot = w.seq % kAmkSlots;
+    const uint32_t bar = amk_ring.bars + 8 * slot;
+    const uint32_t dst = amk_ring.slot0 + slot * AMK_STREAM_SLOT_BYTES;
+    // One bulk copy a tile: splitting it in 4 measured no faster (8 x 4096^2: 95.6 vs 93.6 us).
+    amk_mbar_expect_tx(bar, bytes);
+    amk_bulk_copy(dst, src, bytes, bar, policy);
+    amk_stream_advance(w, kAmkStreamWarps);
   }
-  __syncwarp();
-  if (lane == 0) {
-    w.ie = ie;
-    w.issued = issued;
-    w.pos = pos;
-  }
-  __syncwarp();
-  return ok;
 }
 
 // Sets up the ring; the VM's first barrier follows. Returns the consumer's cursor.
@@ -249,11 +244,23 @@ __device__ __forceinline__ amk_stream_cursor amk_stream_init(const amk_device_pr
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   if (threadIdx.x % kAmkWarpSize == 0) {
     amk_stream_issue& w = amk_ring.warp[warp];
-    w.ie = 0;
-    w.issued = 0;
-    w.pos = amk_tile_pos{0, 0, 0, 0};
-    w.cur = prog.stream_entries[first];
+    // The warp's first own tile is ring tile `warp` (amk_ring is not set up yet: local walk).
+    const amk_stream_entry_t* entries = prog.stream_entries + first;
+    const uint32_t total = warp < kAmkStreamWarps ? n * passes : 0;
+    uint32_t ie = 0, t = warp;
+    w.cur = entries[0];
     w.cur_tiles = w.cur.tiles * amk_stream_mats(w.cur);
+    while (ie < total && t >= w.cur_tiles) {
+      t -= w.cur_tiles;
+      if (++ie < total) {
+        w.cur = entries[ie % n];
+        w.cur_tiles = w.cur.tiles * amk_stream_mats(w.cur);
+      }
+    }
+    w.ie = warp < kAmkStreamWarps ? ie : n * passes;
+    w.seq = warp;
+    w.t = t;
+    w.consumed = 0;
   }
   if (threadIdx.x == 0) {
     amk_stream_ring& r = amk_ring;
@@ -265,39 +272,61 @@ __device__ __forceinline__ amk_stream_cursor amk_stream_init(const amk_device_pr
     r.acc = acc;
     r.xs = acc + kAmkStreamAccFloats;
     r.slot0 = amk_smem_addr(acc + kAmkStreamAccFloats) + kAmkStreamXBytes;
-    for (uint32_t i = 0; i < slots; ++i) {
-      amk_mbar_init(r.bars + 8 * i, AMK_BLOCK_THREADS);  // one cp.async arrival per thread
-      amk_mbar_init(r.bars + 8 * (slots + i), kAmkWarps);
-    }
+    for (uint32_t i = 0; i < slots; ++i) amk_mbar_init(r.bars + 8 * i, 1);  // the owner's arrival
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   c.next_step = amk_ldg_nc(&prog.stream_entries[first].step);
   return c;
 }
 
-// Every warp tops the ring up without waiting (each step with work, before its waits).
+// Every consumer warp tops its slots up without waiting (each step with work, before its waits).
+// The ring's constants and cursors are set before the VM's first barrier.
 __device__ __forceinline__ void amk_stream_top_up() {
-  if (amk_ring.total != 0 && amk_ring.warp[threadIdx.x / kAmkWarpSize].ie < amk_ring.total)
-    amk_stream_pump(0);
+  if (amk_ring.total != 0 && threadIdx.x % kAmkWarpSize == 0 &&
+      threadIdx.x / kAmkWarpSize < kAmkStreamWarps)
+    amk_stream_pump();
 }
 
-// Before a block that stopped early exits: its copies still landing in its memory.
+// Before a block that stopped early exits: each owner waits for the copies still landing in its
+// slots (issued, not yet read: its tiles in [consumed, seq), at most one per slot). Bounded: a
+// copy of verified weights lands within microseconds.
 __device__ __forceinline__ void amk_stream_drain() {
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  if (amk_ring.total == 0 || threadIdx.x % kAmkWarpSize != 0) return;
+  const uint32_t warp = threadIdx.x / kAmkWarpSize;
+  if (warp >= kAmkStreamWarps) return;
+  const amk_stream_issue& w = amk_ring.warp[warp];
+  const uint64_t give_up = amk_globaltimer() + 100000000ull;  // 100 ms
+  for (uint32_t seq = w.consumed; seq < w.seq; ++seq) {
+    if (amk_stream_owner(seq) != warp) continue;
+    const uint32_t bar = amk_ring.bars + 8 * (seq % kAmkSlots);
+    while (!amk_mbar_try_wait(bar, (seq / kAmkSlots) & 1u) && amk_globaltimer() < give_up) {
+    }
+  }
 }
 
-// x' = x * norm (or x) as f32 in the ring's x region, and with a norm the rmsnorm scale
-// 1 / sqrt(mean(x^2) + eps), as amk_op_rmsnorm computes it (1 without). Every thread; ends with
-// a barrier. x is read once per instruction here instead of once per tile from L1: measured on
-// the H200, the tile loop reading x from global memory took ~2200 cycles a 16 KiB tile.
+// Where x element i lives in the ring's x region. For 16-bit weights (8 per 16-byte vector) x
+// is split in two planes of k / 2 floats: elements 8v..8v+3 at plane 0 [4v, 4v + 4), 8v+4..8v+7
+// at plane 1, so the 32 lanes reading vector v = lane + 32 j read 512 contiguous bytes of each
+// plane (no bank conflicts; interleaved, lanes 32 bytes apart conflict two-way). k is a multiple
+// of 8 then (rows are multiples of 16 bytes).
+__device__ __forceinline__ uint32_t amk_xs_index(uint32_t i, uint32_t half, bool split) {
+  return split ? ((i & 4u) != 0 ? half : 0u) + (i >> 3) * 4 + (i & 3u) : i;
+}
+
+// x' = x * norm (or x) as f32 in the ring's x region (split in planes for 16-bit weights), and
+// with a norm the rmsnorm scale 1 / sqrt(mean(x^2) + eps), as amk_op_rmsnorm computes it (1
+// without). Every thread; ends with a barrier. x is read once per instruction here instead of
+// once per tile from L1: measured on the H200, the tile loop reading x from global memory took
+// ~2200 cycles a 16 KiB tile.
 template <uint32_t X>
 __device__ __noinline__ float amk_stream_stage_x(const amk_view x, const amk_view norm,
-                                                 float eps) {
+                                                 float eps, bool split) {
   typedef amk_ftype<X> TX;
   constexpr uint32_t kPer = TX::per_vec;
   constexpr uint32_t kUnroll = 4;
   const uint32_t k = x.n;
   const uint32_t vecs = k / kPer;
+  const uint32_t half = k / 2;
   float* xs = amk_ring.xs;
   float ss = 0.0f;
   for (uint32_t base = threadIdx.x; base < vecs; base += kUnroll * AMK_BLOCK_THREADS) {
@@ -324,14 +353,15 @@ __device__ __noinline__ float amk_stream_stage_x(const amk_view x, const amk_vie
         }
 #pragma unroll
         for (uint32_t q = 0; q < kPer; q += 4)
-          *reinterpret_cast<float4*>(xs + i * kPer + q) = make_float4(f[q], f[q + 1], f[q + 2], f[q + 3]);
+          *reinterpret_cast<float4*>(xs + amk_xs_index(i * kPer + q, half, split)) =
+              make_float4(f[q], f[q + 1], f[q + 2], f[q + 3]);
       }
     }
   }
   for (uint32_t i = vecs * kPer + threadIdx.x; i < k; i += AMK_BLOCK_THREADS) {  // tail
     const float f = amk_load_f32(x, i);
     ss = fmaf(f, f, ss);
-    xs[i] = norm.present() ? f * amk_load_f32(norm, i) : f;
+    xs[amk_xs_index(i, half, split)] = norm.present() ? f * amk_load_f32(norm, i) : f;
   }
   if (norm.present()) {
     ss = amk_warp_sum(ss);
@@ -345,93 +375,107 @@ __device__ __noinline__ float amk_stream_stage_x(const amk_view x, const amk_vie
   return 1.0f / sqrtf(total / static_cast<float>(k) + eps);
 }
 
-// One warp's share of the tile at `pos` of entry e (in `tile`): partial row sums into the ring's
-// row sums.
-template <uint32_t W>
-__device__ __forceinline__ void amk_stream_tile(const amk_stream_entry_t& e,
-                                                const amk_tile_pos& pos, uint32_t tile_s) {
+// Rows [j, j + kRows) of a tile held by one warp: dot products of the tile's vectors [0, wv)
+// with x from xs_s (16 bytes a vector; for 16-bit weights the second half of each vector's x one
+// plane further); lane 0 adds them to the row sums at acc_s. kRows = 2 reads x once for both.
+template <uint32_t W, uint32_t kRows>
+__device__ __forceinline__ void amk_stream_rows(uint32_t trow, uint32_t wv, uint32_t xs_s,
+                                                uint32_t plane, uint32_t acc_s) {
   typedef amk_ftype<W> TW;
   constexpr uint32_t kPer = TW::per_vec;
-  const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
-  uint32_t nr, c0v, wv;
-  if (e.chunks_per_row == 1) {
-    nr = min(e.rows_per_tile, e.rows - pos.r);
-    c0v = 0;
-    wv = e.row_bytes / kAmkVectorBytes;
-  } else {
-    nr = 1;
-    const uint32_t off = pos.c * e.chunk_bytes;
-    c0v = off / kAmkVectorBytes;
-    wv = min(e.chunk_bytes, e.row_bytes - off) / kAmkVectorBytes;
-  }
-  // This warp's rows j, j + jstep, ... below nr, vectors [v0, v1) of each. With fewer rows
-  // than warps, each row is split into `parts` (a power of two: 8 / nr rounded down to one).
-  uint32_t j = warp, jstep = kAmkWarps, v0 = 0, v1 = wv;
-  if (nr < kAmkWarps) {
-    const uint32_t shift = nr == 1 ? 3u : nr < 4 ? (nr == 2 ? 2u : 1u) : nr < 8 ? (nr == 4 ? 1u : 0u) : 0u;
-    const uint32_t parts = 1u << shift;
-    j = warp >> shift;
-    jstep = kAmkWarps;  // one row at most
-    const uint32_t part = warp & (parts - 1);
-    v0 = (wv * part) >> shift;
-    v1 = (wv * (part + 1)) >> shift;
-  }
-  // Shared-window addresses: explicit ld.shared.v4 and red.shared (a generic pointer to
-  // amk_vec16 compiled to four 32-bit generic loads).
-  const uint32_t acc_s =
-      amk_smem_addr(amk_ring.acc) + 4 * (pos.mat * AMK_STREAM_MAX_ROWS + pos.r);
-  const uint32_t xs_s = amk_smem_addr(amk_ring.xs) + 4 * c0v * kPer;
-  for (; j < nr; j += jstep) {
-    const uint32_t trow = tile_s + j * wv * kAmkVectorBytes;
-    float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll 4
-    for (uint32_t v = v0 + lane; v < v1; v += kAmkWarpSize) {
+  const uint32_t row_s = wv * kAmkVectorBytes;
+  float a[kRows][2];
+#pragma unroll
+  for (uint32_t q = 0; q < kRows; ++q) a[q][0] = a[q][1] = 0.0f;
+#pragma unroll 2
+  for (uint32_t v = lane; v < wv; v += kAmkWarpSize) {
+    // Explicit ld.shared.v4: a generic pointer to amk_vec16 compiled to four 32-bit loads.
+    float wf[kRows][kPer];
+#pragma unroll
+    for (uint32_t q = 0; q < kRows; ++q) {
       amk_vec16 wvec;
       asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
                    : "=r"(wvec.w[0]), "=r"(wvec.w[1]), "=r"(wvec.w[2]), "=r"(wvec.w[3])
-                   : "r"(trow + v * kAmkVectorBytes));
-      float wf[kPer];
-      TW::unpack(wvec, wf);
+                   : "r"(trow + q * row_s + v * kAmkVectorBytes));
+      TW::unpack(wvec, wf[q]);
+    }
 #pragma unroll
-      for (uint32_t q = 0; q < kPer; q += 4) {
-        float x0, x1, x2, x3;
-        asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                     : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3)
-                     : "r"(xs_s + 4 * (v * kPer + q)));
-        a0 = fmaf(wf[q], x0, a0);
-        a1 = fmaf(wf[q + 1], x1, a1);
-        a0 = fmaf(wf[q + 2], x2, a0);
-        a1 = fmaf(wf[q + 3], x3, a1);
+    for (uint32_t e = 0; e < kPer; e += 4) {
+      float x0, x1, x2, x3;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3)
+                   : "r"(xs_s + v * kAmkVectorBytes + (e / 4) * plane));
+#pragma unroll
+      for (uint32_t q = 0; q < kRows; ++q) {
+        a[q][0] = fmaf(wf[q][e], x0, a[q][0]);
+        a[q][1] = fmaf(wf[q][e + 1], x1, a[q][1]);
+        a[q][0] = fmaf(wf[q][e + 2], x2, a[q][0]);
+        a[q][1] = fmaf(wf[q][e + 3], x3, a[q][1]);
       }
     }
-    const float sum = amk_warp_sum(a0 + a1);
-    if (lane == 0) asm volatile("red.shared.add.f32 [%0], %1;" ::"r"(acc_s + 4 * j), "f"(sum) : "memory");
+  }
+  float sum[kRows];
+#pragma unroll
+  for (uint32_t q = 0; q < kRows; ++q) sum[q] = a[q][0] + a[q][1];
+#pragma unroll
+  for (uint32_t off = kAmkWarpSize / 2; off > 0; off /= 2) {
+#pragma unroll
+    for (uint32_t q = 0; q < kRows; ++q) sum[q] += __shfl_xor_sync(kAmkFullMask, sum[q], off);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (uint32_t q = 0; q < kRows; ++q)
+      asm volatile("red.shared.add.f32 [%0], %1;" ::"r"(acc_s + 4 * q), "f"(sum[q]) : "memory");
   }
 }
 
-// Every tile of entry `ce`, starting at ring sequence `seq0`. False when the block must stop.
+// Tile t of entry e (in the slot at tile_s), read by one warp: partial row sums into the ring's
+// row sums.
+template <uint32_t W>
+__device__ __forceinline__ void amk_stream_tile(const amk_stream_entry_t& e, uint32_t t,
+                                                uint32_t tile_s) {
+  static_assert(amk_ftype<W>::per_vec == 4 || amk_ftype<W>::per_vec == 8, "x layout");
+  const amk_tile_geom g = amk_tile_at(e, t);
+  const uint32_t wv = g.bytes / kAmkVectorBytes;
+  const uint32_t acc_s = amk_smem_addr(amk_ring.acc) + 4 * (g.mat * AMK_STREAM_MAX_ROWS + g.r0);
+  const uint32_t xs_s = amk_smem_addr(amk_ring.xs) + g.off;  // 16 bytes a vector, each plane
+  const uint32_t plane = 2 * (e.row_bytes / amk_dtype_size(W));  // k / 2 floats
+  uint32_t j = 0;
+  for (; j + 2 <= g.nr; j += 2)
+    amk_stream_rows<W, 2>(tile_s + j * g.bytes, wv, xs_s, plane, acc_s + 4 * j);
+  if (j < g.nr) amk_stream_rows<W, 1>(tile_s + j * g.bytes, wv, xs_s, plane, acc_s + 4 * j);
+}
+
+// This warp's tiles of entry `ce`, whose first tile is ring sequence `seq0`. False when the block
+// must stop.
 template <uint32_t W>
 __device__ __noinline__ bool amk_stream_gemv_tiles(const amk_device_program_t& prog,
                                                    const amk_instruction_t& ins, uint32_t ce,
                                                    uint32_t seq0) {
+  const uint32_t warp = threadIdx.x / kAmkWarpSize;
+  if (warp >= kAmkStreamWarps) return true;
+  const bool lead = threadIdx.x % kAmkWarpSize == 0;
   const amk_stream_entry_t e = *amk_stream_entry(ce);
   const uint32_t n = e.tiles * amk_stream_mats(e);
-  const uint32_t bars = amk_ring.bars, slot0 = amk_ring.slot0;
-  amk_tile_pos pos{0, 0, 0, 0};
-  for (uint32_t t = 0; t < n; ++t) {
+  // This warp's tiles: seq0 + t = warp (mod kAmkStreamWarps). Each was issued by the pump that
+  // followed the read of this warp's previous tile (or by a top-up before this step).
+  for (uint32_t t = (warp + kAmkStreamWarps - seq0 % kAmkStreamWarps) % kAmkStreamWarps; t < n;
+       t += kAmkStreamWarps) {
     const uint32_t seq = seq0 + t;
-    if (!amk_stream_pump(seq + 1)) return false;
     const uint32_t slot = seq % kAmkSlots;
     // Every lane observes the phase (that makes the copied bytes visible to it); the warp
     // leaves together if any lane saw the block stop.
-    if (!__all_sync(kAmkFullMask,
-                    amk_mbar_wait(prog, ins, bars + 8 * slot, (seq / kAmkSlots) & 1u, t)))
+    if (!__all_sync(kAmkFullMask, amk_mbar_wait(prog, ins, amk_ring.bars + 8 * slot,
+                                                (seq / kAmkSlots) & 1u, t)))
       return false;
-    amk_stream_tile<W>(e, pos, slot0 + slot * AMK_STREAM_SLOT_BYTES);
+    amk_stream_tile<W>(e, t, amk_ring.slot0 + slot * AMK_STREAM_SLOT_BYTES);
     __syncwarp();
-    if (threadIdx.x % kAmkWarpSize == 0) amk_mbar_arrive(bars + 8 * (kAmkSlots + slot));
-    amk_tile_next(pos, e);
+    if (lead) {
+      amk_ring.warp[warp].consumed = seq + 1;
+      amk_stream_pump();  // the slot just read takes this warp's next tile
+    }
+    __syncwarp();
   }
   return true;
 }
@@ -445,20 +489,39 @@ __device__ __forceinline__ bool amk_stream_gemv(const amk_device_program_t& prog
   const amk_view x = amk_operand(ins, 1);
   const amk_view norm = amk_operand(ins, 4);
   const float eps = norm.present() ? __uint_as_float(ins.params[0]) : 0.0f;
+  // Only the dtypes of the program's gemvs are compiled in (every streamed gemv is one of them:
+  // the generated source lists them all), as each instantiation costs the VM registers.
+  const bool split = amk_dtype_size(w.dtype) == 2;  // 16-bit weights: x in two planes
   float inv_rms = 1.0f;
-  if (x.dtype == AMK_DTYPE_F32)
-    inv_rms = amk_stream_stage_x<AMK_DTYPE_F32>(x, norm, eps);
-  else if (x.dtype == AMK_DTYPE_BF16)
-    inv_rms = amk_stream_stage_x<AMK_DTYPE_BF16>(x, norm, eps);
-  else
-    inv_rms = amk_stream_stage_x<AMK_DTYPE_F16>(x, norm, eps);
-  bool ok;
-  if (w.dtype == AMK_DTYPE_BF16)
+  bool ok = false, ran = false;
+#if AMK_STREAM_X_F32
+  if (x.dtype == AMK_DTYPE_F32) inv_rms = amk_stream_stage_x<AMK_DTYPE_F32>(x, norm, eps, split);
+#endif
+#if AMK_STREAM_X_BF16
+  if (x.dtype == AMK_DTYPE_BF16) inv_rms = amk_stream_stage_x<AMK_DTYPE_BF16>(x, norm, eps, split);
+#endif
+#if AMK_STREAM_X_F16
+  if (x.dtype == AMK_DTYPE_F16) inv_rms = amk_stream_stage_x<AMK_DTYPE_F16>(x, norm, eps, split);
+#endif
+#if AMK_STREAM_W_BF16
+  if (w.dtype == AMK_DTYPE_BF16) {
     ok = amk_stream_gemv_tiles<AMK_DTYPE_BF16>(prog, ins, c.ce, c.consumed);
-  else if (w.dtype == AMK_DTYPE_F16)
+    ran = true;
+  }
+#endif
+#if AMK_STREAM_W_F16
+  if (w.dtype == AMK_DTYPE_F16) {
     ok = amk_stream_gemv_tiles<AMK_DTYPE_F16>(prog, ins, c.ce, c.consumed);
-  else
+    ran = true;
+  }
+#endif
+#if AMK_STREAM_W_F32
+  if (w.dtype == AMK_DTYPE_F32) {
     ok = amk_stream_gemv_tiles<AMK_DTYPE_F32>(prog, ins, c.ce, c.consumed);
+    ran = true;
+  }
+#endif
+  if (!ran && threadIdx.x == 0) amk_fail_operand(prog, ins, 0);  // not reached: see above
   const amk_stream_entry_t* e = amk_stream_entry(c.ce);
   const uint32_t rows = amk_ldg_nc(&e->rows);
   const bool glu = amk_ldg_nc(&e->w2_buffer) != AMK_NO_BUFFER;

@@ -102,10 +102,18 @@ for bt in 128 512; do
   rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
 done
-# The weight streams are off by default (measured slower); their path stays checked.
-AMK_VM_TUNING=AMK_STREAM_SLOTS=12 $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check >"$out/run_gemv_stream_on.log" 2>&1
-rc=$?; row "gemv_stream, streams on, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-[ $rc = 0 ] || tail -5 "$out/run_gemv_stream_on.log"
+# The weight streams are off by default (measured slower on the Llama step); their path stays
+# checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
+# is turned off with a warning, which fails the row) and with one slot per consumer warp.
+for tn in AMK_STREAM_SLOTS=8 AMK_STREAM_SLOTS=4,AMK_STREAM_WARPS=4; do
+  AMK_VM_TUNING=$tn $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check >"$out/run_gemv_stream_on.log" 2>&1
+  rc=$?; grep -q "weight streams off" "$out/run_gemv_stream_on.log" && rc=off
+  row "gemv_stream, $tn, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_gemv_stream_on.log"
+done
+AMK_VM_TUNING=AMK_STREAM_SLOTS=8 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_streams.log" 2>&1
+rc=$?; row "llama tiny, weight streams on, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+[ $rc = 0 ] || tail -3 "$out/check_llama_streams.log"
 $amk inspect --attributes samples/mlp_block.json 2>&1 | tail -4
 $amk inspect --attributes tests/gpu/programs/cluster.json 2>&1 | tail -3
 

@@ -327,15 +327,20 @@ void run_gemv(const Context& c) {
 }
 
 void run_argmax(const Context& c) {
-  const View x = c.operand(0), idx = c.operand(1);
+  const View x = c.operand(0), idx = c.operand(1), value = c.operand(2), map = c.operand(3);
   const uint64_t rows = idx.extent;
   c.require(rows > 0 && x.extent % rows == 0 && x.extent / rows > 0,
             "extent(x) " + n(x.extent) + " must be a positive multiple of extent(index) " + n(rows));
+  c.require(!value.present || value.extent == rows,
+            "extent(value) " + n(value.extent) + " != extent(index) " + n(rows));
+  c.require(!map.present || map.extent == x.extent,
+            "extent(index_map) " + n(map.extent) + " != extent(x) " + n(x.extent));
   const uint64_t cols = x.extent / rows;
+  const double base = static_cast<double>(c.param_word(0));
   for (uint64_t r = 0; r < rows; ++r) {
-    // First index of the maximum; NaN is skipped (an all-NaN row gives 0).
+    // First index of the maximum; NaN is skipped (an all-NaN row gives 0, value NaN).
     uint64_t best = 0;
-    float best_v = 0.0f;
+    float best_v = std::numeric_limits<float>::quiet_NaN();
     bool found = false;
     for (uint64_t j = 0; j < cols; ++j) {
       const float v = load_f(x, r * cols + j);
@@ -346,7 +351,10 @@ void run_argmax(const Context& c) {
         found = true;
       }
     }
-    store_element(idx.base, idx.dtype, r, static_cast<double>(best));
+    const double at = map.present ? static_cast<double>(load_index(map, r * cols + best))
+                                  : static_cast<double>(best);
+    store_element(idx.base, idx.dtype, r, base + at);
+    if (value.present) store_f(value, r, best_v);
   }
 }
 

@@ -327,7 +327,6 @@ Program generate_llama(const LlamaOptions& o) {
     return b.buffer("act." + name, DType::f32, {n}, {}, output);
   };
 
-  // Row-range gemv over a weight matrix: one instruction per chunk of rows.
   // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
   // added to y, an rmsnorm weight applied to x inside the gemv, a second matrix making it a GLU
   // (y = silu(w x) * (w2 x)).
@@ -368,6 +367,9 @@ Program generate_llama(const LlamaOptions& o) {
   // silu_mul slices: up to 8, of at least 128 elements.
   const uint64_t silu_slices = std::clamp<uint64_t>(F / 128, 1, 8);
   const uint64_t head_chunk = chunk_rows(V, target);
+  // argmax split: up to 32 slices of at least 128 logits on separate blocks, then one argmax
+  // over their maxima (one block's pass over 128256 logits took 28 us, bound by load latency).
+  const uint64_t argmax_slices = std::clamp<uint64_t>(V / 128, 1, 32);
 
   // ---- embedding ----
   uint32_t x = act("x.0", H);
@@ -597,8 +599,29 @@ Program generate_llama(const LlamaOptions& o) {
           {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
     nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, {}, {{c_xf, 1}}, c_logits);
   }
-  b.add("argmax", "argmax", {{"x", b.whole(logits)}, {"index", b.whole(next)}}, {},
-        {{c_logits, nl}}, {});
+  if (argmax_slices == 1) {
+    b.add("argmax", "argmax", {{"x", b.whole(logits)}, {"index", b.whole(next)}}, {},
+          {{c_logits, nl}}, {});
+  } else {
+    // Slice s writes its first maximum (index in the logits via base = its offset, and value);
+    // the final argmax picks the first largest value and writes the index stored beside it.
+    const uint64_t len = ceil_div(V, argmax_slices);
+    const uint32_t part_v = act("argmax_value", argmax_slices);
+    const uint32_t part_i = b.buffer("act.argmax_index", DType::i32, {argmax_slices}, {}, false);
+    const uint32_t c_part = b.counter("argmax_slices");
+    uint32_t parts = 0;
+    for (uint64_t r0 = 0; r0 < V; r0 += len, ++parts) {
+      const uint64_t nr = std::min(len, V - r0);
+      b.add("argmax." + std::to_string(parts), "argmax",
+            {{"x", slice(logits, r0, nr)},
+             {"index", slice(part_i, parts, 1)},
+             {"value", slice(part_v, parts, 1)}},
+            {{"base", static_cast<double>(r0)}}, {{c_logits, nl}}, {{c_part, 1}});
+    }
+    b.add("argmax", "argmax",
+          {{"x", slice(part_v, 0, parts)}, {"index", b.whole(next)}, {"index_map", slice(part_i, 0, parts)}},
+          {}, {{c_part, parts}}, {});
+  }
 
   if (o.grid) p.queues = b.queues(o.grid);
   return p;

@@ -31,7 +31,10 @@ constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
                                         {"w2", Access::read, kF, true}};
 constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5}};
 constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
-                                          {"index", Access::write, kIndexTypes}};
+                                          {"index", Access::write, kIndexTypes},
+                                          {"value", Access::write, kF, true},
+                                          {"index_map", Access::read, kIndexTypes, true}};
+constexpr ParamSig kArgmaxParams[] = {{"base", ParamType::u32, 0.0}};
 constexpr OperandSig kEmbeddingOperands[] = {
     {"table", Access::read, kF}, {"ids", Access::read, kIndexTypes}, {"y", Access::write, kF}};
 
@@ -86,7 +89,12 @@ constexpr std::array<OpSig, 16> kOps = {{
      "silu(a[r]) * sum_k w2[r, k] * x'[k]; x' = x, or with norm x' = x / sqrt(mean(x^2) + eps) "
      "* norm (rmsnorm fused); rows = extent(w) / extent(x), f32 accumulate",
      kGemvOperands, kGemvParams},
-    {OpId::argmax, "argmax", "index = first position of the maximum of x", kArgmaxOperands, {}},
+    {OpId::argmax, "argmax",
+     "i = first position of the maximum of x (NaN never wins; none: 0); index = base + i, or "
+     "base + index_map[i] with index_map; value = x[i] (NaN when none). A split argmax: slices "
+     "with base = their offset write (index, value) pairs, then one argmax over the values with "
+     "the indices as index_map",
+     kArgmaxOperands, kArgmaxParams},
     {OpId::embedding, "embedding", "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
      kEmbeddingOperands, {}},
     {OpId::rope, "rope",

@@ -275,10 +275,17 @@ private:
       }
       break;
     }
-    case OpId::argmax: // x, index
+    case OpId::argmax: // x, index, value?, index_map?
       if (extent(1) != 1)
         fail("verify.shape", operand_where(1),
              "extent(index) = " + std::to_string(extent(1)) + " must be 1");
+      if (present(2) && extent(2) != 1)
+        fail("verify.shape", operand_where(2),
+             "extent(value) = " + std::to_string(extent(2)) + " must be 1");
+      if (present(3) && extent(3) != extent(0))
+        fail("verify.shape", operand_where(3),
+             "extent(index_map) = " + std::to_string(extent(3)) + " must equal extent(x) = " +
+                 std::to_string(extent(0)));
       break;
     case OpId::embedding: { // table, ids, y
       if (extent(2) % extent(1) != 0)

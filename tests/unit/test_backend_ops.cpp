@@ -248,6 +248,35 @@ TEST_CASE("argmax: first maximum, NaN ignored, per row of extent(x)/extent(index
   for (uint64_t i = 1; i < 1000; ++i)
     if (f.get(big, i) > f.get(big, best)) best = i;
   CHECK(f.get(u, 0) == static_cast<double>(best));
+
+  // Split: each of 8 slices of `big` (125 values) writes (base + its first maximum, the value);
+  // one argmax over the values with the indices as index_map gives the whole argmax.
+  const uint32_t pv = f.add("pv", DType::f32, 8);
+  const uint32_t pi = f.add("pi", DType::i32, 8);
+  for (uint32_t s = 0; s < 8; ++s)
+    f.run(make_ins(id(OpId::argmax), 0, {{big, 125 * s, 125}, {pi, s, 1}, {pv, s, 1}}, {125 * s}));
+  for (uint32_t s = 0; s < 8; ++s) {
+    const double at = f.get(pi, s);
+    CHECK(at >= 125.0 * s);
+    CHECK(at < 125.0 * (s + 1));
+    CHECK(f.get(pv, s) == f.get(big, static_cast<uint64_t>(at)));
+  }
+  const uint32_t w = f.add("w", DType::i64, std::vector<float>{-1});
+  f.run(make_ins(id(OpId::argmax), 0, {{pv, 0, 8}, {w, 0, 1}, OperandSpec{}, {pi, 0, 8}}));
+  CHECK(f.get(w, 0) == static_cast<double>(best));
+  // An all-NaN slice: index base + 0, value NaN, and it never wins the final pick.
+  f.run(make_ins(id(OpId::argmax), 0, {{x, 8, 4}, {pi, 0, 1}, {pv, 0, 1}}, {9}));
+  CHECK(f.get(pi, 0) == 9);
+  CHECK(std::isnan(f.get(pv, 0)));
+  // Ties across slices go to the first one (the smaller index); index = base + index_map[i],
+  // saturated to the index dtype.
+  const uint32_t tv = f.add("tv", DType::f32, std::vector<float>{1, 4, 4, nan});
+  const uint32_t tm = f.add("tm", DType::i32, std::vector<float>{7, 20, 10, 0});
+  f.run(make_ins(id(OpId::argmax), 0, {{tv, 0, 4}, {i32, 0, 1}, OperandSpec{}, {tm, 0, 4}}, {100}));
+  CHECK(f.get(i32, 0) == 120);
+  const uint32_t neg = f.add("neg", DType::i32, std::vector<float>{-5, -5, -5, -5});
+  f.run(make_ins(id(OpId::argmax), 0, {{tv, 0, 4}, {u, 0, 1}, OperandSpec{}, {neg, 0, 4}}, {2}));
+  CHECK(f.get(u, 0) == 0);  // -5 + 2 saturates to u32's 0
 }
 
 TEST_CASE("embedding gathers rows and rejects out-of-range ids") {

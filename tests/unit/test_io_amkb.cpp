@@ -151,7 +151,7 @@ Program rich_program() {
   g.signals = {{1, 1}, {2, 3}, {0, 1}, {2, 0xFFFFFFFFu}};
   ins("gemv_res", op(OpId::gemv),
       {whole(1, 64), whole(0, 16), {14, 4, 4}, {14, 8, 4}, none(), none()}, {f32_bits(1e-5f)});
-  ins("argmax", op(OpId::argmax), {whole(14, 16), whole(15, 1)});
+  ins("argmax", op(OpId::argmax), {whole(14, 16), whole(15, 1), none(), none()}, {0});
   ins("embed", op(OpId::embedding), {whole(1, 64), whole(15, 1), whole(14, 16)});
   ins("custom0", kCustomOpBase + 0, {whole(0, 16), whole(14, 16)}, {0xFFFFFFFFu, f32_bits(1.0f)});
   ins("custom1", kCustomOpBase + 1, {});

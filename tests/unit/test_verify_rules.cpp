@@ -251,11 +251,26 @@ TEST_CASE("shape rules of the built-in ops") {
     CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.count", "/instructions/0/operands");
   }
   SUBCASE("argmax") {
-    CHECK_NOTHROW(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1)}));
-    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(i32, 3, 2)}), "verify.shape",
+    CHECK_NOTHROW(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1), none(), none()}));
+    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(i32, 3, 2), none(), none()}), "verify.shape",
                 "/instructions/0/operands/index");
-    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(h, 3, 1)}), "verify.dtype",
+    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(h, 3, 1), none(), none()}), "verify.dtype",
                 "/instructions/0/operands/index");
+    // The split form: a slice's (index, value), and the final pick through index_map.
+    CHECK_NOTHROW(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1), slice(f, 200, 1), none()}));
+    CHECK_NOTHROW(one("argmax", {slice(f, 0, 8), slice(i32, 3, 1), none(), slice(i32, 8, 8)}));
+    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1), slice(f, 200, 2), none()}),
+                "verify.shape", "/instructions/0/operands/value");
+    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1), slice(i32, 200, 1), none()}),
+                "verify.dtype", "/instructions/0/operands/value");
+    CHECK_ERROR(one("argmax", {slice(f, 0, 8), slice(i32, 3, 1), none(), slice(i32, 8, 7)}),
+                "verify.shape", "/instructions/0/operands/index_map");
+    CHECK_ERROR(one("argmax", {slice(f, 0, 8), slice(i32, 3, 1), none(), slice(f, 8, 8)}),
+                "verify.dtype", "/instructions/0/operands/index_map");
+    // Written before the 2026-11-30 slots existed: two operands are refused in memory (the
+    // readers fill left-out optional slots).
+    CHECK_ERROR(one("argmax", {slice(f, 0, 100), slice(i32, 3, 1)}), "verify.operand.count",
+                "/instructions/0/operands");
   }
   SUBCASE("embedding") {
     // 3 ids, D = 32, table of 10 rows.

@@ -114,7 +114,7 @@ typedef struct alignas(16) amk_diag {
 } amk_diag_t;
 
 // Weight streaming (kernels/amk_stream.cuh; off unless the AMK_STREAM_SLOTS tuning asks for it:
-// measured slower than the plain gemv). A gemv whose weights no instruction writes may load them
+// measured slower than the plain gemv on the Llama step, README). A gemv whose weights no instruction writes may load them
 // before its waits are met: the planner lists such steps per queue, and the block copies their
 // weights tile by tile into a ring of AMK_STREAM_SLOT_BYTES slots in dynamic shared memory, as
 // far ahead as the ring allows. A tile is `rows_per_tile` whole rows (chunks_per_row == 1) or

@@ -40,7 +40,8 @@ struct TmaGemvSpec {
 
 // Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
 // when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv
-// on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=12 turns it on.
+// on the Llama step on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=10
+// turns it on (the ring must fit beside the widest x, else it is off with a warning).
 inline constexpr uint32_t kStreamSlots = 0;
 [[nodiscard]] uint32_t stream_slots_wanted(const CompileOptions& options);
 // Whether vm_source compiles the weight streams in: the plan has some and the tuning wants slots.

@@ -368,4 +368,15 @@ TEST_CASE("weight streams: ring sizing, off by default, the streamed VM compiles
   CHECK(is_elf(out.cubin));
   std::printf("[nvrtc] weight streams: cold compile %.0f ms\n%s", out.compile_ms,
               resource_lines(out.log).c_str());
+  // Consumer warps are rounded down to a divisor of the slots (the kernel static_asserts that a
+  // warp's tiles are every W-th): 3 of 10 slots compiles as 2 warps of 5 slots each.
+  CompileOptions odd = uncached();
+  odd.tuning = {{"AMK_STREAM_SLOTS", 10}, {"AMK_STREAM_WARPS", 3}};
+  const CompileOutput odd_out = compile_vm(program, plan, odd);
+  CHECK(odd_out.ok);
+  if (!odd_out.ok) std::printf("%s\n", odd_out.log.c_str());
+  // 12 slots do not fit beside this program's 64 KiB of x on the H200 (232448 bytes of shared
+  // memory a block, ~20 KiB of them static): scripts/gpu_check.sh runs it with 8.
+  CHECK(stream_slots_fitting(12, 16384, 232448 - 20000) == 0);
+  CHECK(stream_slots_fitting(8, 16384, 232448 - 20000) == 8);
 }

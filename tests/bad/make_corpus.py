@@ -120,6 +120,13 @@ JSON_CASES = [
     ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
     ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
     ("gemv_w2_extent", mutate(setp(["instructions", 0, "operands", "w2"], {"buffer": "w", "offset": 0, "extent": 256 * 32})), P, "verify.shape", "/instructions/0/operands/w2"),
+    ("argmax_index_map_extent", mutate(both(
+        setp(["buffers"], BASE["buffers"] + [{"name": "idx", "dtype": "i32", "shape": [1], "output": True},
+                                             {"name": "map", "dtype": "i32", "shape": [64], "init": {"kind": "random", "seed": 3}}]),
+        setp(["instructions", 1], {"name": "s0", "op": "argmax",
+                                   "operands": {"x": "y", "index": "idx", "index_map": {"buffer": "map", "offset": 0, "extent": 32}},
+                                   "params": {"base": 5}, "waits": [{"counter": "done", "value": 1}]}))),
+     P, "verify.shape", "/instructions/1/operands/index_map"),
     ("wrong_dtype", mutate(both(setp(["buffers", 2, "dtype"], "i32"))), P, "verify.dtype", "/instructions/0/operands/y"),
     ("overlapping_writes", mutate(both(setp(["instructions", 1, "waits"], []),
                                        setp(["instructions", 1, "operands"], {"x": {"buffer": "x", "offset": 0, "extent": 64}, "y": "y"}))),

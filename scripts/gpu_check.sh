@@ -140,6 +140,11 @@ open(sys.argv[1].replace("hang_report.json", "hang_ms"), "w").write(
     f"{t} ms; block {d.get('block')} pos {d.get('queue_position')} {d.get('instruction_name')} have {d.get('have')} need {d.get('need')}")
 PY
 [ -e "$out/hang_out/b.npy" ] && row "hang wrote no outputs" FAIL || row "hang wrote no outputs" pass
+# The same hang with weight copies in flight in the stopped block's ring (amk_stream_drain).
+env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 $amk -q compile --trust-custom-ops $P/hang_stream.json --arch sm_90a >/dev/null 2>&1
+expect hang_with_streams_caught 8 "victim" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 $amk run $P/hang_stream.json --backend cuda --trust-custom-ops -o "$out/hang_stream_out"
+grep -q "weight streams off" "$out/hang_with_streams_caught.log" && row "hang_with_streams: ring on" FAIL
+[ -e "$out/hang_stream_out/y.npy" ] && row "hang_with_streams wrote no outputs" FAIL || row "hang_with_streams wrote no outputs" pass
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
 

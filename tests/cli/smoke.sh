@@ -110,6 +110,10 @@ if [ "$rc" -eq 0 ]; then
   fi
 fi
 expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/tests/gpu/programs/hang.json" --arch sm_90a
+# The weight-stream ring compiles (hang_stream.json's stopped-block drain runs on the GPU in
+# scripts/gpu_check.sh).
+expect_rc 0 "hang_stream compiles with weight streams on" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 \
+  AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_stream.json" --arch sm_90a
 
 # Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.
 if ! "$amk" devices >/dev/null 2>&1; then

@@ -824,3 +824,26 @@ TEST_CASE("files from before gemv grew norm/w2/eps still load, with the new slot
   fix_checksums(b);
   CHECK(code_of(b) == "amkb.instruction");
 }
+
+TEST_CASE("files from before argmax grew value/index_map/base still load, with the new slots defaulted") {
+  const Program p = rich_program();
+  Bytes b = program_to_amkb(p);
+  const uint64_t instr = section_offset(b, kInstr);
+  size_t k = 0;
+  while (k < p.instructions.size() && p.instructions[k].op != op(OpId::argmax)) ++k;
+  REQUIRE(k < p.instructions.size());
+  amk_instruction_t a;
+  std::memcpy(&a, b.data() + instr + k * 256, sizeof a);
+  REQUIRE(a.n_operands == 4);
+  a.n_operands = 2;  // x, index: as the encoder wrote argmax before 2026-11-30's sixth session
+  a.n_params = 0;
+  a.params[0] = 0;
+  std::memcpy(b.data() + instr + k * 256, &a, sizeof a);
+  fix_checksums(b);
+  const Program back = parse_amkb_program(b, trusted());
+  CHECK(back == p);  // no value, no index_map, base = its default 0
+  a.n_operands = 1;  // the index is required
+  std::memcpy(b.data() + instr + k * 256, &a, sizeof a);
+  fix_checksums(b);
+  CHECK(code_of(b) == "amkb.instruction");
+}

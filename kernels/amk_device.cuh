@@ -347,10 +347,15 @@ __device__ __forceinline__ long long amk_load_index(const amk_view& v, uint64_t 
     default: return static_cast<long long>(amk_load_f32(v, i));
   }
 }
+// An index stored as the host stores it: saturated to the dtype's range.
 __device__ __forceinline__ void amk_store_index(const amk_view& v, uint64_t i, long long x) {
   switch (v.dtype) {
-    case AMK_DTYPE_I32: reinterpret_cast<int32_t*>(v.ptr)[i] = static_cast<int32_t>(x); break;
-    case AMK_DTYPE_U32: reinterpret_cast<uint32_t*>(v.ptr)[i] = static_cast<uint32_t>(x); break;
+    case AMK_DTYPE_I32:
+      reinterpret_cast<int32_t*>(v.ptr)[i] = static_cast<int32_t>(min(max(x, -2147483648LL), 2147483647LL));
+      break;
+    case AMK_DTYPE_U32:
+      reinterpret_cast<uint32_t*>(v.ptr)[i] = static_cast<uint32_t>(min(max(x, 0LL), 4294967295LL));
+      break;
     case AMK_DTYPE_I64: reinterpret_cast<int64_t*>(v.ptr)[i] = x; break;
     default: amk_store_f32(v, i, static_cast<float>(x)); break;
   }

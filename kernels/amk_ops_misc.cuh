@@ -78,15 +78,13 @@ AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_
       if (i != 0xFFFFFFFFu) amk_argmax_merge(bv, bi, v, i);
     }
     if (lane == 0 && out.n > 0) {
-      // index = base + i (or base + index_map[i]), saturated to out's dtype as the CPU backend
-      // stores it; value = x[i], NaN when nothing won.
+      // index = base + i (or base + index_map[i]), stored saturated to out's dtype (as the CPU
+      // backend stores it); value = x[i], NaN when nothing won.
       const amk_view value = amk_operand(ins, 2);
       const amk_view map = amk_operand(ins, 3);
       const uint32_t i = bi == 0xFFFFFFFFu ? 0u : bi;
       long long at = map.present() && i < map.n ? amk_load_index(map, i) : static_cast<long long>(i);
       at += static_cast<long long>(ins.n_params > 0 ? ins.params[0] : 0u);
-      if (out.dtype == AMK_DTYPE_I32) at = min(max(at, -2147483648ll), 2147483647ll);
-      if (out.dtype == AMK_DTYPE_U32) at = min(max(at, 0ll), 4294967295ll);
       amk_store_index(out, 0, at);
       if (value.present() && value.n > 0)
         amk_store_f32(value, 0, bi == 0xFFFFFFFFu ? __int_as_float(0x7fffffff) : bv);

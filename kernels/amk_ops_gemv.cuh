@@ -8,8 +8,14 @@
 //
 // Two optional fusions (template flags, so the plain instantiation does no extra work):
 //  - norm: x' = x * inv_rms * norm, inv_rms = 1 / sqrt(mean(x^2) + eps) as rmsnorm computes it.
-//    The block first reduces sum(x^2); the inner loop multiplies x by norm (L1-resident like x)
-//    and each row's sum is scaled by inv_rms once.
+//    With the first weight batch in flight, the block stages x * norm in f32 in shared memory
+//    (one pass, one barrier, which also reduces sum(x^2)); the inner loop then reads x' from
+//    there and each row's sum is scaled by inv_rms once. (Measured on the H200: multiplying by
+//    norm inside the inner loop, with x and norm loaded per vector from L1 and norm's dtype
+//    switched at run time, made the fused gemvs 2-2.3x slower per byte than the plain ones.)
+//    x' is kept in kPer/4 planes of 4 floats per vector, so a lane's two 16-byte reads of a
+//    vector's 8 values hit consecutive addresses across the warp (no bank conflicts). Norm-fused
+//    instructions with more than kAmkGemvStageFloats columns take the scalar path.
 //  - w2 (GLU): y[r] = silu(W x')[r] * (W2 x')[r]. Row r of w and row r of w2 are two "virtual
 //    rows" of the same pipeline, so w2's loads are in flight while w's row is reduced.
 // Neither runs through TMA.
@@ -48,6 +54,14 @@
 constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
+// Staged x' of the norm-fused instantiations (16 KiB: a Llama-3.1-8B hidden state), and the
+// per-warp sums of x^2 (kGemvStageBytes in src/cuda/codegen.cpp).
+constexpr uint32_t kAmkGemvStageFloats = 4096;
+#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU
+__shared__ __align__(16) float amk_gemv_xs[kAmkGemvStageFloats];
+__shared__ float amk_gemv_ss[kAmkWarps];
+#endif
+
 // Row r's result: + residual[r], stored in y's dtype. One lane calls this.
 __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_view& res,
                                                    uint32_t r, float acc) {
@@ -59,7 +73,7 @@ __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_
 struct amk_gemv_fuse {
   const unsigned char* norm;  // [K] rmsnorm weight, or null
   uint32_t norm_dtype;
-  float inv_rms;              // 1 / sqrt(mean(x^2) + eps); 1 without norm
+  float eps;                  // rmsnorm epsilon (with norm)
   const unsigned char* w2;    // GLU up matrix, same row range and dtype as w, or null
 };
 
@@ -95,6 +109,57 @@ __device__ __forceinline__ float amk_gemv_inv_rms(const amk_view& x, float eps) 
   return 1.0f / sqrtf(ss / static_cast<float>(x.n) + eps);
 }
 
+#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU
+// Stages x' = x * norm (f32, kPer/4 planes of k * 4 / kPer floats) into amk_gemv_xs and returns
+// 1 / sqrt(mean(x^2) + eps). Every thread of the block calls it (one barrier). k is a multiple of
+// kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned.
+template <uint32_t X, uint32_t kPer>
+__device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uint32_t k,
+                                                     const amk_gemv_fuse& fuse) {
+  constexpr uint32_t kPlanes = kPer / 4;
+  const uint32_t plane_len = k / kPlanes;
+  float ss = 0.0f;
+  for (uint32_t q = threadIdx.x; q < k / 4; q += AMK_BLOCK_THREADS) {  // 4 elements from 4q
+    float f[4], g[4];
+    amk_load_elems<X, 4>(x, 4 * q, f);
+    amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g);
+    ss = fmaf(f[0], f[0], fmaf(f[1], f[1], fmaf(f[2], f[2], fmaf(f[3], f[3], ss))));
+    const uint32_t v = 4 * q / kPer, plane = q % kPlanes;
+    *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
+        make_float4(f[0] * g[0], f[1] * g[1], f[2] * g[2], f[3] * g[3]);
+  }
+  ss = amk_warp_sum(ss);
+  if (threadIdx.x % kAmkWarpSize == 0) amk_gemv_ss[threadIdx.x / kAmkWarpSize] = ss;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (uint32_t w = 0; w < kAmkWarps; ++w) total += amk_gemv_ss[w];
+  return 1.0f / sqrtf(total / static_cast<float>(k) + fuse.eps);
+}
+
+// The kPer staged values of vector v.
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_staged_x(uint32_t k, uint32_t v, float* xf) {
+#pragma unroll
+  for (uint32_t q = 0; q < kPer / 4; ++q) {
+    const float4 s4 = *reinterpret_cast<const float4*>(amk_gemv_xs + q * (k * 4 / kPer) + 4 * v);
+    xf[4 * q] = s4.x;
+    xf[4 * q + 1] = s4.y;
+    xf[4 * q + 2] = s4.z;
+    xf[4 * q + 3] = s4.w;
+  }
+}
+#else
+// Not compiled in: the norm instantiations that would call these do not exist.
+template <uint32_t X, uint32_t kPer>
+__device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char*, uint32_t,
+                                                     const amk_gemv_fuse&) {
+  return 1.0f;
+}
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_staged_x(uint32_t, uint32_t, float*) {}
+#endif
+
 // Vector path. kNorm / kGlu select the fusions; with kGlu each output row is two virtual rows
 // (w's, then w2's) of kMats, streamed back to back.
 template <uint32_t W, uint32_t X, bool kNorm, bool kGlu>
@@ -111,7 +176,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   const uint32_t batches_per_row = (vecs_per_row + kAmkGemvBatch - 1) / kAmkGemvBatch;
   const uint32_t my_rows = rows > warp ? (rows - warp + kAmkWarps - 1) / kAmkWarps : 0;
   const uint32_t batches = my_rows * kMats * batches_per_row;
-  if (batches == 0) return;
+  if (!kNorm && batches == 0) return;  // (with norm, every warp takes part in the staging)
 
   amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
   uint32_t row = warp, mat = 0, col = 0;  // mat: 0 = w, 1 = w2 (kGlu only)
@@ -123,7 +188,9 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       if (v < vecs_per_row) dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(v) * kAmkVectorBytes);
     }
   };
-  load_batch(cur, row, mat, col);
+  if (batches != 0) load_batch(cur, row, mat, col);
+  float inv_rms = 1.0f;
+  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   for (uint32_t b = 0; b < batches; ++b) {
@@ -144,12 +211,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       if (v < vecs_per_row) {
         float wf[kPer], xf[kPer];
         TW::unpack(cur[u], wf);
-        amk_load_elems<X, kPer>(x, v * kPer, xf);
         if (kNorm) {
-          float nf[kPer];
-          amk_load_elems_dt<kPer>(fuse.norm, fuse.norm_dtype, v * kPer, nf);
-#pragma unroll
-          for (uint32_t e = 0; e < kPer; ++e) xf[e] *= nf[e];
+          amk_gemv_staged_x<kPer>(k, v, xf);
+        } else {
+          amk_load_elems<X, kPer>(x, v * kPer, xf);
         }
 #pragma unroll
         for (uint32_t e = 0; e < kPer; e += 2) {
@@ -160,7 +225,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     }
     if (col + 1 == batches_per_row) {
       float acc = amk_warp_sum(acc0 + acc1);
-      if (kNorm) acc *= fuse.inv_rms;
+      if (kNorm) acc *= inv_rms;
       if (kGlu && mat == 0) {
         gate = acc;
       } else {
@@ -248,12 +313,13 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
   amk_gemv_fuse fuse;
   fuse.norm = norm.ptr;
   fuse.norm_dtype = norm.dtype;
-  fuse.inv_rms = norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f;
+  fuse.eps = eps;
   fuse.w2 = w2.ptr;
   // The vector loads of norm follow x's pattern, w2's follow w's (the verifier makes w2's dtype
-  // w's); the scalar path takes anything else.
-  const bool fuse_aligned = (!norm.present() || amk_aligned16(norm.ptr)) &&
-                            (!w2.present() || (amk_aligned16(w2.ptr) && w2.dtype == w.dtype));
+  // w's), and x' must fit the stage; the scalar path takes anything else.
+  const bool fuse_aligned =
+      (!norm.present() || (amk_aligned16(norm.ptr) && k <= kAmkGemvStageFloats)) &&
+      (!w2.present() || (amk_aligned16(w2.ptr) && w2.dtype == w.dtype));
   if (amk_aligned16(w.ptr) && amk_aligned16(x.ptr) && row_bytes % kAmkVectorBytes == 0 &&
       fuse_aligned) {
 #if AMK_GEMV_F32_F32
@@ -284,7 +350,8 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
     AMK_GEMV_CASE(BF16, BF16)
 #endif
   }
-  amk_gemv_scalar(w, x, k, rows, y, res, norm, w2, fuse.inv_rms);
+  amk_gemv_scalar(w, x, k, rows, y, res, norm, w2,
+                  norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f);
 }
 #undef AMK_GEMV_CASE
 

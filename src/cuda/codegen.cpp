@@ -39,6 +39,17 @@ bool is_attention_op(uint16_t id) {
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
 // 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values).
 constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4;
+// Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
+// amk_gemv_ss: one float per warp, at most 32 warps).
+constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
+
+bool has_norm_gemv(const Plan& plan) {
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::gemv) && ins.n_operands > 4 &&
+        ins.operands[4].buffer != AMK_NO_BUFFER)
+      return true;
+  return false;
+}
 
 std::string_view float_macro(DType t) {
   switch (t) {
@@ -131,6 +142,7 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
   uint32_t slack = kVmStaticSmemSlack;
   if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_decode)))
     slack += kAttentionMergeBytes;
+  if (has_norm_gemv(plan)) slack += kGemvStageBytes;
   const uint32_t budget = smem_optin > slack ? smem_optin - slack : 0;
   for (const TmaGemvSpec& s : tma_gemv_specs(program)) {
     for (uint32_t stages = kTmaStages; stages >= 2; --stages) {

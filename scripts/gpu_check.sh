@@ -236,6 +236,16 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | cut -c1-100
+  # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
+  # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
+  if command -v nvdisasm >/dev/null; then
+    for f in llama1b llama1b_fused; do
+      $amk -q compile "$d/$f.json" -o "$d/$f.cubin" >/dev/null 2>&1 && nvdisasm -c "$d/$f.cubin" > "$d/$f.sass" 2>/dev/null
+      $py scripts/sass_loops.py "$d/$f.sass" --max-len 800 > "$d/$f.loops.txt" 2>&1
+      n=$(awk '$3 == 64 && $4 == 24 { print $2 " instructions, IMAD " $8 ", MOV " $9; exit }' "$d/$f.loops.txt")
+      row "gemv inner loop in SASS, $f" "${n:-not found (see $d/$f.loops.txt)}"
+    done
+  fi
   PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$d/torch.err"
   rc=$?; tail -5 "$d/torch.err"; tail -20 "$d/torch.json"
   row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && echo "pass (token $tok)" || echo "FAIL (exit $rc)")"

@@ -129,5 +129,32 @@ fi
 # scripts/trace_phases.py: an unknown option is refused (exit 2), named.
 expect_rc 2 "trace_phases.py --wram refused" -- "$py" "$root/scripts/trace_phases.py" t.json --wram
 expect_grep "$tmp/err" "unknown option --wram" "trace_phases names the option"
+# scripts/sass_loops.py on a hand-written `nvdisasm -c` excerpt: one inner loop of 2 FFMA, 1
+# 128-bit load, 1 IMAD (3 instructions + the branch back), inside an outer loop; an empty listing
+# and an unknown option are refused.
+cat > "$tmp/k.sass" <<'SASS'
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_1:
+        /*0010*/                   IMAD.MOV.U32 R2, RZ, RZ, R3 ;
+.L_x_2:
+        /*0020*/                   LDG.E.128.CONSTANT R4, desc[UR4][R2.64] ;
+        /*0030*/                   FFMA R8, R4, R5, R8 ;
+        /*0040*/                   FFMA R9, R6, R7, R9 ;
+        /*0050*/               @P0 BRA `(.L_x_2) ;
+        /*0060*/                   IMAD R3, R3, 0x2, RZ ;
+        /*0070*/               @P1 BRA `(.L_x_1) ;
+        /*0080*/                   EXIT ;
+SASS
+expect_rc 0 "sass_loops.py lists the loops" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-ffma 2
+expect_grep "$tmp/out" "9 instructions, LDL 0, STL 0" "sass_loops counts the listing"
+expect_grep "$tmp/out" "^          2-5     4     2       1    0    0    0     0    0     0    0" "sass_loops: the inner loop's mix"
+expect_grep "$tmp/out" "^          1-7     7     2       1    0    0    0     2    0     0    0" "sass_loops: the outer loop's mix"
+expect_rc 0 "sass_loops.py --max-len" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-ffma 2 --max-len 4
+if grep -q " 1-7 " "$tmp/out"; then fail=$((fail + 1)); echo "FAIL sass_loops --max-len kept the outer loop"; else pass=$((pass + 1)); fi
+: > "$tmp/empty.sass"
+expect_rc 3 "sass_loops.py refuses a listing without SASS" -- "$py" "$root/scripts/sass_loops.py" "$tmp/empty.sass"
+expect_rc 2 "sass_loops.py --min-fma refused" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-fma 2
+expect_grep "$tmp/err" "unknown option --min-fma" "sass_loops names the option"
+
 echo "smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -51,6 +51,22 @@
 #define AMK_GEMV_FUSE_NORM_GLU 1
 #endif
 
+// AMK_GEMV_CLAMPED_LOADS=1: every lane loads all kAmkGemvUnroll vectors of a batch, the ones
+// past the row's end re-reading its last vector (never used: the dot product skips them), so no
+// load is conditional. With conditional loads, the front end copies the 4 registers of every
+// vector that may stay unloaded before its load (phi copies), and in the VMs that also hold the
+// fused variants those copies are ~120 more instructions in the plain loop's PTX (469 -> 589).
+// Not yet measured on the GPU; off by default.
+#ifndef AMK_GEMV_CLAMPED_LOADS
+#define AMK_GEMV_CLAMPED_LOADS 0
+#endif
+// AMK_GEMV_PINGPONG=1: the batch loop runs two batches an iteration with the two register
+// buffers swapping roles, instead of copying the next batch's 32 registers into the current
+// one's after every batch (copies the VM's plain loop keeps in PTX: 41 mov.u32 an iteration in
+// the default VM, 161 in the fused layer's). Not yet measured on the GPU; off by default.
+#ifndef AMK_GEMV_PINGPONG
+#define AMK_GEMV_PINGPONG 0
+#endif
 constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
@@ -185,7 +201,11 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
+#if AMK_GEMV_CLAMPED_LOADS
+      dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(min(v, vecs_per_row - 1)) * kAmkVectorBytes);
+#else
       if (v < vecs_per_row) dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(v) * kAmkVectorBytes);
+#endif
     }
   };
   if (batches != 0) load_batch(cur, row, mat, col);
@@ -193,7 +213,9 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
-  for (uint32_t b = 0; b < batches; ++b) {
+  // One batch: start loading the next one into `fill` (if any), reduce `use`, advance.
+  auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
+                  uint32_t b) {
     uint32_t next_row = row, next_mat = mat, next_col = col + 1;
     if (next_col == batches_per_row) {
       next_col = 0;
@@ -204,13 +226,13 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
         next_row += kAmkWarps;
       }
     }
-    if (b + 1 < batches) load_batch(nxt, next_row, next_mat, next_col);
+    if (b + 1 < batches) load_batch(fill, next_row, next_mat, next_col);
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
       if (v < vecs_per_row) {
         float wf[kPer], xf[kPer];
-        TW::unpack(cur[u], wf);
+        TW::unpack(use[u], wf);
         if (kNorm) {
           amk_gemv_staged_x<kPer>(k, v, xf);
         } else {
@@ -234,12 +256,23 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       }
       acc0 = acc1 = 0.0f;
     }
-#pragma unroll
-    for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
     row = next_row;
     mat = next_mat;
     col = next_col;
+  };
+#if AMK_GEMV_PINGPONG
+  // Two batches an iteration, the buffers swapping roles: no register copies between batches.
+  for (uint32_t b = 0; b < batches; b += 2) {
+    step(cur, nxt, b);
+    if (b + 1 < batches) step(nxt, cur, b + 1);
   }
+#else
+  for (uint32_t b = 0; b < batches; ++b) {
+    step(cur, nxt, b);
+#pragma unroll
+    for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
+  }
+#endif
 }
 
 // One vector instantiation per fusion combination of a (w, x) dtype pair; false when the

@@ -114,6 +114,19 @@ done
 AMK_VM_TUNING=AMK_STREAM_SLOTS=8 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_streams.log" 2>&1
 rc=$?; row "llama tiny, weight streams on, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 [ $rc = 0 ] || tail -3 "$out/check_llama_streams.log"
+# The gemv batch-loop variants prepared for measurement (AMK_GEMV_PINGPONG, AMK_GEMV_CLAMPED_LOADS,
+# off by default): checked like the default path before any sweep times them.
+gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=1
+for f in gemv_fused gemv_stream tma_gemv; do
+  AMK_VM_TUNING=$gv $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_gv.log" 2>&1
+  rc=$?; row "$f, $gv, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_${f}_gv.log"
+done
+for lay in "" --fused; do
+  AMK_VM_TUNING=$gv $py scripts/check_llama.py --amk $amk --backend cuda $lay >"$out/check_llama_gv.log" 2>&1
+  rc=$?; row "llama tiny ${lay:-default}, $gv, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  [ $rc = 0 ] || tail -3 "$out/check_llama_gv.log"
+done
 $amk inspect --attributes samples/mlp_block.json 2>&1 | tail -4
 $amk inspect --attributes tests/gpu/programs/cluster.json 2>&1 | tail -3
 

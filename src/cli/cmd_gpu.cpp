@@ -13,7 +13,7 @@ namespace {
 struct CompileCmdOptions {
   ProgramArgs program;
   std::string arch = "sm_90a";
-  std::string output;
+  CompileOutputs files;
   bool no_cache = false;
   std::string cache_dir;
 };
@@ -25,7 +25,7 @@ int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
   if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
   req.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
-  ordered_json j = compile_for_arch(p, o.arch, req, o.output, text);
+  ordered_json j = compile_for_arch(p, o.arch, req, o.files, text);
   emit(g, j, text.str());
   return 0;
 }
@@ -77,7 +77,11 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto* cmd = app.add_subcommand("compile", "compile a program's VM with NVRTC (no GPU needed)");
   add_program_args(cmd, o->program);
   cmd->add_option("--arch", o->arch, "target architecture, e.g. sm_90a");
-  cmd->add_option("-o,--output", o->output, "also write the cubin here");
+  cmd->add_option("-o,--output", o->files.cubin, "also write the cubin here");
+  cmd->add_option("--source-out", o->files.source,
+                  "also write the generated CUDA source here (it includes the kernels/ headers)");
+  cmd->add_option("--ptx-out", o->files.ptx,
+                  "also write the VM's PTX here (virtual architecture of --arch, e.g. compute_90a)");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
   cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_compile(g, *o); }; });

@@ -82,9 +82,15 @@ struct BenchRequest {
                                         const BenchRequest& request, std::ostringstream& text);
 [[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
                                              std::ostringstream& text);
+// Files `amk compile` writes besides the cache (empty: not written).
+struct CompileOutputs {
+  std::string cubin;   // -o: the cubin
+  std::string source;  // --source-out: the generated translation unit (it includes kernels/)
+  std::string ptx;     // --ptx-out: the VM's PTX for the virtual architecture of the target
+};
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
-                                            const GpuRequest& request,
-                                            const std::string& cubin_out, std::ostringstream& text);
+                                            const GpuRequest& request, const CompileOutputs& files,
+                                            std::ostringstream& text);
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
 
 }  // namespace amk::cli

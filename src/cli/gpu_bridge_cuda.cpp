@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <span>
 #include <string_view>
 
 #include "cli/gpu_bridge.hpp"
@@ -403,13 +404,31 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
 }
 
 ordered_json compile_for_arch(const Program& program, const std::string& arch,
-                              const GpuRequest& req, const std::string& cubin_out,
+                              const GpuRequest& req, const CompileOutputs& files,
                               std::ostringstream& text) {
   const Plan plan = default_plan(program);
   CompileOptions co = gpu_options(req).compile;
   co.arch = arch;
   CompileOutput out = compile_vm(program, plan, co);
+  const std::string& cubin_out = files.cubin;
+  // Everything is produced (the PTX compile may fail) and every folder checked before the first
+  // file is written, so a failure leaves none of the requested files behind.
+  const std::string source = files.source.empty() ? std::string() : vm_source(program, plan, co);
+  const std::string ptx = files.ptx.empty() ? std::string() : vm_ptx(program, plan, co);
+  for (const std::string* f : {&cubin_out, &files.source, &files.ptx}) {
+    if (f->empty()) continue;
+    const std::filesystem::path dir = std::filesystem::absolute(*f).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      throw Error(ErrorKind::io, "io.write", *f,
+                  "the folder " + dir.string() + " does not exist (nothing was written)");
+  }
+  auto write_text = [](const std::string& path, const std::string& s) {
+    write_file_atomic(path, std::as_bytes(std::span(s.data(), s.size())));
+  };
   if (!cubin_out.empty()) write_file_atomic(cubin_out, out.cubin);
+  if (!files.source.empty()) write_text(files.source, source);
+  if (!files.ptx.empty()) write_text(files.ptx, ptx);
   ordered_json j;
   j["status"] = "ok";
   j["arch"] = out.arch;
@@ -422,6 +441,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   j["options"] = out.options;
   j["log"] = out.log;
   if (!cubin_out.empty()) j["output"] = cubin_out;
+  if (!files.source.empty()) j["source_output"] = files.source;
+  if (!files.ptx.empty()) j["ptx_output"] = files.ptx;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
                 out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
@@ -432,7 +453,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   for (std::string l; std::getline(log, l);)
     if (l.find("ptxas") != std::string::npos || l.find("registers") != std::string::npos)
       text << "  " << l << "\n";
-  if (!cubin_out.empty()) text << "wrote " << cubin_out << "\n";
+  for (const std::string* f : {&cubin_out, &files.source, &files.ptx})
+    if (!f->empty()) text << "wrote " << *f << "\n";
   return j;
 }
 

@@ -32,7 +32,7 @@ ordered_json bench_on_gpu(const Program&, const HostBuffers&, const BenchRequest
 }
 ordered_json kernel_attributes(const Program&, const LoadOptions&, std::ostringstream&) { no_cuda(); }
 ordered_json compile_for_arch(const Program&, const std::string&, const GpuRequest&,
-                              const std::string&, std::ostringstream&) {
+                              const CompileOutputs&, std::ostringstream&) {
   no_cuda();
 }
 ordered_json list_gpus(std::ostringstream&) { no_cuda(); }

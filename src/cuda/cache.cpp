@@ -182,6 +182,20 @@ bool cache_store(const fs::path& dir, const std::string& key, const CompileOutpu
          write_atomically(dir / (key + ".json"), meta.dump(2) + "\n");
 }
 
+std::string vm_ptx(const Program& program, const Plan& plan, const CompileOptions& options) {
+  CompileOptions virt = options;
+  if (virt.arch.rfind("sm_", 0) == 0) virt.arch = "compute_" + virt.arch.substr(3);
+  std::vector<std::string> opts = nvrtc_options(virt);
+  std::erase_if(opts, [](const std::string& o) { return o.rfind("--ptxas-options", 0) == 0; });
+  NvrtcResult r = nvrtc_compile(vm_source(program, plan, options), opts);
+  if (!r.ok)
+    throw Error(ErrorKind::nvrtc, "nvrtc.compile", virt.arch,
+                "NVRTC " + nvrtc_version_string() + " failed to compile " + std::string(kKernelName) +
+                    " to PTX for " + virt.arch + " (options: " + join(opts) + ")")
+        .with_detail(r.log);
+  return r.ptx;
+}
+
 CompileOutput compile_vm(const Program& program, const Plan& plan, const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutput out;

@@ -63,6 +63,12 @@ struct CompileOutput {
 [[nodiscard]] CompileOutput compile_vm(const Program& program, const Plan& plan,
                                        const CompileOptions& options);
 
+// The VM's PTX for the virtual architecture of options.arch (sm_90a -> compute_90a): what NVRTC
+// hands ptxas, to read the front end's code for an op without a GPU or a disassembler. Never
+// cached. Throws like compile_vm.
+[[nodiscard]] std::string vm_ptx(const Program& program, const Plan& plan,
+                                 const CompileOptions& options);
+
 // "13.0"; throws Error(kind nvrtc) if NVRTC cannot be queried.
 [[nodiscard]] std::string nvrtc_version_string();
 

@@ -1,5 +1,7 @@
 #include "cuda/nvrtc.hpp"
 
+#include <algorithm>
+
 #include <nvrtc.h>
 
 #include <cstdlib>
@@ -114,6 +116,18 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::vector<std::stri
   }
   if (compiled != NVRTC_SUCCESS) {
     if (result.log.empty()) result.log = nvrtcGetErrorString(compiled);
+    return result;
+  }
+  const bool virtual_arch = std::any_of(options.begin(), options.end(), [](const std::string& o) {
+    return o.rfind("--gpu-architecture=compute_", 0) == 0;
+  });
+  if (virtual_arch) {
+    size_t ptx_size = 0;
+    check(nvrtcGetPTXSize(program.get(), &ptx_size), "nvrtcGetPTXSize");
+    result.ptx.resize(ptx_size);
+    check(nvrtcGetPTX(program.get(), result.ptx.data()), "nvrtcGetPTX");
+    while (!result.ptx.empty() && result.ptx.back() == '\0') result.ptx.pop_back();
+    result.ok = !result.ptx.empty();
     return result;
   }
   size_t cubin_size = 0;

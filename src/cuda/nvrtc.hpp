@@ -13,7 +13,8 @@ namespace amk {
 
 struct NvrtcResult {
   bool ok = false;
-  std::vector<std::byte> cubin;
+  std::vector<std::byte> cubin;  // for a real architecture (--gpu-architecture=sm_*)
+  std::string ptx;               // for a virtual one (--gpu-architecture=compute_*)
   std::string log;  // always fetched (ptxas -v lines included)
 };
 

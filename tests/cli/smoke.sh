@@ -118,6 +118,22 @@ if [ "$compile_rc" -eq 0 ]; then
     AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_stream.json" --arch sm_90a
 fi
 
+# --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
+# architecture); a missing folder for one of them writes none of the requested files (exit 4).
+if [ "$compile_rc" -eq 0 ]; then
+  expect_rc 0 "compile --source-out --ptx-out" -- env AMK_CACHE_DIR="$tmp/cache" "$amk" compile "$sample" \
+    --arch sm_90a --source-out "$tmp/vm.cu" --ptx-out "$tmp/vm.ptx"
+  expect_grep "$tmp/vm.cu" '#define AMK_USE_OP_GEMV 1' "generated source names the ops"
+  expect_grep "$tmp/vm.cu" '#include "amk_vm.cuh"' "generated source includes the VM"
+  expect_grep "$tmp/vm.ptx" '^.target sm_90a' "PTX for the target's virtual architecture"
+  expect_grep "$tmp/vm.ptx" '.entry amk_vm' "PTX holds the VM entry"
+  rm -f "$tmp/vm2.cubin"
+  expect_rc 4 "compile --ptx-out into a missing folder" -- env AMK_CACHE_DIR="$tmp/cache" "$amk" compile \
+    "$sample" --arch sm_90a -o "$tmp/vm2.cubin" --ptx-out "$tmp/missing/vm.ptx"
+  expect_grep "$tmp/err" "nothing was written" "missing folder named, nothing written"
+  [ ! -e "$tmp/vm2.cubin" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL cubin written despite the failed --ptx-out"; }
+fi
+
 # Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.
 if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "cuda backend without a GPU" -- "$amk" run "$sample" --backend cuda

@@ -1,9 +1,8 @@
 #include "cuda/nvrtc.hpp"
 
-#include <algorithm>
-
 #include <nvrtc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 #include <utility>

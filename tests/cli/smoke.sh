@@ -167,6 +167,28 @@ expect_grep "$tmp/out" "^          2-5     4     2       1    0    0    0     0 
 expect_grep "$tmp/out" "^          1-7     7     2       1    0    0    0     2    0     0    0" "sass_loops: the outer loop's mix"
 expect_rc 0 "sass_loops.py --max-len" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-ffma 2 --max-len 4
 if grep -q " 1-7 " "$tmp/out"; then fail=$((fail + 1)); echo "FAIL sass_loops --max-len kept the outer loop"; else pass=$((pass + 1)); fi
+# ... and on PTX (`amk compile --ptx-out`): one loop of 2 fma, 1 16-byte global load, 1 mov.u32.
+cat > "$tmp/k.ptx" <<'PTX'
+.version 9.0
+.target sm_90a
+.visible .entry amk_vm(
+	.param .align 16 .b8 amk_vm_param_0[160]
+)
+{
+	.reg .b32 	%r<9>;
+	mov.u32 	%r1, 0;
+$L__BB0_1:
+	ld.global.v4.u32 	{%r2, %r3, %r4, %r5}, [%rd1];
+	fma.rn.f32 	%f1, %f2, %f3, %f1;
+	fma.rn.f32 	%f4, %f5, %f6, %f4;
+	mov.u32 	%r6, %r2;
+	@%p1 bra 	$L__BB0_1;
+	ret;
+}
+PTX
+expect_rc 0 "sass_loops.py reads PTX" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.ptx" --min-ffma 2
+expect_grep "$tmp/out" "7 instructions, LDL 0, STL 0" "sass_loops counts PTX instructions, not directives"
+expect_grep "$tmp/out" "^          1-5     5     2       1    0    0    0     0    1     0    0" "sass_loops: the PTX loop's mix"
 : > "$tmp/empty.sass"
 expect_rc 3 "sass_loops.py refuses a listing without SASS" -- "$py" "$root/scripts/sass_loops.py" "$tmp/empty.sass"
 expect_rc 2 "sass_loops.py --min-fma refused" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-fma 2

@@ -43,21 +43,6 @@ PTX_COLUMNS = [("fma.rn.f32", "FFMA"), ("ld.shared", "LDS"), ("ld.local", "LDL")
                ("bar", "BAR")]
 
 
-def mix_ptx(ins):
-    c = collections.Counter()
-    for t in ins:
-        words = re.sub(r"^@%?!?p\w*\s+", "", t).split()
-        if not words:
-            continue
-        op = words[0]
-        for prefix, col in PTX_COLUMNS:
-            if op.startswith(prefix):
-                c[col] += 1
-        if op.startswith("ld.global") and ".v4." in op:
-            c["LDG128"] += 1
-    return c
-
-
 def parse(text):
     """(instructions, label -> index of the instruction that follows it)."""
     labels, ins = {}, []
@@ -72,16 +57,25 @@ def parse(text):
     return ins, labels
 
 
-def mix(ins):
+def mix(ins, ptx):
+    """Counts per column of a loop body (SASS: per opcode stem; PTX: the PTX_COLUMNS)."""
     c = collections.Counter()
+    guard = r"^@%?!?p\w*\s+" if ptx else r"^@!?U?P[T\d]+\s+"
     for t in ins:
-        words = re.sub(r"^@!?U?P[T\d]+\s+", "", t).split()
+        words = re.sub(guard, "", t).split()
         if not words:
             continue
         op = words[0]
-        c[op.split(".")[0]] += 1
-        if op.startswith("LDG") and ".128" in op:
-            c["LDG128"] += 1
+        if ptx:
+            for prefix, col in PTX_COLUMNS:
+                if op.startswith(prefix):
+                    c[col] += 1
+            if op.startswith("ld.global") and ".v4." in op:
+                c["LDG128"] += 1
+        else:
+            c[op.split(".")[0]] += 1
+            if op.startswith("LDG") and ".128" in op:
+                c["LDG128"] += 1
     return c
 
 
@@ -124,17 +118,16 @@ def main(argv):
         return 4
     ptx = re.search(r"^\s*\.version\s", text, re.M) is not None
     ins, labels = parse_ptx(text) if ptx else parse(text)
-    count = mix_ptx if ptx else mix
     if not ins:
         print(f"sass_loops.py: {args[0]}: no SASS instructions (expected `nvdisasm -c` output or PTX)",
               file=sys.stderr)
         return 3
-    total = count(ins)
+    total = mix(ins, ptx)
     print(f"{args[0]}: {len(ins)} instructions, LDL {total['LDL']}, STL {total['STL']}")
     print("         loop   len  FFMA  LDG128  LDS  LDL  STL  IMAD  MOV  SHFL  BAR")
     for a, b in loops(ins, labels):
         n = b - a + 1
-        c = count(ins[a:b + 1])
+        c = mix(ins[a:b + 1], ptx)
         if (c["FFMA"] < min_ffma and c["LDG128"] < 8) or (max_len is not None and n > max_len):
             continue
         print(f"{f'{a}-{b}':>13s} {n:5d} {c['FFMA']:5d} {c['LDG128']:7d} {c['LDS']:4d} {c['LDL']:4d} "

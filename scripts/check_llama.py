@@ -2,7 +2,7 @@
 """Checks amk's Llama decode step (`amk gen llama`) against an independent numpy implementation.
 
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
-        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --rope-ops] [--glu-gemv]
+        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops | --glu-gemv]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -152,7 +152,10 @@ def main():
     ap.add_argument("--token", type=int, default=1)
     ap.add_argument("--tolerance", type=float, default=1e-4)
     ap.add_argument("--keep", help="work in this folder and keep it")
-    ap.add_argument("--fused", action="store_true", help="generate the fused layer (amk gen llama --fused)")
+    ap.add_argument("--fused", action="store_true",
+                    help="generate the fused layer (amk gen llama --fused; amk's default too)")
+    ap.add_argument("--unfused", action="store_true",
+                    help="generate the unfused layer (amk gen llama --unfused)")
     ap.add_argument("--glu-gemv", action="store_true",
                     help="generate the layer with gate/up as one GLU gemv (amk gen llama --glu-gemv)")
     ap.add_argument("--rope-ops", action="store_true",
@@ -171,6 +174,8 @@ def main():
             gen += ["--layers", str(args.layers)]
         if args.fused:
             gen += ["--fused"]
+        if args.unfused:
+            gen += ["--unfused"]
         if args.rope_ops:
             gen += ["--rope-ops"]
         if args.glu_gemv:

@@ -10,7 +10,11 @@ out="${OUT:-out/gpu_check}"
 mkdir -p "$out"
 py=python3
 amk=build/default/amk
-export AMK_CACHE_DIR="$out/cache"
+# Kernel cache, generated programs, weights and traces: outside $OUT, which comes back from the
+# device (only logs and small results belong there).
+scratch="${AMK_SCRATCH:-${TMPDIR:-/tmp}/amk_gpu_check}"
+mkdir -p "$scratch"
+export AMK_CACHE_DIR="$scratch/cache"
 rows=()
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
 
@@ -25,7 +29,7 @@ $amk devices
 # after it.
 if [ -n "${AMK_SWEEP:-}" ]; then
   echo "== VM tuning sweep"
-  sw="$out/sweep"; mkdir -p "$sw"
+  sw="$scratch/sweep"; mkdir -p "$sw" "$out/sweep"
   $py scripts/bench_programs.py "$sw"
   t0=$(date +%s)
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$sw/llama1b.safetensors" -o "$sw/llama1b.json" || row "gen 1B" FAIL
@@ -33,7 +37,7 @@ if [ -n "${AMK_SWEEP:-}" ]; then
   echo "gen 1B: $(( $(date +%s) - t0 )) s"
   IFS=';' read -r -a tunings <<< "$AMK_SWEEP"
   for tn in "${tunings[@]}"; do
-    tag=$(echo "$tn" | tr -c 'A-Za-z0-9=\n' '_')
+    tag=$(echo "$tn" | tr -c 'A-Za-z0-9\n' '_')
     [ "$tn" = default ] && tv="" || tv="$tn"
     progs="gemv_8x4096x4096 gemv_1x4096x4096 dispatch_1000 dispatch_3000 hop_500 hop_2500"
     for f in $progs; do
@@ -47,7 +51,10 @@ if [ -n "${AMK_SWEEP:-}" ]; then
       for f in llama1b llama1b_alt; do
         [ -e "$sw/$f.json" ] || continue
         echo "-- trace $f [$tag]"
-        AMK_VM_TUNING="$tv" $amk profile "$sw/$f.json" --trace "$sw/trace.$f.$tag.json" 2>&1 | tail -14
+        AMK_VM_TUNING="$tv" $amk profile "$sw/$f.json" --trace "$sw/trace.$f.$tag.json" > "$out/sweep/trace.$f.$tag.txt" 2>&1
+        grep -E "^traced|blocks:" "$out/sweep/trace.$f.$tag.txt"
+        $py scripts/trace_phases.py "$sw/trace.$f.$tag.json" > "$out/sweep/phases.$f.$tag.txt" 2>&1
+        tail -1 "$out/sweep/phases.$f.$tag.txt"
       done
     fi
     $py - "$sw" "$tag" <<'PY' > "$sw/rows.$tag.txt"
@@ -68,6 +75,7 @@ if b1: parts.append(f"1B {b1:.4f} ms")
 if b2: parts.append(f"1B-alt {b2:.4f} ms")
 print(f"sweep {tag}|" + ", ".join(parts))
 PY
+    cp "$sw/rows.$tag.txt" "$out/sweep/"
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$sw/rows.$tag.txt"
   done
   if [ "${AMK_SWEEP_ONLY:-0}" = 1 ]; then
@@ -114,15 +122,15 @@ done
 AMK_VM_TUNING=AMK_STREAM_SLOTS=8 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_streams.log" 2>&1
 rc=$?; row "llama tiny, weight streams on, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 [ $rc = 0 ] || tail -3 "$out/check_llama_streams.log"
-# The gemv batch-loop variants prepared for measurement (AMK_GEMV_PINGPONG, AMK_GEMV_CLAMPED_LOADS,
-# off by default): checked like the default path before any sweep times them.
-gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=1
+# The gemv batch-loop variants off by default (AMK_GEMV_PINGPONG=1, AMK_GEMV_CLAMPED_LOADS=0):
+# checked like the default path, so a sweep times only correct code.
+gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for f in gemv_fused gemv_stream tma_gemv; do
   AMK_VM_TUNING=$gv $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_gv.log" 2>&1
   rc=$?; row "$f, $gv, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_${f}_gv.log"
 done
-for lay in "" --fused; do
+for lay in "" --unfused; do
   AMK_VM_TUNING=$gv $py scripts/check_llama.py --amk $amk --backend cuda $lay >"$out/check_llama_gv.log" 2>&1
   rc=$?; row "llama tiny ${lay:-default}, $gv, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   [ $rc = 0 ] || tail -3 "$out/check_llama_gv.log"
@@ -165,7 +173,7 @@ echo "== benchmarks"
 $py scripts/bench_programs.py "$out/bench"
 prof() { $amk --json profile "$1" --events --warmup 5 --iterations 30 > "$2" 2>"$2.err" || { cat "$2.err"; echo '{}' > "$2"; }; }
 for f in dispatch_1000 dispatch_3000 hop_500 hop_2500; do prof "$out/bench/$f.json" "$out/bench/$f.out.json"; done
-cold="$out/cache_cold"; rm -rf "$cold"
+cold="$scratch/cache_cold"; rm -rf "$cold"
 AMK_CACHE_DIR="$cold" $amk --json profile samples/mlp_block.json --events --iterations 10 > "$out/setup_cold.json" 2>/dev/null
 AMK_CACHE_DIR="$cold" $amk --json profile samples/mlp_block.json --events --iterations 10 > "$out/setup_cached.json" 2>/dev/null
 t0=$(date +%s%N); AMK_CACHE_DIR="$cold" $amk -q run samples/mlp_block.json --backend cuda; cli_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
@@ -209,29 +217,29 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   echo "== Llama decode step (tiny vs numpy, 1B vs CPU + bench + PyTorch)"
   $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
   rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  d="$out/decode"; mkdir -p "$d"
+  d="$scratch/decode"; mkdir -p "$d"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json" || row "gen 1B" FAIL
   $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
   rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
-  $py scripts/check_llama.py --amk $amk --backend cuda --fused --context 17 >"$out/check_llama_fused.log" 2>&1
-  rc=$?; tail -2 "$out/check_llama_fused.log"; row "llama tiny --fused on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --unfused --context 17 >"$out/check_llama_unfused.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_unfused.log"; row "llama tiny --unfused on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --rope-ops >"$out/check_llama_ropeops.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_ropeops.log"; row "llama tiny --rope-ops on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --glu-gemv >"$out/check_llama_glu.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_glu.log"; row "llama tiny --glu-gemv on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --fused --weights "$d/llama1b.safetensors" -o "$d/llama1b_fused.json" || row "gen 1B --fused" FAIL
-  $amk run "$d/llama1b_fused.json" --backend cuda --check -o "$d/out1b_fused" >"$d/run1b_fused.log" 2>&1
-  rc=$?; tail -2 "$d/run1b_fused.log"; row "llama-3.2-1b --fused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  for f in llama1b llama1b_fused; do
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --unfused --weights "$d/llama1b.safetensors" -o "$d/llama1b_unfused.json" || row "gen 1B --unfused" FAIL
+  $amk run "$d/llama1b_unfused.json" --backend cuda --check -o "$d/out1b_unfused" >"$d/run1b_unfused.log" 2>&1
+  rc=$?; tail -2 "$d/run1b_unfused.log"; row "llama-3.2-1b --unfused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  for f in llama1b llama1b_unfused; do
     $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-for f in ("llama1b", "llama1b_fused"):
+for f in ("llama1b", "llama1b_unfused"):
     try:
         j = json.load(open(os.path.join(sys.argv[1], f"prof_{f}.json")))
-        print(f"1B decode ({'fused' if 'fused' in f else 'unfused'} layer), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
+        print(f"1B decode ({'unfused' if 'unfused' in f else 'fused, default'} layer), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
     except Exception as e:
         print(f"1B profile {f}|unavailable ({e})")
 PY
@@ -248,11 +256,11 @@ except Exception as e:
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
-  $py scripts/trace_phases.py "$d/trace1b.json" | cut -c1-100
+  $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
-    for f in llama1b llama1b_fused; do
+    for f in llama1b llama1b_unfused; do
       $amk -q compile "$d/$f.json" -o "$d/$f.cubin" >/dev/null 2>&1 && nvdisasm -c "$d/$f.cubin" > "$d/$f.sass" 2>/dev/null
       $py scripts/sass_loops.py "$d/$f.sass" --max-len 800 > "$d/$f.loops.txt" 2>&1
       n=$(awk '$3 == 64 && $4 == 24 { print $2 " instructions, IMAD " $8 ", MOV " $9; exit }' "$d/$f.loops.txt")

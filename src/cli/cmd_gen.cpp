@@ -30,6 +30,8 @@ struct GenLlamaOptions {
   std::string output;
   std::string to;
   bool allow_outside = false;
+  bool fused = false;    // --fused given
+  bool unfused = false;  // --unfused given
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -62,6 +64,12 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   if (!o.weights.empty() && !o.write_weights.empty())
     throw Error(ErrorKind::usage, "usage.gen.weights", "--weights",
                 "--weights and --write-weights exclude each other");
+  if (o.fused && o.unfused)
+    throw Error(ErrorKind::usage, "usage.gen.layout", "--unfused",
+                "--fused and --unfused exclude each other");
+  // The fused layer is the default; --unfused, --rope-ops and --glu-gemv ask for the unfused one
+  // (with --fused, those two are refused by resolve_llama, naming the flag).
+  o.gen.fused = o.fused || !(o.unfused || o.gen.rope_ops || o.gen.glu_gemv);
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
@@ -143,13 +151,15 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "persistent blocks: sets the launch grid, splits work for it and writes the "
                   "queues (default: grid auto, amk schedules, work split for 132 SMs)")
       ->check(CLI::Range(1u, static_cast<unsigned>(kMaxQueues)));
-  cmd->add_flag("--fused", o->gen.fused,
-                "fused layer: rmsnorm inside the gemvs, gate/up as one GLU gemv, RoPE and the "
-                "new k/v inside attention_decode (default: one op per step of the HF layer)");
+  cmd->add_flag("--fused", o->fused,
+                "fused layer (the default): rmsnorm inside the gemvs, gate/up as one GLU gemv, "
+                "RoPE and the new k/v inside attention_decode");
+  cmd->add_flag("--unfused", o->unfused,
+                "unfused layer: one op per step of the HF layer (rmsnorm, gemvs, silu_mul), "
+                "attention rotating q and taking the new k/v row itself");
   cmd->add_flag("--rope-ops", o->gen.rope_ops,
                 "unfused layer with RoPE and the cache append as instructions of their own "
-                "(rope, kv_append) before attention, in the HF order (default: attention "
-                "rotates q and takes the new k/v row itself)");
+                "(rope, kv_append) before attention, in the HF order");
   cmd->add_flag("--glu-gemv", o->gen.glu_gemv,
                 "unfused layer with gate/up as one GLU gemv (silu inside) instead of two gemvs "
                 "and a silu_mul");

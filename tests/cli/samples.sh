@@ -46,8 +46,9 @@ else
 fi
 # The tiny Llama decode step (amk gen llama) against an independent numpy forward pass.
 if [ -n "$py" ]; then
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu; then ok; else bad "llama tiny vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu; then ok; else bad "llama tiny (default: fused layer) vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --fused --context 17; then ok; else bad "llama tiny --fused vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --unfused; then ok; else bad "llama tiny --unfused vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --rope-ops; then ok; else bad "llama tiny --rope-ops vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --glu-gemv; then ok; else bad "llama tiny --glu-gemv vs numpy"; fi
 fi

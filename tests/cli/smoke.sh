@@ -118,6 +118,25 @@ if [ "$compile_rc" -eq 0 ]; then
     AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_stream.json" --arch sm_90a
 fi
 
+# amk gen llama: the fused layer by default (no rmsnorm or silu_mul instructions: both inside the
+# gemvs), --unfused / --rope-ops / --glu-gemv the unfused one; --fused with any of them: exit 2.
+ops_of() {  # ops_of PROGRAM OP -> count
+  "$py" -c "import json,sys; print(sum(i['op'] == sys.argv[2] for i in json.load(open(sys.argv[1]))['instructions']))" "$1" "$2"
+}
+expect_rc 0 "gen llama (default layer)" -- "$amk" -q gen llama -o "$tmp/gl.json"
+[ "$(ops_of "$tmp/gl.json" rmsnorm)" = 0 ] && [ "$(ops_of "$tmp/gl.json" silu_mul)" = 0 ] && pass=$((pass + 1)) ||
+  { fail=$((fail + 1)); echo "FAIL gen llama default is not the fused layer"; }
+for flag in --unfused --rope-ops --glu-gemv; do
+  expect_rc 0 "gen llama $flag" -- "$amk" -q gen llama $flag -o "$tmp/gu.json"
+  [ "$(ops_of "$tmp/gu.json" rmsnorm)" = 5 ] && pass=$((pass + 1)) ||
+    { fail=$((fail + 1)); echo "FAIL gen llama $flag is not the unfused layer (rmsnorm per layer twice + final)"; }
+done
+expect_rc 2 "gen llama --fused --unfused" -- "$amk" gen llama --fused --unfused -o "$tmp/gx.json"
+expect_grep "$tmp/err" "exclude each other" "--fused --unfused named"
+expect_rc 2 "gen llama --fused --glu-gemv" -- "$amk" gen llama --fused --glu-gemv -o "$tmp/gx.json"
+expect_grep "$tmp/err" "at --glu-gemv" "--fused --glu-gemv names the flag"
+[ ! -e "$tmp/gx.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
+
 # --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
 # architecture); a missing folder for one of them writes none of the requested files (exit 4).
 if [ "$compile_rc" -eq 0 ]; then

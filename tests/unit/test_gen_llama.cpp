@@ -270,6 +270,7 @@ TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on t
     return;
   }
   gen::LlamaOptions o;
+  o.fused = false;
   o.rope_ops = true;
   o.seed = 5;
   const Program p = gen::generate_llama(o);
@@ -311,6 +312,7 @@ TEST_CASE("tiny, --glu-gemv: gate/up as one GLU gemv, no silu_mul, same step on 
     return;
   }
   gen::LlamaOptions o;
+  o.fused = false;
   o.glu_gemv = true;
   o.seed = 7;
   const Program p = gen::generate_llama(o);

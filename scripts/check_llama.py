@@ -14,7 +14,7 @@ What it does:
    Llama forward for one token at position context-1 with the given KV cache (embedding,
    RMSNorm, q/k/v projections, RoPE with Llama 3 frequency scaling as in transformers'
    `_compute_llama3_parameters` and `rotate_half`, the new k/v row joining the cached ones
-   unrounded (amk's default and fused layers take it from the projections) or, with
+   unrounded (amk's fused (default) and unfused layers take it from the projections) or, with
    --rope-ops, rounded to bf16 as the cache stores it (kv_append runs before attention), grouped-query attention with a plain softmax over all
    positions, o-proj + residual, SwiGLU MLP + residual, final norm, lm_head (tied to the
    embedding for llama-3.2-1b)).
@@ -107,7 +107,7 @@ def rope(x, position, inv_freq):
 
 def forward(t, cfg, new_row_f32):
     """One decode step; returns logits [vocab]. new_row_f32: the step's own k/v row enters
-    attention unrounded (amk's default and fused layers take it from the projections); else it
+    attention unrounded (amk's fused (default) and unfused layers take it from the projections); else it
     is read back from the bf16 cache (--rope-ops, where kv_append runs first)."""
     L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]

@@ -27,6 +27,7 @@
 #include "amk_ops_norm.cuh"
 #include "amk_ops_gemv.cuh"
 #include "amk_ops_misc.cuh"
+#include "amk_ops_gemv_splitk.cuh"
 #include "amk_stream.cuh"
 
 // Sub-windows of 32 steps held per lane (lookahead of a load: one window).
@@ -159,6 +160,9 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
 #endif
 #if AMK_USE_OP_ATTENTION_COMBINE
     case 15: amk_op_attention_combine(prog, ins, amk_scratch); break;
+#endif
+#if AMK_USE_OP_GEMV_SPLITK
+    case 16: amk_op_gemv_splitk(prog, ins, amk_scratch); break;
 #endif
 #ifdef AMK_CUSTOM_DISPATCH
     AMK_CUSTOM_DISPATCH(prog, ins, amk_scratch)

@@ -256,10 +256,11 @@ void run_softmax(const Context& c) {
   }
 }
 
-// Row r of the [rows, k] matrix m dotted with x, in double.
-double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const float* x) {
+// Row r of the matrix m (rows of k weights, ld apart; ld 0: k) dotted with x, in double.
+double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const float* x,
+                uint64_t ld = 0) {
   const size_t item = dtype_size(m.dtype);
-  const std::byte* row = m.base + r * k * item;
+  const std::byte* row = m.base + r * (ld != 0 ? ld : k) * item;
   switch (m.dtype) {
     case DType::f32:
       return dot_row(row, x, k, item, [](const std::byte* p) {
@@ -323,6 +324,28 @@ void run_gemv(const Context& c) {
     if (w2.present) acc = acc / (1.0 + std::exp(-acc)) * gemv_row(c, w2, r, k, xv.data());
     if (res.present) acc += rv[r];
     store_f(y, r, acc);
+  }
+}
+
+// y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]): one rounding to y's f32 per row, as the
+// device's single atomic add per row does.
+void run_gemv_splitk(const Context& c) {
+  const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3);
+  const uint64_t k = x.extent, rows = y.extent;
+  const uint64_t ld = c.param_word(0) == 0 ? k : c.param_word(0);
+  c.require(k > 0 && rows > 0 && ld >= k && w.extent == (rows - 1) * ld + k,
+            "extent(w) " + n(w.extent) + " != (rows - 1) * ld + K for rows " + n(rows) + ", ld " +
+                n(ld) + ", K " + n(k));
+  c.require(!res.present || res.extent == rows,
+            "extent(residual) " + n(res.extent) + " != rows " + n(rows));
+  const std::vector<float> xv = to_floats(x);
+  std::vector<float> rv;
+  if (res.present) rv = to_floats(res);
+  const std::vector<float> old = to_floats(y);
+  for (uint64_t r = 0; r < rows; ++r) {
+    double acc = gemv_row(c, w, r, k, xv.data(), ld);
+    if (res.present) acc += rv[r];
+    store_f(y, r, static_cast<double>(old[r]) + static_cast<double>(static_cast<float>(acc)));
   }
 }
 
@@ -584,6 +607,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::kv_append: return run_kv_append(c);
     case OpId::attention_decode: return run_attention_decode(c);
     case OpId::attention_combine: return run_attention_combine(c);
+    case OpId::gemv_splitk: return run_gemv_splitk(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -25,11 +25,11 @@ constexpr uint32_t kVmStaticSmemSlack = 4096;  // the VM's static shared memory,
 constexpr uint32_t kVectorBytes = 16;
 
 // Macro suffix of each built-in op id (AMK_USE_OP_<NAME>).
-constexpr std::array<std::string_view, 16> kOpMacros = {
+constexpr std::array<std::string_view, 17> kOpMacros = {
     "NOP",     "COPY",      "FILL",      "ADD",          "MUL",
     "SCALE",   "SILU_MUL",  "RMSNORM",   "SOFTMAX",      "GEMV",
     "ARGMAX",  "EMBEDDING", "ROPE",      "KV_APPEND",    "ATTENTION_DECODE",
-    "ATTENTION_COMBINE"};
+    "ATTENTION_COMBINE", "GEMV_SPLITK"};
 
 // Ops whose device code lives in kernels/amk_ops_attention.cuh.
 bool is_attention_op(uint16_t id) {

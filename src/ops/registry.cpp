@@ -70,8 +70,13 @@ constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std:
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt}};
+constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
+                                              {"x", Access::read, kF},
+                                              {"y", Access::accumulate, kF32},
+                                              {"residual", Access::read, kF, true}};
+constexpr ParamSig kGemvSplitkParams[] = {{"ld", ParamType::u32, 0.0}};
 
-constexpr std::array<OpSig, 16> kOps = {{
+constexpr std::array<OpSig, 17> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
@@ -117,6 +122,11 @@ constexpr std::array<OpSig, 16> kOps = {{
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
      "attention_decode partials, M = max_c m_c",
      kAttentionCombineOperands, kAttentionCombineParams},
+    {OpId::gemv_splitk, "gemv_splitk",
+     "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), k < K = extent(x), "
+     "ld 0: K; added with atomics, so instructions over different K ranges of the same rows "
+     "need no order among themselves (split-K); f32 accumulate",
+     kGemvSplitkOperands, kGemvSplitkParams},
 }};
 
 }  // namespace

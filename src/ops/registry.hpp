@@ -30,10 +30,13 @@ enum class OpId : uint16_t {
   kv_append = 13,          // one position of every kv head into a layer's cache
   attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
   attention_combine = 15,  // merges attention_decode partials across chunks
+  gemv_splitk = 16,        // a K range of a gemv, added into y with atomics
 };
 inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
 
-enum class Access : uint8_t { read, write, read_write };
+// accumulate: the op adds into the elements with atomics. Accumulations into the same elements
+// commute, so they need no order among themselves, only against reads and writes.
+enum class Access : uint8_t { read, write, read_write, accumulate };
 enum class ParamType : uint8_t { f32, u32, i32 };
 
 // Bit set of DType values.

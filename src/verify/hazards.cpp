@@ -1,5 +1,7 @@
 // Data hazards: two instructions that the dependency graph leaves unordered must not touch the
-// same elements when at least one of them writes.
+// same elements when at least one of them writes. Accumulations (atomic adds, Access::accumulate)
+// commute with each other, so two of them may stay unordered; against a read or a write they
+// count as writes.
 //
 // Rather than testing every overlapping pair (quadratic for a buffer updated in place a
 // million times), the sweep walks instructions in a topological order and keeps, per element
@@ -107,7 +109,8 @@ struct Acc {
 struct Segment {
   uint64_t end;
   Acc writer;
-  std::vector<Acc> readers; // since the last write
+  std::vector<Acc> readers;      // since the last write
+  std::vector<Acc> accumulators; // since the last write
 };
 
 using SegmentMap = std::map<uint64_t, Segment>; // keyed by start; covers the whole buffer
@@ -120,7 +123,7 @@ void split(SegmentMap &map, uint64_t at) {
   --it;
   if (it->first == at || it->second.end <= at)
     return;
-  Segment tail{it->second.end, it->second.writer, it->second.readers};
+  Segment tail{it->second.end, it->second.writer, it->second.readers, it->second.accumulators};
   it->second.end = at;
   map.emplace_hint(std::next(it), at, std::move(tail));
 }
@@ -128,18 +131,23 @@ void split(SegmentMap &map, uint64_t at) {
 struct SlotInfo {
   std::string_view name;
   bool reads;
-  bool writes;
+  bool writes; // or accumulates
+  bool accumulates;
 };
+
+// How an access is named in a hazard message.
+enum class Verb : uint8_t { reads, writes, accumulates };
 
 // Access of each operand slot. Custom ops do not declare access, so each slot counts as both
 // read and written (conservative: it may report a hazard the source would not have).
 SlotInfo slot_info(const Program &program, const Instruction &ins, size_t slot) {
   if (const OpSig *sig = find_op(ins.op)) {
     const OperandSig &o = sig->operands[slot];
-    return {o.name, o.access != Access::write, o.access != Access::read};
+    return {o.name, o.access == Access::read || o.access == Access::read_write,
+            o.access != Access::read, o.access == Access::accumulate};
   }
   const CustomOp &custom = program.custom_ops[ins.op - kCustomOpBase];
-  return {custom.operands[slot], true, true};
+  return {custom.operands[slot], true, true, false};
 }
 
 class HazardSweep {
@@ -171,7 +179,9 @@ public:
           const SlotInfo info = slot_info(program_, ins, s);
           if (pass == 0 && info.reads)
             read(o, {v, s});
-          if (pass == 1 && info.writes)
+          if (pass == 1 && info.accumulates)
+            accumulate(o, {v, s});
+          else if (pass == 1 && info.writes)
             write(o, {v, s});
         }
       }
@@ -186,10 +196,28 @@ private:
     split(map, o.offset + o.extent);
     for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it) {
       if (it->second.writer.instruction != kNone)
-        order(it->second.writer, true, x, false);
+        order(it->second.writer, Verb::writes, x, Verb::reads);
+      for (const Acc &a : it->second.accumulators)
+        order(a, Verb::accumulates, x, Verb::reads);
       auto &readers = it->second.readers;
       if (readers.empty() || readers.back().instruction != x.instruction)
         readers.push_back(x);
+    }
+  }
+
+  // After the last write and every read since; not ordered against other accumulations.
+  void accumulate(const Operand &o, Acc x) {
+    SegmentMap &map = maps_[o.buffer];
+    split(map, o.offset);
+    split(map, o.offset + o.extent);
+    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it) {
+      if (it->second.writer.instruction != kNone)
+        order(it->second.writer, Verb::writes, x, Verb::accumulates);
+      for (const Acc &r : it->second.readers)
+        order(r, Verb::reads, x, Verb::accumulates);
+      auto &acc = it->second.accumulators;
+      if (acc.empty() || acc.back().instruction != x.instruction)
+        acc.push_back(x);
     }
   }
 
@@ -202,16 +230,18 @@ private:
     auto it = first;
     for (; it != map.end() && it->first < hi; ++it) {
       if (it->second.writer.instruction != kNone)
-        order(it->second.writer, true, x, true);
+        order(it->second.writer, Verb::writes, x, Verb::writes);
       for (const Acc &r : it->second.readers)
-        order(r, false, x, true);
+        order(r, Verb::reads, x, Verb::writes);
+      for (const Acc &a : it->second.accumulators)
+        order(a, Verb::accumulates, x, Verb::writes);
     }
     map.erase(first, it);
-    map.emplace(lo, Segment{hi, x, {}});
+    map.emplace(lo, Segment{hi, x, {}, {}});
   }
 
   // `earlier` comes before `later` in the sweep; they conflict, so the graph must order them.
-  void order(Acc earlier, bool earlier_writes, Acc later, bool later_writes) {
+  void order(Acc earlier, Verb earlier_verb, Acc later, Verb later_verb) {
     if (earlier.instruction == later.instruction)
       return;
     if (checked_by_[earlier.instruction] == later.instruction)
@@ -220,10 +250,14 @@ private:
     ++pairs_;
     if (reach_.reaches(earlier.instruction, later.instruction))
       return;
-    report(earlier, earlier_writes, later, later_writes);
+    report(earlier, earlier_verb, later, later_verb);
   }
 
-  [[noreturn]] void report(Acc a, bool a_writes, Acc b, bool b_writes) {
+  static const char *verb_text(Verb v) {
+    return v == Verb::reads ? " reads" : v == Verb::writes ? " writes" : " accumulates into";
+  }
+
+  [[noreturn]] void report(Acc a, Verb a_verb, Acc b, Verb b_verb) {
     const Instruction &ia = program_.instructions[a.instruction];
     const Instruction &ib = program_.instructions[b.instruction];
     const Operand &oa = ia.operands[a.slot];
@@ -237,8 +271,8 @@ private:
       return s + " (" + op_name(program_, ins.op) + ")";
     };
     const std::string_view slot_b = slot_info(program_, ib, b.slot).name;
-    std::string message = label(a.instruction, ia) + (a_writes ? " writes" : " reads") + " and " +
-                          label(b.instruction, ib) + (b_writes ? " writes" : " reads") +
+    std::string message = label(a.instruction, ia) + verb_text(a_verb) + " and " +
+                          label(b.instruction, ib) + verb_text(b_verb) +
                           " buffer '" + program_.buffers[ob.buffer].name + "' elements [" +
                           std::to_string(lo) + ", " + std::to_string(hi) +
                           ") but neither queue order nor a needed counter signal orders them";

@@ -374,6 +374,29 @@ private:
                  " must equal group * (head_dim + 2) = " + std::to_string(want));
       break;
     }
+    case OpId::gemv_splitk: { // w, x, y, residual?; ld
+      const uint64_t k = extent(1), rows = extent(2);
+      if (k == 0 || rows == 0)
+        fail("verify.shape", operand_where(k == 0 ? 1 : 2),
+             "gemv_splitk needs K = extent(x) > 0 and rows = extent(y) > 0");
+      const uint64_t ld = ins_.params[0] == 0 ? k : ins_.params[0];
+      if (ld < k)
+        fail("verify.param", "/params/ld",
+             "ld = " + std::to_string(ld) + " is less than K = extent(x) = " + std::to_string(k) +
+                 " (rows would overlap)");
+      // w holds rows of K weights, ld apart: [(rows - 1) * ld + K] elements.
+      const uint64_t want = (rows - 1) * ld + k;
+      if (extent(0) != want)
+        fail("verify.shape", operand_where(0),
+             "extent(w) = " + std::to_string(extent(0)) + " must equal (rows - 1) * ld + K = " +
+                 std::to_string(want) + " (rows = extent(y) = " + std::to_string(rows) +
+                 ", ld = " + std::to_string(ld) + ", K = " + std::to_string(k) + ")");
+      if (present(3) && extent(3) != rows)
+        fail("verify.shape", operand_where(3),
+             "extent(residual) = " + std::to_string(extent(3)) +
+                 " must equal rows = extent(y) = " + std::to_string(rows));
+      break;
+    }
     case OpId::attention_combine: { // partials, out; head_dim
       const uint32_t hd = require_head_dim(false);
       if (extent(1) % hd != 0)

@@ -120,6 +120,10 @@ JSON_CASES = [
     ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
     ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
     ("gemv_w2_extent", mutate(setp(["instructions", 0, "operands", "w2"], {"buffer": "w", "offset": 0, "extent": 256 * 32})), P, "verify.shape", "/instructions/0/operands/w2"),
+    ("gemv_splitk_ld", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 128}))),
+     P, "verify.param", "/instructions/0/params/ld"),
+    ("gemv_splitk_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 512}))),
+     P, "verify.shape", "/instructions/0/operands/w"),
     ("argmax_index_map_extent", mutate(both(
         setp(["buffers"], BASE["buffers"] + [{"name": "idx", "dtype": "i32", "shape": [1], "output": True},
                                              {"name": "map", "dtype": "i32", "shape": [64], "init": {"kind": "random", "seed": 3}}]),

@@ -150,3 +150,54 @@ TEST_CASE("gemv fusions refuse operands of the wrong extent") {
                          {f32_bits(1e-5f)}));
         }) == "run.operand.shape");
 }
+
+// gemv_splitk: the pieces of a matrix cut along K, each added into y, sum to the whole gemv;
+// rows ld apart (a column block of a row-major matrix), the residual added once.
+TEST_CASE("gemv_splitk: K pieces of a column block add up to the gemv, residual once") {
+  for (const DType wt : {DType::bf16, DType::f16, DType::f32}) {
+    CAPTURE(dtype_name(wt));
+    Fixture f;
+    const uint64_t rows = 29, ld = 96, k0 = 8, k = 72;  // columns [8, 80) of a [29, 96] matrix
+    const uint32_t w = f.add("w", wt, nonzero_floats(rows * ld, 201, -0.1f, 0.1f));
+    const uint32_t x = f.add("x", DType::bf16, nonzero_floats(k, 202));
+    const std::vector<float> res = nonzero_floats(rows, 203);
+    const uint32_t r = f.add("res", DType::f32, res);
+    const std::vector<float> y0 = nonzero_floats(rows + 2, 204);  // accumulated into, not zeros
+    const uint32_t y = f.add("y", DType::f32, y0);
+    // Three pieces of 24 columns, in an order that is not the columns' order; the second
+    // carries the residual.
+    const uint64_t piece = 24;
+    for (const uint64_t p : {2u, 0u, 1u}) {
+      const uint64_t c0 = k0 + p * piece;
+      f.run(make_ins(id(OpId::gemv_splitk), 0,
+                     {{w, c0, (rows - 1) * ld + piece},
+                      {x, p * piece, piece},
+                      {y, 1, rows},
+                      p == 1 ? OperandSpec{r, 0, rows} : OperandSpec{}},
+                     {static_cast<uint32_t>(ld)}));
+    }
+    std::vector<double> got, want;
+    for (uint64_t i = 0; i < rows; ++i) {
+      double acc = 0;
+      for (uint64_t c = 0; c < k; ++c) acc += f.get(w, i * ld + k0 + c) * f.get(x, c);
+      want.push_back(y0[1 + i] + acc + res[i]);
+      got.push_back(f.get(y, 1 + i));
+    }
+    CHECK(normalized_error(got, want) < 1e-6);
+    CHECK(f.get(y, 0) == y0[0]);  // rows outside the operand untouched
+    CHECK(f.get(y, rows + 1) == y0[rows + 1]);
+  }
+  SUBCASE("ld 0 means K: a plain row-range gemv added into y") {
+    Fixture f;
+    const uint32_t w = f.add("w", DType::bf16, nonzero_floats(6 * 16, 211));
+    const uint32_t x = f.add("x", DType::f32, nonzero_floats(16, 212));
+    const std::vector<float> y0 = nonzero_floats(6, 213);
+    const uint32_t y = f.add("y", DType::f32, y0);
+    f.run(make_ins(id(OpId::gemv_splitk), 0, {{w, 0, 96}, {x, 0, 16}, {y, 0, 6}, {}}, {0}));
+    for (uint64_t i = 0; i < 6; ++i) {
+      double acc = y0[i];
+      for (uint64_t c = 0; c < 16; ++c) acc += f.get(w, i * 16 + c) * f.get(x, c);
+      CHECK(f.get(y, i) == doctest::Approx(acc).epsilon(1e-6));
+    }
+  }
+}

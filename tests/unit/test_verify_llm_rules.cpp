@@ -236,3 +236,35 @@ TEST_CASE("attention_combine rules") {
   b.last().operands[0] = b.whole(part16);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/partials");
 }
+
+TEST_CASE("gemv_splitk rules") {
+  Builder b;
+  const uint32_t w = b.buffer("w", DType::bf16, 16 * 64);  // a [16, 64] matrix
+  const uint32_t x = b.buffer("x", DType::f32, 64);
+  const uint32_t y = b.buffer("y", DType::f32, 16);
+  const uint32_t y16 = b.buffer("y16", DType::bf16, 16);
+  const uint32_t res = b.buffer("res", DType::f32, 16);
+  // Columns [8, 40) of all 16 rows: (16 - 1) * 64 + 32 elements from element 8.
+  b.add("gemv_splitk", {slice(w, 8, 15 * 64 + 32), slice(x, 0, 32), b.whole(y), b.whole(res)});
+  set_params(b, {64});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  b.last().operands[0] = slice(w, 8, 15 * 64 + 31);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  b.last().operands[0] = slice(w, 8, 15 * 64 + 32);
+  set_params(b, {16});  // ld < K: rows would overlap
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/ld");
+  set_params(b, {0});  // ld 0 = K = 32: w must then be 16 * 32 elements
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  b.last().operands[0] = slice(w, 0, 16 * 32);
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  b.last().operands[3] = slice(res, 0, 15);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/residual");
+  b.last().operands[3] = none();
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  b.last().operands[2] = b.whole(y16);  // atomics add into f32 only
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/y");
+  b.last().operands[2] = slice(y, 0, 0);  // no rows: refused like any empty operand
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
+              "/instructions/0/operands/y/extent");
+}

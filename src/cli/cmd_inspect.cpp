@@ -88,13 +88,17 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   const uint32_t qmed = sorted.empty() ? 0 : sorted[sorted.size() / 2];
   j["queues"] = {{"count", plan.n_queues()},   {"built_by_amk", plan.queues_built},
                  {"lengths", lengths},         {"min", qmin},
-                 {"median", qmed},             {"max", qmax}};
+                 {"median", qmed},             {"max", qmax},
+                 {"elided_waits", plan.elided_waits}, {"elided_signals", plan.elided_signals}};
   t << "queues        " << plan.n_queues()
     << (plan.queues_built ? " (built by amk for grid " + std::to_string(plan.grid) +
                                 (p.launch.grid == 0 ? ", auto: the GPU uses its co-resident maximum)"
                                                     : ")")
                           : " (from the program)")
     << ", length min " << qmin << " / median " << qmed << " / max " << qmax << "\n";
+  if (plan.elided_waits + plan.elided_signals != 0)
+    t << "              queue order already orders " << plan.elided_waits << " wait(s); they and "
+      << plan.elided_signals << " signal(s) nobody else waits for are left out on the device\n";
   j["critical_path"] = summary.critical_path;
   j["dependency_edges"] = summary.dependency_edges;
   t << "critical path " << summary.critical_path << " instructions ("

@@ -18,6 +18,65 @@ namespace {
                           std::to_string(room));
 }
 
+// Waits that queue order already guarantees, and the signals nobody waits for then, are left out
+// of the device's copy of the instructions (the program itself keeps them). A wait (c, v) of an
+// instruction holds when it is reached if the instructions before it in its own queue add at
+// least v to c: per pass they add that much again, and the wait asks for v * pass. The block's
+// barrier before a data op already makes the earlier op's stores visible, so such a wait only
+// costs a round trip to L2 (and its signal a release fence) for nothing. The split-K Llama layer
+// leans on it: each down-projection slice runs on the block that computed its gate/up rows.
+void elide_ordered_syncs(const std::vector<std::vector<uint32_t>> &queues, Plan &plan) {
+  std::vector<uint64_t> added(plan.n_counters, 0);
+  std::vector<uint32_t> touched;
+  for (const auto &q : queues) {
+    for (uint32_t c : touched)
+      added[c] = 0;
+    touched.clear();
+    for (uint32_t item : q) {
+      amk_instruction_t &ins = plan.instructions[item];
+      uint8_t kept = 0;
+      for (uint8_t w = 0; w < ins.n_waits; ++w) {
+        const amk_wait_t wait = ins.waits[w];
+        if (wait.counter < plan.n_counters && added[wait.counter] >= wait.value) {
+          ++plan.elided_waits;
+          continue;
+        }
+        ins.waits[kept++] = wait;
+      }
+      for (uint8_t w = kept; w < ins.n_waits; ++w)
+        ins.waits[w] = {0, 0};
+      ins.n_waits = kept;
+      for (uint8_t g = 0; g < ins.n_signals; ++g) {
+        const amk_signal_t sig = ins.signals[g];
+        if (sig.counter >= plan.n_counters)
+          continue;
+        if (added[sig.counter] == 0)
+          touched.push_back(sig.counter);
+        added[sig.counter] += sig.add;
+      }
+    }
+  }
+  std::vector<uint8_t> waited(plan.n_counters, 0);
+  for (const amk_instruction_t &ins : plan.instructions)
+    for (uint8_t w = 0; w < ins.n_waits; ++w)
+      if (ins.waits[w].counter < plan.n_counters)
+        waited[ins.waits[w].counter] = 1;
+  for (amk_instruction_t &ins : plan.instructions) {
+    uint8_t kept = 0;
+    for (uint8_t g = 0; g < ins.n_signals; ++g) {
+      const amk_signal_t sig = ins.signals[g];
+      if (sig.counter < plan.n_counters && !waited[sig.counter]) {
+        ++plan.elided_signals;
+        continue;
+      }
+      ins.signals[kept++] = sig;
+    }
+    for (uint8_t g = kept; g < ins.n_signals; ++g)
+      ins.signals[g] = {0, 0};
+    ins.n_signals = kept;
+  }
+}
+
 } // namespace
 
 amk_instruction_t encode_instruction(const Instruction &in, uint32_t index) {
@@ -154,6 +213,8 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
   }
   plan.n_counters = static_cast<uint32_t>(program.counters.size());
   plan.block = program.launch.block;
+  if (options.elide_ordered_syncs)
+    elide_ordered_syncs(*queues, plan);
   for (const Instruction &ins : program.instructions)
     plan.ops_used.push_back(ins.op);
   std::sort(plan.ops_used.begin(), plan.ops_used.end());

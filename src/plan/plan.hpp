@@ -14,6 +14,9 @@ struct PlanOptions {
   // Grid used when the program says `grid: auto` and leaves scheduling to amk. The GPU backend
   // passes the co-resident maximum of the device; the CPU backend a default.
   uint32_t grid_hint = 8;
+  // Leave out of the device instructions the waits their queue order already guarantees and
+  // the signals nobody then waits for (plan.cpp, elide_ordered_syncs).
+  bool elide_ordered_syncs = true;
 };
 
 struct Plan {
@@ -25,6 +28,8 @@ struct Plan {
   uint32_t grid = 0;                            // == number of queues
   uint32_t block = 0;
   bool queues_built = false;                    // true when amk scheduled the program
+  uint32_t elided_waits = 0;                    // waits queue order guarantees (left out)
+  uint32_t elided_signals = 0;                  // signals to counters nobody waits for then
   std::vector<uint16_t> ops_used;               // sorted, unique
   // Weight streams (kernels/amk_stream.cuh): per queue, the gemv steps whose weights the block
   // may copy into shared memory ahead of their waits. Entry addresses are byte offsets into

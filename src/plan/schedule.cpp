@@ -3,7 +3,11 @@
 // 1. A legal global order of the pool, preferring instructions on the longest remaining
 //    dependency path (bottom level over the dependency graph, weighted by estimated cost).
 // 2. Walking that order, each instruction goes to the block that becomes free earliest; it
-//    starts no earlier than its producers finish.
+//    starts no earlier than its producers finish. Exception: an instruction whose single needed
+//    signaler for some wait is the last instruction placed on its block follows it on that
+//    block. It starts there as early as anywhere (the block frees when the producer finishes),
+//    without the hop of a signal to another block, and the planner then leaves the wait out
+//    (plan.cpp, elide_ordered_syncs).
 // Every queue is then a subsequence of one legal order, which always drains: the earliest
 // instruction of that order not yet run is at the head of its queue (everything before it in
 // its queue came earlier) and its waits hold (everything before it in the order has run, and
@@ -95,17 +99,44 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
     return finish[v];
   };
 
+  // Free blocks, earliest first; an entry is stale once its block got later work (free_at grows
+  // with every placement: costs are positive).
   using Free = std::pair<double, uint32_t>; // (time the block becomes free, block)
   std::priority_queue<Free, std::vector<Free>, std::greater<Free>> blocks;
+  std::vector<double> free_at(grid, 0.0);
+  std::vector<uint32_t> last(grid, UINT32_MAX);    // last instruction placed on each block
+  std::vector<uint32_t> block_of(n, UINT32_MAX);
   for (uint32_t b = 0; b < grid; ++b)
     blocks.push({0.0, b});
+  // The instruction behind predecessor node p when it is one (directly, or as the only
+  // predecessor of a join node: a wait on a counter with one needed signaler).
+  auto producer = [&](uint32_t p) -> uint32_t {
+    if (p < n)
+      return p;
+    if (g.pred_offsets[p + 1] - g.pred_offsets[p] == 1 && g.preds[g.pred_offsets[p]] < n)
+      return g.preds[g.pred_offsets[p]];
+    return UINT32_MAX;
+  };
   for (uint32_t i : order) {
     double ready = 0.0;
-    for (uint32_t e = g.pred_offsets[i]; e < g.pred_offsets[i + 1]; ++e)
+    uint32_t block = UINT32_MAX;
+    for (uint32_t e = g.pred_offsets[i]; e < g.pred_offsets[i + 1]; ++e) {
       ready = std::max(ready, finish_of(g.preds[e]));
-    const auto [free_at, block] = blocks.top();
-    blocks.pop();
-    finish[i] = std::max(free_at, ready) + cost[i];
+      const uint32_t src = producer(g.preds[e]);
+      if (block == UINT32_MAX && src != UINT32_MAX && block_of[src] != UINT32_MAX &&
+          last[block_of[src]] == src)
+        block = block_of[src];
+    }
+    if (block == UINT32_MAX) {
+      while (blocks.top().first != free_at[blocks.top().second])
+        blocks.pop();
+      block = blocks.top().second;
+      blocks.pop();
+    }
+    finish[i] = std::max(free_at[block], ready) + cost[i];
+    free_at[block] = finish[i];
+    last[block] = i;
+    block_of[i] = block;
     queues[block].push_back(i);
     blocks.push({finish[i], block});
   }

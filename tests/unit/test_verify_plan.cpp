@@ -278,3 +278,57 @@ TEST_CASE("make_plan") {
     CHECK_ERROR(make_plan(b.p, options), "plan.grid", "/launch/grid");
   }
 }
+
+TEST_CASE("a single producer's consumer follows it on its block; the plan drops the wait") {
+  Builder b;
+  const uint32_t x = b.buffer("x", DType::f32, 4 * 64);
+  const uint32_t y = b.buffer("y", DType::f32, 4 * 64);
+  const uint32_t all = b.counter("all");
+  std::vector<uint32_t> producer(4), consumer(4);
+  for (uint32_t i = 0; i < 4; ++i) {
+    const uint32_t c = b.counter("c" + std::to_string(i));
+    producer[i] = b.add("fill", {slice(x, 64ull * i, 64)}, {}, {{c, 1}});
+    // Waits for its producer (one signaler) and for all four (no single one is needed).
+    consumer[i] = b.add("scale", {slice(x, 64ull * i, 64), slice(y, 64ull * i, 64)},
+                        {{c, 1}}, {{all, 1}});
+  }
+  b.add("nop", {}, {{all, 4}});
+  const auto queues = build_queues(b.p, 4);
+  check_schedule(b.p, queues, 4);
+  std::vector<uint32_t> block_of(b.p.instructions.size());
+  for (uint32_t q = 0; q < queues.size(); ++q)
+    for (uint32_t i : queues[q])
+      block_of[i] = q;
+  for (uint32_t i = 0; i < 4; ++i)
+    CHECK(block_of[consumer[i]] == block_of[producer[i]]);
+
+  PlanOptions options;
+  options.grid_hint = 4;
+  const Plan plan = make_plan(b.p, options);
+  CHECK(plan.elided_waits == 4);
+  CHECK(plan.elided_signals == 4); // c0..c3 have no waiter left; `all` keeps its signals
+  for (uint32_t i = 0; i < 4; ++i) {
+    CHECK(plan.instructions[consumer[i]].n_waits == 0);
+    CHECK(plan.instructions[consumer[i]].n_signals == 1);
+    CHECK(plan.instructions[producer[i]].n_signals == 0);
+  }
+  CHECK(plan.instructions.back().n_waits == 1); // four blocks signal `all`: kept
+
+  options.elide_ordered_syncs = false;
+  const Plan kept = make_plan(b.p, options);
+  CHECK(kept.elided_waits == 0);
+  CHECK(kept.instructions[consumer[0]].n_waits == 1);
+
+  SUBCASE("a wait that needs another queue's signal too is kept") {
+    b.p.queues = std::vector<std::vector<uint32_t>>{{producer[0], producer[1], consumer[0]},
+                                                    {consumer[1], producer[2], consumer[2],
+                                                     producer[3], consumer[3], 8}};
+    b.p.instructions[consumer[0]].waits = {{b.p.instructions[producer[0]].signals[0].counter, 1}};
+    // consumer[1] waits for producer[1], which runs in the other queue.
+    const Plan p2 = make_plan(b.p);
+    CHECK(p2.instructions[consumer[0]].n_waits == 0);
+    CHECK(p2.instructions[consumer[1]].n_waits == 1);
+    CHECK(p2.instructions[consumer[2]].n_waits == 0);
+    CHECK(p2.instructions[producer[1]].n_signals == 1); // consumer[1] still waits for it
+  }
+}

@@ -2,7 +2,7 @@
 """Checks amk's Llama decode step (`amk gen llama`) against an independent numpy implementation.
 
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
-        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops | --glu-gemv]
+        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops | --glu-gemv] [--down split|rows]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -160,6 +160,8 @@ def main():
                     help="generate the layer with gate/up as one GLU gemv (amk gen llama --glu-gemv)")
     ap.add_argument("--rope-ops", action="store_true",
                     help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
+    ap.add_argument("--down", choices=["split", "rows"],
+                    help="the fused layer's down projection (amk gen llama --down; default split)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,6 +182,8 @@ def main():
             gen += ["--rope-ops"]
         if args.glu_gemv:
             gen += ["--glu-gemv"]
+        if args.down:
+            gen += ["--down", args.down]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

@@ -97,7 +97,7 @@ $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
 echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused attention_rope gemv_stream small_ops; do
+for f in tma_gemv cluster gemv_fused attention_rope gemv_stream small_ops gemv_splitk; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
@@ -231,15 +231,23 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --unfused --weights "$d/llama1b.safetensors" -o "$d/llama1b_unfused.json" || row "gen 1B --unfused" FAIL
   $amk run "$d/llama1b_unfused.json" --backend cuda --check -o "$d/out1b_unfused" >"$d/run1b_unfused.log" 2>&1
   rc=$?; tail -2 "$d/run1b_unfused.log"; row "llama-3.2-1b --unfused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  for f in llama1b llama1b_unfused; do
+  # The fused layer with its down projection split along K (gemv_splitk; not the default).
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --down split --weights "$d/llama1b.safetensors" -o "$d/llama1b_split.json" || row "gen 1B --down split" FAIL
+  $amk run "$d/llama1b_split.json" --backend cuda --check -o "$d/out1b_split" >"$d/run1b_split.log" 2>&1
+  rc=$?; tail -2 "$d/run1b_split.log"; row "llama-3.2-1b --down split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  $py scripts/check_llama.py --amk $amk --backend cuda --down split --context 17 >"$out/check_llama_split.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  for f in llama1b llama1b_split llama1b_unfused; do
     $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-for f in ("llama1b", "llama1b_unfused"):
+names = {"llama1b": "fused layer (default)", "llama1b_split": "fused layer, --down split",
+         "llama1b_unfused": "unfused layer"}
+for f, label in names.items():
     try:
         j = json.load(open(os.path.join(sys.argv[1], f"prof_{f}.json")))
-        print(f"1B decode ({'unfused' if 'unfused' in f else 'fused, default'} layer), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
+        print(f"1B decode ({label}), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
     except Exception as e:
         print(f"1B profile {f}|unavailable ({e})")
 PY

@@ -32,6 +32,7 @@ struct GenLlamaOptions {
   bool allow_outside = false;
   bool fused = false;    // --fused given
   bool unfused = false;  // --unfused given
+  std::string down;      // --down: "split", "rows" or empty (the layout's default)
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -70,6 +71,11 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   // The fused layer is the default; --unfused, --rope-ops and --glu-gemv ask for the unfused one
   // (with --fused, those two are refused by resolve_llama, naming the flag).
   o.gen.fused = o.fused || !(o.unfused || o.gen.rope_ops || o.gen.glu_gemv);
+  if (!o.gen.fused && o.down == "split")
+    throw Error(ErrorKind::usage, "usage.gen.layout", "--down",
+                "--down split applies to the fused layer only (the unfused one has a silu_mul "
+                "between gate/up and down)");
+  o.gen.split_down = o.gen.fused && o.down == "split";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
@@ -163,6 +169,11 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_flag("--glu-gemv", o->gen.glu_gemv,
                 "unfused layer with gate/up as one GLU gemv (silu inside) instead of two gemvs "
                 "and a silu_mul");
+  cmd->add_option("--down", o->down,
+                  "fused layer's down projection: rows (the default: row ranges after all of "
+                  "gate/up) or split (cut along K, each piece on the block that computed its "
+                  "gate/up rows, added with atomics; measured slower, README)")
+      ->check(CLI::IsMember({"split", "rows"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

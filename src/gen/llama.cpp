@@ -113,24 +113,38 @@ class Builder {
     in.waits = std::move(waits);
     in.signals = std::move(signals);
     p_.instructions.push_back(std::move(in));
+    follows_.push_back(kNoFollow);
     return static_cast<uint32_t>(p_.instructions.size() - 1);
   }
 
+  // With a fixed grid, instruction i goes to the queue of instruction `leader` (added earlier)
+  // instead of the next one round robin.
+  void follow(uint32_t i, uint32_t leader) { follows_.at(i) = leader; }
+
   // Queues for a fixed grid: instructions in program order (a topological order), dealt round
-  // robin. Every queue is then in topological order, so the program drains whatever the
-  // timing (the earliest unfinished instruction is always at the head of its queue).
+  // robin, except that a follower joins its leader's queue. Every queue is then in topological
+  // order, so the program drains whatever the timing (the earliest unfinished instruction is
+  // always at the head of its queue).
   std::vector<std::vector<uint32_t>> queues(uint32_t grid) const {
     std::vector<std::vector<uint32_t>> q(grid);
+    std::vector<uint32_t> queue_of(p_.instructions.size());
     uint32_t next = 0;
     for (uint32_t i = 0; i < p_.instructions.size(); ++i) {
-      q[next].push_back(i);
-      next = (next + 1) % grid;
+      if (follows_[i] != kNoFollow) {
+        queue_of[i] = queue_of[follows_[i]];
+      } else {
+        queue_of[i] = next;
+        next = (next + 1) % grid;
+      }
+      q[queue_of[i]].push_back(i);
     }
     return q;
   }
 
  private:
+  static constexpr uint32_t kNoFollow = 0xFFFFFFFFu;
   Program& p_;
+  std::vector<uint32_t> follows_;
 };
 
 BufferInit normal_init(uint64_t seed, double mean, double std) {
@@ -295,7 +309,9 @@ Program generate_llama(const LlamaOptions& o) {
                   ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
                   " (new token at position " + std::to_string(pos) +
                   "). bf16 weights and KV caches, f32 activations; " +
-                  (o.fused ? std::string("fused layer.")
+                  (o.fused ? std::string(o.split_down ? "fused layer, down projection split along K "
+                                                        "onto the gate/up blocks."
+                                                      : "fused layer.")
                            : std::string("unfused layer, ") +
                                  (o.rope_ops ? "rope and kv_append ops" : "RoPE inside attention") +
                                  (o.glu_gemv ? ", gate/up as one GLU gemv." : "."));
@@ -378,6 +394,9 @@ Program generate_llama(const LlamaOptions& o) {
   b.add("embed", "embedding", {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}},
         {}, {}, {{x_ready, 1}});
 
+  // Zeros copied into each layer's split-K accumulator (a copy, not a fill: the fused layer's
+  // VM already holds the copy op for the cache rows, and one op less keeps its registers).
+  uint32_t zeros = 0xFFFFFFFFu;
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
     const std::string wp = layer_prefix(l);
@@ -496,14 +515,53 @@ Program generate_llama(const LlamaOptions& o) {
       const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                     o_chunk, attn, h, {.residual = x},
                                     {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
-      const uint32_t ng = gemv_rows(
-          L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
-          {.norm = buf.at(wp + "post_attention_layernorm.weight"),
-           .w2 = buf.at(wp + "mlp.up_proj.weight")},
-          {{c_h, no}}, c_mlp);
-      const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
-                                    down_chunk, mlp, x_next, {.residual = h},
-                                    {{c_mlp, ng}}, c_x);
+      if (!o.split_down) {
+        const uint32_t ng = gemv_rows(
+            L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
+            {.norm = buf.at(wp + "post_attention_layernorm.weight"),
+             .w2 = buf.at(wp + "mlp.up_proj.weight")},
+            {{c_h, no}}, c_mlp);
+        const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H,
+                                      F, down_chunk, mlp, x_next, {.residual = h},
+                                      {{c_mlp, ng}}, c_x);
+        x = x_next;
+        x_ready = c_x;
+        x_need = nd;
+        continue;
+      }
+      // Split-K down projection: gate/up chunk j (rows [r0, r0 + nr) of the GLU output) is
+      // followed by the down projection of just those columns, added into x_next with atomics
+      // (gemv_splitk) on the same block: no phase barrier and no hop between the two. x_next is
+      // zeroed first (a fill the gate/up chunks wait for, long done by then); chunk 0 also adds
+      // the residual h.
+      const uint32_t c_zero = b.counter(L + "x_next_zeroed");
+      if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
+      b.add(L + "x_next_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(x_next)}}, {}, {},
+            {{c_zero, 1}});
+      const uint32_t down_w = buf.at(wp + "mlp.down_proj.weight");
+      uint32_t nd = 0;
+      for (uint64_t r0 = 0; r0 < F; r0 += glu_chunk, ++nd) {
+        const uint64_t nr = std::min(glu_chunk, F - r0);
+        const std::string J = std::to_string(nd);
+        const uint32_t c_j = b.counter(L + "mlp." + J);
+        const uint32_t glu = b.add(
+            L + "gate_up_proj." + J, "gemv",
+            {{"w", slice(buf.at(wp + "mlp.gate_proj.weight"), r0 * H, nr * H)},
+             {"x", b.whole(h)},
+             {"y", slice(mlp, r0, nr)},
+             {"norm", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
+             {"w2", slice(buf.at(wp + "mlp.up_proj.weight"), r0 * H, nr * H)}},
+            {{"eps", c.rms_eps}}, {{c_h, no}, {c_zero, 1}}, {{c_j, 1}});
+        const Operand none{};
+        const uint32_t down = b.add(
+            L + "down_proj." + J, "gemv_splitk",
+            {{"w", slice(down_w, r0, (H - 1) * F + nr)},
+             {"x", slice(mlp, r0, nr)},
+             {"y", b.whole(x_next)},
+             {"residual", r0 == 0 ? b.whole(h) : none}},
+            {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
+        b.follow(down, glu);
+      }
       x = x_next;
       x_ready = c_x;
       x_need = nd;

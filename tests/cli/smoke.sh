@@ -136,6 +136,14 @@ expect_grep "$tmp/err" "exclude each other" "--fused --unfused named"
 expect_rc 2 "gen llama --fused --glu-gemv" -- "$amk" gen llama --fused --glu-gemv -o "$tmp/gx.json"
 expect_grep "$tmp/err" "at --glu-gemv" "--fused --glu-gemv names the flag"
 [ ! -e "$tmp/gx.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
+# --down split: the fused layer's down projection as gemv_splitk pieces (rows by default); the
+# unfused layer has no such option (exit 2 naming --down, nothing written).
+expect_rc 0 "gen llama --down split" -- "$amk" -q gen llama --down split -o "$tmp/gs.json"
+[ "$(ops_of "$tmp/gs.json" gemv_splitk)" -gt 0 ] && [ "$(ops_of "$tmp/gl.json" gemv_splitk)" = 0 ] &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down split / the default down projection"; }
+expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
+expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
+[ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
 
 # --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
 # architecture); a missing folder for one of them writes none of the requested files (exit 4).

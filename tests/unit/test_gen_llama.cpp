@@ -231,8 +231,11 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
   verify(p);
   const auto n = count_ops(p);
   // tiny: qkv 256 rows -> chunks of 4 (q 32 + k 16 + v 16) with the rmsnorm inside; o 32;
-  // gate/up as one GLU gemv over 256 rows -> 4: 64; down 32; lm_head 128 with the final norm.
+  // gate/up as one GLU gemv over 256 rows -> 4: 64; down 32 (row ranges: split_down is off by
+  // default); lm_head 128 with the final norm.
+  CHECK_FALSE(o.split_down);
   CHECK(n.at("gemv") == 2 * (64 + 32 + 64 + 32) + 128);
+  CHECK(n.count("gemv_splitk") == 0);
   CHECK(n.count("rmsnorm") == 0);
   CHECK(n.count("silu_mul") == 0);
   CHECK(n.at("rope") == 2 * 2);  // per kv head: the new k row, rotated into its cache row
@@ -262,6 +265,65 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
     CAPTURE(cache);
     CHECK(run.in_a(cache) == run.in_b(cache));
   }
+}
+
+TEST_CASE("tiny, fused layer: split-K down matches the row-range down; queues keep each piece "
+          "on its gate/up block") {
+  gen::LlamaOptions o;
+  o.seed = 4;
+  o.grid = 8;  // queues written by the generator: pieces follow their gate/up chunk
+  o.split_down = true;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  CHECK(count_ops(p).at("copy") == 2 * 2 + 2);  // + per layer: zeros into the accumulator
+  gen::LlamaOptions r = o;
+  r.split_down = false;
+  const Program q = gen::generate_llama(r);
+  CHECK(count_ops(q).count("gemv_splitk") == 0);
+
+  // Each gemv_splitk reads the columns its gate/up chunk produced, waits only for that chunk,
+  // and sits right after it in the same queue; only the first piece adds the residual.
+  std::vector<uint32_t> queue_of(p.instructions.size()), pos_of(p.instructions.size());
+  REQUIRE(p.queues);
+  for (uint32_t qi = 0; qi < p.queues->size(); ++qi)
+    for (uint32_t k = 0; k < (*p.queues)[qi].size(); ++k) {
+      queue_of[(*p.queues)[qi][k]] = qi;
+      pos_of[(*p.queues)[qi][k]] = k;
+    }
+  uint32_t pieces = 0, with_residual = 0;
+  for (uint32_t i = 0; i < p.instructions.size(); ++i) {
+    const Instruction& in = p.instructions[i];
+    if (op_name(p, in.op) != "gemv_splitk") continue;
+    ++pieces;
+    REQUIRE(in.waits.size() == 1);
+    uint32_t producer = UINT32_MAX;
+    for (uint32_t j = 0; j < p.instructions.size(); ++j)
+      for (const auto& sg : p.instructions[j].signals)
+        if (sg.counter == in.waits[0].counter) producer = j;
+    REQUIRE(producer != UINT32_MAX);
+    const Instruction& glu = p.instructions[producer];
+    CHECK(op_name(p, glu.op) == "gemv");
+    CHECK(glu.operands[2].buffer == in.operands[1].buffer);  // its y is this piece's x
+    CHECK(glu.operands[2].offset == in.operands[1].offset);
+    CHECK(glu.operands[2].extent == in.operands[1].extent);
+    CHECK(queue_of[producer] == queue_of[i]);
+    CHECK(pos_of[producer] + 1 == pos_of[i]);
+    if (in.operands[3].buffer != AMK_NO_BUFFER) ++with_residual;
+  }
+  CHECK(pieces == 2 * 8);  // grid 8: the 256 gate/up rows in 8 chunks of 32, per layer
+  CHECK(with_residual == 2);
+
+  // The planner leaves those waits (and the chunks' signals) out of the device instructions.
+  const Plan plan = make_plan(p);
+  CHECK(plan.elided_waits >= pieces);
+  for (uint32_t i = 0; i < p.instructions.size(); ++i)
+    if (op_name(p, p.instructions[i].op) == "gemv_splitk") CHECK(plan.instructions[i].n_waits == 0);
+
+  // Same step: only the order of the f32 additions into the hidden state differs.
+  const CpuPair run(p, q);
+  const double diff = run.rel_diff("act.logits");
+  CHECK(diff < 1e-5);
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
 }
 
 TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on the CPU") {

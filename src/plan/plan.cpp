@@ -25,6 +25,18 @@ namespace {
 // barrier before a data op already makes the earlier op's stores visible, so such a wait only
 // costs a round trip to L2 (and its signal a release fence) for nothing. The split-K Llama layer
 // leans on it: each down-projection slice runs on the block that computed its gate/up rows.
+// Keeps the entries of items[0, n) that `keep` accepts, in order, zeroes the rest; returns the
+// count kept.
+template <typename T, typename Keep> uint8_t compact(T *items, uint8_t n, Keep keep) {
+  uint8_t kept = 0;
+  for (uint8_t i = 0; i < n; ++i)
+    if (keep(items[i]))
+      items[kept++] = items[i];
+  for (uint8_t i = kept; i < n; ++i)
+    items[i] = {0, 0};
+  return kept;
+}
+
 void elide_ordered_syncs(const std::vector<std::vector<uint32_t>> &queues, Plan &plan) {
   std::vector<uint64_t> added(plan.n_counters, 0);
   std::vector<uint32_t> touched;
@@ -34,18 +46,11 @@ void elide_ordered_syncs(const std::vector<std::vector<uint32_t>> &queues, Plan 
     touched.clear();
     for (uint32_t item : q) {
       amk_instruction_t &ins = plan.instructions[item];
-      uint8_t kept = 0;
-      for (uint8_t w = 0; w < ins.n_waits; ++w) {
-        const amk_wait_t wait = ins.waits[w];
-        if (wait.counter < plan.n_counters && added[wait.counter] >= wait.value) {
-          ++plan.elided_waits;
-          continue;
-        }
-        ins.waits[kept++] = wait;
-      }
-      for (uint8_t w = kept; w < ins.n_waits; ++w)
-        ins.waits[w] = {0, 0};
-      ins.n_waits = kept;
+      ins.n_waits = compact(ins.waits, ins.n_waits, [&](const amk_wait_t &wait) {
+        const bool implied = wait.counter < plan.n_counters && added[wait.counter] >= wait.value;
+        plan.elided_waits += implied ? 1 : 0;
+        return !implied;
+      });
       for (uint8_t g = 0; g < ins.n_signals; ++g) {
         const amk_signal_t sig = ins.signals[g];
         if (sig.counter >= plan.n_counters)
@@ -61,20 +66,12 @@ void elide_ordered_syncs(const std::vector<std::vector<uint32_t>> &queues, Plan 
     for (uint8_t w = 0; w < ins.n_waits; ++w)
       if (ins.waits[w].counter < plan.n_counters)
         waited[ins.waits[w].counter] = 1;
-  for (amk_instruction_t &ins : plan.instructions) {
-    uint8_t kept = 0;
-    for (uint8_t g = 0; g < ins.n_signals; ++g) {
-      const amk_signal_t sig = ins.signals[g];
-      if (sig.counter < plan.n_counters && !waited[sig.counter]) {
-        ++plan.elided_signals;
-        continue;
-      }
-      ins.signals[kept++] = sig;
-    }
-    for (uint8_t g = kept; g < ins.n_signals; ++g)
-      ins.signals[g] = {0, 0};
-    ins.n_signals = kept;
-  }
+  for (amk_instruction_t &ins : plan.instructions)
+    ins.n_signals = compact(ins.signals, ins.n_signals, [&](const amk_signal_t &sig) {
+      const bool dead = sig.counter < plan.n_counters && !waited[sig.counter];
+      plan.elided_signals += dead ? 1 : 0;
+      return !dead;
+    });
 }
 
 } // namespace

@@ -178,9 +178,9 @@ public:
             continue;
           const SlotInfo info = slot_info(program_, ins, s);
           if (pass == 0 && info.reads)
-            read(o, {v, s});
+            read_or_accumulate(o, {v, s}, Verb::reads);
           if (pass == 1 && info.accumulates)
-            accumulate(o, {v, s});
+            read_or_accumulate(o, {v, s}, Verb::accumulates);
           else if (pass == 1 && info.writes)
             write(o, {v, s});
         }
@@ -190,35 +190,31 @@ public:
   }
 
 private:
-  void read(const Operand &o, Acc x) {
+  // Calls f on each segment of the operand's elements (split at its ends first).
+  template <typename F> void each_segment(const Operand &o, F f) {
     SegmentMap &map = maps_[o.buffer];
     split(map, o.offset);
     split(map, o.offset + o.extent);
-    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it) {
-      if (it->second.writer.instruction != kNone)
-        order(it->second.writer, Verb::writes, x, Verb::reads);
-      for (const Acc &a : it->second.accumulators)
-        order(a, Verb::accumulates, x, Verb::reads);
-      auto &readers = it->second.readers;
-      if (readers.empty() || readers.back().instruction != x.instruction)
-        readers.push_back(x);
-    }
+    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it)
+      f(it->second);
   }
 
-  // After the last write and every read since; not ordered against other accumulations.
-  void accumulate(const Operand &o, Acc x) {
-    SegmentMap &map = maps_[o.buffer];
-    split(map, o.offset);
-    split(map, o.offset + o.extent);
-    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it) {
-      if (it->second.writer.instruction != kNone)
-        order(it->second.writer, Verb::writes, x, Verb::accumulates);
-      for (const Acc &r : it->second.readers)
-        order(r, Verb::reads, x, Verb::accumulates);
-      auto &acc = it->second.accumulators;
-      if (acc.empty() || acc.back().instruction != x.instruction)
-        acc.push_back(x);
-    }
+  static void note(std::vector<Acc> &list, Acc x) {
+    if (list.empty() || list.back().instruction != x.instruction)
+      list.push_back(x);
+  }
+
+  // A read comes after the last write and every accumulation since; an accumulation after the
+  // last write and every read since, not after other accumulations (they commute).
+  void read_or_accumulate(const Operand &o, Acc x, Verb verb) {
+    const bool reads = verb == Verb::reads;
+    each_segment(o, [&](Segment &seg) {
+      if (seg.writer.instruction != kNone)
+        order(seg.writer, Verb::writes, x, verb);
+      for (const Acc &a : reads ? seg.accumulators : seg.readers)
+        order(a, reads ? Verb::accumulates : Verb::reads, x, verb);
+      note(reads ? seg.readers : seg.accumulators, x);
+    });
   }
 
   void write(const Operand &o, Acc x) {

@@ -406,3 +406,41 @@ TEST_CASE("weight streams: ring sizing, off by default, the streamed VM compiles
   CHECK(stream_slots_fitting(12, 16384, 232448 - 20000) == 0);
   CHECK(stream_slots_fitting(8, 16384, 232448 - 20000) == 8);
 }
+
+// Every "N bytes spill stores" of a ptxas log is 0 (a plain substring test would also accept
+// "120 bytes spill stores").
+static bool no_spills(const std::string& log) {
+  const std::string key = " bytes spill stores";
+  size_t n = 0;
+  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1), ++n) {
+    size_t b = at;
+    while (b > 0 && log[b - 1] >= '0' && log[b - 1] <= '9') --b;
+    if (log.substr(b, at - b) != "0") return false;
+  }
+  return n > 0;
+}
+
+TEST_CASE("gemv_splitk compiles for sm_90a: the VM and the op's own call without spills") {
+  const Program program =
+      load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / "gemv_splitk.json");
+  const Plan plan = make_plan(program);
+  CHECK(vm_source(program, plan, uncached()).find("#define AMK_USE_OP_GEMV_SPLITK 1") !=
+        std::string::npos);
+  CHECK_FALSE(no_spills("ptxas info : 120 bytes spill stores"));  // the helper itself
+  // The defaults, then each knob the README lists (kernels/amk_ops_gemv_splitk.cuh).
+  const std::vector<std::vector<std::pair<std::string, int64_t>>> tunings = {
+      {},
+      {{"AMK_SPLITK_UNROLL", 8}, {"AMK_SPLITK_PREFETCH", 1}},
+      {{"AMK_SPLITK_ROTATE", 0}, {"AMK_SPLITK_RED_V4", 0}}};
+  for (const auto& t : tunings) {
+    CAPTURE(t.size());
+    CompileOptions o = uncached();
+    o.tuning = t;
+    const CompileOutput out = compile_vm(program, plan, o);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(is_elf(out.cubin));
+    CHECK(out.log.find("amk_op_gemv_splitk") != std::string::npos);  // a call: its own properties
+    CHECK(no_spills(out.log));
+  }
+}

@@ -293,8 +293,10 @@ TEST_CASE("a single producer's consumer follows it on its block; the plan drops 
                         {{c, 1}}, {{all, 1}});
   }
   b.add("nop", {}, {{all, 4}});
-  const auto queues = build_queues(b.p, 4);
-  check_schedule(b.p, queues, 4);
+  // Five blocks for four producers: the fifth is free earliest when the consumers are placed,
+  // so only the follow rule keeps each consumer on its producer's block.
+  const auto queues = build_queues(b.p, 5);
+  check_schedule(b.p, queues, 5);
   std::vector<uint32_t> block_of(b.p.instructions.size());
   for (uint32_t q = 0; q < queues.size(); ++q)
     for (uint32_t i : queues[q])
@@ -303,7 +305,7 @@ TEST_CASE("a single producer's consumer follows it on its block; the plan drops 
     CHECK(block_of[consumer[i]] == block_of[producer[i]]);
 
   PlanOptions options;
-  options.grid_hint = 4;
+  options.grid_hint = 5;
   const Plan plan = make_plan(b.p, options);
   CHECK(plan.elided_waits == 4);
   CHECK(plan.elided_signals == 4); // c0..c3 have no waiter left; `all` keeps its signals

@@ -161,7 +161,7 @@ def main():
     ap.add_argument("--rope-ops", action="store_true",
                     help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
     ap.add_argument("--down", choices=["split", "rows"],
-                    help="the fused layer's down projection (amk gen llama --down; default split)")
+                    help="the fused layer's down projection (amk gen llama --down; default rows)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:

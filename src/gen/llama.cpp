@@ -515,52 +515,48 @@ Program generate_llama(const LlamaOptions& o) {
       const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                     o_chunk, attn, h, {.residual = x},
                                     {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+      uint32_t nd = 0;  // instructions that signal c_x
       if (!o.split_down) {
         const uint32_t ng = gemv_rows(
             L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
             {.norm = buf.at(wp + "post_attention_layernorm.weight"),
              .w2 = buf.at(wp + "mlp.up_proj.weight")},
             {{c_h, no}}, c_mlp);
-        const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H,
-                                      F, down_chunk, mlp, x_next, {.residual = h},
-                                      {{c_mlp, ng}}, c_x);
-        x = x_next;
-        x_ready = c_x;
-        x_need = nd;
-        continue;
-      }
-      // Split-K down projection: gate/up chunk j (rows [r0, r0 + nr) of the GLU output) is
-      // followed by the down projection of just those columns, added into x_next with atomics
-      // (gemv_splitk) on the same block: no phase barrier and no hop between the two. x_next is
-      // zeroed first (a fill the gate/up chunks wait for, long done by then); chunk 0 also adds
-      // the residual h.
-      const uint32_t c_zero = b.counter(L + "x_next_zeroed");
-      if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
-      b.add(L + "x_next_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(x_next)}}, {}, {},
-            {{c_zero, 1}});
-      const uint32_t down_w = buf.at(wp + "mlp.down_proj.weight");
-      uint32_t nd = 0;
-      for (uint64_t r0 = 0; r0 < F; r0 += glu_chunk, ++nd) {
-        const uint64_t nr = std::min(glu_chunk, F - r0);
-        const std::string J = std::to_string(nd);
-        const uint32_t c_j = b.counter(L + "mlp." + J);
-        const uint32_t glu = b.add(
-            L + "gate_up_proj." + J, "gemv",
-            {{"w", slice(buf.at(wp + "mlp.gate_proj.weight"), r0 * H, nr * H)},
-             {"x", b.whole(h)},
-             {"y", slice(mlp, r0, nr)},
-             {"norm", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
-             {"w2", slice(buf.at(wp + "mlp.up_proj.weight"), r0 * H, nr * H)}},
-            {{"eps", c.rms_eps}}, {{c_h, no}, {c_zero, 1}}, {{c_j, 1}});
-        const Operand none{};
-        const uint32_t down = b.add(
-            L + "down_proj." + J, "gemv_splitk",
-            {{"w", slice(down_w, r0, (H - 1) * F + nr)},
-             {"x", slice(mlp, r0, nr)},
-             {"y", b.whole(x_next)},
-             {"residual", r0 == 0 ? b.whole(h) : none}},
-            {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
-        b.follow(down, glu);
+        nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F, down_chunk,
+                       mlp, x_next, {.residual = h}, {{c_mlp, ng}}, c_x);
+      } else {
+        // Split-K down projection: gate/up chunk j (rows [r0, r0 + nr) of the GLU output) is
+        // followed by the down projection of just those columns, added into x_next with atomics
+        // (gemv_splitk) on the same block: no phase barrier and no hop between the two. x_next is
+        // zeroed first (a copy of zeros the gate/up chunks wait for, long done by then); chunk 0
+        // also adds the residual h.
+        const uint32_t c_zero = b.counter(L + "x_next_zeroed");
+        if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
+        b.add(L + "x_next_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(x_next)}}, {}, {},
+              {{c_zero, 1}});
+        const uint32_t down_w = buf.at(wp + "mlp.down_proj.weight");
+        for (uint64_t r0 = 0; r0 < F; r0 += glu_chunk, ++nd) {
+          const uint64_t nr = std::min(glu_chunk, F - r0);
+          const std::string J = std::to_string(nd);
+          const uint32_t c_j = b.counter(L + "mlp." + J);
+          const uint32_t glu = b.add(
+              L + "gate_up_proj." + J, "gemv",
+              {{"w", slice(buf.at(wp + "mlp.gate_proj.weight"), r0 * H, nr * H)},
+               {"x", b.whole(h)},
+               {"y", slice(mlp, r0, nr)},
+               {"norm", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
+               {"w2", slice(buf.at(wp + "mlp.up_proj.weight"), r0 * H, nr * H)}},
+              {{"eps", c.rms_eps}}, {{c_h, no}, {c_zero, 1}}, {{c_j, 1}});
+          const Operand none{};
+          const uint32_t down = b.add(
+              L + "down_proj." + J, "gemv_splitk",
+              {{"w", slice(down_w, r0, (H - 1) * F + nr)},
+               {"x", slice(mlp, r0, nr)},
+               {"y", b.whole(x_next)},
+               {"residual", r0 == 0 ? b.whole(h) : none}},
+              {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
+          b.follow(down, glu);
+        }
       }
       x = x_next;
       x_ready = c_x;

@@ -375,10 +375,7 @@ private:
       break;
     }
     case OpId::gemv_splitk: { // w, x, y, residual?; ld
-      const uint64_t k = extent(1), rows = extent(2);
-      if (k == 0 || rows == 0)
-        fail("verify.shape", operand_where(k == 0 ? 1 : 2),
-             "gemv_splitk needs K = extent(x) > 0 and rows = extent(y) > 0");
+      const uint64_t k = extent(1), rows = extent(2); // both > 0 (check_operands)
       const uint64_t ld = ins_.params[0] == 0 ? k : ins_.params[0];
       if (ld < k)
         fail("verify.param", "/params/ld",

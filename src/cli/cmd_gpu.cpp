@@ -44,6 +44,9 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
     throw Error(ErrorKind::usage, "usage.profile.mode", "",
                 "choose what to profile: --events (CUDA-event timings of whole launches) and/or "
                 "--trace FILE (a per-instruction timeline)");
+  if (o.request.cold && !o.events)
+    throw Error(ErrorKind::usage, "usage.profile.cold", "--cold",
+                "--cold applies to --events (the trace's single launch is not flushed)");
   Program p = load_and_verify(o.program);
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
@@ -106,6 +109,8 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--scope", o->request.scope,
                   "kernel: events around the launch; launch: around counter reset + launch")
       ->check(CLI::IsMember({"kernel", "launch"}));
+  cmd->add_flag("--cold", o->request.cold,
+                "with --events: flush L2 before every launch (untimed), so weights come from HBM");
   cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms");
   cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");

@@ -50,6 +50,7 @@ struct ProfileRequest {
   uint32_t warmup = 3;
   uint32_t iterations = 20;
   std::string scope = "kernel";
+  bool cold = false;  // flush L2 (a 256 MiB write) before every launch, untimed
 };
 
 // `amk bench`: megakernel vs one launch per instruction vs a CUDA graph (src/cuda/bench.hpp).

@@ -177,12 +177,15 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
   const Plan plan = default_plan(program);
   GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req.gpu));
-  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope);
+  const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
+  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
   ordered_json j;
   j["status"] = "ok";
   j["program"] = program.name;
   j["program_fingerprint"] = program_fingerprint(program);
   j["scope"] = s.scope;
+  j["cold"] = req.cold;
+  if (req.cold) j["flush_bytes"] = flush_bytes;
   j["warmup"] = s.warmup;
   j["iterations"] = s.iterations;
   j["median_ms"] = s.median_ms;
@@ -200,9 +203,10 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
   char line[256];
   std::snprintf(line, sizeof line,
-                "%s on %s: %u launches (%s scope, %u warm-up): median %.4f ms, min %.4f, max "
-                "%.4f, spread %.2f%%\n",
+                "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
+                "max %.4f, spread %.2f%%\n",
                 program.name.c_str(), ex.device().name.c_str(), s.iterations, s.scope.c_str(),
+                req.cold ? ", L2 flushed before each" : "",
                 s.warmup, s.median_ms, s.min_ms, s.max_ms, 100.0 * s.rel_spread);
   text << line << "setup:";
   for (const auto& [k, v] : ex.setup_timings_ms()) {

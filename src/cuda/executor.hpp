@@ -69,7 +69,10 @@ public:
 
   // warmup + iterations single-pass launches timed with CUDA events: scope "kernel" brackets the
   // launch only, "launch" also the counter reset. A launch that does not finish ok throws.
-  ProfileStats profile(uint32_t warmup, uint32_t iterations, const std::string& scope);
+  // `flush_bytes` != 0: before every launch (untimed), a fresh pattern is written over a scratch
+  // buffer of that size, so the launch starts with nothing of the program's in L2.
+  ProfileStats profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
+                       uint64_t flush_bytes = 0);
 
   [[nodiscard]] HostBuffers download() const; // every buffer, in program order
   void upload(const HostBuffers& buffers);    // e.g. the initial contents again

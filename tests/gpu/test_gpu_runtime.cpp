@@ -156,6 +156,14 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   CHECK(l.samples_ms.size() == 3);
   CHECK(l.scope == "launch");
   CHECK_THROWS_AS(exe.profile(0, 1, "wall"), Error);
+  // Flushed before each launch: still every sample, and the program's results are unchanged.
+  const ProfileStats c = exe.profile(1, 3, "kernel", uint64_t{64} << 20);
+  CHECK(c.samples_ms.size() == 3);
+  CHECK(c.min_ms > 0);
+  {
+    const HostBuffers got = exe.download();
+    CHECK(max_rel_error(floats(got.data[3]), floats(want.data[3])) < 1e-6);
+  }
 
   exe.close();
   exe.close(); // idempotent

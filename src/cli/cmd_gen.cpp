@@ -174,6 +174,11 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "gate/up) or split (cut along K, each piece on the block that computed its "
                   "gate/up rows, added with atomics; measured slower, README)")
       ->check(CLI::IsMember({"split", "rows"}));
+  cmd->add_option("--attn-chunks", o->gen.attn_chunks,
+                  "chunks of the KV length per kv head, one attention instruction each "
+                  "(default: about 132 attention instructions in all; chunks are a multiple of 8 "
+                  "positions, so the count may come out lower)")
+      ->check(CLI::Range(1u, 4096u));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

@@ -369,7 +369,7 @@ Program generate_llama(const LlamaOptions& o) {
   };
 
   // Attention chunking: about `target` (kv head, chunk) instructions, chunks a multiple of 8.
-  const uint64_t chunks_per_head_target = ceil_div(target, nkv);
+  const uint64_t chunks_per_head_target = o.attn_chunks != 0 ? o.attn_chunks : ceil_div(target, nkv);
   const uint64_t chunk_len =
       std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks_per_head_target), 8)));
   const uint64_t n_chunks = ceil_div(T, chunk_len);

@@ -84,6 +84,9 @@ struct LlamaOptions {
   // 16 KiB apart, at ~1.7 TB/s, and the Llama-3.2-1B step took 1.46-1.53 ms against 1.30-1.32
   // with the row-range down projection (README, performance).
   bool split_down = false;
+  // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
+  // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
+  uint32_t attn_chunks = 0;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.

@@ -144,7 +144,14 @@ expect_rc 0 "gen llama --down split" -- "$amk" -q gen llama --down split -o "$tm
 expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
 expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
 [ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
-
+# --attn-chunks N: N attention_decode instructions per kv head (tiny: 16 positions, so the default
+# is 2 chunks of 8 and 1 asks for one of 16); 0 is refused (exit 2).
+expect_rc 0 "gen llama --attn-chunks 1" -- "$amk" -q gen llama --attn-chunks 1 -o "$tmp/ga.json"
+[ "$(ops_of "$tmp/ga.json" attention_decode)" -gt 0 ] &&
+  [ "$(( $(ops_of "$tmp/ga.json" attention_decode) * 2 ))" = "$(ops_of "$tmp/gl.json" attention_decode)" ] &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --attn-chunks 1 does not halve the tiny step's attention instructions"; }
+expect_rc 2 "gen llama --attn-chunks 0" -- "$amk" gen llama --attn-chunks 0 -o "$tmp/gz.json"
+expect_grep "$tmp/err" "attn-chunks" "--attn-chunks 0 names the option"
 # --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
 # architecture); a missing folder for one of them writes none of the requested files (exit 4).
 if [ "$compile_rc" -eq 0 ]; then
@@ -168,6 +175,10 @@ if ! "$amk" devices >/dev/null 2>&1; then
   expect_grep "$tmp/err" "CPU reference backend" "auto backend notice"
   expect_rc 5 "profile without a GPU" -- "$amk" profile "$sample" --events
 fi
+
+# profile --cold flushes L2 before each timed launch: it needs --events (checked before any GPU).
+expect_rc 2 "profile --cold without --events" -- "$amk" profile "$sample" --trace "$tmp/t.json" --cold
+expect_grep "$tmp/err" "cold applies to --events" "profile --cold names what it needs"
 
 # scripts/trace_phases.py: an unknown option is refused (exit 2), named.
 expect_rc 2 "trace_phases.py --wram refused" -- "$py" "$root/scripts/trace_phases.py" t.json --wram

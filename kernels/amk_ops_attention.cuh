@@ -524,6 +524,225 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
   }
 }
 
+// ---- The tiled path: a whole chunk in shared memory, one thread per score and per output ----
+// The streaming pass above splits every K/V row over a lane group, so each position costs
+// shuffle reductions, an online-softmax rescale per batch, and the warps merge at the end: for a
+// decode chunk of 64 positions that is ~2000 instructions a warp at ~8 cycles each (measured:
+// ~8.9 us an instruction, nearly all of it independent of the chunk length). When the chunk's K
+// and V rows fit in shared memory (16-bit caches, 256 threads), the op instead
+//   1. copies K and V into shared memory (16-byte cp.async that skip L1, issued first, so the
+//      copy runs under what follows), and stages q rotated and scaled in f32 (two planes of 4
+//      floats a vector, like amk_xs_index, so the score loop reads it without bank conflicts),
+//   2. computes every score s[g][t] on its own thread (no shuffles; each thread walks its row
+//      from vector t mod (hd / 8), so the 8 lanes of a quarter warp read 8 different banks),
+//   3. takes the softmax of each head on one warp (max, exp, sum),
+//   4. computes every output o[g][d] on its own thread (p broadcast, V read along a row).
+// Three barriers in all. The new token's row joins as in the pass (amk_attn_new_*).
+// AMK_ATTN_TILED=0 turns it off (the streaming pass then takes every chunk).
+#ifndef AMK_ATTN_TILED
+#define AMK_ATTN_TILED 1
+#endif
+#if AMK_ATTN_TILED && AMK_BLOCK_THREADS == 256 && (AMK_ATTN_KV_BF16 || AMK_ATTN_KV_F16)
+#define AMK_ATTN_TILE 1
+// K and V of a chunk in amk_attn_merge (the pass's merge buffer, unused by this path).
+constexpr uint32_t kAmkAttnTileBytes = 16384;
+static_assert(kAmkAttnMergeFloats * sizeof(float) >= kAmkAttnTileBytes, "the tile fits the merge buffer");
+// Scores (group x positions) and staged q (group x head_dim), at most this many floats each.
+constexpr uint32_t kAmkAttnTileFloats = 256;
+__shared__ __align__(16) float amk_attn_tq[kAmkAttnTileFloats];
+__shared__ __align__(16) float amk_attn_tp[kAmkAttnTileFloats];
+// Per query head: max score, sum of exp, the new row's weight.
+__shared__ float amk_attn_tm[kAmkAttnNewHeads];
+__shared__ float amk_attn_tl[kAmkAttnNewHeads];
+__shared__ float amk_attn_tn[kAmkAttnNewHeads];
+
+// Whether the chunk takes the tiled path (q, and k_new / v_new when present, in f32: the
+// decode step's activations; other dtypes take the pass, which reads any).
+__device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins, const amk_view& q,
+                                                   const amk_view& k, const amk_view& v,
+                                                   uint32_t hd, uint32_t group, bool has_new) {
+  if (q.dtype != AMK_DTYPE_F32 ||
+      (has_new && (amk_operand(ins, 4).dtype != AMK_DTYPE_F32 ||
+                   amk_operand(ins, 5).dtype != AMK_DTYPE_F32)))
+    return false;
+  const bool dtype_ok =
+#if AMK_ATTN_KV_BF16
+      k.dtype == AMK_DTYPE_BF16 ||
+#endif
+#if AMK_ATTN_KV_F16
+      k.dtype == AMK_DTYPE_F16 ||
+#endif
+      false;
+  const uint32_t len = k.n / hd;
+  return dtype_ok && k.dtype == v.dtype && hd % 8 == 0 && len >= 1 && v.n / hd >= len &&
+         amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
+         group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
+         group * hd <= kAmkAttnTileFloats;
+}
+
+// Element d of an f32 head at x, rotated like the rope op when `table` is given.
+__device__ __forceinline__ float amk_attn_rotated_f32(const float* x, uint32_t d, uint32_t half,
+                                                      const float* table) {
+  if (table == nullptr) return x[d];
+  const bool lo = d < half;
+  const uint32_t i = lo ? d : d - half;
+  const float a = x[d], b = x[lo ? d + half : i];
+  const float c = table[2 * i], s = table[2 * i + 1];
+  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
+}
+
+// One 16-bit element of K or V in shared memory as f32.
+template <uint32_t DT>
+__device__ __forceinline__ float amk_attn_lds_elem(uint32_t addr) {
+  unsigned short h;
+  asm volatile("ld.shared.u16 %0, [%1];" : "=h"(h) : "r"(addr));
+  if (DT == AMK_DTYPE_BF16) return __uint_as_float(static_cast<uint32_t>(h) << 16);
+  return amk_f16_to_f32(h);
+}
+
+// The chunk (k, v) of `ins` for query heads [0, group) of q into out (see the top of this part).
+// A call by default (its registers apart from the VM's); AMK_ATTN_TILED_INLINE=1 inlines it.
+#ifndef AMK_ATTN_TILED_INLINE
+#define AMK_ATTN_TILED_INLINE 0
+#endif
+#if AMK_ATTN_TILED_INLINE
+#define AMK_ATTN_TILED_FN __device__ __forceinline__
+#else
+#define AMK_ATTN_TILED_FN __device__ __noinline__
+#endif
+template <uint32_t DT>
+AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_view q,
+                                            const amk_view k, const amk_view v, float* out,
+                                            uint32_t hd, uint32_t group, float scale,
+                                            bool with_new) {
+  const uint32_t len = k.n / hd;
+  const uint32_t row_bytes = 2 * hd;
+  const uint32_t kv_bytes = len * row_bytes;  // a multiple of 16 (hd % 8 == 0)
+  const uint32_t ks = amk_smem_addr(amk_attn_merge), vs = ks + kv_bytes;
+  const uint32_t vecs = kv_bytes / 16;
+  for (uint32_t i = threadIdx.x; i < 2 * vecs; i += AMK_BLOCK_THREADS) {
+    const bool is_v = i >= vecs;
+    const uint32_t j = is_v ? i - vecs : i;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((is_v ? vs : ks) + 16 * j),
+                 "l"((is_v ? v.ptr : k.ptr) + 16ull * j)
+                 : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+
+  // q rotated (theta != 0) and scaled, in two planes: element d at plane (d & 4), 4 (d / 8) + d % 4.
+  // f32 rows read directly (amk_attn_tile_fits): no dtype switch, little code.
+  const float* rope = amk_attn_rotates(ins) ? amk_attn_rope_table(ins) : nullptr;
+  const uint32_t half = hd / 2;
+  const float* qf = reinterpret_cast<const float*>(q.ptr);
+  for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
+    const uint32_t g = i / hd, d = i - g * hd;
+    amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)] =
+        amk_attn_rotated_f32(qf + g * hd, d, half, rope) * scale;
+  }
+  if (with_new) {  // the new token's score per head (a warp each) and its v row
+    const float* kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
+    const float* vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    for (uint32_t d = threadIdx.x; d < hd; d += AMK_BLOCK_THREADS) amk_attn_new_v[d] = vn[d];
+    const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+    for (uint32_t g = warp; g < group; g += kAmkWarps) {
+      float dot = 0.0f;
+      for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
+        dot = fmaf(amk_attn_rotated_f32(qf + g * hd, d, half, rope),
+                   amk_attn_rotated_f32(kn, d, half, rope), dot);
+      dot = amk_warp_sum(dot);
+      if (lane == 0) amk_attn_new_s[g] = scale * dot;
+    }
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+
+  // Scores: thread i is (head g, position t).
+  const uint32_t nv = hd / 8;
+  for (uint32_t i = threadIdx.x; i < group * len; i += AMK_BLOCK_THREADS) {
+    const uint32_t g = i / len, t = i - g * len;
+    const uint32_t krow = ks + t * row_bytes;
+    const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd), q1 = q0 + 4 * half;
+    float a0 = 0.0f, a1 = 0.0f;
+    uint32_t c = t % nv;
+#pragma unroll 2
+    for (uint32_t j = 0; j < nv; ++j) {
+      amk_vec16 kv;
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(kv.w[0]), "=r"(kv.w[1]), "=r"(kv.w[2]), "=r"(kv.w[3])
+                   : "r"(krow + 16 * c));
+      float kf[8];
+      amk_ftype<DT>::unpack(kv, kf);
+      float x0, x1, x2, x3, x4, x5, x6, x7;
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0 + 16 * c));
+      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                   : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1 + 16 * c));
+      a0 = fmaf(kf[0], x0, a0);
+      a1 = fmaf(kf[1], x1, a1);
+      a0 = fmaf(kf[2], x2, a0);
+      a1 = fmaf(kf[3], x3, a1);
+      a0 = fmaf(kf[4], x4, a0);
+      a1 = fmaf(kf[5], x5, a1);
+      a0 = fmaf(kf[6], x6, a0);
+      a1 = fmaf(kf[7], x7, a1);
+      c = c + 1 == nv ? 0u : c + 1;
+    }
+    amk_attn_tp[i] = a0 + a1;
+  }
+  __syncthreads();
+
+  // Softmax of each head on one warp; the scores become the weights p = exp(s - m).
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  for (uint32_t g = warp; g < group; g += kAmkWarps) {
+    float* sc = amk_attn_tp + g * len;
+    const float s_new = with_new ? amk_attn_new_s[g] : amk_neg_inf();
+    float m = s_new;
+    for (uint32_t t = lane; t < len; t += kAmkWarpSize) m = fmaxf(m, sc[t]);
+    m = amk_warp_max(m);
+    float sum = 0.0f;
+    for (uint32_t t = lane; t < len; t += kAmkWarpSize) {
+      const float p = amk_attn_weight(sc[t], m);
+      sc[t] = p;
+      sum += p;
+    }
+    sum = amk_warp_sum(sum);
+    if (lane == 0) {
+      const float p_new = with_new ? amk_attn_weight(s_new, m) : 0.0f;
+      amk_attn_tm[g] = m;
+      amk_attn_tl[g] = sum + p_new;
+      amk_attn_tn[g] = p_new;
+    }
+  }
+  __syncthreads();
+
+  // Outputs: thread i is (head g, element d); the chunk-normalized sum, then (m, l).
+  for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
+    const uint32_t g = i / hd, d = i - g * hd;
+    const float* p = amk_attn_tp + g * len;
+    const uint32_t col = vs + 2 * d;
+    float a0 = 0.0f, a1 = 0.0f;
+    uint32_t t = 0;
+#pragma unroll 2
+    for (; t + 2 <= len; t += 2) {
+      a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
+      a1 = fmaf(p[t + 1], amk_attn_lds_elem<DT>(col + (t + 1) * row_bytes), a1);
+    }
+    if (t < len) a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
+    float acc = a0 + a1;
+    if (with_new) acc = fmaf(amk_attn_tn[g], amk_attn_new_v[d], acc);
+    const float l = amk_attn_tl[g];
+    float* row = out + static_cast<uint64_t>(g) * (hd + 2);
+    row[d] = acc / l;
+    if (d == 0) {
+      row[hd] = amk_attn_tm[g];
+      row[hd + 1] = l;
+    }
+  }
+}
+#else
+#define AMK_ATTN_TILE 0
+#endif
+
 // out[g] = (o_g[hd] normalized within the chunk, max score m_g, sum exp(s - m_g)) for each query
 // head g of q; s_t = scale * q_g . k_t. The vector path needs K and V of one dtype, 16-byte
 // aligned rows of at most 32 vectors; anything else takes the element-by-element loader.
@@ -545,6 +764,21 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
   const uint32_t group = q.n / hd;
   const uint32_t half = hd / 2;
 
+#if AMK_ATTN_TILE
+  if (cached && amk_attn_tile_fits(ins, q, k, v, hd, group, has_new)) {
+    const bool with_new = has_new;  // group <= kAmkAttnNewHeads: the tile's condition
+#if AMK_ATTN_KV_BF16
+    if (k.dtype == AMK_DTYPE_BF16) {
+      amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new);
+      return;
+    }
+#endif
+#if AMK_ATTN_KV_F16
+    amk_attn_tiled<AMK_DTYPE_F16>(ins, q, k, v, o, hd, group, scale, with_new);
+    return;
+#endif
+  }
+#endif
   // This chunk's K and V rows are pulled into L2 while the block computes the RoPE table and
   // stages q; the streaming loop then starts on L2 hits.
   if (AMK_BLOCK_THREADS <= 256 && threadIdx.x == 0 && cached) {

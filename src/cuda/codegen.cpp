@@ -37,8 +37,9 @@ bool is_attention_op(uint16_t id) {
          id <= static_cast<uint16_t>(OpId::attention_combine);
 }
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
-// 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values).
-constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4;
+// 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values; the
+// tiled path's staged q and scores, 256 floats each, and 3 x 16 per-head floats).
+constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4 + (2 * 256 + 3 * 16) * 4;
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;

@@ -11,7 +11,16 @@
   (t(k2) - t(k1)) / (k2 - k1) is the latency of one dependent hop between blocks.
 - gemv_8x4096x4096.json: eight independent 32 MiB bf16 matrices (256 MiB, past the 60 MiB L2)
   streamed once per launch: achieved weight bandwidth = bytes / median launch time.
-- gemv_1x4096x4096.json: one 4096x4096 bf16 GEMV (BENCH.md target <= 9 us, L2 cold).
+- gemv_1x4096x4096.json: one 4096x4096 bf16 GEMV (BENCH.md target <= 9 us, L2 cold: time it
+  with `amk profile --events --cold`).
+- attn_pairs.json: 132 blocks, each running two attention_decode chunks back to back (a Llama-3.2-1B
+  chunk: 4 query heads, 64 bf16 positions of head_dim 64, RoPE), every chunk its own K/V: in a
+  trace (`scripts/trace_phases.py --warm`), the first of each pair runs with the op's code cold
+  in the instruction caches, the second warm; attn_pairs_plain.json: the same without RoPE (no
+  rotation table to compute on the first).
+- gemv_0.json: the GEMV programs' launch (grid auto, 256 threads, the x buffer) with one nop a
+  block instead of the GEMVs: what a launch costs by itself, so t(gemv) - t(gemv_0) is the time
+  the GEMVs take inside the program.
 """
 import json
 import os
@@ -65,8 +74,36 @@ def gemv_rotate(mats, rows, cols):
             n = min(step, rows - r0)
             ins.append({"op": "gemv", "operands": {"w": {"buffer": f"w{m}", "offset": r0 * cols, "extent": n * cols},
                                                    "x": "x", "y": {"buffer": f"y{m}", "offset": r0, "extent": n}}})
+    if mats == 0:
+        ins = [{"op": "nop"} for _ in range(GRID)]
     p["instructions"] = ins
     del p["launch"]["grid"]
+    return p
+
+
+def attn_pairs(rope=True):
+    name = "attn_pairs" if rope else "attn_pairs_plain"
+    p = base(name, f"{GRID} blocks x 2 independent attention_decode chunks (1B-shaped)"
+             + ("" if rope else ", no RoPE"))
+    p["launch"]["block"] = 256
+    hd, group, ln, n = 64, 4, 64, 2 * GRID
+    p["buffers"] = [
+        {"name": "q", "dtype": "f32", "shape": [n, group * hd], "init": {"kind": "random", "seed": 11}},
+        {"name": "k", "dtype": "bf16", "shape": [n, ln, hd], "init": {"kind": "random", "seed": 12}},
+        {"name": "v", "dtype": "bf16", "shape": [n, ln, hd], "init": {"kind": "random", "seed": 13}},
+        {"name": "out", "dtype": "f32", "shape": [n, group, hd + 2], "output": True}]
+    ins = []
+    for i in range(n):
+        ins.append({"name": f"attn.{i % 2}.{i // 2}", "op": "attention_decode", "operands": {
+            "q": {"buffer": "q", "offset": i * group * hd, "extent": group * hd},
+            "k": {"buffer": "k", "offset": i * ln * hd, "extent": ln * hd},
+            "v": {"buffer": "v", "offset": i * ln * hd, "extent": ln * hd},
+            "out": {"buffer": "out", "offset": i * group * (hd + 2), "extent": group * (hd + 2)}},
+            "params": {"head_dim": hd, "position": 1023, "theta": 500000.0 if rope else 0.0,
+                       "scaling_factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position": 8192}})
+    p["instructions"] = ins
+    p["queues"] = [[2 * b, 2 * b + 1] for b in range(GRID)]
     return p
 
 
@@ -79,6 +116,11 @@ def main():
         json.dump(hop(k), open(os.path.join(out, f"hop_{k}.json"), "w"))
     json.dump(gemv_rotate(8, 4096, 4096), open(os.path.join(out, "gemv_8x4096x4096.json"), "w"))
     json.dump(gemv_rotate(1, 4096, 4096), open(os.path.join(out, "gemv_1x4096x4096.json"), "w"))
+    json.dump(attn_pairs(), open(os.path.join(out, "attn_pairs.json"), "w"))
+    json.dump(attn_pairs(False), open(os.path.join(out, "attn_pairs_plain.json"), "w"))
+    p = gemv_rotate(0, 4096, 4096)
+    p["name"] = "gemv_0"
+    json.dump(p, open(os.path.join(out, "gemv_0.json"), "w"))
 
 
 if __name__ == "__main__":

@@ -97,7 +97,7 @@ $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
 echo "== TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused attention_rope gemv_stream small_ops gemv_splitk; do
+for f in tma_gemv cluster gemv_fused attention_rope attention_tiled gemv_stream small_ops gemv_splitk; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
@@ -110,6 +110,16 @@ for bt in 128 512; do
   rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
 done
+# attention_decode's streaming pass with the tiled path off (AMK_ATTN_TILED=0): the chunks the
+# tiled path takes by default, checked on the pass too.
+for f in attention_rope attention_tiled; do
+  AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_pass.log" 2>&1
+  rc=$?; row "$f, AMK_ATTN_TILED=0, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_${f}_pass.log"
+done
+AMK_VM_TUNING=AMK_ATTN_TILED=0 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_pass.log" 2>&1
+rc=$?; row "llama tiny, AMK_ATTN_TILED=0, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+[ $rc = 0 ] || tail -3 "$out/check_llama_pass.log"
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -198,18 +208,29 @@ PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
 
 echo "== GEMV bandwidth (weights past L2)"
-for f in gemv_8x4096x4096 gemv_1x4096x4096; do prof "$out/bench/$f.json" "$out/bench/$f.out.json"; done
+# gemv_0: the same launch with a nop a block: t(gemv) - t(gemv_0) is the GEMVs' time inside the
+# program, launch cost apart. --cold flushes L2 before each launch (a 256 MiB write, so the launch
+# also starts with dirty lines to write back: a pessimistic cold).
+for f in gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do
+  prof "$out/bench/$f.json" "$out/bench/$f.out.json"
+  $amk --json profile "$out/bench/$f.json" --events --cold --warmup 5 --iterations 30 > "$out/bench/$f.cold.json" 2>"$out/bench/$f.cold.err" || { cat "$out/bench/$f.cold.err"; echo '{}' > "$out/bench/$f.cold.json"; }
+done
 $py - "$out" <<'PY' > "$out/gemv_rows.txt"
 import json, os, sys
 out = sys.argv[1]
+def med(name, mode):
+    try: return json.load(open(os.path.join(out, "bench", name + (".out.json" if mode == "warm" else ".cold.json"))))["median_ms"]
+    except Exception: return None
 for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
-    try:
-        j = json.load(open(os.path.join(out, "bench", name + ".out.json")))
-        ms = j["median_ms"]
-        gb = mats * 4096 * 4096 * 2 / 1e9
-        print(f"{name}: weights {gb * 1e3:.0f} MB (target >= 3.9 TB/s; 1x: <= 9 us)|median {ms * 1e3:.1f} us = {gb / ms:.2f} TB/s (spread {100 * j['rel_spread']:.1f}%)")
-    except Exception as e:
-        print(f"{name}|unavailable ({e})")
+    gb = mats * 4096 * 4096 * 2 / 1e9
+    parts = []
+    for mode in ("warm", "cold"):
+        ms, ms0 = med(name, mode), med("gemv_0", mode)
+        if ms is None: parts.append(f"{mode} unavailable"); continue
+        p = f"{mode} {ms * 1e3:.1f} us = {gb / ms:.2f} TB/s"
+        if ms0: p += f" (in program, launch {ms0 * 1e3:.1f} us apart: {(ms - ms0) * 1e3:.1f} us = {gb / (ms - ms0):.2f} TB/s)"
+        parts.append(p)
+    print(f"{name}: weights {gb * 1e3:.0f} MB (target >= 3.9 TB/s; 1x: <= 9 us)|" + "; ".join(parts))
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/gemv_rows.txt"
 
@@ -237,17 +258,25 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$d/run1b_split.log"; row "llama-3.2-1b --down split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py scripts/check_llama.py --amk $amk --backend cuda --down split --context 17 >"$out/check_llama_split.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  for f in llama1b llama1b_split llama1b_unfused; do
-    $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.json" 2>/dev/null
+  # Interleaved twice: the default step, with attention's streaming pass for every chunk
+  # (AMK_ATTN_TILED=0: the tiled path off), and the two other layer forms.
+  for r in 1 2; do
+    for f in llama1b llama1b_split llama1b_unfused; do
+      [ $r = 2 ] && [ $f != llama1b ] && continue  # the other forms once
+      $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
+    done
+    AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_pass.$r.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-names = {"llama1b": "fused layer (default)", "llama1b_split": "fused layer, --down split",
-         "llama1b_unfused": "unfused layer"}
+names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_TILED=0",
+         "llama1b_split": "fused layer, --down split", "llama1b_unfused": "unfused layer"}
 for f, label in names.items():
     try:
-        j = json.load(open(os.path.join(sys.argv[1], f"prof_{f}.json")))
-        print(f"1B decode ({label}), amk profile --events|median {j['median_ms']:.4f} ms, spread {100 * j['rel_spread']:.1f}%")
+        js = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))
+              for r in (1, 2) if os.path.exists(os.path.join(sys.argv[1], f"prof_{f}.{r}.json"))]
+        print(f"1B decode ({label}), amk profile --events|median " +
+              " / ".join(f"{j['median_ms']:.4f}" for j in js) + " ms")
     except Exception as e:
         print(f"1B profile {f}|unavailable ({e})")
 PY
@@ -263,6 +292,13 @@ except Exception as e:
     print(f"1B decode bench|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
+  # attention_decode with its code cold (first of a pair on a block) and warm (second), with and
+  # without the RoPE table to compute first (scripts/bench_programs.py: attn_pairs*).
+  for f in attn_pairs attn_pairs_plain; do
+    $amk profile "$out/bench/$f.json" --trace "$d/trace_$f.json" > /dev/null 2>&1
+    n=$($py scripts/trace_phases.py "$d/trace_$f.json" --warm | awk '$1 == "attn" && NF == 5 { print "cold " $3 " us, warm " $5 " us"; exit }')
+    row "attention chunk (1B-shaped), $f" "${n:-unavailable}"
+  done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in

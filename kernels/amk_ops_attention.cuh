@@ -486,19 +486,24 @@ __device__ __forceinline__ bool amk_attn_has_new_row(const amk_instruction_t& in
          ins.operands[5].extent >= hd;
 }
 
+// Element d of an f32 head at x, rotated like the rope op when `table` is given.
+__device__ __forceinline__ float amk_attn_rotated_f32(const float* x, uint32_t d, uint32_t half,
+                                                      const float* table) {
+  if (table == nullptr) return x[d];
+  const bool lo = d < half;
+  const uint32_t i = lo ? d : d - half;
+  const float a = x[d], b = x[lo ? d + half : i];
+  const float c = table[2 * i], s = table[2 * i + 1];
+  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
+}
+
 // One element of the new token's rows (q's head at `base`, or k_new), rotated when `table` is
 // given; f32 rows (the usual case) with plain loads the compiler can issue together.
 __device__ __forceinline__ float amk_attn_new_elem(const amk_view& x, uint64_t base, uint32_t d,
                                                    uint32_t half, const float* table) {
   if (x.dtype != AMK_DTYPE_F32)
     return table != nullptr ? amk_attn_rotated(x, base, d, half, table) : amk_load_f32(x, base + d);
-  const float* f = reinterpret_cast<const float*>(x.ptr) + base;
-  if (table == nullptr) return f[d];
-  const bool lo = d < half;
-  const uint32_t i = lo ? d : d - half;
-  const float a = f[d], b = f[lo ? d + half : i];
-  const float c = table[2 * i], s = table[2 * i + 1];
-  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
+  return amk_attn_rotated_f32(reinterpret_cast<const float*>(x.ptr) + base, d, half, table);
 }
 
 // The new token's row into amk_attn_new_s / amk_attn_new_v for the passes' merge (group <=
@@ -578,17 +583,6 @@ __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins,
          amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
          group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
          group * hd <= kAmkAttnTileFloats;
-}
-
-// Element d of an f32 head at x, rotated like the rope op when `table` is given.
-__device__ __forceinline__ float amk_attn_rotated_f32(const float* x, uint32_t d, uint32_t half,
-                                                      const float* table) {
-  if (table == nullptr) return x[d];
-  const bool lo = d < half;
-  const uint32_t i = lo ? d : d - half;
-  const float a = x[d], b = x[lo ? d + half : i];
-  const float c = table[2 * i], s = table[2 * i + 1];
-  return lo ? fmaf(a, c, -b * s) : fmaf(a, c, b * s);
 }
 
 // One 16-bit element of K or V in shared memory as f32.

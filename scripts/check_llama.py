@@ -162,6 +162,8 @@ def main():
                     help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
     ap.add_argument("--down", choices=["split", "rows"],
                     help="the fused layer's down projection (amk gen llama --down; default rows)")
+    ap.add_argument("--attn-chunks", type=int,
+                    help="attention chunks per kv head (amk gen llama --attn-chunks)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -182,6 +184,8 @@ def main():
             gen += ["--rope-ops"]
         if args.glu_gemv:
             gen += ["--glu-gemv"]
+        if args.attn_chunks:
+            gen += ["--attn-chunks", str(args.attn_chunks)]
         if args.down:
             gen += ["--down", args.down]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):

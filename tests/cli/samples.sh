@@ -51,6 +51,8 @@ if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --unfused; then ok; else bad "llama tiny --unfused vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --rope-ops; then ok; else bad "llama tiny --rope-ops vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --glu-gemv; then ok; else bad "llama tiny --glu-gemv vs numpy"; fi
+  # One chunk of 40 positions a kv head (the default: five of 8): the combine over a single chunk.
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 40 --attn-chunks 1; then ok; else bad "llama tiny --attn-chunks 1 vs numpy"; fi
 fi
 
 # Every sample also validates against the published JSON Schema.

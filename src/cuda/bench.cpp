@@ -205,9 +205,9 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program, const Plan& pl
   const cu::DriverApi& d = cu::driver();
   const cu::Event start = cu::Event::create("the bench start event");
   const cu::Event end = cu::Event::create("the bench end event");
-  cu::DeviceMemory scratch;
+  cu::L2Flush flush;
   if (options.cold)
-    scratch = cu::DeviceMemory::allocate(options.flush_bytes, "the L2 flush buffer");
+    flush = cu::L2Flush(options.flush_bytes);
   const GraphExec graph = capture_steps(l, sequence);
 
   // ---- correctness, once: B and C against A from the same initial contents ----
@@ -244,14 +244,9 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program, const Plan& pl
                 "one launch per instruction does not compute what the megakernel does: " + worst);
 
   // ---- sampling ----
-  uint32_t flushes = 0;
   const auto prepare = [&](bool reset) {
-    if (options.cold) {
-      // A fresh value each time: the flush is a real write of every line, never a no-op.
-      cu::check(d.memset_d32_async(scratch.get(), 0x9E3779B9u + ++flushes, scratch.size() / 4,
-                                   l.stream),
-                "cuMemsetD32Async", "the L2 flush buffer");
-    }
+    if (options.cold)
+      flush.enqueue(l.stream);
     if (reset)
       exe.enqueue_reset();
     // Idle before the start event: B's span then includes its host launch cost in both modes.

@@ -520,13 +520,11 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations,
   const bool launch_scope = scope == "launch";
   std::vector<double> samples;
   samples.reserve(iterations);
-  cu::DeviceMemory flush;
-  if (flush_bytes != 0) flush = cu::DeviceMemory::allocate(flush_bytes, "the L2 flush buffer");
+  cu::L2Flush flush;
+  if (flush_bytes != 0) flush = cu::L2Flush(flush_bytes);
   for (uint64_t i = 0; i < uint64_t{warmup} + iterations; ++i) {
     if (flush_bytes != 0)  // before the start event: stream order keeps it out of the timing
-      cu::check(cu::driver().memset_d32_async(flush.get(), 0x9E3779B9u + static_cast<uint32_t>(i),
-                                              flush.size() / 4, m.stream.get()),
-                "cuMemsetD32Async", "the L2 flush buffer");
+      flush.enqueue(m.stream.get());
     if (launch_scope) {
       m.start.record(m.stream.get(), "the profile start event");
       m.reset_state();

@@ -89,6 +89,11 @@ DeviceMemory DeviceMemory::allocate(size_t bytes, std::string_view what) {
   return m;
 }
 
+void L2Flush::enqueue(CUstream stream) {
+  check(driver().memset_d32_async(buffer_.get(), 0x9E3779B9u + ++count_, buffer_.size() / 4, stream),
+        "cuMemsetD32Async", "the L2 flush buffer");
+}
+
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
   if (this != &o) {
     reset();

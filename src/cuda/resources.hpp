@@ -92,6 +92,19 @@ private:
   size_t bytes_ = 0;
 };
 
+// A scratch buffer that pushes a program's data out of L2: each enqueue writes a fresh pattern
+// over all of it (a new value every time, so the write is never a no-op), ordered on `stream`.
+class L2Flush {
+public:
+  L2Flush() = default;
+  explicit L2Flush(size_t bytes) : buffer_(DeviceMemory::allocate(bytes, "the L2 flush buffer")) {}
+  void enqueue(CUstream stream);
+
+private:
+  DeviceMemory buffer_;
+  uint32_t count_ = 0;
+};
+
 // Pinned host memory mapped into the device address space (cuMemHostAlloc DEVICEMAP): the kernel
 // writes diagnostics here that the host can read even when the launch went wrong.
 class HostMappedMemory {

@@ -164,6 +164,8 @@ def main():
                     help="the fused layer's down projection (amk gen llama --down; default rows)")
     ap.add_argument("--attn-chunks", type=int,
                     help="attention chunks per kv head (amk gen llama --attn-chunks)")
+    ap.add_argument("--attn-sync", choices=["head", "layer"],
+                    help="attention's dependencies (amk gen llama --attn-sync; default head)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,6 +190,8 @@ def main():
             gen += ["--attn-chunks", str(args.attn_chunks)]
         if args.down:
             gen += ["--down", args.down]
+        if args.attn_sync:
+            gen += ["--attn-sync", args.attn_sync]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

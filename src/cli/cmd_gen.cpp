@@ -33,6 +33,7 @@ struct GenLlamaOptions {
   bool fused = false;    // --fused given
   bool unfused = false;  // --unfused given
   std::string down;      // --down: "split", "rows" or empty (the layout's default)
+  std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -76,6 +77,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
                 "--down split applies to the fused layer only (the unfused one has a silu_mul "
                 "between gate/up and down)");
   o.gen.split_down = o.gen.fused && o.down == "split";
+  o.gen.head_sync = o.attn_sync != "layer";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
@@ -179,6 +181,11 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "(default: about 132 attention instructions in all; chunks are a multiple of 8 "
                   "positions, so the count may come out lower)")
       ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--attn-sync", o->attn_sync,
+                  "attention's dependencies: head (the default: each attention chunk waits for "
+                  "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "
+                  "(one counter a layer for each)")
+      ->check(CLI::IsMember({"head", "layer"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

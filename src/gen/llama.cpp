@@ -346,16 +346,33 @@ Program generate_llama(const LlamaOptions& o) {
   // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
   // added to y, an rmsnorm weight applied to x inside the gemv, a second matrix making it a GLU
   // (y = silu(w x) * (w2 x)).
+  // Optional segment counters: an instruction also signals the counter of every segment of
+  // `seg_rows` rows its rows overlap, and `need[s]` counts those instructions (consumers of one
+  // segment wait for its writers only).
   struct GemvExtras {
     std::optional<uint32_t> residual, norm, w2;
   };
+  constexpr uint32_t kNoSignal = 0xFFFFFFFFu;
+  struct Segments {
+    uint64_t seg_rows = 0;
+    std::vector<uint32_t> counters;
+    std::vector<uint32_t> need;
+  };
   auto gemv_rows = [&](const std::string& name, uint32_t w, uint64_t rows, uint64_t K,
                        uint64_t chunk, uint32_t x, uint32_t y, GemvExtras e,
-                       std::vector<Wait> waits, uint32_t signal) {
+                       std::vector<Wait> waits, uint32_t signal, Segments* seg = nullptr) {
     uint32_t n = 0;
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk, ++n) {
       const uint64_t nr = std::min(chunk, rows - r0);
       const Operand none{};
+      std::vector<Signal> signals;
+      if (signal != kNoSignal) signals.push_back({signal, 1});
+      if (seg != nullptr) {
+        for (uint64_t s = r0 / seg->seg_rows; s <= (r0 + nr - 1) / seg->seg_rows; ++s) {
+          signals.push_back({seg->counters[s], 1});
+          ++seg->need[s];
+        }
+      }
       b.add(name + "." + std::to_string(n), "gemv",
             {{"w", slice(w, r0 * K, nr * K)},
              {"x", b.whole(x)},
@@ -363,7 +380,7 @@ Program generate_llama(const LlamaOptions& o) {
              {"residual", e.residual ? slice(*e.residual, r0, nr) : none},
              {"norm", e.norm ? b.whole(*e.norm) : none},
              {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
-            {{"eps", c.rms_eps}}, waits, {{signal, 1}});
+            {{"eps", c.rms_eps}}, waits, std::move(signals));
     }
     return n;
   };
@@ -420,14 +437,62 @@ Program generate_llama(const LlamaOptions& o) {
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");
-    const uint32_t c_xn = ucounter(L + "xn"), c_q = b.counter(L + "q"), c_k = b.counter(L + "k"),
-                   c_v = b.counter(L + "v"), c_qr = rcounter(L + "q_rope"),
+    // Per kv head: the q/k/v gemvs that wrote head g's rows signal sq/sk/sv.counters[g] (need:
+    // how many), the chunks of head g signal parts_g[g]. With layer sync (or when a gemv chunk
+    // would overlap too many heads for its signal slots) every head's entry is the layer's
+    // counter and need is the gemv's whole instruction count.
+    const bool head_sync = o.head_sync && !rope_ops && [&] {
+      auto overlap = [](uint64_t chunk, uint64_t seg) { return (chunk + seg - 2) / seg + 1; };
+      return overlap(qkv_chunk, group * hd) <= AMK_MAX_SIGNALS && overlap(qkv_chunk, hd) <= AMK_MAX_SIGNALS;
+    }();
+    // ... and the layer-wide ones only layer sync uses.
+    auto lcounter = [&](const std::string& name) { return head_sync ? kUnused : b.counter(name); };
+    const uint32_t c_xn = ucounter(L + "xn"), c_q = lcounter(L + "q"), c_k = lcounter(L + "k"),
+                   c_v = lcounter(L + "v"), c_qr = rcounter(L + "q_rope"),
                    c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
-                   c_vc = b.counter(L + "v_cache"), c_parts = b.counter(L + "attn_partials"),
+                   c_vc = b.counter(L + "v_cache"), c_parts = lcounter(L + "attn_partials"),
                    c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
                    c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
                    c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
                    c_x = b.counter("x." + std::to_string(l + 1));
+
+    Segments sq, sk, sv;
+    std::vector<uint32_t> parts_g(nkv, c_parts);
+    if (head_sync) {
+      sq.seg_rows = group * hd;
+      sk.seg_rows = sv.seg_rows = hd;
+      for (uint64_t g = 0; g < nkv; ++g) {
+        const std::string G = std::to_string(g);
+        sq.counters.push_back(b.counter(L + "q.head" + G));
+        sk.counters.push_back(b.counter(L + "k.head" + G));
+        sv.counters.push_back(b.counter(L + "v.head" + G));
+        parts_g[g] = b.counter(L + "attn_partials.head" + G);
+      }
+      sq.need.assign(nkv, 0);
+      sk.need = sq.need;
+      sv.need = sq.need;
+    }
+    // The q/k/v gemvs: with head sync they signal only the per-head counters.
+    auto qkv_gemvs = [&](uint32_t xin, GemvExtras e, std::vector<Wait> waits) {
+      Segments* segs[3] = {head_sync ? &sq : nullptr, head_sync ? &sk : nullptr,
+                           head_sync ? &sv : nullptr};
+      const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
+                                    qkv_chunk, xin, q, e, waits, head_sync ? kNoSignal : c_q, segs[0]);
+      const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
+                                    qkv_chunk, xin, k, e, waits, head_sync ? kNoSignal : c_k, segs[1]);
+      const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
+                                    qkv_chunk, xin, v, e, std::move(waits),
+                                    head_sync ? kNoSignal : c_v, segs[2]);
+      if (!head_sync) {
+        sq.counters.assign(nkv, c_q);
+        sk.counters.assign(nkv, c_k);
+        sv.counters.assign(nkv, c_v);
+        sq.need.assign(nkv, nq);
+        sk.need.assign(nkv, nk);
+        sv.need.assign(nkv, nv);
+      }
+      return nq;
+    };
 
     const std::initializer_list<std::pair<std::string_view, double>> rope_params = {
         {"head_dim", static_cast<double>(hd)},
@@ -449,25 +514,26 @@ Program generate_llama(const LlamaOptions& o) {
               {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
                {"out", slice(attn, g * group * hd, group * hd)}},
               {{"head_dim", static_cast<double>(hd)}},
-              {{c_parts, static_cast<uint32_t>(nkv * n_chunks)}}, {{c_attn, 1}});
+              {{parts_g[g], static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)}},
+              {{c_attn, 1}});
       }
     };
 
     // Attention with RoPE inside: every chunk rotates q itself, the chunk holding position pos
     // also takes the new token's k/v row straight from the projections (rotating k); the cache
     // rows at pos are written by instructions nothing in the step waits for. q/k/v come from
-    // gemvs that signal c_q / c_k / c_v (nq / nk / nv instructions).
-    auto add_attention_with_rope = [&](uint32_t nq, uint32_t nk, uint32_t nv) {
+    // the gemvs of qkv_gemvs (counters and counts per kv head in sq / sk / sv).
+    auto add_attention_with_rope = [&] {
       for (uint64_t g = 0; g < nkv; ++g) {
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
           const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
           const bool last = t1 == T;
           const uint64_t cached = last ? pos - t0 : t1 - t0;
           const uint64_t cache_off = (g * T + t0) * hd;
-          std::vector<Wait> waits = {{c_q, nq}};
+          std::vector<Wait> waits = {{sq.counters[g], sq.need[g]}};
           if (last) {
-            waits.push_back({c_k, nk});
-            waits.push_back({c_v, nv});
+            waits.push_back({sk.counters[g], sk.need[g]});
+            waits.push_back({sv.counters[g], sv.need[g]});
           }
           const Operand none{};
           b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
@@ -485,7 +551,7 @@ Program generate_llama(const LlamaOptions& o) {
                  {"low_freq_factor", c.rope_low_freq},
                  {"high_freq_factor", c.rope_high_freq},
                  {"original_max_position", static_cast<double>(c.rope_original_max)}},
-                std::move(waits), {{c_parts, 1}});
+                std::move(waits), {{parts_g[g], 1}});
         }
       }
       // The cache rows at `pos` for the next step, one instruction per kv head writing only
@@ -495,22 +561,16 @@ Program generate_llama(const LlamaOptions& o) {
         const std::string G = std::to_string(g);
         b.add(L + "k_cache." + G, "rope",
               {{"x", slice(k, g * hd, hd)}, {"y", slice(kc, (g * T + pos) * hd, hd)}},
-              rope_params, {{c_k, nk}}, {{c_kc, 1}});
+              rope_params, {{sk.counters[g], sk.need[g]}}, {{c_kc, 1}});
         b.add(L + "v_cache." + G, "copy",
               {{"x", slice(v, g * hd, hd)}, {"y", slice(vc, (g * T + pos) * hd, hd)}}, {},
-              {{c_v, nv}}, {{c_vc, 1}});
+              {{sv.counters[g], sv.need[g]}}, {{c_vc, 1}});
       }
     };
 
     if (o.fused) {
-      const uint32_t in_norm = buf.at(wp + "input_layernorm.weight");
-      const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
-                                    qkv_chunk, x, q, {.norm = in_norm}, {{x_ready, x_need}}, c_q);
-      const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
-                                    qkv_chunk, x, k, {.norm = in_norm}, {{x_ready, x_need}}, c_k);
-      const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
-                                    qkv_chunk, x, v, {.norm = in_norm}, {{x_ready, x_need}}, c_v);
-      add_attention_with_rope(nq, nk, nv);
+      qkv_gemvs(x, {.norm = buf.at(wp + "input_layernorm.weight")}, {{x_ready, x_need}});
+      add_attention_with_rope();
       add_combines();
       const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
                                     o_chunk, attn, h, {.residual = x},
@@ -569,15 +629,11 @@ Program generate_llama(const LlamaOptions& o) {
            {"y", b.whole(xn)}},
           {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xn, 1}});
 
-    const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
-                                  qkv_chunk, xn, q, {}, {{c_xn, 1}}, c_q);
-    const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
-                                  qkv_chunk, xn, k, {}, {{c_xn, 1}}, c_k);
-    const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
-                                  qkv_chunk, xn, v, {}, {{c_xn, 1}}, c_v);
+    const uint32_t nq = qkv_gemvs(xn, {}, {{c_xn, 1}});
+    const uint32_t nk = sk.need[0], nv = sv.need[0];  // layer sync whenever rope_ops
 
     if (!rope_ops) {
-      add_attention_with_rope(nq, nk, nv);
+      add_attention_with_rope();
     } else {
       b.add(L + "q_rope", "rope", {{"x", b.whole(q)}, {"y", b.whole(qr)}}, rope_params, {{c_q, nq}},
             {{c_qr, 1}});

@@ -87,6 +87,10 @@ struct LlamaOptions {
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
   uint32_t attn_chunks = 0;
+  // Attention's dependencies per kv head (the default): each chunk waits only for the q/k/v
+  // gemvs that wrote its kv head's rows, each combine only for its kv head's chunks. false: one
+  // counter per layer for each (every chunk waits for all q gemvs, every combine for all chunks).
+  bool head_sync = true;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.

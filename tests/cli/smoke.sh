@@ -152,6 +152,14 @@ expect_rc 0 "gen llama --attn-chunks 1" -- "$amk" -q gen llama --attn-chunks 1 -
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --attn-chunks 1 does not halve the tiny step's attention instructions"; }
 expect_rc 2 "gen llama --attn-chunks 0" -- "$amk" gen llama --attn-chunks 0 -o "$tmp/gz.json"
 expect_grep "$tmp/err" "attn-chunks" "--attn-chunks 0 names the option"
+# --attn-sync: per kv head counters by default (L0.q.head0 ...), one counter a layer with
+# `layer` (L0.q); any other value is refused (exit 2 naming the option).
+expect_rc 0 "gen llama --attn-sync layer" -- "$amk" -q gen llama --attn-sync layer -o "$tmp/gsl.json"
+grep -q '"L0.q.head0"' "$tmp/gl.json" && ! grep -q '"L0.q"' "$tmp/gl.json" &&
+  grep -q '"L0.q"' "$tmp/gsl.json" && ! grep -q '"L0.q.head0"' "$tmp/gsl.json" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --attn-sync head (default) / layer counters"; }
+expect_rc 2 "gen llama --attn-sync bogus" -- "$amk" gen llama --attn-sync bogus -o "$tmp/gb.json"
+expect_grep "$tmp/err" "attn-sync" "--attn-sync bogus names the option"
 # --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
 # architecture); a missing folder for one of them writes none of the requested files (exit 4).
 if [ "$compile_rc" -eq 0 ]; then

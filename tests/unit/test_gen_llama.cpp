@@ -538,3 +538,81 @@ TEST_CASE("tiny: --write-weights, then a CPU run from the file matches the rando
   std::memcpy(&l0, a.data[logits].data(), 4);
   CHECK(std::isfinite(l0));
 }
+
+TEST_CASE("fused layer, attention synced per kv head: each wait names exactly the writers of "
+          "what it reads; same results as one counter a layer") {
+  for (const char* preset : {"tiny", "llama-3.2-1b"}) {
+    CAPTURE(preset);
+    gen::LlamaOptions o;
+    o.preset = preset;
+    o.seed = 5;
+    o.layers = 1;
+    if (std::string(preset) == "tiny") o.context = 17;
+    REQUIRE(o.head_sync);  // the default
+    const Program p = gen::generate_llama(o);
+    verify(p);
+
+    // Writers of each element range, per counter: the instructions that signal it.
+    std::vector<std::vector<uint32_t>> signalers(p.counters.size());
+    for (uint32_t i = 0; i < p.instructions.size(); ++i)
+      for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
+    auto overlaps = [](const Operand& a, const Operand& b) {
+      return a.buffer == b.buffer && a.offset < b.offset + b.extent && b.offset < a.offset + a.extent;
+    };
+    // The instructions of op `op` whose operand `slot` overlaps `r`.
+    auto writers_of = [&](const Operand& r, const char* op, uint32_t slot) {
+      std::vector<uint32_t> w;
+      for (uint32_t i = 0; i < p.instructions.size(); ++i) {
+        const Instruction& in = p.instructions[i];
+        if (op_name(p, in.op) == op && in.operands.size() > slot && overlaps(in.operands[slot], r))
+          w.push_back(i);
+      }
+      return w;
+    };
+    // Each operand read through a wait: the wait's counter is signalled by exactly the writers
+    // of that operand, and its value is their count.
+    auto check_wait = [&](const Instruction& in, const Wait& w, const Operand& read, const char* op,
+                          uint32_t slot) {
+      CAPTURE(in.name);
+      const auto want = writers_of(read, op, slot);
+      CHECK_FALSE(want.empty());
+      CHECK(signalers[w.counter] == want);
+      CHECK(w.value == want.size());
+    };
+    uint32_t chunks = 0, combines = 0;
+    for (const auto& in : p.instructions) {
+      const std::string name = op_name(p, in.op);
+      if (name == "attention_decode") {
+        ++chunks;
+        const bool has_new = in.operands[4].buffer != AMK_NO_BUFFER;
+        REQUIRE(in.waits.size() == (has_new ? 3u : 1u));
+        check_wait(in, in.waits[0], in.operands[0], "gemv", 2);  // q
+        if (has_new) {
+          check_wait(in, in.waits[1], in.operands[4], "gemv", 2);  // k_new
+          check_wait(in, in.waits[2], in.operands[5], "gemv", 2);  // v_new
+        }
+      } else if (name == "attention_combine") {
+        ++combines;
+        REQUIRE(in.waits.size() == 1);
+        check_wait(in, in.waits[0], in.operands[0], "attention_decode", 3);
+      }
+    }
+    CHECK(chunks > combines);
+    CHECK(combines > 1);
+
+    if (std::string(preset) == "tiny") {
+      gen::LlamaOptions l = o;
+      l.head_sync = false;
+      const Program q = gen::generate_llama(l);
+      verify(q);
+      CHECK(q.counters.size() < p.counters.size());
+      // Layer sync: every chunk waits for all q gemvs (one counter).
+      for (const auto& in : q.instructions)
+        if (op_name(q, in.op) == "attention_decode")
+          CHECK(in.waits[0].value == writers_of({in.operands[0].buffer, 0, UINT64_MAX / 2}, "gemv", 2).size());
+      const CpuPair run(p, q);
+      CHECK(run.rel_diff("act.logits") == 0.0);  // only the waits differ
+      CHECK(run.in_a("next_token") == run.in_b("next_token"));
+    }
+  }
+}

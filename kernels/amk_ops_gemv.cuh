@@ -71,6 +71,11 @@
 #ifndef AMK_GEMV_PINGPONG
 #define AMK_GEMV_PINGPONG 0
 #endif
+// AMK_GEMV_RES_PREFETCH=1 (the default): the residual's lines are prefetched into L1 when the
+// instruction starts (see amk_op_gemv).
+#ifndef AMK_GEMV_RES_PREFETCH
+#define AMK_GEMV_RES_PREFETCH 1
+#endif
 constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
@@ -410,6 +415,16 @@ AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruct
   const amk_view res = amk_operand(ins, 3);
   const amk_view norm = amk_operand(ins, 4);
   const amk_view w2 = amk_operand(ins, 5);
+#if AMK_GEMV_RES_PREFETCH
+  // The residual is read by one lane per row after the row's reduction: an L2 round trip at the
+  // end of every warp's last row, on the critical path. Its lines go into L1 now.
+  if (res.present() && threadIdx.x < kAmkWarpSize) {
+    const uint64_t a0 = reinterpret_cast<uint64_t>(res.ptr);
+    const uint64_t end = a0 + static_cast<uint64_t>(res.n) * amk_dtype_size(res.dtype);
+    for (uint64_t a = (a0 & ~127ull) + 128ull * threadIdx.x; a < end; a += 128ull * kAmkWarpSize)
+      amk_prefetch_l1(reinterpret_cast<const void*>(a));
+  }
+#endif
 #if AMK_TMA_GEMV
   // The TMA pipeline has no fusions: fused instructions take the plain path.
   if (!norm.present() && !w2.present() && amk_gemv_tma(prog, ins, w, x, y, res, tma)) return;

@@ -57,10 +57,15 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #ifndef AMK_PREFETCH_BYTES
 #define AMK_PREFETCH_BYTES 32768
 #endif
-// Bytes of its own streamed operands a step that waits prefetches into L2 before the wait
-// (0: none).
+// Bytes of each of its own streamed operands a step that waits prefetches into L2 before the
+// wait (0: none). Off until the eleventh session (measured ~7% slower in the fifth, on the
+// unfused layer with the lane-group attention); measured again on the H200 on the fused layer
+// with the tiled attention (`amk profile --events`, two interleaved rounds): Llama-3.2-1B step
+// 1.309 ms without, 1.281-1.284 at 16 KiB, 1.275-1.276 at 32 KiB, 1.283-1.288 at 64 KiB,
+// 1.298-1.302 at 128 KiB, 1.329-1.330 at 256 KiB; Llama-3.1-8B 5.50 without, 5.41 at 32 KiB,
+// 5.40 at 64 KiB, 5.46 at 128 KiB, 5.69 at 256 KiB.
 #ifndef AMK_PREFETCH_OWN_BYTES
-#define AMK_PREFETCH_OWN_BYTES 0
+#define AMK_PREFETCH_OWN_BYTES 32768
 #endif
 
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.

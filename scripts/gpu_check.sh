@@ -267,18 +267,26 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$d/run1b_split.log"; row "llama-3.2-1b --down split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py scripts/check_llama.py --amk $amk --backend cuda --down split --context 17 >"$out/check_llama_split.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
   # Interleaved twice: the default step, with attention's streaming pass for every chunk
-  # (AMK_ATTN_TILED=0: the tiled path off), and the two other layer forms.
+  # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
+  # weights (AMK_PREFETCH_OWN_BYTES=0), with attention's waits one counter a layer, and the two
+  # other layer forms.
   for r in 1 2; do
-    for f in llama1b llama1b_split llama1b_unfused; do
-      [ $r = 2 ] && [ $f != llama1b ] && continue  # the other forms once
+    for f in llama1b llama1b_layersync llama1b_split llama1b_unfused; do
+      [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
     AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_pass.$r.json" 2>/dev/null
+    AMK_VM_TUNING=AMK_PREFETCH_OWN_BYTES=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_noown.$r.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_TILED=0",
+         "llama1b_noown": "default, AMK_PREFETCH_OWN_BYTES=0",
+         "llama1b_layersync": "default, --attn-sync layer",
          "llama1b_split": "fused layer, --down split", "llama1b_unfused": "unfused layer"}
 for f, label in names.items():
     try:

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The device run: builds amk, runs the nvrtc + gpu test tiers, every sample on the GPU against
 # the CPU backend and numpy, the refusal / hang / fault programs, and the runtime benchmarks;
-# prints a short table last. Logs go to $OUT (or ./out/gpu_check) when set.
+# prints a short table last. Logs go to ./out/gpu_check; on the device machine ($OUT set, of which
+# at most 8 files come back) they are kept in the scratch folder and $OUT gets three files at the
+# end: summary.txt (the table), phases1b.txt (the 1B step's phase table) and logs.tar.gz (every
+# log and result file).
 #   bash scripts/gpu_check.sh
 # The whole run takes ~10 minutes on the H200, the device tool's limit for one command; it splits
 # in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama
@@ -9,18 +12,27 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
-out="${OUT:-out/gpu_check}"
-mkdir -p "$out"
 py=python3
 amk=build/default/amk
 # Kernel cache, generated programs, weights and traces: outside $OUT, which comes back from the
 # device (only logs and small results belong there).
 scratch="${AMK_SCRATCH:-${TMPDIR:-/tmp}/amk_gpu_check}"
 mkdir -p "$scratch"
-export AMK_CACHE_DIR="$scratch/cache"
+if [ -n "${OUT:-}" ]; then out="$scratch/logs"; rm -rf "$out"; else out=out/gpu_check; fi
+mkdir -p "$out"
+# What comes back from the device: three files, rewritten at every section and at the end.
+pack() {
+  [ -n "${OUT:-}" ] || return 0
+  printf '%s\n' "${rows[@]}" > "$OUT/summary.txt"
+  [ -e "$out/phases1b.txt" ] && cp "$out/phases1b.txt" "$OUT/"
+  tar -czf "$OUT/logs.tar.gz" -C "$out" . 2>/dev/null
+}
 rows=()
+trap pack EXIT
+trap 'exit 143' TERM INT  # (so that a timed-out run still packs what it has)
+export AMK_CACHE_DIR="$scratch/cache"
 t_start=$(date +%s)
-sec() { echo "== $1 [$(( $(date +%s) - t_start )) s]"; }
+sec() { pack; echo "== $1 [$(( $(date +%s) - t_start )) s]"; }  # (packs what is done so far)
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
 
 sec "build"

@@ -147,9 +147,17 @@ constexpr uint32_t kAmkAttnUnrollF16 = AMK_BLOCK_THREADS <= 256 ? 2 : 1;
 // Warps that stream K/V: eight keep enough 16-byte loads in flight; more would only grow the
 // merge. Wider blocks leave the rest idle for this op.
 constexpr uint32_t kAmkAttnWarps = kAmkWarps < 8 ? kAmkWarps : 8;
+// AMK_ATTN_TILED_WIDE=1 (an experiment, off by default and not yet run on the GPU): the tiled
+// path below also takes chunks of up to 32 KiB of K+V and group x head_dim <= 512 (Llama-3.1-8B:
+// 4 query heads of 128, 64 positions), with the merge buffer grown to 32 KiB and the staged q to
+// 512 floats (~17 KiB more static shared memory than kAttentionMergeBytes counts; a launch that
+// no longer fits its TMA stages or weight-stream ring is refused or runs without the ring).
+#ifndef AMK_ATTN_TILED_WIDE
+#define AMK_ATTN_TILED_WIDE 0
+#endif
 // The merge buffer: 8 warps x 4 heads x (128 + 2) floats (16.25 KiB, kAttentionMergeBytes in
 // src/cuda/codegen.cpp), so a pass of 4 heads of up to 128 dims merges in one round.
-constexpr uint32_t kAmkAttnMergeFloats = 8 * 4 * (128 + 2);
+constexpr uint32_t kAmkAttnMergeFloats = AMK_ATTN_TILED_WIDE ? 8192 : 8 * 4 * (128 + 2);
 static_assert(kAmkAttnMergeFloats >= kAmkAttnWarps * (kAmkAttnMaxHeadDim + 2),
               "the merge must hold at least one head of every streaming warp");
 
@@ -550,11 +558,12 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
 #if AMK_ATTN_TILED && AMK_BLOCK_THREADS == 256 && (AMK_ATTN_KV_BF16 || AMK_ATTN_KV_F16)
 #define AMK_ATTN_TILE 1
 // K and V of a chunk in amk_attn_merge (the pass's merge buffer, unused by this path).
-constexpr uint32_t kAmkAttnTileBytes = 16384;
+constexpr uint32_t kAmkAttnTileBytes = AMK_ATTN_TILED_WIDE ? 32768 : 16384;
 static_assert(kAmkAttnMergeFloats * sizeof(float) >= kAmkAttnTileBytes, "the tile fits the merge buffer");
-// Scores (group x positions) and staged q (group x head_dim), at most this many floats each.
+// Scores (group x positions), at most this many floats, and staged q (group x head_dim).
 constexpr uint32_t kAmkAttnTileFloats = 256;
-__shared__ __align__(16) float amk_attn_tq[kAmkAttnTileFloats];
+constexpr uint32_t kAmkAttnTileQFloats = AMK_ATTN_TILED_WIDE ? 512 : 256;
+__shared__ __align__(16) float amk_attn_tq[kAmkAttnTileQFloats];
 __shared__ __align__(16) float amk_attn_tp[kAmkAttnTileFloats];
 // Per query head: max score, sum of exp, the new row's weight.
 __shared__ float amk_attn_tm[kAmkAttnNewHeads];
@@ -582,7 +591,7 @@ __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins,
   return dtype_ok && k.dtype == v.dtype && hd % 8 == 0 && len >= 1 && v.n / hd >= len &&
          amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
          group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
-         group * hd <= kAmkAttnTileFloats;
+         group * hd <= kAmkAttnTileQFloats;
 }
 
 // One 16-bit element of K or V in shared memory as f32.

@@ -115,7 +115,7 @@ $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
 sec "TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused attention_rope attention_tiled gemv_stream small_ops gemv_splitk; do
+for f in tma_gemv cluster gemv_fused attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
@@ -138,6 +138,16 @@ done
 AMK_VM_TUNING=AMK_ATTN_TILED=0 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_pass.log" 2>&1
 rc=$?; row "llama tiny, AMK_ATTN_TILED=0, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 [ $rc = 0 ] || tail -3 "$out/check_llama_pass.log"
+# The wide tiled attention (AMK_ATTN_TILED_WIDE=1, an experiment, off by default): K+V up to 32
+# KiB and group x head_dim up to 512 (the 8B step's chunks) on the tiled path.
+for f in attention_tiled_wide attention_tiled attention_rope; do
+  AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=1 $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_wide.log" 2>&1
+  rc=$?; row "$f, AMK_ATTN_TILED_WIDE=1, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  [ $rc = 0 ] || tail -5 "$out/run_${f}_wide.log"
+done
+AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=1 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_wide.log" 2>&1
+rc=$?; row "llama tiny, AMK_ATTN_TILED_WIDE=1, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+[ $rc = 0 ] || tail -3 "$out/check_llama_wide.log"
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -358,13 +368,17 @@ PY
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
-    $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
+    # The same step with the wide tiled attention (AMK_ATTN_TILED_WIDE=1: its chunks of 4 heads of
+    # 128 and 64 positions leave the streaming pass).
+    AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=1 $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_wide.json" 2>"$d/prof8b_wide.err"; tail -3 "$d/prof8b_wide.err"
+    $py - "$d/prof8b.json" "$d/prof8b_wide.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
-try:
-    j = json.load(open(sys.argv[1]))
-    print(f"8B decode ctx 1024, megakernel (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")
-except Exception as e:
-    print(f"8B decode|unavailable ({e})")
+for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_TILED_WIDE=1"]):
+    try:
+        j = json.load(open(f))
+        print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")
+    except Exception as e:
+        print(f"8B decode{label}|unavailable ({e})")
 PY
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
   fi

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -167,6 +168,16 @@ std::string resources_of(const std::string& log, const std::string& kernel) {
   return log.substr(at, end == std::string::npos ? std::string::npos : end - at);
 }
 
+// The static shared memory ptxas reports for `kernel` ("..., N bytes smem"), 0 if not found.
+uint64_t smem_of(const std::string& log, const std::string& kernel) {
+  const std::string lines = resources_of(log, kernel);
+  const size_t at = lines.find(" bytes smem");
+  if (at == std::string::npos) return 0;
+  size_t from = at;
+  while (from > 0 && std::isdigit(static_cast<unsigned char>(lines[from - 1]))) --from;
+  return std::stoull(lines.substr(from, at - from));
+}
+
 // Whether kernels/amk_vm.cuh dispatches the attention ops (its own cases or the macro).
 bool embedded_vm_dispatches_attention() {
   for (const EmbeddedFile& f : embedded_kernel_files())
@@ -235,4 +246,17 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
   CHECK_MESSAGE(embedded_vm_dispatches_attention(),
                 "kernels/amk_vm.cuh does not dispatch ops 12-15 (AMK_ATTENTION_DISPATCH)");
   std::printf("[nvrtc] decode-step program: %s\n", resources_of(out.log, "amk_vm").c_str());
+
+  // The experimental wide tiled attention (AMK_ATTN_TILED_WIDE=1, off by default): compiles
+  // without spills, and its larger K/V tile and staged q are in the VM's static shared memory.
+  CompileOptions wide = options;
+  wide.tuning = {{"AMK_ATTN_TILED_WIDE", 1}};
+  const CompileOutput w = compile_vm(b.program, b.plan, wide);
+  INFO(w.log);
+  CHECK(w.ok);
+  CHECK(w.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+        std::string::npos);
+  CHECK(smem_of(w.log, "amk_vm") >= smem_of(out.log, "amk_vm") + 32768 - 8 * 4 * 130 * 4 + 256 * 4);
+  std::printf("[nvrtc] decode-step program, wide tiled attention: %s\n",
+              resources_of(w.log, "amk_vm").c_str());
 }

@@ -345,10 +345,9 @@ Program generate_llama(const LlamaOptions& o) {
 
   // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
   // added to y, an rmsnorm weight applied to x inside the gemv, a second matrix making it a GLU
-  // (y = silu(w x) * (w2 x)).
-  // Optional segment counters: an instruction also signals the counter of every segment of
-  // `seg_rows` rows its rows overlap, and `need[s]` counts those instructions (consumers of one
-  // segment wait for its writers only).
+  // (y = silu(w x) * (w2 x)). Signals: `signal` (unless kNoSignal), and with `seg` the counter of
+  // every segment of `seg_rows` rows the instruction's rows overlap, `need[s]` counting those
+  // instructions (so a consumer of one segment waits for its writers only).
   struct GemvExtras {
     std::optional<uint32_t> residual, norm, w2;
   };

@@ -128,26 +128,25 @@ for bt in 128 512; do
   rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
 done
+# check_tuned TUNING TAG PROGRAM...: the programs (tests/gpu/programs) --check against the CPU
+# backend, then the tiny step against numpy, with $AMK_VM_TUNING=TUNING.
+check_tuned() {
+  local tn="$1" tag="$2" f rc; shift 2
+  for f in "$@"; do
+    AMK_VM_TUNING=$tn $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_$tag.log" 2>&1
+    rc=$?; row "$f, $tn, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+    [ $rc = 0 ] || tail -5 "$out/run_${f}_$tag.log"
+  done
+  AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tag.log" 2>&1
+  rc=$?; row "llama tiny, $tn, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  [ $rc = 0 ] || tail -3 "$out/check_llama_$tag.log"
+}
 # attention_decode's streaming pass with the tiled path off (AMK_ATTN_TILED=0): the chunks the
 # tiled path takes by default, checked on the pass too.
-for f in attention_rope attention_tiled; do
-  AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_pass.log" 2>&1
-  rc=$?; row "$f, AMK_ATTN_TILED=0, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  [ $rc = 0 ] || tail -5 "$out/run_${f}_pass.log"
-done
-AMK_VM_TUNING=AMK_ATTN_TILED=0 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_pass.log" 2>&1
-rc=$?; row "llama tiny, AMK_ATTN_TILED=0, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-[ $rc = 0 ] || tail -3 "$out/check_llama_pass.log"
+check_tuned AMK_ATTN_TILED=0 pass attention_rope attention_tiled
 # The wide tiled attention (AMK_ATTN_TILED_WIDE=1, an experiment, off by default): K+V up to 32
 # KiB and group x head_dim up to 512 (the 8B step's chunks) on the tiled path.
-for f in attention_tiled_wide attention_tiled attention_rope; do
-  AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=1 $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_wide.log" 2>&1
-  rc=$?; row "$f, AMK_ATTN_TILED_WIDE=1, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  [ $rc = 0 ] || tail -5 "$out/run_${f}_wide.log"
-done
-AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=1 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_wide.log" 2>&1
-rc=$?; row "llama tiny, AMK_ATTN_TILED_WIDE=1, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-[ $rc = 0 ] || tail -3 "$out/check_llama_wide.log"
+check_tuned AMK_ATTN_TILED_WIDE=1 wide attention_tiled_wide attention_tiled attention_rope
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.

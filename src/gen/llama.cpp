@@ -345,13 +345,13 @@ Program generate_llama(const LlamaOptions& o) {
 
   // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
   // added to y, an rmsnorm weight applied to x inside the gemv, a second matrix making it a GLU
-  // (y = silu(w x) * (w2 x)). Signals: `signal` (unless kNoSignal), and with `seg` the counter of
+  // (y = silu(w x) * (w2 x)). Signals: `signal` (unless kUnused), and with `seg` the counter of
   // every segment of `seg_rows` rows the instruction's rows overlap, `need[s]` counting those
   // instructions (so a consumer of one segment waits for its writers only).
   struct GemvExtras {
     std::optional<uint32_t> residual, norm, w2;
   };
-  constexpr uint32_t kNoSignal = 0xFFFFFFFFu;
+  constexpr uint32_t kUnused = 0xFFFFFFFFu;  // a buffer or counter a layout does not use
   struct Segments {
     uint64_t seg_rows = 0;
     std::vector<uint32_t> counters;
@@ -365,7 +365,7 @@ Program generate_llama(const LlamaOptions& o) {
       const uint64_t nr = std::min(chunk, rows - r0);
       const Operand none{};
       std::vector<Signal> signals;
-      if (signal != kNoSignal) signals.push_back({signal, 1});
+      if (signal != kUnused) signals.push_back({signal, 1});
       if (seg != nullptr) {
         for (uint64_t s = r0 / seg->seg_rows; s <= (r0 + nr - 1) / seg->seg_rows; ++s) {
           signals.push_back({seg->counters[s], 1});
@@ -412,12 +412,11 @@ Program generate_llama(const LlamaOptions& o) {
 
   // Zeros copied into each layer's split-K accumulator (a copy, not a fill: the fused layer's
   // VM already holds the copy op for the cache rows, and one op less keeps its registers).
-  uint32_t zeros = 0xFFFFFFFFu;
+  uint32_t zeros = kUnused;
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
     const std::string wp = layer_prefix(l);
     // Buffers and counters only the unfused layout uses (the fused one never names them).
-    constexpr uint32_t kUnused = 0xFFFFFFFFu;
     auto uact = [&](const std::string& name, uint64_t n) { return o.fused ? kUnused : act(name, n); };
     auto ucounter = [&](const std::string& name) { return o.fused ? kUnused : b.counter(name); };
     // ... and those only the rope-ops layout uses.
@@ -471,17 +470,18 @@ Program generate_llama(const LlamaOptions& o) {
       sk.need = sq.need;
       sv.need = sq.need;
     }
-    // The q/k/v gemvs: with head sync they signal only the per-head counters.
+    // The q/k/v gemvs: with head sync they signal only the per-head counters (c_q, c_k and c_v
+    // are then kUnused).
     auto qkv_gemvs = [&](uint32_t xin, GemvExtras e, std::vector<Wait> waits) {
       Segments* segs[3] = {head_sync ? &sq : nullptr, head_sync ? &sk : nullptr,
                            head_sync ? &sv : nullptr};
       const uint32_t nq = gemv_rows(L + "q_proj", buf.at(wp + "self_attn.q_proj.weight"), Q, H,
-                                    qkv_chunk, xin, q, e, waits, head_sync ? kNoSignal : c_q, segs[0]);
+                                    qkv_chunk, xin, q, e, waits, c_q, segs[0]);
       const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
-                                    qkv_chunk, xin, k, e, waits, head_sync ? kNoSignal : c_k, segs[1]);
+                                    qkv_chunk, xin, k, e, waits, c_k, segs[1]);
       const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
                                     qkv_chunk, xin, v, e, std::move(waits),
-                                    head_sync ? kNoSignal : c_v, segs[2]);
+                                    c_v, segs[2]);
       if (!head_sync) {
         sq.counters.assign(nkv, c_q);
         sk.counters.assign(nkv, c_k);

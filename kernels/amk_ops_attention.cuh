@@ -147,16 +147,18 @@ constexpr uint32_t kAmkAttnUnrollF16 = AMK_BLOCK_THREADS <= 256 ? 2 : 1;
 // Warps that stream K/V: eight keep enough 16-byte loads in flight; more would only grow the
 // merge. Wider blocks leave the rest idle for this op.
 constexpr uint32_t kAmkAttnWarps = kAmkWarps < 8 ? kAmkWarps : 8;
-// AMK_ATTN_TILED_WIDE=1 (an experiment, off by default and not yet run on the GPU): the tiled
-// path below also takes chunks of up to 32 KiB of K+V and group x head_dim <= 512 (Llama-3.1-8B:
-// 4 query heads of 128, 64 positions), with the merge buffer grown to 32 KiB and the staged q to
-// 512 floats (~17 KiB more static shared memory than kAttentionMergeBytes counts; a launch that
-// no longer fits its TMA stages or weight-stream ring is refused or runs without the ring).
+// AMK_ATTN_TILED_WIDE=1: the tiled path below also takes chunks of up to 32 KiB of K+V and
+// group x head_dim <= 512 (Llama-3.1-8B: 4 query heads of 128, 64 positions), with the merge
+// buffer grown to 32 KiB and the staged q to 512 floats (~17 KiB more static shared memory). The
+// generated source sets it when some chunk of the program needs it (attention_wide_tiles in
+// src/cuda/codegen.cpp); measured on the H200 (`amk profile --events`): Llama-3.1-8B step 5.453
+// -> 5.299 ms; the 1B step, whose chunks fit the default tile, 1.279 -> 1.281 ms with it forced on.
 #ifndef AMK_ATTN_TILED_WIDE
 #define AMK_ATTN_TILED_WIDE 0
 #endif
-// The merge buffer: 8 warps x 4 heads x (128 + 2) floats (16.25 KiB, kAttentionMergeBytes in
-// src/cuda/codegen.cpp), so a pass of 4 heads of up to 128 dims merges in one round.
+// The merge buffer: 8 warps x 4 heads x (128 + 2) floats (16.25 KiB; wide: 32 KiB. Counted by
+// kAttentionMergeBytes / kAttentionWideMergeBytes in src/cuda/codegen.cpp), so a pass of 4 heads
+// of up to 128 dims merges in one round.
 constexpr uint32_t kAmkAttnMergeFloats = AMK_ATTN_TILED_WIDE ? 8192 : 8 * 4 * (128 + 2);
 static_assert(kAmkAttnMergeFloats >= kAmkAttnWarps * (kAmkAttnMaxHeadDim + 2),
               "the merge must hold at least one head of every streaming warp");

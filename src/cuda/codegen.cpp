@@ -40,6 +40,9 @@ bool is_attention_op(uint16_t id) {
 // 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values; the
 // tiled path's staged q and scores, 256 floats each, and 3 x 16 per-head floats).
 constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4 + (2 * 256 + 3 * 16) * 4;
+// With the wide tiled attention (AMK_ATTN_TILED_WIDE=1): the merge buffer holds 32 KiB (a chunk's K
+// and V) and the staged q 512 floats.
+constexpr uint32_t kAttentionWideMergeBytes = 8192 * 4 + (16 + 256) * 4 + (512 + 256 + 3 * 16) * 4;
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
@@ -137,12 +140,38 @@ std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
   return out;
 }
 
-uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin) {
+bool attention_wide_tiles(const Program& program, const Plan& plan,
+                          const CompileOptions& options) {
+  for (const auto& [name, value] : options.tuning)
+    if (name == "AMK_ATTN_TILED_WIDE") return value != 0;
+  if (block_threads(program, plan) != 256) return false;  // the tiled path's block
+  // Mirrors amk_attn_tile_fits (kernels/amk_ops_attention.cuh) at both sizes.
+  auto fits = [](uint64_t kv_bytes, uint64_t gh, uint64_t gl, uint32_t group, uint32_t scale) {
+    return kv_bytes <= 16384ull * scale && gh <= 256ull * scale && gl <= 256 && group >= 1 &&
+           group <= 16;
+  };
+  for (const amk_instruction_t& ins : plan.instructions) {
+    if (ins.op != static_cast<uint16_t>(OpId::attention_decode) || ins.n_operands < 4) continue;
+    const uint32_t hd = ins.params[0];
+    const auto q = operand_dtype(program, ins, 0), k = operand_dtype(program, ins, 1);
+    if (hd == 0 || hd % 8 != 0 || q != DType::f32 || (k != DType::bf16 && k != DType::f16))
+      continue;
+    const uint64_t len = ins.operands[1].extent / hd;
+    const uint32_t group = static_cast<uint32_t>(ins.operands[0].extent / hd);
+    const uint64_t kv = 4ull * len * hd, gh = uint64_t{group} * hd, gl = uint64_t{group} * len;
+    if (len >= 1 && !fits(kv, gh, gl, group, 1) && fits(kv, gh, gl, group, 2)) return true;
+  }
+  return false;
+}
+
+uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin,
+                               const CompileOptions& options) {
   if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
   if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_decode)))
-    slack += kAttentionMergeBytes;
+    slack += attention_wide_tiles(program, plan, options) ? kAttentionWideMergeBytes
+                                                          : kAttentionMergeBytes;
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
   const uint32_t budget = smem_optin > slack ? smem_optin - slack : 0;
   for (const TmaGemvSpec& s : tma_gemv_specs(program)) {
@@ -270,6 +299,13 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (options.trace) s += "#define AMK_TRACE 1\n";
   for (const auto& [name, value] : options.tuning)
     s += "#define " + name + " " + std::to_string(value) + "\n";
+  // Attention chunks too large for the tiled path's default tile but within its wide one (the
+  // Llama-3.1-8B step's 64 positions of 4 heads of 128): the VM gets the wide tile.
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
+      attention_wide_tiles(program, plan, options) &&
+      std::none_of(options.tuning.begin(), options.tuning.end(),
+                   [](const auto& t) { return t.first == "AMK_ATTN_TILED_WIDE"; }))
+    s += "#define AMK_ATTN_TILED_WIDE 1\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

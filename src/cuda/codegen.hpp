@@ -36,7 +36,15 @@ struct TmaGemvSpec {
 // less than two stages' worth, so any value is safe; launch with max(program.launch.dynamic_smem,
 // this).
 [[nodiscard]] uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan,
-                                             uint32_t smem_optin = 232448);
+                                             uint32_t smem_optin = 232448,
+                                             const CompileOptions& options = {});
+
+// Whether the VM is built with the wide tiled attention (AMK_ATTN_TILED_WIDE=1: 32 KiB of K+V and
+// group x head_dim up to 512 in shared memory, ~17 KiB more static shared memory): the tuning's
+// value when it names the macro, else whether some attention_decode chunk of the plan fits the
+// tiled path only at the wide size (at 256 threads a block, 16-bit caches, f32 q).
+[[nodiscard]] bool attention_wide_tiles(const Program& program, const Plan& plan,
+                                        const CompileOptions& options);
 
 // Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
 // when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv

@@ -406,7 +406,8 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
   // asks for (0 when the program has no TMA gemv).
   m.dynamic_smem = std::max(
       l.dynamic_smem,
-      vm_dynamic_smem_bytes(program, plan, static_cast<uint32_t>(m.device.smem_per_block_optin)));
+      vm_dynamic_smem_bytes(program, plan, static_cast<uint32_t>(m.device.smem_per_block_optin),
+                            copts));
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
   m.grid = plan.grid;
   cu::LaunchShape shape{m.grid, m.block, m.dynamic_smem, m.cluster_size};

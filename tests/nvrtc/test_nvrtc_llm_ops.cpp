@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,10 @@
 #include "cuda/compile.hpp"
 #include "cuda/embedded.hpp"
 #include "cuda/nvrtc.hpp"
+#include "gen/llama.hpp"
+#include "io/load.hpp"
 #include "ops/registry.hpp"
+#include "plan/plan.hpp"
 
 using namespace amk;
 
@@ -247,8 +251,9 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
                 "kernels/amk_vm.cuh does not dispatch ops 12-15 (AMK_ATTENTION_DISPATCH)");
   std::printf("[nvrtc] decode-step program: %s\n", resources_of(out.log, "amk_vm").c_str());
 
-  // The experimental wide tiled attention (AMK_ATTN_TILED_WIDE=1, off by default): compiles
-  // without spills, and its larger K/V tile and staged q are in the VM's static shared memory.
+  // The wide tiled attention forced on (AMK_ATTN_TILED_WIDE=1; this program's 256-position
+  // chunks fit neither tile, so it is off by default here): compiles without spills, and its
+  // larger K/V tile and staged q are in the VM's static shared memory.
   CompileOptions wide = options;
   wide.tuning = {{"AMK_ATTN_TILED_WIDE", 1}};
   const CompileOutput w = compile_vm(b.program, b.plan, wide);
@@ -259,4 +264,42 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
   CHECK(smem_of(w.log, "amk_vm") >= smem_of(out.log, "amk_vm") + 32768 - 8 * 4 * 130 * 4 + 256 * 4);
   std::printf("[nvrtc] decode-step program, wide tiled attention: %s\n",
               resources_of(w.log, "amk_vm").c_str());
+}
+
+TEST_CASE("the wide tiled attention is compiled in exactly for programs whose chunks need it") {
+  CompileOptions options;
+  options.use_cache = false;
+  auto wide_in = [&](const Program& program, const CompileOptions& o) {
+    const Plan plan = make_plan(program);
+    const bool on = vm_source(program, plan, o).find("#define AMK_ATTN_TILED_WIDE 1") !=
+                    std::string::npos;
+    CHECK(on == attention_wide_tiles(program, plan, o));
+    return on;
+  };
+  // Llama-3.1-8B: 64-position chunks of 4 heads of 128 (K+V 32 KiB, group x head_dim 512).
+  // Llama-3.2-1B and tiny: their chunks fit the default tile.
+  for (const auto& [preset, want] : {std::pair{"llama-3.1-8b", true}, {"llama-3.2-1b", false},
+                                     {"tiny", false}}) {
+    CAPTURE(preset);
+    gen::LlamaOptions o;
+    o.preset = preset;
+    o.layers = 1;
+    o.context = 1024;
+    const Program p = gen::generate_llama(o);
+    CHECK(wide_in(p, options) == want);
+    // The tuning decides when it names the macro (and the source defines it once).
+    CompileOptions off = options, on = options;
+    off.tuning = {{"AMK_ATTN_TILED_WIDE", 0}};
+    on.tuning = {{"AMK_ATTN_TILED_WIDE", 1}};
+    CHECK_FALSE(wide_in(p, off));
+    CHECK(wide_in(p, on));
+    const std::string src = vm_source(p, make_plan(p), on);
+    CHECK(src.find("AMK_ATTN_TILED_WIDE", src.find("AMK_ATTN_TILED_WIDE") + 1) == std::string::npos);
+  }
+  const std::filesystem::path dir = std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs";
+  // attention_rope's head_dim-128 chunk of 44 positions (K+V 22 KiB) needs the wide tile;
+  // attention_tiled's chunks sit at the default tile's edges or beyond the wide one.
+  CHECK(wide_in(load_program_file(dir / "attention_tiled_wide.json"), options));
+  CHECK(wide_in(load_program_file(dir / "attention_rope.json"), options));
+  CHECK_FALSE(wide_in(load_program_file(dir / "attention_tiled.json"), options));
 }

@@ -149,6 +149,15 @@ check_tuned AMK_ATTN_TILED=0 pass attention_rope attention_tiled
 # turned off for those (their chunks then take the pass) and forced on for the others.
 check_tuned AMK_ATTN_TILED_WIDE=0 narrow attention_tiled_wide attention_rope
 check_tuned AMK_ATTN_TILED_WIDE=1 wide attention_tiled
+# attention_combine's batch of chunks a lane loads at once (AMK_COMBINE_BATCH: 16 at 256 threads;
+# 4 unrolls a quarter of the code): the tiny step with 40 chunks a kv head (a round of 32 and a
+# partial one, partial batches) both ways, and attention_rope at 4.
+for tn in "" AMK_COMBINE_BATCH=4; do
+  AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda --context 320 --attn-chunks 40 >"$out/check_llama_chunks40.log" 2>&1
+  rc=$?; row "llama tiny, 40 chunks a kv head, ${tn:-default}, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  [ $rc = 0 ] || tail -3 "$out/check_llama_chunks40.log"
+done
+check_tuned AMK_COMBINE_BATCH=4 combine4 attention_rope
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -295,8 +304,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
   # Interleaved twice: the default step, with attention's streaming pass for every chunk
   # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
-  # weights (AMK_PREFETCH_OWN_BYTES=0), with attention's waits one counter a layer, and the two
-  # other layer forms.
+  # weights (AMK_PREFETCH_OWN_BYTES=0), with a quarter of attention_combine's unrolled loads
+  # (AMK_COMBINE_BATCH=4), with attention's waits one counter a layer, and the two other layer forms.
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_split llama1b_unfused; do
       [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
@@ -304,11 +313,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
     done
     AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_pass.$r.json" 2>/dev/null
     AMK_VM_TUNING=AMK_PREFETCH_OWN_BYTES=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_noown.$r.json" 2>/dev/null
+    AMK_VM_TUNING=AMK_COMBINE_BATCH=4 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_comb4.$r.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_TILED=0",
          "llama1b_noown": "default, AMK_PREFETCH_OWN_BYTES=0",
+         "llama1b_comb4": "default, AMK_COMBINE_BATCH=4",
          "llama1b_layersync": "default, --attn-sync layer",
          "llama1b_split": "fused layer, --down split", "llama1b_unfused": "unfused layer"}
 for f, label in names.items():

@@ -53,6 +53,8 @@ if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --glu-gemv; then ok; else bad "llama tiny --glu-gemv vs numpy"; fi
   # One chunk of 40 positions a kv head (the default: five of 8): the combine over a single chunk.
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 40 --attn-chunks 1; then ok; else bad "llama tiny --attn-chunks 1 vs numpy"; fi
+  # 40 chunks a kv head: the combine over more than one round of 32 (the GPU runs it in gpu_check).
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 320 --attn-chunks 40; then ok; else bad "llama tiny --attn-chunks 40 vs numpy"; fi
   # One counter a layer for attention's waits (the default: one per kv head).
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --attn-sync layer; then ok; else bad "llama tiny --attn-sync layer vs numpy"; fi
 fi

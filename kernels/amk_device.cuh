@@ -74,6 +74,9 @@ struct amk_block_state {
   uint64_t block_start;           // %globaltimer at entry (watchdog origin)
   const amk_buffer_t* buffers;    // prog.buffers, for amk_operand
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
+#ifdef AMK_TRACE
+  uint64_t* marks;                // the running instruction's two op marks in the trace, or null
+#endif
 };
 __shared__ amk_block_state amk_state;
 
@@ -87,6 +90,21 @@ __device__ __forceinline__ uint64_t amk_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+// AMK_TRACE_MARK(k), k = 0 or 1: thread 0 stamps mark k of the running instruction in the trace
+// (words 2 + k of its kAmkTraceWords), where the op reaches a point worth timing (its loads
+// issued, its first data arrived). Compiled in only with the trace.
+#ifdef AMK_TRACE
+constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWordsPerInstruction)
+#define AMK_TRACE_MARK(k)                                       \
+  do {                                                          \
+    if (threadIdx.x == 0 && amk_state.marks != nullptr)         \
+      amk_state.marks[k] = amk_globaltimer();                   \
+  } while (0)
+#else
+#define AMK_TRACE_MARK(k) \
+  do {                    \
+  } while (0)
+#endif
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

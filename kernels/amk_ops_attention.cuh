@@ -658,8 +658,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       if (lane == 0) amk_attn_new_s[g] = scale * dot;
     }
   }
+  AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
+  AMK_TRACE_MARK(1);  // K and V in shared memory
 
   // Scores: thread i is (head g, position t).
   const uint32_t nv = hd / 8;
@@ -965,6 +967,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
       };
       load_batch(0);
       const float round_max = amk_warp_max(mc);
+      if (item == warp && c0 == 0) AMK_TRACE_MARK(0);  // the first item's (m, l) arrived
       if (round_max > big) {  // uniform: rescale what earlier rounds summed
         const float r = big == amk_neg_inf() ? 0.0f : expf(big - round_max);
         total *= r;
@@ -983,6 +986,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
           for (uint32_t e = 0; e < kAmkCombineDims; ++e) acc[e] = fmaf(wj, val[j][e], acc[e]);
         }
       }
+      if (item == warp && c0 == 0) AMK_TRACE_MARK(1);  // and its first round of values
     }
     total = amk_warp_sum(total);
     const float inv = 1.0f / total;

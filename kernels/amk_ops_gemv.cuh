@@ -220,6 +220,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   if (batches != 0) load_batch(cur, row, mat, col);
   float inv_rms = 1.0f;
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
+  AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   // One batch: start loading the next one into `fill` (if any), reduce `use`, advance.
@@ -273,11 +274,13 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   // Two batches an iteration, the buffers swapping roles: no register copies between batches.
   for (uint32_t b = 0; b < batches; b += 2) {
     step(cur, nxt, b);
+    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
     if (b + 1 < batches) step(nxt, cur, b + 1);
   }
 #else
   for (uint32_t b = 0; b < batches; ++b) {
     step(cur, nxt, b);
+    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
   }

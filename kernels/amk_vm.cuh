@@ -351,6 +351,10 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       }
 #ifdef AMK_TRACE
       const uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
+      if (threadIdx.x == 0)  // (read and written by thread 0 only)
+        amk_state.marks = prog.trace != nullptr
+                              ? prog.trace + static_cast<uint64_t>(ins.index) * kAmkTraceWords + 2
+                              : nullptr;
 #endif
       if (op != 0) {
         if (dirty && __syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0))
@@ -375,8 +379,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       dirty = false;
       if (threadIdx.x == 0 && prog.trace != nullptr) {
         const uint32_t index = ins.index;
-        prog.trace[2ull * index] = t_start;
-        prog.trace[2ull * index + 1] = amk_globaltimer();
+        prog.trace[static_cast<uint64_t>(index) * kAmkTraceWords] = t_start;
+        prog.trace[static_cast<uint64_t>(index) * kAmkTraceWords + 1] = amk_globaltimer();
       }
 #endif
       if (n_signals != 0) {

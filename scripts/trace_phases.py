@@ -12,6 +12,10 @@ With --warm, a second table splits each phase's instruction times by what the bl
 before: "cold" when its previous instruction was another op (code and constants may have left the
 caches in between), "warm" when it was an instruction of the same op.
 
+When the trace carries op marks (`amk profile --trace` stamps them inside gemv, the tiled
+attention and the combine: see README, "profile --trace"), a last table gives each phase's mean
+time from an instruction's start to each mark, beside its mean duration.
+
 usage: trace_phases.py TRACE.json [--layers] [--warm]   (--layers: one row per layer phase)
 """
 import json
@@ -53,6 +57,28 @@ def warm_table(events, fold):
     for k, s in split.items():
         print(f"{k:<28}{len(s['cold']):>8}{mean(s['cold']):>9.2f}{len(s['warm']):>8}"
               f"{mean(s['warm']):>9.2f}")
+
+
+def marks_table(events, fold):
+    """Mean microseconds from an instruction's start to each of its op's marks, per phase."""
+    rows = OrderedDict()
+    for e in sorted(events, key=lambda e: e["ts"]):
+        marks = {k[:-3]: v for k, v in e.get("args", {}).items() if k.endswith("_us")}
+        if not marks:
+            continue
+        r = rows.setdefault(phase_key(e["name"], fold), {"n": 0, "dur": 0.0, "marks": OrderedDict()})
+        r["n"] += 1
+        r["dur"] += e["dur"]
+        for k, v in marks.items():
+            m = r["marks"].setdefault(k, [0, 0.0])
+            m[0] += 1
+            m[1] += v
+    if not rows:
+        return
+    print(f"{'phase (op marks)':<28}{'instr':>7}{'mean us':>9}  mean us from start to each mark")
+    for k, r in rows.items():
+        marks = "  ".join(f"{name} {tot / n:.2f}" for name, (n, tot) in r["marks"].items())
+        print(f"{k:<28}{r['n']:>7}{r['dur'] / r['n']:>9.2f}  {marks}")
 
 
 def main():
@@ -104,6 +130,7 @@ def main():
               f"{r['mean'] / n:>9.2f}{r['max'] / n:>9.2f}{rate:>8.0f}{r['gap'] + r['span']:>14.1f}")
     if "--warm" in sys.argv:
         warm_table(events, fold)
+    marks_table(events, fold)
     t0 = min(e["ts"] for e in events)
     t1 = max(e["ts"] + e["dur"] for e in events)
     print(f"total: span {t1 - t0:.1f} us; phases: gaps {total_gap:.1f} us + spans "

@@ -248,6 +248,16 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
                   o["total_ns"].get<uint64_t>() / 1000.0, o["mean_ns"].get<double>() / 1000.0,
                   o["gb_per_s"].get<double>());
     text << line;
+    if (o.contains("marks")) {  // mean time from the start to each of the op's marks
+      text << "  " << std::string(18, ' ') << " marks:";
+      for (const auto& m : o["marks"]) {
+        if (m["count"].get<uint64_t>() == 0) continue;
+        std::snprintf(line, sizeof line, " %s %.3f us", m["name"].get<std::string>().c_str(),
+                      m["mean_ns"].get<double>() / 1000.0);
+        text << line;
+      }
+      text << "\n";
+    }
   }
   const auto& t = summary["totals"];
   const double all = static_cast<double>(t["busy_ns"].get<uint64_t>() +

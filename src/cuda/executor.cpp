@@ -15,6 +15,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/resources.hpp"
 #include "cuda/tma.hpp"
+#include "report/trace.hpp"
 
 namespace amk {
 namespace {

@@ -42,9 +42,9 @@ struct ProfileStats {
   double rel_spread = 0; // stddev / mean: the relative noise of the samples
 };
 
-// Trace layout (when GpuOptions::trace): kTraceWordsPerInstruction words per instruction, in
-// instruction order, written by the VM (start and end %globaltimer of the last pass).
-inline constexpr uint32_t kTraceWordsPerInstruction = 2;
+// Trace layout (when GpuOptions::trace): kTraceWordsPerInstruction (report/trace.hpp) words per
+// instruction, in instruction order, written by the VM (start and end %globaltimer of the last
+// pass, then the op's two marks).
 
 class GpuExecutable {
 public:

@@ -15,13 +15,24 @@ std::vector<TraceSpan> trace_spans(std::span<const uint64_t> words,
   for (size_t q = 0; q + 1 < queue_offsets.size(); ++q) {
     for (uint32_t k = queue_offsets[q]; k < queue_offsets[q + 1] && k < queue_items.size(); ++k) {
       const uint32_t i = queue_items[k];
-      if (2ull * i + 1 >= words.size()) continue;
-      const uint64_t s = words[2ull * i], e = words[2ull * i + 1];
+      const uint64_t w = uint64_t{kTraceWordsPerInstruction} * i;
+      if (w + kTraceWordsPerInstruction > words.size()) continue;
+      const uint64_t s = words[w], e = words[w + 1];
       if (s == 0 || e < s) continue;  // not executed (or a torn record)
-      spans.push_back({i, static_cast<uint32_t>(q), k - queue_offsets[q], s, e});
+      TraceSpan span{i, static_cast<uint32_t>(q), k - queue_offsets[q], s, e};
+      for (uint32_t m = 0; m < 2; ++m)
+        if (words[w + 2 + m] >= s && words[w + 2 + m] <= e) span.mark[m] = words[w + 2 + m];
+      spans.push_back(span);
     }
   }
   return spans;
+}
+
+std::string trace_mark_name(const std::string& op, uint32_t m) {
+  if (op == "gemv") return m == 0 ? "loads_issued" : "first_batch";
+  if (op == "attention_decode") return m == 0 ? "q_staged" : "kv_landed";
+  if (op == "attention_combine") return m == 0 ? "ml_arrived" : "values_summed";
+  return "mark" + std::to_string(m);
 }
 
 uint64_t instruction_bytes(const Program& program, const Instruction& ins) {
@@ -55,6 +66,13 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
     const std::string op = op_name(program, ins.op);
     std::string name = op + " #" + std::to_string(s.instruction);
     if (!ins.name.empty()) name += " " + ins.name;
+    nlohmann::ordered_json args = {{"instruction", s.instruction},
+                                   {"queue_position", s.position},
+                                   {"bytes", instruction_bytes(program, ins)}};
+    // Marks as microseconds from the instruction's start, under the op's names for them.
+    for (uint32_t m = 0; m < 2; ++m)
+      if (s.mark[m] != 0)
+        args[trace_mark_name(op, m) + "_us"] = static_cast<double>(s.mark[m] - s.start_ns) / 1000.0;
     events.push_back({{"name", name},
                       {"cat", op},
                       {"ph", "X"},
@@ -62,10 +80,7 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
                       {"tid", s.block},
                       {"ts", static_cast<double>(s.start_ns - t0) / 1000.0},
                       {"dur", static_cast<double>(s.end_ns - s.start_ns) / 1000.0},
-                      {"args",
-                       {{"instruction", s.instruction},
-                        {"queue_position", s.position},
-                        {"bytes", instruction_bytes(program, ins)}}}});
+                      {"args", args}});
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ns"},
@@ -80,6 +95,7 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
 
   struct OpAcc {
     uint64_t count = 0, ns = 0, bytes = 0;
+    uint64_t marked[2] = {0, 0}, mark_ns[2] = {0, 0};  // instructions with mark m, their offsets
   };
   std::map<std::string, OpAcc> ops;
   struct BlockAcc {
@@ -96,6 +112,11 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
     ++o.count;
     o.ns += s.end_ns - s.start_ns;
     o.bytes += instruction_bytes(program, ins);
+    for (uint32_t m = 0; m < 2; ++m)
+      if (s.mark[m] != 0) {
+        ++o.marked[m];
+        o.mark_ns[m] += s.mark[m] - s.start_ns;
+      }
     if (s.block >= blocks.size()) blocks.resize(s.block + 1);
     BlockAcc& b = blocks[s.block];
     const uint64_t prev = b.n == 0 ? t0 : b.last_end;
@@ -105,13 +126,24 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
     ++b.n;
   }
   nlohmann::ordered_json op_rows = nlohmann::ordered_json::array();
-  for (const auto& [name, o] : ops)
-    op_rows.push_back({{"op", name},
-                       {"count", o.count},
-                       {"total_ns", o.ns},
-                       {"mean_ns", o.count ? static_cast<double>(o.ns) / o.count : 0.0},
-                       {"bytes", o.bytes},
-                       {"gb_per_s", o.ns ? static_cast<double>(o.bytes) / o.ns : 0.0}});
+  for (const auto& [name, o] : ops) {
+    nlohmann::ordered_json row = {{"op", name},
+                                  {"count", o.count},
+                                  {"total_ns", o.ns},
+                                  {"mean_ns", o.count ? static_cast<double>(o.ns) / o.count : 0.0},
+                                  {"bytes", o.bytes},
+                                  {"gb_per_s", o.ns ? static_cast<double>(o.bytes) / o.ns : 0.0}};
+    if (o.marked[0] != 0 || o.marked[1] != 0) {
+      nlohmann::ordered_json marks = nlohmann::ordered_json::array();
+      for (uint32_t m = 0; m < 2; ++m)
+        marks.push_back({{"name", trace_mark_name(name, m)},
+                         {"count", o.marked[m]},
+                         {"mean_ns", o.marked[m] ? static_cast<double>(o.mark_ns[m]) / o.marked[m]
+                                                 : 0.0}});
+      row["marks"] = marks;
+    }
+    op_rows.push_back(row);
+  }
   nlohmann::ordered_json block_rows = nlohmann::ordered_json::array();
   uint64_t busy = 0, waiting = 0, idle = 0;
   for (size_t b = 0; b < blocks.size(); ++b) {

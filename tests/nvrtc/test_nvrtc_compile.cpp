@@ -15,8 +15,10 @@
 #include "cuda/cache.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
+#include "cuda/embedded.hpp"
 #include "io/load.hpp"
 #include "plan/plan.hpp"
+#include "report/trace.hpp"
 #include "nvrtc_program_builder.hpp"
 #include "ops/registry.hpp"
 
@@ -234,6 +236,17 @@ TEST_CASE("every op compiles for sm_90a, trace off and on") {
                 trace ? 1 : 0, out.compile_ms, out.cubin.size(), out.nvrtc_version.c_str(),
                 resource_lines(out.log).c_str());
   }
+}
+
+TEST_CASE("the VM's trace layout is the one the host reads") {
+  // kernels/amk_device.cuh writes kAmkTraceWords words an instruction; report/trace.cpp reads
+  // kTraceWordsPerInstruction.
+  bool found = false;
+  for (const EmbeddedFile& f : embedded_kernel_files())
+    if (f.name == "amk_device.cuh")
+      found = f.text.find("constexpr uint32_t kAmkTraceWords = " +
+                          std::to_string(kTraceWordsPerInstruction) + ";") != std::string_view::npos;
+  CHECK(found);
 }
 
 TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") {

@@ -1,6 +1,8 @@
 // Trace spans, the Chrome trace and the per-op / per-block summaries, from made-up words.
 #include <doctest/doctest.h>
 
+#include <span>
+
 #include "report/trace.hpp"
 
 using namespace amk;
@@ -30,15 +32,24 @@ Program two_block_program() {
 
 TEST_CASE("spans follow the queues and skip instructions that did not run") {
   // queue 0: [0, 2], queue 1: [1]; instruction 2 has no record (0).
-  const std::vector<uint64_t> words = {1000, 1400, 1100, 1300, 0, 0};
+  // Four words an instruction: start, end, mark 0, mark 1. Instruction 1's mark 1 lies past its
+  // end (a stale stamp): dropped.
+  static_assert(kTraceWordsPerInstruction == 4);
+  const std::vector<uint64_t> words = {1000, 1400, 1050, 1200, 1100, 1300, 0, 1350, 0, 0, 0, 0};
   const std::vector<uint32_t> offsets = {0, 2, 3}, items = {0, 2, 1};
   const auto spans = trace_spans(words, offsets, items);
   REQUIRE(spans.size() == 2);
   CHECK(spans[0].instruction == 0);
   CHECK(spans[0].block == 0);
+  CHECK(spans[0].mark[0] == 1050);
+  CHECK(spans[0].mark[1] == 1200);
   CHECK(spans[1].instruction == 1);
   CHECK(spans[1].block == 1);
   CHECK(spans[1].position == 0);
+  CHECK(spans[1].mark[0] == 0);
+  CHECK(spans[1].mark[1] == 0);
+  // A short word array (a truncated download) yields no span for the instructions it lacks.
+  CHECK(trace_spans(std::span<const uint64_t>(words.data(), 6), offsets, items).size() == 1);
 }
 
 TEST_CASE("instruction bytes count every operand at its dtype") {
@@ -61,6 +72,35 @@ TEST_CASE("chrome trace: one track per block, microseconds from the first start"
   CHECK(ev[3]["tid"] == 1);
   CHECK(ev[3]["ts"].get<double>() == doctest::Approx(0.5));
   CHECK(ev[4]["name"] == "nop #2 tail");
+  CHECK_FALSE(ev[2]["args"].contains("loads_issued_us"));  // no marks, no mark args
+}
+
+TEST_CASE("marks: named per op in the Chrome trace, averaged per op in the summary") {
+  const Program p = two_block_program();
+  std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
+                                  {2, 0, 1, 8000, 8100}};
+  spans[0].mark[0] = 5200;
+  spans[0].mark[1] = 6000;
+  spans[1].mark[0] = 5900;  // instruction 1 has mark 0 only
+  spans[2].mark[1] = 8050;  // a nop's mark: generic name
+  const auto j = chrome_trace(p, spans);
+  const auto& ev = j["traceEvents"];
+  CHECK(ev[2]["args"]["loads_issued_us"].get<double>() == doctest::Approx(0.2));
+  CHECK(ev[2]["args"]["first_batch_us"].get<double>() == doctest::Approx(1.0));
+  CHECK(ev[3]["args"]["loads_issued_us"].get<double>() == doctest::Approx(0.4));
+  CHECK_FALSE(ev[3]["args"].contains("first_batch_us"));
+  CHECK(ev[4]["args"]["mark1_us"].get<double>() == doctest::Approx(0.05));
+  const auto s = trace_summary(p, spans, 2);
+  const auto& gemv = s["ops"][0];
+  REQUIRE(gemv["op"] == "gemv");
+  REQUIRE(gemv["marks"].size() == 2);
+  CHECK(gemv["marks"][0]["name"] == "loads_issued");
+  CHECK(gemv["marks"][0]["count"] == 2);
+  CHECK(gemv["marks"][0]["mean_ns"].get<double>() == doctest::Approx(300.0));  // (200 + 400) / 2
+  CHECK(gemv["marks"][1]["count"] == 1);
+  CHECK(gemv["marks"][1]["mean_ns"].get<double>() == doctest::Approx(1000.0));
+  CHECK(trace_mark_name("attention_decode", 1) == "kv_landed");
+  CHECK(trace_mark_name("rmsnorm", 0) == "mark0");
 }
 
 TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle") {
@@ -69,6 +109,7 @@ TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle")
                                         {2, 0, 1, 8000, 8100}};
   const auto s = trace_summary(p, spans, 2);
   CHECK(s["span_ns"] == 3100);
+  CHECK_FALSE(s["ops"][0].contains("marks"));
   const auto& ops = s["ops"];
   REQUIRE(ops.size() == 2);
   CHECK(ops[0]["op"] == "gemv");

@@ -58,6 +58,10 @@ typedef struct amk_operand {
   uint32_t buffer;  // index into the buffer table, or AMK_NO_BUFFER
 } amk_operand_t;
 
+// amk_instruction_t::flags, set by the planner: the op's weight operands (gemv w, w2) are written
+// by no instruction of the program, so the op may read them before its waits are met.
+#define AMK_INS_CONST_WEIGHTS 1u
+
 // Wait until counters[counter] >= value (monotonic within a launch).
 typedef struct amk_wait {
   uint32_t counter;
@@ -78,7 +82,7 @@ typedef struct alignas(16) amk_instruction {
   uint8_t n_waits;
   uint8_t n_signals;
   uint8_t n_params;
-  uint16_t flags;       // reserved, zero
+  uint16_t flags;       // zero in files; the planner sets AMK_INS_* bits in the device copy
   uint32_t index;       // position of this instruction in the program
   uint32_t reserved0;
   amk_operand_t operands[AMK_MAX_OPERANDS];

@@ -186,11 +186,13 @@ __device__ __forceinline__ void amk_gemv_staged_x(uint32_t, uint32_t, float*) {}
 #endif
 
 // Vector path. kNorm / kGlu select the fusions; with kGlu each output row is two virtual rows
-// (w's, then w2's) of kMats, streamed back to back.
-template <uint32_t W, uint32_t X, bool kNorm, bool kGlu>
+// (w's, then w2's) of kMats, streamed back to back. With an active Wait (AMK_GEMV_PRELOAD) the
+// step's waits run once the first weight batch is requested, before x is read.
+template <uint32_t W, uint32_t X, bool kNorm, bool kGlu, class Wait>
 AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char* x,
                                                 uint32_t k, uint32_t rows, const amk_view& y,
-                                                const amk_view& res, const amk_gemv_fuse& fuse) {
+                                                const amk_view& res, const amk_gemv_fuse& fuse,
+                                                Wait& wait) {
   typedef amk_ftype<W> TW;
   constexpr uint32_t kPer = TW::per_vec;
   constexpr uint32_t kMats = kGlu ? 2 : 1;
@@ -201,7 +203,9 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   const uint32_t batches_per_row = (vecs_per_row + kAmkGemvBatch - 1) / kAmkGemvBatch;
   const uint32_t my_rows = rows > warp ? (rows - warp + kAmkWarps - 1) / kAmkWarps : 0;
   const uint32_t batches = my_rows * kMats * batches_per_row;
-  if (!kNorm && batches == 0) return;  // (with norm, every warp takes part in the staging)
+  if constexpr (!Wait::active()) {
+    if (!kNorm && batches == 0) return;  // (with norm, every warp takes part in the staging)
+  }
 
   amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
   uint32_t row = warp, mat = 0, col = 0;  // mat: 0 = w, 1 = w2 (kGlu only)
@@ -218,6 +222,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     }
   };
   if (batches != 0) load_batch(cur, row, mat, col);
+  if constexpr (Wait::active()) {
+    if (wait()) return;  // every warp (a barrier), its first batch in flight
+    if (!kNorm && batches == 0) return;
+  }
   float inv_rms = 1.0f;
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
@@ -289,30 +297,30 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
 
 // One vector instantiation per fusion combination of a (w, x) dtype pair; false when the
 // combination is not compiled in (the caller takes the scalar path).
-template <uint32_t W, uint32_t X>
+template <uint32_t W, uint32_t X, class Wait>
 __device__ __forceinline__ bool amk_gemv_vector_any(const unsigned char* w, const unsigned char* x,
                                                     uint32_t k, uint32_t rows, const amk_view& y,
-                                                    const amk_view& res,
-                                                    const amk_gemv_fuse& fuse) {
+                                                    const amk_view& res, const amk_gemv_fuse& fuse,
+                                                    Wait& wait) {
   if (fuse.norm == nullptr && fuse.w2 == nullptr) {
-    amk_gemv_vector<W, X, false, false>(w, x, k, rows, y, res, fuse);
+    amk_gemv_vector<W, X, false, false>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
 #if AMK_GEMV_FUSE_NORM
   if (fuse.w2 == nullptr) {
-    amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse);
+    amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
 #endif
 #if AMK_GEMV_FUSE_GLU
   if (fuse.norm == nullptr) {
-    amk_gemv_vector<W, X, false, true>(w, x, k, rows, y, res, fuse);
+    amk_gemv_vector<W, X, false, true>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
 #endif
 #if AMK_GEMV_FUSE_NORM_GLU
   if (fuse.norm != nullptr && fuse.w2 != nullptr) {
-    amk_gemv_vector<W, X, true, true>(w, x, k, rows, y, res, fuse);
+    amk_gemv_vector<W, X, true, true>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
 #endif
@@ -343,16 +351,21 @@ __device__ __forceinline__ void amk_gemv_scalar(const amk_view& w, const amk_vie
 
 #define AMK_GEMV_CASE(WN, XN)                                                                     \
   if (w.dtype == AMK_DTYPE_##WN && x.dtype == AMK_DTYPE_##XN) {                                   \
-    if (amk_gemv_vector_any<AMK_DTYPE_##WN, AMK_DTYPE_##XN>(w.ptr, x.ptr, k, rows, y, res, fuse)) \
+    if (amk_gemv_vector_any<AMK_DTYPE_##WN, AMK_DTYPE_##XN>(w.ptr, x.ptr, k, rows, y, res, fuse, \
+                                                            wait))                               \
       return;                                                                                     \
   }
 
+template <class Wait>
 __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view& x,
                                                const amk_view& y, const amk_view& res,
                                                const amk_view& norm, const amk_view& w2,
-                                               float eps) {
+                                               float eps, Wait& wait) {
   const uint32_t k = x.n;
-  if (k == 0) return;
+  if (k == 0) {
+    wait();
+    return;
+  }
   const uint32_t rows = w.n / k;
   const uint64_t row_bytes = static_cast<uint64_t>(k) * amk_dtype_size(w.dtype);
   amk_gemv_fuse fuse;
@@ -395,6 +408,7 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
     AMK_GEMV_CASE(BF16, BF16)
 #endif
   }
+  if (wait()) return;  // (the scalar path reads x first; the vector path's wait returns stop again)
   amk_gemv_scalar(w, x, k, rows, y, res, norm, w2,
                   norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f);
 }
@@ -404,13 +418,16 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
 #include "amk_ops_tma.cuh"
 #endif
 
-// Operands w, x, y, residual?, norm?, w2?; param eps (read only with norm).
+// Operands w, x, y, residual?, norm?, w2?; param eps (read only with norm). `wait`: the step's
+// waits when the op runs them (amk_step_wait), else amk_no_wait.
 #if AMK_TMA_GEMV
+template <class Wait>
 AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t& prog, const amk_instruction_t& ins,
-                           unsigned char*, const amk_tma_table_t* tma) {
+                           unsigned char*, const amk_tma_table_t* tma, Wait& wait) {
 #else
+template <class Wait>
 AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruction_t& ins,
-                           unsigned char*) {
+                           unsigned char*, Wait& wait) {
 #endif
   const amk_view w = amk_operand(ins, 0);
   const amk_view x = amk_operand(ins, 1);
@@ -429,11 +446,12 @@ AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruct
   }
 #endif
 #if AMK_TMA_GEMV
-  // The TMA pipeline has no fusions: fused instructions take the plain path.
+  // The TMA pipeline has no fusions: fused instructions take the plain path. (It waits first.)
+  if (wait()) return;
   if (!norm.present() && !w2.present() && amk_gemv_tma(prog, ins, w, x, y, res, tma)) return;
 #endif
   const float eps = norm.present() ? __uint_as_float(ins.params[0]) : 0.0f;
-  amk_gemv_plain(w, x, y, res, norm, w2, eps);
+  amk_gemv_plain(w, x, y, res, norm, w2, eps, wait);
 }
 
 #endif  // AMK_USE_OP_GEMV

@@ -37,10 +37,11 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     amk_state.queue_pos[threadIdx.x / kAmkWarpSize] = instruction;
   __syncthreads();
   const amk_instruction_t& ins = prog.instructions[instruction];
+  amk_no_wait no_wait;  // stream order stands for the waits
 #if AMK_TMA_GEMV
-  amk_dispatch(prog, ins, &tma);
+  amk_dispatch(prog, ins, &tma, no_wait);
 #else
-  amk_dispatch(prog, ins);
+  amk_dispatch(prog, ins, no_wait);
 #endif
 }
 

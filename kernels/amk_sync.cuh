@@ -72,4 +72,47 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
   return true;
 }
 
+// AMK_GEMV_PRELOAD=1 (off by default; an experiment): a gemv step with waits whose weights no
+// instruction of the launch writes (AMK_INS_CONST_WEIGHTS, set by the planner) requests its first
+// weight batch into registers before it waits, so the batch is in flight during the hop instead
+// of after it. The op then runs the step's waits itself, through amk_step_wait.
+#ifndef AMK_GEMV_PRELOAD
+#define AMK_GEMV_PRELOAD 0
+#endif
+
+// A step's waits, run by the op at the point where it must read what they guard. Every thread of
+// the block calls it at the same point; only the first call waits. true: the launch is stopping
+// (the op returns without writing anything, and the VM exits).
+struct amk_step_wait {
+  __device__ static constexpr bool active() { return true; }
+  const amk_device_program_t* prog;
+  const amk_instruction_t* ins;
+  uint32_t n_waits, pass, queue_pos;
+  bool done, stop;
+#ifdef AMK_TRACE
+  uint64_t* t_start = nullptr;  // thread 0's trace start, restamped when the wait ends
+#endif
+  __device__ __forceinline__ bool operator()() {
+    if (done) return stop;
+    done = true;
+    bool s = *static_cast<volatile uint32_t*>(&amk_state.stop) != 0;
+    const uint32_t lane = threadIdx.x % kAmkWarpSize;
+    if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
+      uint32_t counter, value;
+      amk_ldg_nc2(&ins->waits[lane], counter, value);
+      if (!amk_wait(*prog, *ins, counter, value * pass, queue_pos)) s = true;
+    }
+    stop = __syncthreads_or(s) != 0;
+#ifdef AMK_TRACE
+    if (threadIdx.x == 0 && t_start != nullptr) *t_start = amk_globaltimer();
+#endif
+    return stop;
+  }
+};
+// For ops whose waits the VM already ran.
+struct amk_no_wait {
+  __device__ static constexpr bool active() { return false; }
+  __device__ __forceinline__ constexpr bool operator()() const { return false; }
+};
+
 #endif  // AMK_SYNC_CUH

@@ -96,25 +96,30 @@ __device__ __forceinline__ void amk_prefetch_streams(const amk_device_program_t&
 
 __shared__ __align__(16) unsigned char amk_scratch[AMK_SCRATCH_BYTES];
 
-// Packed header: op in bits 0-15, n_waits in 16-19, n_signals in 20-23; 0 = plain nop.
+// Packed header: op in bits 0-15, n_waits in 16-19, n_signals in 20-23, with AMK_GEMV_PRELOAD
+// the instruction's AMK_INS_CONST_WEIGHTS flag in 24; 0 = plain nop.
 __device__ __forceinline__ uint32_t amk_pack_header(uint32_t w0, uint32_t w1) {
   const uint32_t n_waits = min(w0 >> 24, static_cast<uint32_t>(AMK_MAX_WAITS));
   const uint32_t n_signals = min(w1 & 0xFFu, static_cast<uint32_t>(AMK_MAX_SIGNALS));
   uint32_t h = (w0 & 0xFFFFu) | (n_waits << 16) | (n_signals << 20);
+#if AMK_GEMV_PRELOAD
+  if (((w1 >> 16) & AMK_INS_CONST_WEIGHTS) != 0) h |= 1u << 24;  // flags: weights written by none
+#endif
 #ifdef AMK_TRACE
   h |= 0x80000000u;  // every instruction is traced: none is skipped as a plain nop
 #endif
   return h;
 }
 
-// Runs the op of `ins`; false if the op is not compiled in (reported, block stops).
+// Runs the op of `ins`; false if the op is not compiled in (reported, block stops). `wait`: the
+// step's waits for an op that runs them itself (gemv, AMK_GEMV_PRELOAD), else amk_no_wait.
+template <class Wait>
 __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
-                                             const amk_instruction_t& ins
+                                             const amk_instruction_t& ins,
 #if AMK_TMA_GEMV
-                                             ,
-                                             const amk_tma_table_t* tma
+                                             const amk_tma_table_t* tma,
 #endif
-) {
+                                             Wait& wait) {
   switch (ins.op) {
     case 0: break;  // nop: waits and signals only
 #if AMK_USE_OP_COPY
@@ -143,9 +148,9 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
 #endif
 #if AMK_USE_OP_GEMV
 #if AMK_TMA_GEMV
-    case 9: amk_op_gemv(prog, ins, amk_scratch, tma); break;
+    case 9: amk_op_gemv(prog, ins, amk_scratch, tma, wait); break;
 #else
-    case 9: amk_op_gemv(prog, ins, amk_scratch); break;
+    case 9: amk_op_gemv(prog, ins, amk_scratch, wait); break;
 #endif
 #endif
 #if AMK_USE_OP_ARGMAX
@@ -339,7 +344,20 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
-      if (n_waits != 0) {
+#if AMK_GEMV_PRELOAD
+      // A gemv whose weights no instruction writes runs its waits itself, once its first weight
+      // batch is requested (amk_step_wait; header bit 24: the planner's AMK_INS_CONST_WEIGHTS).
+      const bool preload = op == 9 && n_waits != 0 && ((h >> 24) & 1u) != 0
+#if AMK_WEIGHT_STREAMS
+                           && !streamed
+#endif
+          ;
+      amk_step_wait step_wait{&prog, &ins, n_waits, pass, qpos, !preload, false};
+#else
+      constexpr bool preload = false;
+      amk_no_wait step_wait;
+#endif
+      if (n_waits != 0 && !preload) {
         bool stop = *static_cast<volatile uint32_t*>(&amk_state.stop) != 0;
         if (warp == 0 && lane < n_waits) {
           uint32_t counter, value;
@@ -350,7 +368,10 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         dirty = false;
       }
 #ifdef AMK_TRACE
-      const uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
+      uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
+#if AMK_GEMV_PRELOAD
+      step_wait.t_start = &t_start;  // a step that waits inside its op starts when the wait ends
+#endif
       if (threadIdx.x == 0)  // (read and written by thread 0 only)
         amk_state.marks = prog.trace != nullptr
                               ? prog.trace + static_cast<uint64_t>(ins.index) * kAmkTraceWords + 2
@@ -367,9 +388,12 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
         {
 #if AMK_TMA_GEMV
-          amk_dispatch(prog, ins, &tma);
+          amk_dispatch(prog, ins, &tma, step_wait);
 #else
-          amk_dispatch(prog, ins);
+          amk_dispatch(prog, ins, step_wait);
+#endif
+#if AMK_GEMV_PRELOAD
+          if (step_wait.stop) AMK_VM_EXIT();
 #endif
         }
         dirty = true;

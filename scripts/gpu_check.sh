@@ -158,6 +158,9 @@ for tn in "" AMK_COMBINE_BATCH=4; do
   [ $rc = 0 ] || tail -3 "$out/check_llama_chunks40.log"
 done
 check_tuned AMK_COMBINE_BATCH=4 combine4 attention_rope
+# The gemv preload (AMK_GEMV_PRELOAD=1, an experiment, off by default: a gemv whose weights no
+# instruction writes requests its first batch, then waits inside the op).
+check_tuned AMK_GEMV_PRELOAD=1 preload gemv_fused gemv_stream tma_gemv gemv_splitk
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -214,6 +217,11 @@ env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 $amk -q compile --trust-custom-ops $P/hang_
 expect hang_with_streams_caught 8 "victim" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 $amk run $P/hang_stream.json --backend cuda --trust-custom-ops -o "$out/hang_stream_out"
 grep -q "weight streams off" "$out/hang_with_streams_caught.log" && row "hang_with_streams: ring on" FAIL
 [ -e "$out/hang_stream_out/y.npy" ] && row "hang_with_streams wrote no outputs" FAIL || row "hang_with_streams wrote no outputs" pass
+# The same hang with a gemv as the victim that waits inside the op, its first weights in flight
+# (AMK_GEMV_PRELOAD=1).
+env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk -q compile --trust-custom-ops $P/hang_gemv.json --arch sm_90a >/dev/null 2>&1
+expect hang_gemv_preload_caught 8 "victim" -- env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
+[ -e "$out/hang_gemv_out/y.npy" ] && row "hang_gemv wrote no outputs" FAIL || row "hang_gemv wrote no outputs" pass
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
 
@@ -305,7 +313,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # Interleaved twice: the default step, with attention's streaming pass for every chunk
   # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
   # weights (AMK_PREFETCH_OWN_BYTES=0), with a quarter of attention_combine's unrolled loads
-  # (AMK_COMBINE_BATCH=4), with attention's waits one counter a layer, and the two other layer forms.
+  # (AMK_COMBINE_BATCH=4), with the gemv preload (AMK_GEMV_PRELOAD=1), with attention's waits one
+  # counter a layer, and the two other layer forms.
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_split llama1b_unfused; do
       [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
@@ -314,12 +323,14 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
     AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_pass.$r.json" 2>/dev/null
     AMK_VM_TUNING=AMK_PREFETCH_OWN_BYTES=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_noown.$r.json" 2>/dev/null
     AMK_VM_TUNING=AMK_COMBINE_BATCH=4 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_comb4.$r.json" 2>/dev/null
+    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload.$r.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_TILED=0",
          "llama1b_noown": "default, AMK_PREFETCH_OWN_BYTES=0",
          "llama1b_comb4": "default, AMK_COMBINE_BATCH=4",
+         "llama1b_preload": "default, AMK_GEMV_PRELOAD=1",
          "llama1b_layersync": "default, --attn-sync layer",
          "llama1b_split": "fused layer, --down split", "llama1b_unfused": "unfused layer"}
 for f, label in names.items():
@@ -383,9 +394,11 @@ PY
     # The same step without the wide tiled attention (AMK_ATTN_TILED_WIDE=0: its chunks of 4 heads
     # of 128 and 64 positions take the streaming pass).
     AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=0 $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_narrow.json" 2>"$d/prof8b_narrow.err"; tail -3 "$d/prof8b_narrow.err"
-    $py - "$d/prof8b.json" "$d/prof8b_narrow.json" <<'PY' > "$d/rows8b.txt"
+    # ... and with the gemv preload (AMK_GEMV_PRELOAD=1, an experiment).
+    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_preload.json" 2>"$d/prof8b_preload.err"; tail -3 "$d/prof8b_preload.err"
+    $py - "$d/prof8b.json" "$d/prof8b_narrow.json" "$d/prof8b_preload.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
-for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_TILED_WIDE=0"]):
+for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_TILED_WIDE=0", ", AMK_GEMV_PRELOAD=1"]):
     try:
         j = json.load(open(f))
         print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")

@@ -217,6 +217,7 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
   std::sort(plan.ops_used.begin(), plan.ops_used.end());
   plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
   plan_weight_streams(program, plan);
+  mark_const_weights(program, plan);
   return plan;
 }
 

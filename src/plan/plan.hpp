@@ -62,6 +62,11 @@ struct Plan {
 // memory of its own (both would share the ring's memory).
 void plan_weight_streams(const Program& program, Plan& plan);
 
+// Sets AMK_INS_CONST_WEIGHTS on every gemv whose w (and w2) buffers no instruction of the
+// program writes (custom ops count as writing every operand): such a gemv may request its
+// weights before its waits are met (AMK_GEMV_PRELOAD). make_plan calls it.
+void mark_const_weights(const Program& program, Plan& plan);
+
 // Lowers a verified program. When the program has no queues they are built first (and the
 // result verified again).
 [[nodiscard]] Plan make_plan(const Program& program, const PlanOptions& options = {});

@@ -100,6 +100,19 @@ std::optional<amk_stream_entry_t> stream_entry(const Program& program,
 
 }  // namespace
 
+void mark_const_weights(const Program& program, Plan& plan) {
+  const std::vector<bool> written = written_buffers(program);
+  for (uint32_t i = 0; i < program.instructions.size() && i < plan.instructions.size(); ++i) {
+    const Instruction& in = program.instructions[i];
+    if (in.op != static_cast<uint16_t>(OpId::gemv)) continue;
+    const Operand* w = present(in, 0);
+    const Operand* w2 = present(in, 5);
+    if (w == nullptr || w->buffer >= written.size() || written[w->buffer]) continue;
+    if (w2 != nullptr && (w2->buffer >= written.size() || written[w2->buffer])) continue;
+    plan.instructions[i].flags |= AMK_INS_CONST_WEIGHTS;
+  }
+}
+
 void plan_weight_streams(const Program& program, Plan& plan) {
   plan.stream_offsets.clear();
   plan.stream_entries.clear();

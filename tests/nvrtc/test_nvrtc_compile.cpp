@@ -249,6 +249,26 @@ TEST_CASE("the VM's trace layout is the one the host reads") {
   CHECK(found);
 }
 
+TEST_CASE("the gemv preload (AMK_GEMV_PRELOAD=1) compiles without spills, trace off and on") {
+  // gemv_fused.json: every gemv form (plain, norm, GLU, both, residual, f32/f16/bf16 weights).
+  const Program program = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                            "programs" / "gemv_fused.json");
+  const Plan plan = make_plan(program);
+  CHECK(std::any_of(plan.instructions.begin(), plan.instructions.end(),
+                    [](const amk_instruction_t& i) { return (i.flags & AMK_INS_CONST_WEIGHTS) != 0; }));
+  for (bool trace : {false, true}) {
+    CAPTURE(trace);
+    CompileOptions o = uncached();
+    o.trace = trace;
+    o.tuning = {{"AMK_GEMV_PRELOAD", 1}};
+    const CompileOutput out = compile_vm(program, plan, o);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+          std::string::npos);
+  }
+}
+
 TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") {
   const Built b = fused_gemv_program();
   const std::string src = vm_source(b.program, b.plan, uncached());

@@ -155,3 +155,35 @@ TEST_CASE("weight streams: only weights nothing writes, aligned, within the row 
     CHECK_FALSE(make_plan(tma).has_streams());
   }
 }
+
+TEST_CASE("const-weights flag: gemvs whose w (and w2) nothing writes, whatever their layout") {
+  Builder b;
+  const uint32_t w = b.buffer("w", DType::bf16, 8 * 256);
+  const uint32_t w2 = b.buffer("w2", DType::bf16, 8 * 256);
+  const uint32_t wt = b.buffer("w_written", DType::f32, 8 * 256);
+  const uint32_t odd = b.buffer("w_odd", DType::bf16, 24 * 140);  // 280-byte rows: no stream
+  const uint32_t x = b.buffer("x", DType::f32, 256);
+  const uint32_t x2 = b.buffer("x2", DType::f32, 140);
+  const uint32_t y = b.buffer("y", DType::f32, 8);
+  const uint32_t y2 = b.buffer("y2", DType::f32, 24);
+  const uint32_t c = b.counter("c");
+  b.add("fill", {slice(wt, 0, 256)}, {}, {{c, 1}});                                           // 0
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});      // 1
+  b.add("gemv", {b.whole(wt), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});     // 2
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(w2)}, {{c, 1}}); // 3
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(wt)}, {{c, 1}}); // 4
+  b.add("gemv", {b.whole(odd), b.whole(x2), b.whole(y2), none(), none(), none()}, {{c, 1}});  // 5
+  b.add("fill", {b.whole(x)}, {}, {{c, 1}});                                                  // 6
+  b.p.launch.grid = 1;
+  const Plan plan = make_plan(b.p);
+  auto flagged = [&](uint32_t i) { return (plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0; };
+  CHECK_FALSE(flagged(0));  // not a gemv
+  CHECK(flagged(1));
+  CHECK_FALSE(flagged(2));  // w written by the fill
+  CHECK(flagged(3));        // GLU, both matrices read only
+  CHECK_FALSE(flagged(4));  // its w2 is written
+  CHECK(flagged(5));        // does not stream, still never written
+  CHECK_FALSE(flagged(6));
+  // The flag lives in the plan only: the program's instructions (and files) hold none.
+  CHECK(encode_instruction(b.p.instructions[1], 1).flags == 0);
+}

@@ -915,8 +915,8 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 #if AMK_USE_OP_ATTENTION_COMBINE
 constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp covers 128 per item
 // Chunks whose values a lane loads at once (fewer where a thread has fewer registers). The
-// batch is unrolled twice (first batch, later ones): at 16 the op is ~36 KiB of the 1B step's VM
-// code (~390 KiB in all, built with nvcc), at 4 ~21 KiB; AMK_COMBINE_BATCH sets it, for a
+// batch is unrolled twice (first batch, later ones): at 16 the op is ~35 KiB of the 1B step's VM
+// code (~382 KiB in all, built with nvcc), at 4 ~20 KiB; AMK_COMBINE_BATCH sets it, for a
 // measurement of how much of the op's ~4 us is its code arriving cold.
 #ifndef AMK_COMBINE_BATCH
 #define AMK_COMBINE_BATCH (AMK_BLOCK_THREADS <= 256 ? 16 : 8)

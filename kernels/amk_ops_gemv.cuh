@@ -408,7 +408,7 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
     AMK_GEMV_CASE(BF16, BF16)
 #endif
   }
-  if (wait()) return;  // (the scalar path reads x first; the vector path's wait returns stop again)
+  if (wait()) return;  // (reached when no vector form took the instruction: its waits are still due)
   amk_gemv_scalar(w, x, k, rows, y, res, norm, w2,
                   norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f);
 }

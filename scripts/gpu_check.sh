@@ -6,9 +6,9 @@
 # end: summary.txt (the table), phases1b.txt (the 1B step's phase table) and logs.tar.gz (every
 # log and result file).
 #   bash scripts/gpu_check.sh
-# The whole run takes ~10 minutes on the H200, the device tool's limit for one command; it splits
-# in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama
-# decode section only). Each section's start prints the seconds elapsed.
+# The whole run takes ~15 minutes on the H200, more than the device tool's limit for one command
+# (10); it splits in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; ~6.5 min) and
+# AMK_BASE=0 (the Llama decode section only; ~8.5 min, ~6.5 with AMK_8B=0). Each section's start prints the seconds elapsed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
@@ -313,7 +313,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # Interleaved twice: the default step, with attention's streaming pass for every chunk
   # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
   # weights (AMK_PREFETCH_OWN_BYTES=0), with a quarter of attention_combine's unrolled loads
-  # (AMK_COMBINE_BATCH=4), with the gemv preload (AMK_GEMV_PRELOAD=1), with attention's waits one
+  # (AMK_COMBINE_BATCH=4), with the gemv preload (AMK_GEMV_PRELOAD=1; and with 64 KiB of
+  # own-weights prefetch beside it, so L2 holds the second batch), with attention's waits one
   # counter a layer, and the two other layer forms.
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_split llama1b_unfused; do
@@ -324,6 +325,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
     AMK_VM_TUNING=AMK_PREFETCH_OWN_BYTES=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_noown.$r.json" 2>/dev/null
     AMK_VM_TUNING=AMK_COMBINE_BATCH=4 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_comb4.$r.json" 2>/dev/null
     AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload.$r.json" 2>/dev/null
+    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload64.$r.json" 2>/dev/null
   done
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
@@ -331,6 +333,7 @@ names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_
          "llama1b_noown": "default, AMK_PREFETCH_OWN_BYTES=0",
          "llama1b_comb4": "default, AMK_COMBINE_BATCH=4",
          "llama1b_preload": "default, AMK_GEMV_PRELOAD=1",
+         "llama1b_preload64": "default, AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536",
          "llama1b_layersync": "default, --attn-sync layer",
          "llama1b_split": "fused layer, --down split", "llama1b_unfused": "unfused layer"}
 for f, label in names.items():
@@ -363,6 +366,9 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
+  # The same with the gemv preload (its op marks against the default's; in logs.tar.gz).
+  AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk profile "$d/llama1b.json" --trace "$d/trace1b_preload.json" > "$out/trace1b_preload.txt" 2>&1
+  $py scripts/trace_phases.py "$d/trace1b_preload.json" > "$out/phases1b_preload.txt" 2>&1
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then

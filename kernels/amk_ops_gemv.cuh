@@ -222,8 +222,30 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     }
   };
   if (batches != 0) load_batch(cur, row, mat, col);
+  // Batch (r, m, c)'s successor in the warp's walk: the row's next column batch, then (kGlu) the
+  // same row of w2, then the warp's next row.
+  auto advance = [&](uint32_t& r, uint32_t& m, uint32_t& c) {
+    if (++c == batches_per_row) {
+      c = 0;
+      if (kGlu && m == 0) {
+        m = 1;
+      } else {
+        m = 0;
+        r += kAmkWarps;
+      }
+    }
+  };
+  bool second_in_flight = false;  // AMK_GEMV_PRELOAD >= 2: the first step's fill was requested here
   if constexpr (Wait::active()) {
-    if (wait()) return;  // every warp (a barrier), its first batch in flight
+#if AMK_GEMV_PRELOAD >= 2
+    if (batches > 1) {
+      uint32_t r1 = row, m1 = mat, c1 = col;
+      advance(r1, m1, c1);
+      load_batch(nxt, r1, m1, c1);
+      second_in_flight = true;
+    }
+#endif
+    if (wait()) return;  // every warp (a barrier), its first batch(es) in flight
     if (!kNorm && batches == 0) return;
   }
   float inv_rms = 1.0f;
@@ -234,17 +256,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   // One batch: start loading the next one into `fill` (if any), reduce `use`, advance.
   auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
                   uint32_t b) {
-    uint32_t next_row = row, next_mat = mat, next_col = col + 1;
-    if (next_col == batches_per_row) {
-      next_col = 0;
-      if (kGlu && mat == 0) {
-        next_mat = 1;
-      } else {
-        next_mat = 0;
-        next_row += kAmkWarps;
-      }
-    }
-    if (b + 1 < batches) load_batch(fill, next_row, next_mat, next_col);
+    uint32_t next_row = row, next_mat = mat, next_col = col;
+    advance(next_row, next_mat, next_col);
+    if (b + 1 < batches && !(b == 0 && second_in_flight))
+      load_batch(fill, next_row, next_mat, next_col);
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;

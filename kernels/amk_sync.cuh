@@ -75,7 +75,8 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // AMK_GEMV_PRELOAD=1 (off by default; an experiment): a gemv step with waits whose weights no
 // instruction of the launch writes (AMK_INS_CONST_WEIGHTS, set by the planner) requests its first
 // weight batch into registers before it waits, so the batch is in flight during the hop instead
-// of after it. The op then runs the step's waits itself, through amk_step_wait.
+// of after it; 2: its first two batches. The op then runs the step's waits itself, through
+// amk_step_wait.
 #ifndef AMK_GEMV_PRELOAD
 #define AMK_GEMV_PRELOAD 0
 #endif

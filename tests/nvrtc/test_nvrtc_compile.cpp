@@ -249,18 +249,24 @@ TEST_CASE("the VM's trace layout is the one the host reads") {
   CHECK(found);
 }
 
-TEST_CASE("the gemv preload (AMK_GEMV_PRELOAD=1) compiles without spills, trace off and on") {
-  // gemv_fused.json: every gemv form (plain, norm, GLU, both, residual, f32/f16/bf16 weights).
+TEST_CASE("the gemv preload (AMK_GEMV_PRELOAD=1, 2) compiles without spills, trace off and on") {
+  // gemv_waits.json: every gemv form (plain, norm, GLU, both, residual, f32/bf16 weights) behind a
+  // wait on another block.
   const Program program = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
-                                            "programs" / "gemv_fused.json");
+                                            "programs" / "gemv_waits.json");
   const Plan plan = make_plan(program);
-  CHECK(std::any_of(plan.instructions.begin(), plan.instructions.end(),
-                    [](const amk_instruction_t& i) { return (i.flags & AMK_INS_CONST_WEIGHTS) != 0; }));
-  for (bool trace : {false, true}) {
+  // Every gemv has its weights flagged and keeps its wait (the copies run on another block).
+  for (const amk_instruction_t& i : plan.instructions)
+    if (i.op == static_cast<uint16_t>(OpId::gemv)) {
+      CHECK((i.flags & AMK_INS_CONST_WEIGHTS) != 0);
+      CHECK(i.n_waits == 1);
+    }
+  for (const auto& [trace, level] : {std::pair{false, 1}, {true, 1}, {false, 2}}) {
     CAPTURE(trace);
+    CAPTURE(level);
     CompileOptions o = uncached();
     o.trace = trace;
-    o.tuning = {{"AMK_GEMV_PRELOAD", 1}};
+    o.tuning = {{"AMK_GEMV_PRELOAD", level}};
     const CompileOutput out = compile_vm(program, plan, o);
     INFO(out.log);
     CHECK(out.ok);

@@ -6,9 +6,11 @@
 # end: summary.txt (the table), phases1b.txt (the 1B step's phase table) and logs.tar.gz (every
 # log and result file).
 #   bash scripts/gpu_check.sh
-# The whole run takes ~15 minutes on the H200, more than the device tool's limit for one command
-# (10); it splits in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; ~6.5 min) and
-# AMK_BASE=0 (the Llama decode section only; ~8.5 min, ~6.5 with AMK_8B=0). Each section's start prints the seconds elapsed.
+# The whole run takes ~16 minutes on the H200, more than the device tool's limit for one command
+# (10); it splits in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; ~7.5-8.5 min
+# by an estimate from the previous run plus the checks added since) and AMK_BASE=0 (the Llama
+# decode section only; ~8.5 min, ~6.5 with AMK_8B=0). A call the device stops still returns what
+# was packed so far (each section packs on entry; TERM packs too). Each section's start prints the seconds elapsed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"

@@ -321,28 +321,26 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # prefetch beside it, so L2 holds the second batch; and =2, two batches in registers), with
   # attention's waits one counter a layer, and the unfused layer (once). `--down split`, measured
   # slower in every run since the fifth session, is only checked.
+  # TAG=TUNING: the default step under $AMK_VM_TUNING=TUNING, its results in prof_llama1b_TAG.*.
+  arms=(pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0 comb4=AMK_COMBINE_BATCH=4
+        preload=AMK_GEMV_PRELOAD=1 preload64=AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536
+        preload2=AMK_GEMV_PRELOAD=2)
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_unfused; do
       [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
-    AMK_VM_TUNING=AMK_ATTN_TILED=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_pass.$r.json" 2>/dev/null
-    AMK_VM_TUNING=AMK_PREFETCH_OWN_BYTES=0 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_noown.$r.json" 2>/dev/null
-    AMK_VM_TUNING=AMK_COMBINE_BATCH=4 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_comb4.$r.json" 2>/dev/null
-    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload.$r.json" 2>/dev/null
-    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload64.$r.json" 2>/dev/null
-    AMK_VM_TUNING=AMK_GEMV_PRELOAD=2 $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_preload2.$r.json" 2>/dev/null
+    for a in "${arms[@]}"; do
+      AMK_VM_TUNING=${a#*=} $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_${a%%=*}.$r.json" 2>/dev/null
+    done
   done
-  $py - "$d" <<'PY' > "$d/prof_rows.txt"
+  $py - "$d" "${arms[@]}" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-names = {"llama1b": "fused layer (default)", "llama1b_pass": "default, AMK_ATTN_TILED=0",
-         "llama1b_noown": "default, AMK_PREFETCH_OWN_BYTES=0",
-         "llama1b_comb4": "default, AMK_COMBINE_BATCH=4",
-         "llama1b_preload": "default, AMK_GEMV_PRELOAD=1",
-         "llama1b_preload64": "default, AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536",
-         "llama1b_preload2": "default, AMK_GEMV_PRELOAD=2",
-         "llama1b_layersync": "default, --attn-sync layer",
-         "llama1b_unfused": "unfused layer"}
+names = {"llama1b": "fused layer (default)"}
+for a in sys.argv[2:]:
+    tag, tuning = a.split("=", 1)
+    names[f"llama1b_{tag}"] = f"default, {tuning}"
+names.update({"llama1b_layersync": "default, --attn-sync layer", "llama1b_unfused": "unfused layer"})
 for f, label in names.items():
     try:
         js = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))

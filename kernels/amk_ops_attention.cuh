@@ -922,6 +922,7 @@ constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp cover
 #define AMK_COMBINE_BATCH (AMK_BLOCK_THREADS <= 256 ? 16 : 8)
 #endif
 constexpr uint32_t kAmkCombineBatch = AMK_COMBINE_BATCH;
+static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 chunks a batch");
 
 // out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c. One warp per
 // (query head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The

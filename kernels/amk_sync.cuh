@@ -80,6 +80,9 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #ifndef AMK_GEMV_PRELOAD
 #define AMK_GEMV_PRELOAD 0
 #endif
+#if AMK_GEMV_PRELOAD < 0 || AMK_GEMV_PRELOAD > 2
+#error "AMK_GEMV_PRELOAD is 0, 1 or 2"
+#endif
 
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of
 // the block calls it at the same point; only the first call waits. true: the launch is stopping

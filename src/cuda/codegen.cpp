@@ -215,6 +215,23 @@ uint32_t stream_slots_fitting(uint32_t wanted, uint32_t x_floats, uint64_t avail
   return wanted >= 2 && wanted <= 64 && stream_smem_bytes(wanted, x_floats) <= avail ? wanted : 0;
 }
 
+namespace {
+
+// Tuning macros whose values outside a range would not compile, or compile into a VM that hangs
+// (AMK_COMBINE_BATCH=0 never leaves its loop): their range, and what the value means.
+struct TuningRange {
+  std::string_view name;
+  int64_t lo, hi;
+  std::string_view meaning;
+};
+constexpr TuningRange kTuningRanges[] = {
+    {"AMK_COMBINE_BATCH", 1, 32, "attention_combine's chunks loaded at once"},
+    {"AMK_GEMV_PRELOAD", 0, 2, "0 (off) or the gemv weight batches requested before the wait"},
+    {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
+};
+
+}  // namespace
+
 std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
                                                              const std::string& where) {
   std::vector<std::pair<std::string, int64_t>> out;
@@ -242,6 +259,12 @@ std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view te
       throw Error(ErrorKind::usage, "usage.vm_tuning", where,
                   "AMK_STREAM_SLOTS is 0 (weight streams off) or a slot count in 2..64, got " +
                       std::to_string(value));
+    for (const TuningRange& r : kTuningRanges)
+      if (name == r.name && (value < r.lo || value > r.hi))
+        throw Error(ErrorKind::usage, "usage.vm_tuning", where,
+                    std::string(r.name) + " is " + std::string(r.meaning) + ", in " +
+                        std::to_string(r.lo) + ".." + std::to_string(r.hi) + ", got " +
+                        std::to_string(value));
     out.emplace_back(std::string(name), value);
     pos = comma + 1;
   }

@@ -54,6 +54,8 @@ if grep -q "built without the CUDA toolkit" "$tmp/err"; then
 else
   expect_rc 2 "AMK_STREAM_SLOTS=1 refused" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=1 "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_STREAM_SLOTS is 0" "stream slots error is located"
+  expect_rc 2 "AMK_COMBINE_BATCH=0 refused" -- env AMK_VM_TUNING=AMK_COMBINE_BATCH=0 "$amk" compile "$sample" --arch sm_90a
+  expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_COMBINE_BATCH is .* in 1..32, got 0" "combine batch error is located"
   expect_rc 2 "AMK_LINEINFO=yes refused" -- env AMK_LINEINFO=yes "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/err" "usage.lineinfo\] at \$AMK_LINEINFO: expected 0 or 1, got 'yes'" "lineinfo error is located"
 fi

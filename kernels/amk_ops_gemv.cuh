@@ -23,6 +23,7 @@
 #define AMK_OPS_GEMV_CUH
 
 #include "amk_device.cuh"
+#include "amk_sync.cuh"  // AMK_GEMV_PRELOAD and amk_step_wait
 
 #if AMK_USE_OP_GEMV
 

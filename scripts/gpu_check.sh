@@ -160,11 +160,11 @@ for tn in "" AMK_COMBINE_BATCH=4; do
   [ $rc = 0 ] || tail -3 "$out/check_llama_chunks40.log"
 done
 check_tuned AMK_COMBINE_BATCH=4 combine4 attention_rope
-# The gemv preload (AMK_GEMV_PRELOAD=1 / 2, an experiment, off by default: a gemv whose weights no
-# instruction writes requests its first batch / two, then waits inside the op; gemv_waits.json has
-# every gemv form behind a wait).
-check_tuned AMK_GEMV_PRELOAD=1 preload gemv_waits gemv_fused gemv_stream tma_gemv gemv_splitk
-check_tuned AMK_GEMV_PRELOAD=2 preload2 gemv_waits gemv_stream
+# The gemv preload (by default a gemv whose weights no instruction writes requests its first two
+# weight batches, then waits inside the op; gemv_waits.json has every gemv form behind a wait): the
+# default rows above run it; here one batch (AMK_GEMV_PRELOAD=1) and none (0).
+check_tuned AMK_GEMV_PRELOAD=1 preload1 gemv_waits gemv_fused gemv_stream
+check_tuned AMK_GEMV_PRELOAD=0 preload0 gemv_waits tma_gemv gemv_splitk
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -222,9 +222,9 @@ expect hang_with_streams_caught 8 "victim" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS
 grep -q "weight streams off" "$out/hang_with_streams_caught.log" && row "hang_with_streams: ring on" FAIL
 [ -e "$out/hang_stream_out/y.npy" ] && row "hang_with_streams wrote no outputs" FAIL || row "hang_with_streams wrote no outputs" pass
 # The same hang with a gemv as the victim that waits inside the op, its first weights in flight
-# (AMK_GEMV_PRELOAD=1).
-env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk -q compile --trust-custom-ops $P/hang_gemv.json --arch sm_90a >/dev/null 2>&1
-expect hang_gemv_preload_caught 8 "victim" -- env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
+# (the default gemv preload).
+$amk -q compile --trust-custom-ops $P/hang_gemv.json --arch sm_90a >/dev/null 2>&1
+expect hang_gemv_preload_caught 8 "victim" -- $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
 [ -e "$out/hang_gemv_out/y.npy" ] && row "hang_gemv wrote no outputs" FAIL || row "hang_gemv wrote no outputs" pass
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
@@ -316,15 +316,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
   # Interleaved twice: the default step, with attention's streaming pass for every chunk
   # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
-  # weights (AMK_PREFETCH_OWN_BYTES=0), with a quarter of attention_combine's unrolled loads
-  # (AMK_COMBINE_BATCH=4), with the gemv preload (AMK_GEMV_PRELOAD=1; with 64 KiB of own-weights
-  # prefetch beside it, so L2 holds the second batch; and =2, two batches in registers), with
-  # attention's waits one counter a layer, and the unfused layer (once). `--down split`, measured
+  # weights (AMK_PREFETCH_OWN_BYTES=0), with the gemv preload at one batch (AMK_GEMV_PRELOAD=1)
+  # and off (0), with attention's waits one counter a layer, and the unfused layer (once). `--down split`, measured
   # slower in every run since the fifth session, is only checked.
   # TAG=TUNING: the default step under $AMK_VM_TUNING=TUNING, its results in prof_llama1b_TAG.*.
-  arms=(pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0 comb4=AMK_COMBINE_BATCH=4
-        preload=AMK_GEMV_PRELOAD=1 preload64=AMK_GEMV_PRELOAD=1,AMK_PREFETCH_OWN_BYTES=65536
-        preload2=AMK_GEMV_PRELOAD=2)
+  arms=(pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0 preload1=AMK_GEMV_PRELOAD=1
+        preload0=AMK_GEMV_PRELOAD=0)
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_unfused; do
       [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
@@ -371,9 +368,6 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
-  # The same with the gemv preload (its op marks against the default's; in logs.tar.gz).
-  AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk profile "$d/llama1b.json" --trace "$d/trace1b_preload.json" > "$out/trace1b_preload.txt" 2>&1
-  $py scripts/trace_phases.py "$d/trace1b_preload.json" > "$out/phases1b_preload.txt" 2>&1
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
@@ -402,14 +396,14 @@ PY
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
-    # The same step without the wide tiled attention (AMK_ATTN_TILED_WIDE=0: its chunks of 4 heads
-    # of 128 and 64 positions take the streaming pass).
-    AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=0 $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_narrow.json" 2>"$d/prof8b_narrow.err"; tail -3 "$d/prof8b_narrow.err"
-    # ... and with the gemv preload (AMK_GEMV_PRELOAD=1, an experiment).
-    AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_preload.json" 2>"$d/prof8b_preload.err"; tail -3 "$d/prof8b_preload.err"
-    $py - "$d/prof8b.json" "$d/prof8b_narrow.json" "$d/prof8b_preload.json" <<'PY' > "$d/rows8b.txt"
+    # The same step with the gemv preload at one batch and off (each arm ~45 s: the host fills
+    # 16 GB of seeded weights per process).
+    for lv in 1 0; do
+      AMK_VM_TUNING=AMK_GEMV_PRELOAD=$lv $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_preload$lv.json" 2>"$d/prof8b_preload$lv.err"; tail -3 "$d/prof8b_preload$lv.err"
+    done
+    $py - "$d/prof8b.json" "$d/prof8b_preload1.json" "$d/prof8b_preload0.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
-for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_TILED_WIDE=0", ", AMK_GEMV_PRELOAD=1"]):
+for f, label in zip(sys.argv[1:], ["", ", AMK_GEMV_PRELOAD=1", ", AMK_GEMV_PRELOAD=0"]):
     try:
         j = json.load(open(f))
         print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")

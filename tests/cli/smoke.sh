@@ -118,9 +118,9 @@ expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/
 if [ "$compile_rc" -eq 0 ]; then
   expect_rc 0 "hang_stream compiles with weight streams on" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 \
     AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_stream.json" --arch sm_90a
-  # ... and the gemv that waits inside the op (AMK_GEMV_PRELOAD; hang_gemv.json's watchdog runs
-  # on the GPU in scripts/gpu_check.sh).
-  expect_rc 0 "hang_gemv compiles with the gemv preload on" -- env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 \
+  # ... and the gemv that waits inside the op (the default gemv preload; one batch by tuning;
+  # hang_gemv.json's watchdog runs on the GPU in scripts/gpu_check.sh).
+  expect_rc 0 "hang_gemv compiles with the gemv preload at one batch" -- env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 \
     AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_gemv.json" --arch sm_90a
 fi
 

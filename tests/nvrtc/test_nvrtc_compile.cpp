@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -249,7 +250,7 @@ TEST_CASE("the VM's trace layout is the one the host reads") {
   CHECK(found);
 }
 
-TEST_CASE("the gemv preload (AMK_GEMV_PRELOAD=1, 2) compiles without spills, trace off and on") {
+TEST_CASE("the gemv preload (default 2; 1, 0 by tuning) compiles without spills, trace off and on") {
   // gemv_waits.json: every gemv form (plain, norm, GLU, both, residual, f32/bf16 weights) behind a
   // wait on another block.
   const Program program = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
@@ -261,18 +262,27 @@ TEST_CASE("the gemv preload (AMK_GEMV_PRELOAD=1, 2) compiles without spills, tra
       CHECK((i.flags & AMK_INS_CONST_WEIGHTS) != 0);
       CHECK(i.n_waits == 1);
     }
-  for (const auto& [trace, level] : {std::pair{false, 1}, {true, 1}, {false, 2}}) {
+  // level -1: no tuning (the default, two batches). Untraced cubins by level, to tell the default.
+  std::map<int, std::vector<std::byte>> cubins;
+  for (const auto& [trace, level] :
+       {std::pair{false, -1}, {true, -1}, {false, 2}, {false, 1}, {true, 1}, {false, 0}}) {
     CAPTURE(trace);
     CAPTURE(level);
     CompileOptions o = uncached();
     o.trace = trace;
-    o.tuning = {{"AMK_GEMV_PRELOAD", level}};
+    if (level >= 0) o.tuning = {{"AMK_GEMV_PRELOAD", level}};
     const CompileOutput out = compile_vm(program, plan, o);
     INFO(out.log);
     CHECK(out.ok);
     CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
           std::string::npos);
+    if (!trace) cubins[level] = out.cubin;
   }
+  // The default VM is the two-batch one, and the levels differ.
+  REQUIRE(cubins.size() == 4);
+  CHECK(cubins[-1] == cubins[2]);
+  CHECK(cubins[-1] != cubins[1]);
+  CHECK(cubins[1] != cubins[0]);
 }
 
 TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") {

@@ -105,6 +105,13 @@ constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWor
   do {                    \
   } while (0)
 #endif
+// AMK_TRACE_MARKS_EARLY=1 (a diagnostic for traced builds): attention_decode and
+// attention_combine stamp earlier points under the same mark names: attention's mark 0 when the op
+// is entered and mark 1 when the tiled path starts staging q (K/V copies issued, RoPE table
+// ready); the combine's mark 0 when it is entered and mark 1 when the first (m, l) arrived.
+#ifndef AMK_TRACE_MARKS_EARLY
+#define AMK_TRACE_MARKS_EARLY 0
+#endif
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

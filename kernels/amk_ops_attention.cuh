@@ -639,6 +639,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   const float* rope = amk_attn_rotates(ins) ? amk_attn_rope_table(ins) : nullptr;
   const uint32_t half = hd / 2;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
+  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
   for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
     const uint32_t g = i / hd, d = i - g * hd;
     amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)] =
@@ -658,10 +659,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       if (lane == 0) amk_attn_new_s[g] = scale * dot;
     }
   }
-  AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
+  if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
-  AMK_TRACE_MARK(1);  // K and V in shared memory
+  if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(1);  // K and V in shared memory
 
   // Scores: thread i is (head g, position t).
   const uint32_t nv = hd / 8;
@@ -755,8 +756,17 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 // aligned rows of at most 32 vectors; anything else takes the element-by-element loader.
 // theta != 0 rotates q and k_new with RoPE at `position` (params 2-7, the rope op's meaning);
 // (k_new, v_new), when present, is one more position after the cached rows (which may be none).
-AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const amk_instruction_t& ins,
+// AMK_ATTN_PASS (1): the streaming pass is compiled in. The generated source sets it to 0 when
+// the planner's plan proves that every attention_decode instruction takes the tiled path
+// (codegen's attention_all_tiled), so the VM does not carry the pass's ~200 KiB of code; a chunk
+// that then still reaches the pass stops the launch with a bad_operand status (detail
+// kAmkDetailUnknownOp | op) instead of computing nothing.
+#ifndef AMK_ATTN_PASS
+#define AMK_ATTN_PASS 1
+#endif
+AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, const amk_instruction_t& ins,
                                        unsigned char* scratch) {
+  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view q = amk_operand(ins, 0);
   const amk_view k = amk_operand(ins, 1);
   const amk_view v = amk_operand(ins, 2);
@@ -786,6 +796,12 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
 #endif
   }
 #endif
+#if !AMK_ATTN_PASS
+  if (threadIdx.x == 0) amk_fail_operand(prog, ins, kAmkDetailUnknownOp | ins.op);
+  (void)scratch;
+  (void)half;
+#else
+  (void)prog;
   // This chunk's K and V rows are pulled into L2 while the block computes the RoPE table and
   // stages q; the streaming loop then starts on L2 hits.
   if (AMK_BLOCK_THREADS <= 256 && threadIdx.x == 0 && cached) {
@@ -908,6 +924,7 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t&, const 
       }
     }
   }
+#endif  // AMK_ATTN_PASS
 }
 #endif  // AMK_USE_OP_ATTENTION_DECODE
 
@@ -931,6 +948,7 @@ static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 
 // than 32 chunks: rounds of 32, the running sums rescaled when the max grows.
 AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
                                         unsigned char*) {
+  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view partials = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
   const uint32_t hd = ins.params[0];
@@ -968,7 +986,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
       };
       load_batch(0);
       const float round_max = amk_warp_max(mc);
-      if (item == warp && c0 == 0) AMK_TRACE_MARK(0);  // the first item's (m, l) arrived
+      if (item == warp && c0 == 0) AMK_TRACE_MARK(AMK_TRACE_MARKS_EARLY ? 1 : 0);  // the first item's (m, l) arrived
       if (round_max > big) {  // uniform: rescale what earlier rounds summed
         const float r = big == amk_neg_inf() ? 0.0f : expf(big - round_max);
         total *= r;
@@ -987,7 +1005,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
           for (uint32_t e = 0; e < kAmkCombineDims; ++e) acc[e] = fmaf(wj, val[j][e], acc[e]);
         }
       }
-      if (item == warp && c0 == 0) AMK_TRACE_MARK(1);  // and its first round of values
+      if (!AMK_TRACE_MARKS_EARLY && item == warp && c0 == 0) AMK_TRACE_MARK(1);  // and its first round of values
     }
     total = amk_warp_sum(total);
     const float inv = 1.0f / total;

@@ -226,6 +226,9 @@ grep -q "weight streams off" "$out/hang_with_streams_caught.log" && row "hang_wi
 $amk -q compile --trust-custom-ops $P/hang_gemv.json --arch sm_90a >/dev/null 2>&1
 expect hang_gemv_preload_caught 8 "victim" -- $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
 [ -e "$out/hang_gemv_out/y.npy" ] && row "hang_gemv wrote no outputs" FAIL || row "hang_gemv wrote no outputs" pass
+# attention's streaming pass forced out (AMK_ATTN_PASS=0) of a VM whose chunks need it: the
+# chunks that reach it stop the launch with bad_operand (exit 7) instead of computing nothing.
+expect pass_out_refused 7 "run.bad_operand" -- env AMK_VM_TUNING=AMK_ATTN_PASS=0 $amk run $P/attention_tiled.json --backend cuda -o "$out/pass_out"
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
 
@@ -314,17 +317,18 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
-  # Interleaved twice: the default step, with attention's streaming pass for every chunk
-  # (AMK_ATTN_TILED=0: the tiled path off), without the L2 prefetch of a waiting step's own
-  # weights (AMK_PREFETCH_OWN_BYTES=0), with the gemv preload at one batch (AMK_GEMV_PRELOAD=1)
-  # and off (0), with attention's waits one counter a layer, and the unfused layer (once). `--down split`, measured
-  # slower in every run since the fifth session, is only checked.
+  # Interleaved twice: the default step, with attention's streaming pass compiled in but unused
+  # (AMK_ATTN_PASS=1) and taking every chunk (AMK_ATTN_TILED=0: the tiled path off), without the
+  # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), with the gemv preload
+  # at one batch (AMK_GEMV_PRELOAD=1) and off (0), with attention's waits one counter a layer, and
+  # the unfused layer (once). `--down split`, measured slower in every run since the fifth
+  # session, is only checked.
   # TAG=TUNING: the default step under $AMK_VM_TUNING=TUNING, its results in prof_llama1b_TAG.*.
-  arms=(pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0 preload1=AMK_GEMV_PRELOAD=1
-        preload0=AMK_GEMV_PRELOAD=0)
+  arms=(withpass=AMK_ATTN_PASS=1 pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0
+        preload1=AMK_GEMV_PRELOAD=1 preload0=AMK_GEMV_PRELOAD=0)
   for r in 1 2; do
     for f in llama1b llama1b_layersync llama1b_unfused; do
-      [ $r = 2 ] && [ $f != llama1b ] && [ $f != llama1b_layersync ] && continue  # the other forms once
+      [ $r = 2 ] && [ $f = llama1b_unfused ] && continue  # the unfused layer once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
     for a in "${arms[@]}"; do
@@ -337,7 +341,8 @@ names = {"llama1b": "fused layer (default)"}
 for a in sys.argv[2:]:
     tag, tuning = a.split("=", 1)
     names[f"llama1b_{tag}"] = f"default, {tuning}"
-names.update({"llama1b_layersync": "default, --attn-sync layer", "llama1b_unfused": "unfused layer"})
+names.update({"llama1b_layersync": "default, --attn-sync layer",
+              "llama1b_unfused": "unfused layer"})
 for f, label in names.items():
     try:
         js = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))
@@ -368,6 +373,10 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
+  # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY:
+  # op entered, q staging started / first (m, l)), in logs.tar.gz.
+  AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=1 $amk profile "$d/llama1b.json" --trace "$d/trace1b_early.json" > "$out/trace1b_early.txt" 2>&1
+  $py scripts/trace_phases.py "$d/trace1b_early.json" > "$out/phases1b_early.txt" 2>&1
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
@@ -396,14 +405,14 @@ PY
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
-    # The same step with the gemv preload at one batch and off (each arm ~45 s: the host fills
-    # 16 GB of seeded weights per process).
-    for lv in 1 0; do
-      AMK_VM_TUNING=AMK_GEMV_PRELOAD=$lv $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_preload$lv.json" 2>"$d/prof8b_preload$lv.err"; tail -3 "$d/prof8b_preload$lv.err"
+    # The same step with attention's streaming pass compiled in, and with the gemv preload at one
+    # batch (each arm ~45 s: the host fills 16 GB of seeded weights per process).
+    for tn in AMK_ATTN_PASS=1 AMK_GEMV_PRELOAD=1; do
+      AMK_VM_TUNING=$tn $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_$tn.json" 2>"$d/prof8b_$tn.err"; tail -3 "$d/prof8b_$tn.err"
     done
-    $py - "$d/prof8b.json" "$d/prof8b_preload1.json" "$d/prof8b_preload0.json" <<'PY' > "$d/rows8b.txt"
+    $py - "$d/prof8b.json" "$d/prof8b_AMK_ATTN_PASS=1.json" "$d/prof8b_AMK_GEMV_PRELOAD=1.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
-for f, label in zip(sys.argv[1:], ["", ", AMK_GEMV_PRELOAD=1", ", AMK_GEMV_PRELOAD=0"]):
+for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_PASS=1", ", AMK_GEMV_PRELOAD=1"]):
     try:
         j = json.load(open(f))
         print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")

@@ -140,26 +140,78 @@ std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
   return out;
 }
 
+namespace {
+
+// A tuning's value for `name`, if it names it.
+std::optional<int64_t> tuning_value(const CompileOptions& options, std::string_view name) {
+  for (const auto& [n, value] : options.tuning)
+    if (n == name) return value;
+  return std::nullopt;
+}
+
+// Which path an attention_decode instruction takes in the VM at 256 threads a block, mirroring
+// amk_op_attention_decode and amk_attn_tile_fits (kernels/amk_ops_attention.cuh): no work, the
+// tiled path at the default tile, the tiled path only at the wide tile, or the streaming pass.
+enum class AttnPath { none, tile, wide_tile, pass };
+
+AttnPath attention_path(const Program& program, const amk_instruction_t& ins) {
+  constexpr uint32_t kMaxHeadDim = 256;  // kAmkAttnMaxHeadDim
+  const uint32_t hd = ins.params[0];
+  if (ins.n_operands < 4 || hd == 0 || hd > kMaxHeadDim) return AttnPath::none;
+  auto present = [&](uint32_t k) {
+    return k < ins.n_operands && ins.operands[k].buffer != AMK_NO_BUFFER &&
+           ins.operands[k].buffer < program.buffers.size();
+  };
+  const bool cached = present(1) && ins.operands[1].extent >= hd;
+  const bool has_new = present(4) && present(5) && ins.operands[4].extent >= hd &&
+                       ins.operands[5].extent >= hd;
+  if (!cached && !has_new) return AttnPath::none;
+  if (!cached || !present(0) || !present(2)) return AttnPath::pass;
+  const auto q = operand_dtype(program, ins, 0), k = operand_dtype(program, ins, 1),
+             v = operand_dtype(program, ins, 2);
+  if (q != DType::f32 || (k != DType::bf16 && k != DType::f16) || v != k) return AttnPath::pass;
+  if (has_new && (operand_dtype(program, ins, 4) != DType::f32 ||
+                  operand_dtype(program, ins, 5) != DType::f32))
+    return AttnPath::pass;
+  // 16-byte aligned K and V rows: buffers are 256-byte aligned, so the offsets decide.
+  const uint64_t esize = dtype_size(*k);
+  if (hd % 8 != 0 || (ins.operands[1].offset * esize) % 16 != 0 ||
+      (ins.operands[2].offset * esize) % 16 != 0)
+    return AttnPath::pass;
+  const uint64_t len = ins.operands[1].extent / hd;
+  const uint32_t group = static_cast<uint32_t>(ins.operands[0].extent / hd);
+  if (len < 1 || ins.operands[2].extent / hd < len || group < 1 || group > 16 ||
+      uint64_t{group} * len > 256)
+    return AttnPath::pass;
+  const uint64_t kv = 4ull * len * hd, gh = uint64_t{group} * hd;
+  if (kv <= 16384 && gh <= 256) return AttnPath::tile;
+  if (kv <= 32768 && gh <= 512) return AttnPath::wide_tile;
+  return AttnPath::pass;
+}
+
+}  // namespace
+
 bool attention_wide_tiles(const Program& program, const Plan& plan,
                           const CompileOptions& options) {
-  for (const auto& [name, value] : options.tuning)
-    if (name == "AMK_ATTN_TILED_WIDE") return value != 0;
+  if (const auto t = tuning_value(options, "AMK_ATTN_TILED_WIDE")) return *t != 0;
   if (block_threads(program, plan) != 256) return false;  // the tiled path's block
-  // Mirrors amk_attn_tile_fits (kernels/amk_ops_attention.cuh) at both sizes.
-  auto fits = [](uint64_t kv_bytes, uint64_t gh, uint64_t gl, uint32_t group, uint32_t scale) {
-    return kv_bytes <= 16384ull * scale && gh <= 256ull * scale && gl <= 256 && group >= 1 &&
-           group <= 16;
-  };
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::attention_decode) &&
+        attention_path(program, ins) == AttnPath::wide_tile)
+      return true;
+  return false;
+}
+
+bool attention_pass_needed(const Program& program, const Plan& plan,
+                           const CompileOptions& options) {
+  if (const auto t = tuning_value(options, "AMK_ATTN_PASS")) return *t != 0;
+  if (tuning_value(options, "AMK_ATTN_TILED").value_or(1) == 0) return true;
+  if (block_threads(program, plan) != 256) return true;
+  const bool wide = attention_wide_tiles(program, plan, options);
   for (const amk_instruction_t& ins : plan.instructions) {
-    if (ins.op != static_cast<uint16_t>(OpId::attention_decode) || ins.n_operands < 4) continue;
-    const uint32_t hd = ins.params[0];
-    const auto q = operand_dtype(program, ins, 0), k = operand_dtype(program, ins, 1);
-    if (hd == 0 || hd % 8 != 0 || q != DType::f32 || (k != DType::bf16 && k != DType::f16))
-      continue;
-    const uint64_t len = ins.operands[1].extent / hd;
-    const uint32_t group = static_cast<uint32_t>(ins.operands[0].extent / hd);
-    const uint64_t kv = 4ull * len * hd, gh = uint64_t{group} * hd, gl = uint64_t{group} * len;
-    if (len >= 1 && !fits(kv, gh, gl, group, 1) && fits(kv, gh, gl, group, 2)) return true;
+    if (ins.op != static_cast<uint16_t>(OpId::attention_decode)) continue;
+    const AttnPath path = attention_path(program, ins);
+    if (path == AttnPath::pass || (path == AttnPath::wide_tile && !wide)) return true;
   }
   return false;
 }
@@ -228,6 +280,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_COMBINE_BATCH", 1, 32, "attention_combine's chunks loaded at once"},
     {"AMK_GEMV_PRELOAD", 0, 2, "0 (off) or the gemv weight batches requested before the wait"},
     {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
+    {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
 };
 
 }  // namespace
@@ -325,10 +378,13 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // Attention chunks too large for the tiled path's default tile but within its wide one (the
   // Llama-3.1-8B step's 64 positions of 4 heads of 128): the VM gets the wide tile.
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
-      attention_wide_tiles(program, plan, options) &&
-      std::none_of(options.tuning.begin(), options.tuning.end(),
-                   [](const auto& t) { return t.first == "AMK_ATTN_TILED_WIDE"; }))
+      attention_wide_tiles(program, plan, options) && !tuning_value(options, "AMK_ATTN_TILED_WIDE"))
     s += "#define AMK_ATTN_TILED_WIDE 1\n";
+  // Every attention chunk takes the tiled path (the 1B and 8B steps): the VM leaves the
+  // streaming pass out (~190 KiB of code, and the VM loop's spills with it).
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
+      !attention_pass_needed(program, plan, options) && !tuning_value(options, "AMK_ATTN_PASS"))
+    s += "#define AMK_ATTN_PASS 0\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

@@ -46,6 +46,14 @@ struct TmaGemvSpec {
 [[nodiscard]] bool attention_wide_tiles(const Program& program, const Plan& plan,
                                         const CompileOptions& options);
 
+// Whether the VM is built with attention_decode's streaming pass (AMK_ATTN_PASS): the tuning's
+// value when it names the macro; else whether some attention_decode instruction of the plan would
+// take it (a chunk the tiled path does not fit at the tile the VM gets, the tiled path off by
+// tuning, or a block other than 256 threads). Without it a chunk reaching the pass stops the
+// launch with a bad_operand status.
+[[nodiscard]] bool attention_pass_needed(const Program& program, const Plan& plan,
+                                         const CompileOptions& options);
+
 // Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
 // when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv
 // on the Llama step on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=10

@@ -303,3 +303,84 @@ TEST_CASE("the wide tiled attention is compiled in exactly for programs whose ch
   CHECK(wide_in(load_program_file(dir / "attention_rope.json"), options));
   CHECK_FALSE(wide_in(load_program_file(dir / "attention_tiled.json"), options));
 }
+
+TEST_CASE("attention's streaming pass is left out exactly when no chunk of the program takes it") {
+  CompileOptions options;
+  options.use_cache = false;
+  auto pass_in = [&](const Program& program, const CompileOptions& o) {
+    const Plan plan = make_plan(program);
+    const std::string src = vm_source(program, plan, o);
+    const bool out = src.find("#define AMK_ATTN_PASS 0") != std::string::npos;
+    CHECK(out != attention_pass_needed(program, plan, o));
+    return !out;
+  };
+  // The Llama steps' chunks all fit the tiled path (the 8B's at the wide tile).
+  for (const char* preset : {"llama-3.1-8b", "llama-3.2-1b", "tiny"}) {
+    CAPTURE(preset);
+    gen::LlamaOptions o;
+    o.preset = preset;
+    o.layers = 1;
+    o.context = 1024;
+    const Program p = gen::generate_llama(o);
+    CHECK_FALSE(pass_in(p, options));
+    // The tiled path off, or (8B) its wide tile off: the pass is needed.
+    CompileOptions untiled = options;
+    untiled.tuning = {{"AMK_ATTN_TILED", 0}};
+    CHECK(pass_in(p, untiled));
+    CompileOptions narrow = options;
+    narrow.tuning = {{"AMK_ATTN_TILED_WIDE", 0}};
+    CHECK(pass_in(p, narrow) == (std::string_view(preset) == "llama-3.1-8b"));
+    // The tuning decides when it names the macro (and the source defines it once).
+    CompileOptions forced = options;
+    forced.tuning = {{"AMK_ATTN_PASS", 1}};
+    const std::string src = vm_source(p, make_plan(p), forced);
+    CHECK(src.find("#define AMK_ATTN_PASS 1") != std::string::npos);
+    CHECK(src.find("AMK_ATTN_PASS", src.find("AMK_ATTN_PASS") + 1) == std::string::npos);
+  }
+  // A step at another block size keeps the pass (the tiled path is built for 256 threads).
+  {
+    gen::LlamaOptions o;
+    o.preset = "tiny";
+    o.layers = 1;
+    Program p = gen::generate_llama(o);
+    p.launch.block = 128;
+    CHECK(pass_in(p, options));
+  }
+  const std::filesystem::path dir = std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs";
+  // The attention test programs each hold chunks that only the pass takes (new row only, past
+  // the tile, or, in attention_tiled_wide, one row past 32 KiB); without them, the pass goes.
+  for (const char* name : {"attention_rope.json", "attention_tiled.json", "attention_tiled_wide.json"}) {
+    CAPTURE(name);
+    const Program p = load_program_file(dir / name);
+    CHECK(pass_in(p, options));
+  }
+  {
+    Program p = load_program_file(dir / "attention_tiled_wide.json");
+    // Its chunk of 65 positions of 128 is the one past the wide tile: at 64 positions it fits.
+    int past = 0;
+    for (Instruction& i : p.instructions)
+      if (i.op == static_cast<uint16_t>(OpId::attention_decode) && i.operands[1].extent == 65 * 128) {
+        i.operands[1].extent = i.operands[2].extent = 64 * 128;
+        ++past;
+      }
+    CHECK(past == 1);
+    CHECK_FALSE(pass_in(p, options));
+  }
+}
+
+TEST_CASE("the 1B step's VM without the streaming pass compiles without spills") {
+  gen::LlamaOptions o;
+  o.preset = "llama-3.2-1b";
+  o.layers = 2;
+  o.context = 1024;
+  const Program p = gen::generate_llama(o);
+  const Plan plan = make_plan(p);
+  CompileOptions options;
+  options.use_cache = false;
+  const CompileOutput out = compile_vm(p, plan, options);
+  INFO(out.log);
+  CHECK(out.ok);
+  CHECK(vm_source(p, plan, options).find("#define AMK_ATTN_PASS 0") != std::string::npos);
+  CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
+        std::string::npos);
+}

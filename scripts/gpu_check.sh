@@ -317,36 +317,38 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
-  # Interleaved twice: the default step, with attention's streaming pass compiled in but unused
+  # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
+  # executable per arm, two interleaved rounds): attention's streaming pass compiled in but unused
   # (AMK_ATTN_PASS=1) and taking every chunk (AMK_ATTN_TILED=0: the tiled path off), without the
-  # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), with the gemv preload
-  # at one batch (AMK_GEMV_PRELOAD=1) and off (0), with attention's waits one counter a layer, and
-  # the unfused layer (once). `--down split`, measured slower in every run since the fifth
-  # session, is only checked.
-  # TAG=TUNING: the default step under $AMK_VM_TUNING=TUNING, its results in prof_llama1b_TAG.*.
-  arms=(withpass=AMK_ATTN_PASS=1 pass=AMK_ATTN_TILED=0 noown=AMK_PREFETCH_OWN_BYTES=0
-        preload1=AMK_GEMV_PRELOAD=1 preload0=AMK_GEMV_PRELOAD=0)
+  # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), the gemv preload at
+  # one batch (AMK_GEMV_PRELOAD=1) and off (0). Then attention's waits one counter a layer
+  # (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
+  # slower in every run since the fifth session, is only checked.
+  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0"
+  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
-    for f in llama1b llama1b_layersync llama1b_unfused; do
+    for f in llama1b_layersync llama1b_unfused; do
       [ $r = 2 ] && [ $f = llama1b_unfused ] && continue  # the unfused layer once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
-    for a in "${arms[@]}"; do
-      AMK_VM_TUNING=${a#*=} $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_llama1b_${a%%=*}.$r.json" 2>/dev/null
-    done
   done
-  $py - "$d" "${arms[@]}" <<'PY' > "$d/prof_rows.txt"
+  $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-names = {"llama1b": "fused layer (default)"}
-for a in sys.argv[2:]:
-    tag, tuning = a.split("=", 1)
-    names[f"llama1b_{tag}"] = f"default, {tuning}"
-names.update({"llama1b_layersync": "default, --attn-sync layer",
-              "llama1b_unfused": "unfused layer"})
-for f, label in names.items():
+d = sys.argv[1]
+try:
+    for a in json.load(open(os.path.join(d, "prof_arms.json")))["arms"]:
+        label = "fused layer (default)" if a["name"] == "default" else f"default, {a['name']}"
+        print(f"1B decode ({label}), amk profile --events|median " +
+              " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) +
+              f" ms ({a['ratio_to_first']:.3f}x)")
+except Exception as e:
+    print(f"1B profile --tuning-arms|unavailable ({e})")
+for f, label in {"llama1b_layersync": "default, --attn-sync layer",
+                 "llama1b_unfused": "unfused layer"}.items():
     try:
-        js = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))
-              for r in (1, 2) if os.path.exists(os.path.join(sys.argv[1], f"prof_{f}.{r}.json"))]
+        js = [json.load(open(os.path.join(d, f"prof_{f}.{r}.json")))
+              for r in (1, 2) if os.path.exists(os.path.join(d, f"prof_{f}.{r}.json"))]
+        if not js: raise ValueError("no result")
         print(f"1B decode ({label}), amk profile --events|median " +
               " / ".join(f"{j['median_ms']:.4f}" for j in js) + " ms")
     except Exception as e:
@@ -404,20 +406,18 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
-    # The same step with attention's streaming pass compiled in, and with the gemv preload at one
-    # batch (each arm ~45 s: the host fills 16 GB of seeded weights per process).
-    for tn in AMK_ATTN_PASS=1 AMK_GEMV_PRELOAD=1; do
-      AMK_VM_TUNING=$tn $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 > "$d/prof8b_$tn.json" 2>"$d/prof8b_$tn.err"; tail -3 "$d/prof8b_$tn.err"
-    done
-    $py - "$d/prof8b.json" "$d/prof8b_AMK_ATTN_PASS=1.json" "$d/prof8b_AMK_GEMV_PRELOAD=1.json" <<'PY' > "$d/rows8b.txt"
+    # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
+    # host time), attention's streaming pass compiled in and the gemv preload at one batch.
+    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
+    $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
-for f, label in zip(sys.argv[1:], ["", ", AMK_ATTN_PASS=1", ", AMK_GEMV_PRELOAD=1"]):
-    try:
-        j = json.load(open(f))
-        print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {j['median_ms']:.3f} ms, spread {100 * j['rel_spread']:.1f}%")
-    except Exception as e:
-        print(f"8B decode{label}|unavailable ({e})")
+try:
+    for a in json.load(open(sys.argv[1]))["arms"]:
+        label = "" if a["name"] == "default" else f", {a['name']}"
+        print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {a['median_ms']:.3f} ms (rounds " +
+              " / ".join(f"{m:.3f}" for m in a["round_medians_ms"]) + f"), spread {100 * a['rel_spread']:.1f}%")
+except Exception as e:
+    print(f"8B decode|unavailable ({e})")
 PY
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
   fi

@@ -37,6 +37,7 @@ struct ProfileCmdOptions {
   ProfileRequest request;
   std::optional<uint64_t> timeout_ms;
   bool no_cache = false;
+  bool rounds_given = false;
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
@@ -47,6 +48,13 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   if (o.request.cold && !o.events)
     throw Error(ErrorKind::usage, "usage.profile.cold", "--cold",
                 "--cold applies to --events (the trace's single launch is not flushed)");
+  if (!o.request.tuning_arms.empty() && (!o.events || !o.trace_path.empty()))
+    throw Error(ErrorKind::usage, "usage.profile.arms", "--tuning-arms",
+                "--tuning-arms applies to --events alone (each arm's launches timed, interleaved)");
+  if (o.rounds_given && o.request.tuning_arms.empty())
+    throw Error(ErrorKind::usage, "usage.profile.rounds", "--rounds",
+                "--rounds applies to --tuning-arms");
+  if (!o.request.tuning_arms.empty()) check_tuning_arms(o.request.tuning_arms);
   Program p = load_and_verify(o.program);
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
@@ -54,7 +62,9 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
   ordered_json j;
-  if (o.events) j = profile_on_gpu(p, initial, o.request, text);
+  if (o.events)
+    j = o.request.tuning_arms.empty() ? profile_on_gpu(p, initial, o.request, text)
+                                      : profile_arms_on_gpu(p, initial, o.request, text);
   if (!o.trace_path.empty()) {
     ordered_json t = trace_on_gpu(p, initial, o.request.gpu, o.trace_path, text);
     if (o.events)
@@ -111,6 +121,14 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
       ->check(CLI::IsMember({"kernel", "launch"}));
   cmd->add_flag("--cold", o->request.cold,
                 "with --events: flush L2 before every launch (untimed), so weights come from HBM");
+  cmd->add_option("--tuning-arms", o->request.tuning_arms,
+                  "with --events: compare VM tunings in one process, 'ARM;ARM;...' (2-16 arms, "
+                  "each 'default' or NAME=INT[,NAME=INT] like $AMK_VM_TUNING, which they "
+                  "replace); one executable per arm, all in GPU memory at once, timed in "
+                  "interleaved rounds");
+  cmd->add_option("--rounds", o->request.rounds, "with --tuning-arms: interleaved rounds (2)")
+      ->check(CLI::Range(1u, 100u))
+      ->each([o](const std::string&) { o->rounds_given = true; });
   cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms");
   cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");

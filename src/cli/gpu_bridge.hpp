@@ -28,6 +28,8 @@ struct GpuRequest {
   bool use_cache = true;
   std::optional<std::string> cache_dir;
   bool trust_custom_ops = false;
+  // VM tuning macros; unset: $AMK_VM_TUNING.
+  std::optional<std::vector<std::pair<std::string, int64_t>>> tuning;
 };
 
 struct GpuOutcome {
@@ -51,6 +53,8 @@ struct ProfileRequest {
   uint32_t iterations = 20;
   std::string scope = "kernel";
   bool cold = false;  // flush L2 (a 256 MiB write) before every launch, untimed
+  std::string tuning_arms;  // --tuning-arms "ARM;ARM;...": one executable per arm, interleaved
+  uint32_t rounds = 2;      // rounds of the interleaved arms
 };
 
 // `amk bench`: megakernel vs one launch per instruction vs a CUDA graph (src/cuda/bench.hpp).
@@ -72,6 +76,14 @@ struct BenchRequest {
                                     const GpuRequest& request);
 [[nodiscard]] ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                                           const ProfileRequest& request, std::ostringstream& text);
+// `amk profile --events --tuning-arms`: one executable per VM tuning arm, all open at once (the
+// host data materialized once), profiled in `rounds` interleaved rounds; per arm the median of
+// all its samples and its ratio to the first arm.
+[[nodiscard]] ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
+                                               const ProfileRequest& request,
+                                               std::ostringstream& text);
+// Parses --tuning-arms early (a usage error before any host data is built); no-op without CUDA.
+void check_tuning_arms(const std::string& text);
 // One traced launch: writes the Chrome trace to `trace_path` and returns the per-op / per-block
 // summary (report/trace.hpp).
 [[nodiscard]] ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,

@@ -46,7 +46,7 @@ GpuOptions gpu_options(const GpuRequest& r) {
   if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
   o.compile.trust_custom_ops = r.trust_custom_ops;
   o.compile.trace = r.trace;
-  o.compile.tuning = vm_tuning_from_env();
+  o.compile.tuning = r.tuning ? *r.tuning : vm_tuning_from_env();
   o.compile.line_info = line_info_from_env();
   return o;
 }
@@ -214,6 +214,87 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
     text << line;
   }
   text << (ex.compiled().cache_hit ? " (kernel from cache)\n" : " (kernel compiled)\n");
+  return j;
+}
+
+void check_tuning_arms(const std::string& text) {
+  (void)parse_tuning_arms(text, "--tuning-arms");
+}
+
+ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
+                                 const ProfileRequest& req, std::ostringstream& text) {
+  const std::vector<TuningArm> arms = parse_tuning_arms(req.tuning_arms, "--tuning-arms");
+  const Plan plan = default_plan(program);
+  std::vector<GpuExecutable> exes;
+  exes.reserve(arms.size());
+  for (const TuningArm& arm : arms) {
+    GpuRequest r = req.gpu;
+    r.tuning = arm.tuning;
+    exes.push_back(GpuExecutable::open(program, plan, initial, gpu_options(r)));
+  }
+  const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
+  std::vector<std::vector<double>> samples(arms.size()), round_medians(arms.size());
+  for (uint32_t round = 0; round < req.rounds; ++round)
+    for (size_t a = 0; a < arms.size(); ++a) {
+      const ProfileStats s = exes[a].profile(req.warmup, req.iterations, req.scope, flush_bytes);
+      samples[a].insert(samples[a].end(), s.samples_ms.begin(), s.samples_ms.end());
+      round_medians[a].push_back(s.median_ms);
+    }
+  ordered_json j;
+  j["status"] = "ok";
+  j["program"] = program.name;
+  j["program_fingerprint"] = program_fingerprint(program);
+  j["scope"] = req.scope;
+  j["cold"] = req.cold;
+  if (req.cold) j["flush_bytes"] = flush_bytes;
+  j["warmup"] = req.warmup;
+  j["iterations"] = req.iterations;
+  j["rounds"] = req.rounds;
+  j["device"] = exes[0].device().to_json();
+  j["target_fingerprint"] = exes[0].device().fingerprint();
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%s on %s: %zu tuning arms, %u interleaved rounds of %u launches each (%s "
+                "scope%s, %u warm-up)\n",
+                program.name.c_str(), exes[0].device().name.c_str(), arms.size(), req.rounds,
+                req.iterations, req.scope.c_str(), req.cold ? ", L2 flushed before each" : "",
+                req.warmup);
+  text << line;
+  ordered_json out = ordered_json::array();
+  double first = 0.0;
+  for (size_t a = 0; a < arms.size(); ++a) {
+    const ProfileStats s = summarize_samples(samples[a]);
+    if (a == 0) first = s.median_ms;
+    ordered_json tuning = ordered_json::object();
+    for (const auto& [name, value] : arms[a].tuning) tuning[name] = value;
+    const double ratio = first > 0.0 ? s.median_ms / first : 0.0;
+    out.push_back({{"name", arms[a].name},
+                   {"tuning", std::move(tuning)},
+                   {"median_ms", s.median_ms},
+                   {"min_ms", s.min_ms},
+                   {"max_ms", s.max_ms},
+                   {"mean_ms", s.mean_ms},
+                   {"stddev_ms", s.stddev_ms},
+                   {"rel_spread", s.rel_spread},
+                   {"round_medians_ms", round_medians[a]},
+                   {"ratio_to_first", ratio},
+                   {"samples_ms", s.samples_ms},
+                   {"cache_hit", exes[a].compiled().cache_hit},
+                   {"artifact_fingerprint", exes[a].compiled().source_fingerprint},
+                   {"attributes", resources_json(exes[a])}});
+    std::string rounds;
+    for (double m : round_medians[a]) {
+      std::snprintf(line, sizeof line, "%s%.4f", rounds.empty() ? "" : " / ", m);
+      rounds += line;
+    }
+    std::snprintf(line, sizeof line,
+                  "  %-40s median %.4f ms (rounds %s), min %.4f, max %.4f, spread %.2f%%, "
+                  "%.3fx the first\n",
+                  arms[a].name.c_str(), s.median_ms, rounds.c_str(), s.min_ms, s.max_ms,
+                  100.0 * s.rel_spread, ratio);
+    text << line;
+  }
+  j["arms"] = std::move(out);
   return j;
 }
 

@@ -22,6 +22,11 @@ ordered_json profile_on_gpu(const Program&, const HostBuffers&, const ProfileReq
                             std::ostringstream&) {
   no_cuda();
 }
+void check_tuning_arms(const std::string&) {}
+ordered_json profile_arms_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
+                                 std::ostringstream&) {
+  no_cuda();
+}
 ordered_json trace_on_gpu(const Program&, const HostBuffers&, const GpuRequest&, const std::string&,
                           std::ostringstream&) {
   no_cuda();

@@ -324,6 +324,29 @@ std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view te
   return out;
 }
 
+std::vector<TuningArm> parse_tuning_arms(std::string_view text, const std::string& where) {
+  std::vector<TuningArm> arms;
+  size_t pos = 0;
+  for (;;) {
+    const size_t semi = std::min(text.find(';', pos), text.size());
+    const std::string_view arm = text.substr(pos, semi - pos);
+    const std::string at = where + " arm " + std::to_string(arms.size() + 1);
+    if (arm.empty())
+      throw Error(ErrorKind::usage, "usage.tuning_arms", at,
+                  "an arm is empty; expected ARM;ARM;... with each arm 'default' or "
+                  "NAME=INTEGER[,NAME=INTEGER...]");
+    arms.push_back({std::string(arm), arm == "default" ? std::vector<std::pair<std::string, int64_t>>{}
+                                                       : parse_vm_tuning(arm, at)});
+    if (semi == text.size()) break;
+    pos = semi + 1;
+  }
+  if (arms.size() < 2 || arms.size() > kMaxTuningArms)
+    throw Error(ErrorKind::usage, "usage.tuning_arms", where,
+                "expected 2.." + std::to_string(kMaxTuningArms) + " arms separated by ';', got " +
+                    std::to_string(arms.size()));
+  return arms;
+}
+
 std::string vm_source(const Program& program, const Plan& plan, const CompileOptions& options) {
   if (!program.custom_ops.empty() && !options.trust_custom_ops)
     throw Error(ErrorKind::program, "custom.untrusted", "/custom_ops/0",

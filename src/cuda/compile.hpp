@@ -34,6 +34,17 @@ struct CompileOptions {
 [[nodiscard]] std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
                                                                           const std::string& where);
 
+// One arm of `amk profile --tuning-arms`: its label (the text as given) and its tuning.
+struct TuningArm {
+  std::string name;
+  std::vector<std::pair<std::string, int64_t>> tuning;
+};
+inline constexpr size_t kMaxTuningArms = 16;
+// Parses "ARM;ARM;..." (2..kMaxTuningArms arms), each a parse_vm_tuning text or "default" (no
+// tuning); throws a usage error naming `where` and the arm.
+[[nodiscard]] std::vector<TuningArm> parse_tuning_arms(std::string_view text,
+                                                       const std::string& where);
+
 // The second entry point compiled in with CompileOptions::step_kernel: amk_step(prog, instruction
 // [, tensor maps]) runs one instruction's op on one block, without waits or signals.
 inline constexpr const char* kStepKernelName = "amk_step";

@@ -194,6 +194,28 @@ fi
 expect_rc 2 "profile --cold without --events" -- "$amk" profile "$sample" --trace "$tmp/t.json" --cold
 expect_grep "$tmp/err" "cold applies to --events" "profile --cold names what it needs"
 
+# profile --tuning-arms: VM tunings compared in one process; its arms are parsed before anything
+# is built or any GPU is asked for (usage errors, exit 2, naming the arm).
+expect_rc 2 "profile --tuning-arms with --trace" -- "$amk" profile "$sample" --events --trace "$tmp/t.json" --tuning-arms "default;AMK_GEMV_PRELOAD=1"
+expect_grep "$tmp/err" "tuning-arms applies to --events alone" "--tuning-arms names what it needs"
+expect_rc 2 "profile --rounds without --tuning-arms" -- "$amk" profile "$sample" --events --rounds 3
+expect_grep "$tmp/err" "at --rounds: --rounds applies to --tuning-arms" "--rounds names what it needs"
+expect_rc 2 "profile --tuning-arms with a bad arm" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=9"
+expect_grep "$tmp/err" "at --tuning-arms arm 2: AMK_GEMV_PRELOAD" "the bad arm is named by its number"
+expect_rc 2 "profile --tuning-arms with one arm" -- "$amk" profile "$sample" --events --tuning-arms "default"
+expect_grep "$tmp/err" "expected 2..16 arms" "one arm is refused"
+if ! "$amk" devices >/dev/null 2>&1; then
+  expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=1"
+else
+  # On a GPU: two arms, three rounds; each arm reports its rounds, the first arm is the unit.
+  expect_rc 0 "profile --tuning-arms on the GPU" -- "$amk" --json profile "$sample" --events --iterations 5 --rounds 3 --tuning-arms "default;AMK_GEMV_PRELOAD=0"
+  cp "$tmp/out" "$tmp/arms.json"
+  [ "$(json_field "$tmp/arms.json" "[len(j['arms']), j['arms'][0]['ratio_to_first'], len(j['arms'][1]['round_medians_ms']), len(j['arms'][1]['samples_ms']), j['arms'][1]['tuning']]")" = "[2, 1.0, 3, 15, {'AMK_GEMV_PRELOAD': 0}]" ] \
+    && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile --tuning-arms JSON"; head -c 600 "$tmp/arms.json"; }
+  [ "$(json_field "$tmp/arms.json" "j['arms'][0]['artifact_fingerprint'] != j['arms'][1]['artifact_fingerprint'] and all(a['median_ms'] > 0 for a in j['arms'])")" = True ] \
+    && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile --tuning-arms: arms share a kernel or time nothing"; }
+fi
+
 # scripts/trace_phases.py: an unknown option is refused (exit 2), named.
 expect_rc 2 "trace_phases.py --wram refused" -- "$py" "$root/scripts/trace_phases.py" t.json --wram
 expect_grep "$tmp/err" "unknown option --wram" "trace_phases names the option"

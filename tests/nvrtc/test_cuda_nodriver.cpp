@@ -256,3 +256,34 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
     }
   }
 }
+
+TEST_CASE("--tuning-arms: 2..16 arms, each 'default' or a tuning, a bad one named by its number") {
+  const auto arms = amk::parse_tuning_arms("default;AMK_GEMV_PRELOAD=1;AMK_ATTN_PASS=1,AMK_X=-2",
+                                           "--tuning-arms");
+  REQUIRE(arms.size() == 3);
+  CHECK(arms[0].name == "default");
+  CHECK(arms[0].tuning.empty());
+  CHECK(arms[1].name == "AMK_GEMV_PRELOAD=1");
+  REQUIRE(arms[1].tuning.size() == 1);
+  CHECK(arms[1].tuning[0] == std::pair<std::string, int64_t>{"AMK_GEMV_PRELOAD", 1});
+  REQUIRE(arms[2].tuning.size() == 2);
+  CHECK(arms[2].tuning[1].second == -2);
+  std::string sixteen = "default";
+  for (int i = 1; i < 16; ++i) sixteen += ";AMK_X=" + std::to_string(i);
+  CHECK(amk::parse_tuning_arms(sixteen, "x").size() == 16);
+  for (const auto& [bad, where] :
+       {std::pair<std::string, std::string>{"default", "--tuning-arms"},
+        {"", "--tuning-arms arm 1"}, {"default;", "--tuning-arms arm 2"},
+        {";AMK_X=1", "--tuning-arms arm 1"}, {"default;AMK_GEMV_PRELOAD=7", "--tuning-arms arm 2"},
+        {"default;FOO=1", "--tuning-arms arm 2"}, {"Default;AMK_X=1", "--tuning-arms arm 1"},
+        {sixteen + ";AMK_X=99", "--tuning-arms"}}) {
+    CAPTURE(bad);
+    try {
+      (void)amk::parse_tuning_arms(bad, "--tuning-arms");
+      FAIL("accepted");
+    } catch (const amk::Error& e) {
+      CHECK(e.kind() == amk::ErrorKind::usage);
+      CHECK(e.where() == where);
+    }
+  }
+}

@@ -105,10 +105,13 @@ constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWor
   do {                    \
   } while (0)
 #endif
-// AMK_TRACE_MARKS_EARLY=1 (a diagnostic for traced builds): attention_decode and
-// attention_combine stamp earlier points under the same mark names: attention's mark 0 when the op
-// is entered and mark 1 when the tiled path starts staging q (K/V copies issued, RoPE table
+// AMK_TRACE_MARKS_EARLY (a diagnostic for traced builds): attention_decode and
+// attention_combine stamp earlier points under the same mark names. 1: attention's mark 0 when the
+// op is entered and mark 1 when the tiled path starts staging q (K/V copies issued, RoPE table
 // ready); the combine's mark 0 when it is entered and mark 1 when the first (m, l) arrived.
+// 2: attention's mark 0 once its operands are decoded and the tiled path chosen (before the call)
+// and mark 1 once the K/V copies are issued (before the RoPE table); the combine's mark 0 once
+// its operands are decoded, mark 1 as with 1.
 #ifndef AMK_TRACE_MARKS_EARLY
 #define AMK_TRACE_MARKS_EARLY 0
 #endif

@@ -633,13 +633,14 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
                  : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(1);  // (diagnostic) copies issued
 
   // q rotated (theta != 0) and scaled, in two planes: element d at plane (d & 4), 4 (d / 8) + d % 4.
   // f32 rows read directly (amk_attn_tile_fits): no dtype switch, little code.
   const float* rope = amk_attn_rotates(ins) ? amk_attn_rope_table(ins) : nullptr;
   const uint32_t half = hd / 2;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
-  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
+  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
   for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
     const uint32_t g = i / hd, d = i - g * hd;
     amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)] =
@@ -766,7 +767,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 #endif
 AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, const amk_instruction_t& ins,
                                        unsigned char* scratch) {
-  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view q = amk_operand(ins, 0);
   const amk_view k = amk_operand(ins, 1);
   const amk_view v = amk_operand(ins, 2);
@@ -784,6 +785,7 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
 #if AMK_ATTN_TILE
   if (cached && amk_attn_tile_fits(ins, q, k, v, hd, group, has_new)) {
     const bool with_new = has_new;  // group <= kAmkAttnNewHeads: the tile's condition
+    if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(0);  // (diagnostic) operands decoded, tile chosen
 #if AMK_ATTN_KV_BF16
     if (k.dtype == AMK_DTYPE_BF16) {
       amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new);
@@ -948,7 +950,7 @@ static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 
 // than 32 chunks: rounds of 32, the running sums rescaled when the max grows.
 AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
                                         unsigned char*) {
-  if (AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view partials = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
   const uint32_t hd = ins.params[0];
@@ -959,6 +961,8 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
   if (block == 0) return;
   const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
   const float* p = reinterpret_cast<const float*>(partials.ptr);
+  // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
+  if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
   constexpr uint32_t kSlice = kAmkWarpSize * kAmkCombineDims;
   const uint32_t slices = (hd + kSlice - 1) / kSlice;
   const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;

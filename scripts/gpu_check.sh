@@ -375,10 +375,13 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
-  # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY:
-  # op entered, q staging started / first (m, l)), in logs.tar.gz.
-  AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=1 $amk profile "$d/llama1b.json" --trace "$d/trace1b_early.json" > "$out/trace1b_early.txt" 2>&1
-  $py scripts/trace_phases.py "$d/trace1b_early.json" > "$out/phases1b_early.txt" 2>&1
+  # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
+  # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
+  # logs.tar.gz.
+  for lv in 1 2; do
+    AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
+    $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
+  done
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then

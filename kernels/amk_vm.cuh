@@ -67,6 +67,12 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #ifndef AMK_PREFETCH_OWN_BYTES
 #define AMK_PREFETCH_OWN_BYTES 32768
 #endif
+// AMK_PREFETCH_OPERANDS=1 (an experiment, off): a step that must wait asks for the buffer-table
+// lines of its operands in L1 first, so that the op's operand decode after the wait (amk_operand:
+// a load of the table entry each, some of them one after another) hits L1.
+#ifndef AMK_PREFETCH_OPERANDS
+#define AMK_PREFETCH_OPERANDS 0
+#endif
 
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
 __device__ __forceinline__ bool amk_op_streams(uint32_t op) {
@@ -333,6 +339,13 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #if AMK_WEIGHT_STREAMS
       amk_stream_top_up();  // the warps keep the ring full across this step's waits
       const bool streamed = p + l == sc.next_step;
+#endif
+#if AMK_PREFETCH_OPERANDS
+      if (n_waits != 0 && warp == kAmkWarps - 1 && lane >= 16 && lane - 16 < ins.n_operands &&
+          lane - 16 < AMK_MAX_OPERANDS) {
+        const uint32_t b = ins.operands[lane - 16].buffer;
+        if (b != AMK_NO_BUFFER) amk_prefetch_l1(prog.buffers + b);
+      }
 #endif
 #if AMK_PREFETCH_OWN_BYTES > 0
       // A step that must wait pulls the first bytes of its own streamed operands into L2 first,

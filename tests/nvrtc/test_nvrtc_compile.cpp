@@ -19,6 +19,7 @@
 #include "cuda/embedded.hpp"
 #include "io/load.hpp"
 #include "plan/plan.hpp"
+#include "ptxas_log.hpp"
 #include "report/trace.hpp"
 #include "nvrtc_program_builder.hpp"
 #include "ops/registry.hpp"
@@ -231,8 +232,7 @@ TEST_CASE("every op compiles for sm_90a, trace off and on") {
     CHECK(out.tma_count == 1);
     CHECK(out.source_fingerprint.size() == 64);
     CHECK(out.log.find("Used") != std::string::npos);  // ptxas -v kept in the log
-    CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-          std::string::npos);
+    CHECK(amk::test::no_spills(out.log));
     std::printf("[nvrtc] all ops, trace=%d: cold compile %.0f ms, cubin %zu bytes (NVRTC %s)\n%s",
                 trace ? 1 : 0, out.compile_ms, out.cubin.size(), out.nvrtc_version.c_str(),
                 resource_lines(out.log).c_str());
@@ -274,8 +274,7 @@ TEST_CASE("the gemv preload (default 2; 1, 0 by tuning) compiles without spills,
     const CompileOutput out = compile_vm(program, plan, o);
     INFO(out.log);
     CHECK(out.ok);
-    CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-          std::string::npos);
+    CHECK(amk::test::no_spills(out.log));
     if (!trace) cubins[level] = out.cubin;
   }
   // The default VM is the two-batch one, and the levels differ.
@@ -296,8 +295,7 @@ TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") 
   const CompileOutput out = compile_vm(b.program, b.plan, uncached());
   CHECK(out.ok);
   CHECK(is_elf(out.cubin));
-  CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-        std::string::npos);
+  CHECK(amk::test::no_spills(out.log));
   std::printf("[nvrtc] gemv with fusions: cold compile %.0f ms\n%s", out.compile_ms,
               resource_lines(out.log).c_str());
 
@@ -308,8 +306,7 @@ TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") 
   const CompileOutput alt = compile_vm(b.program, b.plan, variants);
   CHECK(alt.ok);
   CHECK(is_elf(alt.cubin));
-  CHECK(alt.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-        std::string::npos);
+  CHECK(amk::test::no_spills(alt.log));
   std::printf("[nvrtc] gemv with fusions, ping-pong batches and conditional loads: cold compile "
               "%.0f ms\n%s",
               alt.compile_ms, resource_lines(alt.log).c_str());
@@ -456,26 +453,22 @@ TEST_CASE("weight streams: ring sizing, off by default, the streamed VM compiles
   CHECK(stream_slots_fitting(8, 16384, 232448 - 20000) == 8);
 }
 
-// Every "N bytes spill stores" of a ptxas log is 0 (a plain substring test would also accept
-// "120 bytes spill stores").
-static bool no_spills(const std::string& log) {
-  const std::string key = " bytes spill stores";
-  size_t n = 0;
-  for (size_t at = log.find(key); at != std::string::npos; at = log.find(key, at + 1), ++n) {
-    size_t b = at;
-    while (b > 0 && log[b - 1] >= '0' && log[b - 1] <= '9') --b;
-    if (log.substr(b, at - b) != "0") return false;
-  }
-  return n > 0;
-}
-
 TEST_CASE("gemv_splitk compiles for sm_90a: the VM and the op's own call without spills") {
   const Program program =
       load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / "gemv_splitk.json");
   const Plan plan = make_plan(program);
   CHECK(vm_source(program, plan, uncached()).find("#define AMK_USE_OP_GEMV_SPLITK 1") !=
         std::string::npos);
-  CHECK_FALSE(no_spills("ptxas info : 120 bytes spill stores"));  // the helper itself
+  {  // the helper itself: every function clean, and the VM reported
+    const std::string vm = "ptxas info    : Function properties for amk_vm\nptxas         .     0 bytes "
+                           "stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+    const std::string f = "ptxas info    : Function properties for f\nptxas         .     8 bytes "
+                          "stack frame, 120 bytes spill stores, 120 bytes spill loads\n";
+    CHECK(amk::test::no_spills(vm));
+    CHECK_FALSE(amk::test::no_spills(vm + f));
+    CHECK_FALSE(amk::test::no_spills(f + vm));
+    CHECK_FALSE(amk::test::no_spills(""));
+  }
   // The defaults, then each knob the README lists (kernels/amk_ops_gemv_splitk.cuh).
   const std::vector<std::vector<std::pair<std::string, int64_t>>> tunings = {
       {},
@@ -490,6 +483,6 @@ TEST_CASE("gemv_splitk compiles for sm_90a: the VM and the op's own call without
     CHECK(out.ok);
     CHECK(is_elf(out.cubin));
     CHECK(out.log.find("amk_op_gemv_splitk") != std::string::npos);  // a call: its own properties
-    CHECK(no_spills(out.log));
+    CHECK(amk::test::no_spills(out.log));
   }
 }

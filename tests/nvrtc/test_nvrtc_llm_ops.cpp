@@ -18,6 +18,7 @@
 #include "io/load.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
+#include "ptxas_log.hpp"
 
 using namespace amk;
 
@@ -243,8 +244,7 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
   INFO(out.log);
   CHECK(out.ok);
   CHECK(out.arch == "sm_90a");
-  CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-        std::string::npos);
+  CHECK(amk::test::no_spills(out.log));
   // Without the cases in kernels/amk_vm.cuh the VM compiles but does not run these ops (they
   // report "op not compiled in"): fail rather than pass quietly.
   CHECK_MESSAGE(embedded_vm_dispatches_attention(),
@@ -259,8 +259,7 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
   const CompileOutput w = compile_vm(b.program, b.plan, wide);
   INFO(w.log);
   CHECK(w.ok);
-  CHECK(w.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-        std::string::npos);
+  CHECK(amk::test::no_spills(w.log));
   CHECK(smem_of(w.log, "amk_vm") >= smem_of(out.log, "amk_vm") + 32768 - 8 * 4 * 130 * 4 + 256 * 4);
   std::printf("[nvrtc] decode-step program, wide tiled attention: %s\n",
               resources_of(w.log, "amk_vm").c_str());
@@ -381,6 +380,32 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
   INFO(out.log);
   CHECK(out.ok);
   CHECK(vm_source(p, plan, options).find("#define AMK_ATTN_PASS 0") != std::string::npos);
-  CHECK(out.log.find("0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads") !=
-        std::string::npos);
+  CHECK(amk::test::no_spills(out.log));
+}
+
+TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2) and the operand prefetch compile without spills") {
+  CompileOptions options;
+  options.use_cache = false;
+  gen::LlamaOptions o;
+  o.preset = "tiny";
+  const Program tiny = gen::generate_llama(o);
+  const Program rope = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                         "programs" / "attention_rope.json");
+  struct Case {
+    const Program* program;
+    bool trace;
+    std::vector<std::pair<std::string, int64_t>> tuning;
+  };
+  for (const Case& c : {Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 1}}},
+                        Case{&rope, true, {{"AMK_TRACE_MARKS_EARLY", 2}}},
+                        Case{&tiny, false, {{"AMK_PREFETCH_OPERANDS", 1}}}}) {
+    CAPTURE(c.tuning[0].first);
+    CompileOptions co = options;
+    co.trace = c.trace;
+    co.tuning = c.tuning;
+    const CompileOutput out = compile_vm(*c.program, make_plan(*c.program), co);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(amk::test::no_spills(out.log));
+  }
 }

@@ -173,21 +173,23 @@ GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const 
   return out;
 }
 
-ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
-                            const ProfileRequest& req, std::ostringstream& text) {
-  const Plan plan = default_plan(program);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req.gpu));
-  const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
-  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
+// The fields every `amk profile --events` result starts with.
+ordered_json profile_head(const Program& program, const ProfileRequest& req,
+                          uint64_t flush_bytes) {
   ordered_json j;
   j["status"] = "ok";
   j["program"] = program.name;
   j["program_fingerprint"] = program_fingerprint(program);
-  j["scope"] = s.scope;
+  j["scope"] = req.scope;
   j["cold"] = req.cold;
   if (req.cold) j["flush_bytes"] = flush_bytes;
-  j["warmup"] = s.warmup;
-  j["iterations"] = s.iterations;
+  j["warmup"] = req.warmup;
+  j["iterations"] = req.iterations;
+  return j;
+}
+
+// A sample set's statistics into j (median_ms ... samples_ms).
+void put_stats(ordered_json& j, const ProfileStats& s) {
   j["median_ms"] = s.median_ms;
   j["min_ms"] = s.min_ms;
   j["max_ms"] = s.max_ms;
@@ -195,6 +197,16 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   j["stddev_ms"] = s.stddev_ms;
   j["rel_spread"] = s.rel_spread;
   j["samples_ms"] = s.samples_ms;
+}
+
+ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
+                            const ProfileRequest& req, std::ostringstream& text) {
+  const Plan plan = default_plan(program);
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req.gpu));
+  const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
+  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
+  ordered_json j = profile_head(program, req, flush_bytes);
+  put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;
   j["attributes"] = resources_json(ex);
@@ -240,15 +252,7 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
       samples[a].insert(samples[a].end(), s.samples_ms.begin(), s.samples_ms.end());
       round_medians[a].push_back(s.median_ms);
     }
-  ordered_json j;
-  j["status"] = "ok";
-  j["program"] = program.name;
-  j["program_fingerprint"] = program_fingerprint(program);
-  j["scope"] = req.scope;
-  j["cold"] = req.cold;
-  if (req.cold) j["flush_bytes"] = flush_bytes;
-  j["warmup"] = req.warmup;
-  j["iterations"] = req.iterations;
+  ordered_json j = profile_head(program, req, flush_bytes);
   j["rounds"] = req.rounds;
   j["device"] = exes[0].device().to_json();
   j["target_fingerprint"] = exes[0].device().fingerprint();
@@ -268,20 +272,14 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
     ordered_json tuning = ordered_json::object();
     for (const auto& [name, value] : arms[a].tuning) tuning[name] = value;
     const double ratio = first > 0.0 ? s.median_ms / first : 0.0;
-    out.push_back({{"name", arms[a].name},
-                   {"tuning", std::move(tuning)},
-                   {"median_ms", s.median_ms},
-                   {"min_ms", s.min_ms},
-                   {"max_ms", s.max_ms},
-                   {"mean_ms", s.mean_ms},
-                   {"stddev_ms", s.stddev_ms},
-                   {"rel_spread", s.rel_spread},
-                   {"round_medians_ms", round_medians[a]},
-                   {"ratio_to_first", ratio},
-                   {"samples_ms", s.samples_ms},
-                   {"cache_hit", exes[a].compiled().cache_hit},
-                   {"artifact_fingerprint", exes[a].compiled().source_fingerprint},
-                   {"attributes", resources_json(exes[a])}});
+    ordered_json arm = {{"name", arms[a].name}, {"tuning", std::move(tuning)}};
+    put_stats(arm, s);
+    arm["round_medians_ms"] = round_medians[a];
+    arm["ratio_to_first"] = ratio;
+    arm["cache_hit"] = exes[a].compiled().cache_hit;
+    arm["artifact_fingerprint"] = exes[a].compiled().source_fingerprint;
+    arm["attributes"] = resources_json(exes[a]);
+    out.push_back(std::move(arm));
     std::string rounds;
     for (double m : round_medians[a]) {
       std::snprintf(line, sizeof line, "%s%.4f", rounds.empty() ? "" : " / ", m);

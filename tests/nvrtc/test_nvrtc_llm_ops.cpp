@@ -192,6 +192,15 @@ bool embedded_vm_dispatches_attention() {
   return false;
 }
 
+// A generated decode step (`amk gen llama`) of `layers` layers at `context` positions.
+Program llama_step(const char* preset, uint32_t layers = 1, uint32_t context = 1024) {
+  gen::LlamaOptions o;
+  o.preset = preset;
+  o.layers = layers;
+  o.context = context;
+  return gen::generate_llama(o);
+}
+
 }  // namespace
 
 TEST_CASE("attention ops compile for sm_90a: no spills, no stack, per-op registers") {
@@ -280,11 +289,7 @@ TEST_CASE("the wide tiled attention is compiled in exactly for programs whose ch
   for (const auto& [preset, want] : {std::pair{"llama-3.1-8b", true}, {"llama-3.2-1b", false},
                                      {"tiny", false}}) {
     CAPTURE(preset);
-    gen::LlamaOptions o;
-    o.preset = preset;
-    o.layers = 1;
-    o.context = 1024;
-    const Program p = gen::generate_llama(o);
+    const Program p = llama_step(preset);
     CHECK(wide_in(p, options) == want);
     // The tuning decides when it names the macro (and the source defines it once).
     CompileOptions off = options, on = options;
@@ -316,11 +321,7 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
   // The Llama steps' chunks all fit the tiled path (the 8B's at the wide tile).
   for (const char* preset : {"llama-3.1-8b", "llama-3.2-1b", "tiny"}) {
     CAPTURE(preset);
-    gen::LlamaOptions o;
-    o.preset = preset;
-    o.layers = 1;
-    o.context = 1024;
-    const Program p = gen::generate_llama(o);
+    const Program p = llama_step(preset);
     CHECK_FALSE(pass_in(p, options));
     // The tiled path off, or (8B) its wide tile off: the pass is needed.
     CompileOptions untiled = options;
@@ -338,10 +339,7 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
   }
   // A step at another block size keeps the pass (the tiled path is built for 256 threads).
   {
-    gen::LlamaOptions o;
-    o.preset = "tiny";
-    o.layers = 1;
-    Program p = gen::generate_llama(o);
+    Program p = llama_step("tiny");
     p.launch.block = 128;
     CHECK(pass_in(p, options));
   }
@@ -368,11 +366,7 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
 }
 
 TEST_CASE("the 1B step's VM without the streaming pass compiles without spills") {
-  gen::LlamaOptions o;
-  o.preset = "llama-3.2-1b";
-  o.layers = 2;
-  o.context = 1024;
-  const Program p = gen::generate_llama(o);
+  const Program p = llama_step("llama-3.2-1b", 2);
   const Plan plan = make_plan(p);
   CompileOptions options;
   options.use_cache = false;
@@ -386,9 +380,7 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
 TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2) and the operand prefetch compile without spills") {
   CompileOptions options;
   options.use_cache = false;
-  gen::LlamaOptions o;
-  o.preset = "tiny";
-  const Program tiny = gen::generate_llama(o);
+  const Program tiny = llama_step("tiny", 2, 16);
   const Program rope = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                          "programs" / "attention_rope.json");
   struct Case {

@@ -231,6 +231,10 @@ expect hang_gemv_preload_caught 8 "victim" -- $amk run $P/hang_gemv.json --backe
 # attention's streaming pass forced out (AMK_ATTN_PASS=0) of a VM whose chunks need it: the
 # chunks that reach it stop the launch with bad_operand (exit 7) instead of computing nothing.
 expect pass_out_refused 7 "run.bad_operand" -- env AMK_VM_TUNING=AMK_ATTN_PASS=0 $amk run $P/attention_tiled.json --backend cuda -o "$out/pass_out"
+# 16 tuning arms of a program with 8 GiB of buffers (16 copies, 128 GiB): refused after the first
+# arm (device.memory, exit 5), not an allocation failure halfway.
+arms16=$(printf 'default;%.0s' $(seq 15))default
+expect arms_memory_refused 5 "device.memory" -- $amk profile $P/big_buffers.json --events --tuning-arms "$arms16"
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
 

@@ -239,10 +239,20 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
   const Plan plan = default_plan(program);
   std::vector<GpuExecutable> exes;
   exes.reserve(arms.size());
+  uint64_t bytes = 0;  // one arm's buffers
+  for (const std::vector<std::byte>& b : initial.data) bytes += b.size();
   for (const TuningArm& arm : arms) {
     GpuRequest r = req.gpu;
     r.tuning = arm.tuning;
     exes.push_back(GpuExecutable::open(program, plan, initial, gpu_options(r)));
+    // Every arm holds its own copy of the buffers: refuse before the device runs out.
+    const uint64_t mem = exes[0].device().global_mem_bytes;
+    if (exes.size() == 1 && mem != 0 && static_cast<double>(bytes) * arms.size() > 0.9 * mem)
+      throw Error(ErrorKind::device, "device.memory", "--tuning-arms",
+                  std::to_string(arms.size()) + " arms hold " + std::to_string(arms.size()) +
+                      " copies of the program's " + std::to_string(bytes >> 20) +
+                      " MiB of buffers, more than 90% of the device's " +
+                      std::to_string(mem >> 20) + " MiB; compare fewer arms at once");
   }
   const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
   std::vector<std::vector<double>> samples(arms.size()), round_medians(arms.size());

@@ -758,9 +758,9 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 // theta != 0 rotates q and k_new with RoPE at `position` (params 2-7, the rope op's meaning);
 // (k_new, v_new), when present, is one more position after the cached rows (which may be none).
 // AMK_ATTN_PASS (1): the streaming pass is compiled in. The generated source sets it to 0 when
-// the planner's plan proves that every attention_decode instruction takes the tiled path
-// (codegen's attention_all_tiled), so the VM does not carry the pass's ~200 KiB of code; a chunk
-// that then still reaches the pass stops the launch with a bad_operand status (detail
+// the plan shows that every attention_decode instruction takes the tiled path (codegen's
+// attention_pass_needed), so the VM does not carry the pass's ~190 KiB of code; a chunk that then
+// still reaches the pass stops the launch with a bad_operand status (detail
 // kAmkDetailUnknownOp | op) instead of computing nothing.
 #ifndef AMK_ATTN_PASS
 #define AMK_ATTN_PASS 1

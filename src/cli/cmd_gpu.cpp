@@ -38,6 +38,7 @@ struct ProfileCmdOptions {
   std::optional<uint64_t> timeout_ms;
   bool no_cache = false;
   bool rounds_given = false;
+  bool arms_given = false;  // (an empty --tuning-arms is refused, not ignored)
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
@@ -48,13 +49,13 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   if (o.request.cold && !o.events)
     throw Error(ErrorKind::usage, "usage.profile.cold", "--cold",
                 "--cold applies to --events (the trace's single launch is not flushed)");
-  if (!o.request.tuning_arms.empty() && (!o.events || !o.trace_path.empty()))
+  if (o.arms_given && (!o.events || !o.trace_path.empty()))
     throw Error(ErrorKind::usage, "usage.profile.arms", "--tuning-arms",
                 "--tuning-arms applies to --events alone (each arm's launches timed, interleaved)");
-  if (o.rounds_given && o.request.tuning_arms.empty())
+  if (o.rounds_given && !o.arms_given)
     throw Error(ErrorKind::usage, "usage.profile.rounds", "--rounds",
                 "--rounds applies to --tuning-arms");
-  if (!o.request.tuning_arms.empty()) check_tuning_arms(o.request.tuning_arms);
+  if (o.arms_given) check_tuning_arms(o.request.tuning_arms);
   Program p = load_and_verify(o.program);
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
@@ -63,8 +64,8 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   std::ostringstream text;
   ordered_json j;
   if (o.events)
-    j = o.request.tuning_arms.empty() ? profile_on_gpu(p, initial, o.request, text)
-                                      : profile_arms_on_gpu(p, initial, o.request, text);
+    j = o.arms_given ? profile_arms_on_gpu(p, initial, o.request, text)
+                     : profile_on_gpu(p, initial, o.request, text);
   if (!o.trace_path.empty()) {
     ordered_json t = trace_on_gpu(p, initial, o.request.gpu, o.trace_path, text);
     if (o.events)
@@ -125,7 +126,8 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "with --events: compare VM tunings in one process, 'ARM;ARM;...' (2-16 arms, "
                   "each 'default' or NAME=INT[,NAME=INT] like $AMK_VM_TUNING, which they "
                   "replace); one executable per arm, all in GPU memory at once, timed in "
-                  "interleaved rounds");
+                  "interleaved rounds")
+      ->each([o](const std::string&) { o->arms_given = true; });
   cmd->add_option("--rounds", o->request.rounds, "with --tuning-arms: interleaved rounds (2)")
       ->check(CLI::Range(1u, 100u))
       ->each([o](const std::string&) { o->rounds_given = true; });

@@ -204,6 +204,8 @@ expect_rc 2 "profile --tuning-arms with a bad arm" -- "$amk" profile "$sample" -
 expect_grep "$tmp/err" "at --tuning-arms arm 2: AMK_GEMV_PRELOAD" "the bad arm is named by its number"
 expect_rc 2 "profile --tuning-arms with one arm" -- "$amk" profile "$sample" --events --tuning-arms "default"
 expect_grep "$tmp/err" "expected 2..16 arms" "one arm is refused"
+expect_rc 2 "profile --tuning-arms empty" -- "$amk" profile "$sample" --events --tuning-arms ""
+expect_grep "$tmp/err" "at --tuning-arms arm 1: an arm is empty" "an empty --tuning-arms is refused, not ignored"
 if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=1"
 else

@@ -28,11 +28,11 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     amk_state.stop = 0;
     amk_state.rope_valid = 0;
     amk_state.block_start = amk_globaltimer();
-    amk_state.buffers = prog.buffers;
 #ifdef AMK_TRACE
     amk_state.marks = nullptr;  // one launch an instruction: no trace
 #endif
   }
+  amk_buffers_init(prog);
   if (threadIdx.x % kAmkWarpSize == 0)
     amk_state.queue_pos[threadIdx.x / kAmkWarpSize] = instruction;
   __syncthreads();

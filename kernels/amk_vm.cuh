@@ -1,7 +1,8 @@
 // The persistent VM: one block per queue, each walking its instructions (`iterations` times),
 // waiting on and signalling the monotonic counters, dispatching to the ops compiled in.
 //
-// Fetch. Nothing is staged in shared memory. Every warp walks the queue on its own, in windows
+// Fetch. No instruction is staged in shared memory (the buffer table is, in a program whose
+// steps wait: AMK_SMEM_BUFFERS, amk_device.cuh). Every warp walks the queue on its own, in windows
 // of kAmkWindow = 32 * AMK_VM_SUBS steps: lane l holds, for sub-window j, the packed header
 // (op, n_waits, n_signals) and the instruction index of step base + 32 j + l, in registers. The
 // headers of window w + 1 (ld.global.nc, 8 bytes each) and the queue items of window w + 2 are
@@ -66,12 +67,6 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // 5.40 at 64 KiB, 5.46 at 128 KiB, 5.69 at 256 KiB.
 #ifndef AMK_PREFETCH_OWN_BYTES
 #define AMK_PREFETCH_OWN_BYTES 32768
-#endif
-// AMK_PREFETCH_OPERANDS=1 (an experiment, off): a step that must wait asks for the buffer-table
-// lines of its operands in L1 first, so that the op's operand decode after the wait (amk_operand:
-// a load of the table entry each, some of them one after another) hits L1.
-#ifndef AMK_PREFETCH_OPERANDS
-#define AMK_PREFETCH_OPERANDS 0
 #endif
 
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
@@ -209,8 +204,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
     amk_state.stop = 0;
     amk_state.rope_valid = 0;
     amk_state.block_start = amk_globaltimer();
-    amk_state.buffers = prog.buffers;
   }
+  amk_buffers_init(prog);
 #if AMK_WEIGHT_STREAMS
   amk_stream_cursor sc = amk_stream_init(prog, blockIdx.x, len, prog.iterations > 0 ? prog.iterations : 1u);
   // A stopping block waits for the weight copies still landing in its shared memory.
@@ -339,13 +334,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #if AMK_WEIGHT_STREAMS
       amk_stream_top_up();  // the warps keep the ring full across this step's waits
       const bool streamed = p + l == sc.next_step;
-#endif
-#if AMK_PREFETCH_OPERANDS
-      if (n_waits != 0 && warp == kAmkWarps - 1 && lane >= 16 && lane - 16 < ins.n_operands &&
-          lane - 16 < AMK_MAX_OPERANDS) {
-        const uint32_t b = ins.operands[lane - 16].buffer;
-        if (b != AMK_NO_BUFFER) amk_prefetch_l1(prog.buffers + b);
-      }
 #endif
 #if AMK_PREFETCH_OWN_BYTES > 0
       // A step that must wait pulls the first bytes of its own streamed operands into L2 first,

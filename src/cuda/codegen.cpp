@@ -46,6 +46,8 @@ constexpr uint32_t kAttentionWideMergeBytes = 8192 * 4 + (16 + 256) * 4 + (512 +
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
+// AMK_SMEM_BUFFERS: the most buffers whose table a block holds in shared memory (8 bytes each).
+constexpr size_t kSmemBufferCap = 1024;
 
 bool has_norm_gemv(const Plan& plan) {
   for (const amk_instruction_t& ins : plan.instructions)
@@ -216,6 +218,22 @@ bool attention_pass_needed(const Program& program, const Plan& plan,
   return false;
 }
 
+bool smem_buffer_table(const Program& program, const Plan& plan, const CompileOptions& options) {
+  if (program.buffers.empty() || program.buffers.size() > kSmemBufferCap) return false;
+  if (const auto t = tuning_value(options, "AMK_SMEM_BUFFERS")) return *t != 0;
+  return std::any_of(plan.instructions.begin(), plan.instructions.end(),
+                     [](const amk_instruction_t& ins) { return ins.n_waits != 0; });
+}
+
+bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
+  if (const auto t = tuning_value(options, "AMK_GEMV_PRELOAD")) return *t != 0;
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::gemv) && ins.n_waits != 0 &&
+        (ins.flags & AMK_INS_CONST_WEIGHTS) != 0)
+      return true;
+  return false;
+}
+
 uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin,
                                const CompileOptions& options) {
   if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
@@ -225,6 +243,8 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
     slack += attention_wide_tiles(program, plan, options) ? kAttentionWideMergeBytes
                                                           : kAttentionMergeBytes;
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
+  if (smem_buffer_table(program, plan, options))
+    slack += 8 * static_cast<uint32_t>(program.buffers.size());
   const uint32_t budget = smem_optin > slack ? smem_optin - slack : 0;
   for (const TmaGemvSpec& s : tma_gemv_specs(program)) {
     for (uint32_t stages = kTmaStages; stages >= 2; --stages) {
@@ -281,6 +301,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_GEMV_PRELOAD", 0, 2, "0 (off) or the gemv weight batches requested before the wait"},
     {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
+    {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
 };
 
 }  // namespace
@@ -397,7 +418,12 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_TMA_COUNT " + std::to_string(program.tma.size()) + "\n";
   if (options.trace) s += "#define AMK_TRACE 1\n";
   for (const auto& [name, value] : options.tuning)
-    s += "#define " + name + " " + std::to_string(value) + "\n";
+    if (name != "AMK_SMEM_BUFFERS")  // (decided below: the table must hold every buffer)
+      s += "#define " + name + " " + std::to_string(value) + "\n";
+  // A program whose steps wait: the buffer table in shared memory (see smem_buffer_table).
+  if (smem_buffer_table(program, plan, options))
+    s += "#define AMK_SMEM_BUFFERS 1\n#define AMK_SMEM_BUFFER_CAP " +
+         std::to_string(program.buffers.size()) + "\n";
   // Attention chunks too large for the tiled path's default tile but within its wide one (the
   // Llama-3.1-8B step's 64 positions of 4 heads of 128): the VM gets the wide tile.
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
@@ -408,6 +434,12 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
       !attention_pass_needed(program, plan, options) && !tuning_value(options, "AMK_ATTN_PASS"))
     s += "#define AMK_ATTN_PASS 0\n";
+  // No gemv step both waits and reads weights that no instruction writes (the GEMV benchmarks,
+  // independent row ranges): the preload would never run, and its registers alone took such a VM
+  // from 128 to 150 a thread, from two blocks an SM to one (measured 73 -> 98.5 us for 8 x 4096^2).
+  if (ops.count(static_cast<uint16_t>(OpId::gemv)) && !gemv_preload_needed(plan, options) &&
+      !tuning_value(options, "AMK_GEMV_PRELOAD"))
+    s += "#define AMK_GEMV_PRELOAD 0\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

@@ -54,6 +54,21 @@ struct TmaGemvSpec {
 [[nodiscard]] bool attention_pass_needed(const Program& program, const Plan& plan,
                                          const CompileOptions& options);
 
+// Whether the VM holds the buffer table in shared memory (AMK_SMEM_BUFFERS, kernels/
+// amk_device.cuh): never for more than 1024 buffers; else the tuning's value when it names the
+// macro; else whether some step of the plan waits (a wait's acquire fence invalidates L1, so the
+// operand decode after it would read the global table from L2; without waits L1 serves it, and
+// the shared table's registers could cost a VM its second block an SM, as measured on the GEMV
+// benchmark: 128 -> 139 registers).
+[[nodiscard]] bool smem_buffer_table(const Program& program, const Plan& plan,
+                                     const CompileOptions& options);
+
+// Whether the VM is built with the gemv preload (AMK_GEMV_PRELOAD, kernels/amk_sync.cuh): the
+// tuning's value when it names the macro, else whether some gemv of the plan waits and reads
+// weights no instruction writes (AMK_INS_CONST_WEIGHTS), the only steps that preload. Without it
+// the source sets the macro to 0 (same results; the preload's registers can cost occupancy).
+[[nodiscard]] bool gemv_preload_needed(const Plan& plan, const CompileOptions& options);
+
 // Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
 // when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv
 // on the Llama step on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=10

@@ -299,6 +299,12 @@ void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& 
     arena.upload(initial.data[i], buffer_offsets[i], stream.get(),
                  "buffer '" + program.buffers[i].name + "'");
 
+  // The VM's shared-memory buffer table packs a dtype above bit 56 of each address
+  // (kernels/amk_device.cuh, AMK_SMEM_BUFFERS): GPU virtual addresses are 49 bits today.
+  if (nb != 0 && (arena.get() + total) >> 56 != 0)
+    throw Error(ErrorKind::device, "device.memory", "",
+                "the driver placed the program's buffers above 2^56, where amk's VM cannot "
+                "address them");
   std::vector<amk_buffer_t> table = plan.buffers;
   for (size_t i = 0; i < nb; ++i)
     table[i].address = arena.get() + buffer_offsets[i];

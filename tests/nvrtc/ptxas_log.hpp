@@ -25,4 +25,19 @@ inline bool no_spills(const std::string& log) {
   return vm;
 }
 
+// Registers a thread of the VM kernel (amk_vm) uses, as ptxas reported them; -1 if not found.
+inline int vm_registers(const std::string& log) {
+  const size_t at = log.find("Function properties for amk_vm\n");
+  if (at == std::string::npos) return -1;
+  const std::string used = "Used ";
+  const size_t u = log.find(used, at);
+  const size_t next = log.find("Function properties for ", at + 1);
+  if (u == std::string::npos || (next != std::string::npos && u > next)) return -1;
+  int n = 0;
+  size_t i = u + used.size();
+  if (i >= log.size() || log[i] < '0' || log[i] > '9') return -1;
+  for (; i < log.size() && log[i] >= '0' && log[i] <= '9'; ++i) n = n * 10 + (log[i] - '0');
+  return log.compare(i, 10, " registers") == 0 ? n : -1;
+}
+
 }  // namespace amk::test

@@ -284,6 +284,113 @@ TEST_CASE("the gemv preload (default 2; 1, 0 by tuning) compiles without spills,
   CHECK(cubins[1] != cubins[0]);
 }
 
+namespace {
+
+// Two plain bf16 gemvs (f32 x): the GEMV benchmark's VM. With `waits`, the builder's chain (each
+// step waits for the one before) and the planner's const-weights flag, as in a decode step.
+Built plain_gemvs(bool waits, uint32_t extra_buffers = 0) {
+  Builder b;
+  const uint32_t k = 4096, rows = 64;
+  const uint32_t x = b.buffer("x", DType::f32, {k});
+  for (int m = 0; m < 2; ++m) {
+    const uint32_t w = b.buffer("w" + std::to_string(m), DType::bf16, {rows, k});
+    const uint32_t y = b.buffer("y" + std::to_string(m), DType::f32, {rows});
+    b.instruction(id(OpId::gemv), {w, x, y, AMK_NO_BUFFER});
+  }
+  for (uint32_t e = 0; e < extra_buffers; ++e)
+    b.buffer("unused" + std::to_string(e), DType::f32, {4});
+  Built built = b.finish();
+  for (amk_instruction_t& i : built.plan.instructions) {
+    if (!waits) i.n_waits = 0;
+    i.flags |= AMK_INS_CONST_WEIGHTS;
+  }
+  return built;
+}
+
+}  // namespace
+
+TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gemv VM keeps two blocks an SM") {
+  const CompileOptions o = uncached();
+  auto defines = [](const std::string& src, const std::string& name) {
+    size_t n = 0;
+    for (size_t at = src.find("#define " + name + " "); at != std::string::npos;
+         at = src.find("#define " + name + " ", at + 1))
+      ++n;
+    return n;
+  };
+  const Built free = plain_gemvs(false);
+  const Built chained = plain_gemvs(true);
+  CHECK_FALSE(gemv_preload_needed(free.plan, o));
+  CHECK_FALSE(smem_buffer_table(free.program, free.plan, o));
+  CHECK(gemv_preload_needed(chained.plan, o));
+  CHECK(smem_buffer_table(chained.program, chained.plan, o));
+  const std::string free_src = vm_source(free.program, free.plan, o);
+  CHECK(free_src.find("#define AMK_GEMV_PRELOAD 0\n") != std::string::npos);
+  CHECK(defines(free_src, "AMK_SMEM_BUFFERS") == 0);
+  const std::string chained_src = vm_source(chained.program, chained.plan, o);
+  CHECK(defines(chained_src, "AMK_GEMV_PRELOAD") == 0);  // the header's default, two batches
+  CHECK(chained_src.find("#define AMK_SMEM_BUFFERS 1\n#define AMK_SMEM_BUFFER_CAP 5\n") !=
+        std::string::npos);
+  // Waits on gemvs whose weights some instruction writes: no preload, but the table.
+  {
+    Built written = plain_gemvs(true);
+    for (amk_instruction_t& i : written.plan.instructions) i.flags = 0;
+    CHECK_FALSE(gemv_preload_needed(written.plan, o));
+    CHECK(smem_buffer_table(written.program, written.plan, o));
+  }
+  // The tunings decide when they name the macros, each defined once.
+  CompileOptions on = o, off = o;
+  on.tuning = {{"AMK_GEMV_PRELOAD", 2}, {"AMK_SMEM_BUFFERS", 1}};
+  off.tuning = {{"AMK_GEMV_PRELOAD", 0}, {"AMK_SMEM_BUFFERS", 0}};
+  CHECK(gemv_preload_needed(free.plan, on));
+  CHECK(smem_buffer_table(free.program, free.plan, on));
+  CHECK_FALSE(gemv_preload_needed(chained.plan, off));
+  CHECK_FALSE(smem_buffer_table(chained.program, chained.plan, off));
+  const std::string forced = vm_source(free.program, free.plan, on);
+  CHECK(defines(forced, "AMK_GEMV_PRELOAD") == 1);
+  CHECK(defines(forced, "AMK_SMEM_BUFFERS") == 1);
+  CHECK(defines(vm_source(chained.program, chained.plan, off), "AMK_SMEM_BUFFERS") == 0);
+  // The table holds every buffer or none: past 1024 buffers it stays global, tuning or not.
+  {
+    const Built many = plain_gemvs(true, 1020);
+    CHECK(many.program.buffers.size() == 1025);
+    CHECK_FALSE(smem_buffer_table(many.program, many.plan, o));
+    CHECK_FALSE(smem_buffer_table(many.program, many.plan, on));
+    CHECK(defines(vm_source(many.program, many.plan, on), "AMK_SMEM_BUFFERS") == 0);
+    CHECK(smem_buffer_table(plain_gemvs(true, 1019).program, plain_gemvs(true, 1019).plan, o));
+  }
+  // Without them the plain gemv VM fits 128 registers a thread, two 256-thread blocks an SM
+  // (measured on the H200: 8 x 4096^2 in 73 us at two blocks, 98.5 us at one).
+  const CompileOutput out = compile_vm(free.program, free.plan, o);
+  INFO(out.log);
+  REQUIRE(out.ok);
+  CHECK(amk::test::no_spills(out.log));
+  const int regs = amk::test::vm_registers(out.log);
+  CHECK(regs > 0);
+  CHECK(regs <= 128);
+  // Both on: more registers (what the default spares such a VM); compiled and spill-free.
+  const CompileOutput both = compile_vm(free.program, free.plan, on);
+  INFO(both.log);
+  REQUIRE(both.ok);
+  CHECK(amk::test::no_spills(both.log));
+  CHECK(amk::test::vm_registers(both.log) > regs);
+}
+
+TEST_CASE("vm_registers reads the VM's line of a ptxas log") {
+  const std::string log =
+      "ptxas info    : Function properties for amk_raise_at\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 40 registers\n"
+      "ptxas info    : Function properties for amk_vm\n"
+      "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+      "ptxas info    : Used 128 registers, used 1 barriers, 56 bytes smem\n";
+  CHECK(amk::test::vm_registers(log) == 128);
+  CHECK(amk::test::vm_registers("ptxas info    : Function properties for amk_vm\n") == -1);
+  CHECK(amk::test::vm_registers(
+            "ptxas info    : Function properties for amk_vm\nptxas info    : Function "
+            "properties for f\nptxas info    : Used 9 registers\n") == -1);
+}
+
 TEST_CASE("gemv with norm, w2 and residual compiles for sm_90a without spills") {
   const Built b = fused_gemv_program();
   const std::string src = vm_source(b.program, b.plan, uncached());

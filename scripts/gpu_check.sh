@@ -165,8 +165,10 @@ check_tuned AMK_COMBINE_BATCH=4 combine4 attention_rope
 # default rows above run it; here one batch (AMK_GEMV_PRELOAD=1) and none (0).
 check_tuned AMK_GEMV_PRELOAD=1 preload1 gemv_waits gemv_fused gemv_stream
 check_tuned AMK_GEMV_PRELOAD=0 preload0 gemv_waits tma_gemv gemv_splitk
-# The L1 prefetch of a waiting step's buffer-table lines (AMK_PREFETCH_OPERANDS=1, an experiment).
-check_tuned AMK_PREFETCH_OPERANDS=1 operands gemv_waits attention_rope small_ops
+# A program whose steps wait holds the buffer table in shared memory by default; its programs
+# with the global table (AMK_SMEM_BUFFERS=0), and one without waits with the shared table.
+check_tuned AMK_SMEM_BUFFERS=0 globaltable gemv_waits attention_rope small_ops
+check_tuned AMK_SMEM_BUFFERS=1 smemtable gemv_fused tma_gemv
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -292,6 +294,19 @@ for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
     print(f"{name}: weights {gb * 1e3:.0f} MB (target >= 3.9 TB/s; 1x: <= 9 us)|" + "; ".join(parts))
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/gemv_rows.txt"
+# The GEMV program has no waits: its VM leaves out the gemv preload and the shared buffer table
+# (codegen), whose registers would cost it its second block an SM (128 -> 150 / 139 registers).
+$amk --json profile "$out/bench/gemv_8x4096x4096.json" --events --warmup 5 --iterations 30 --rounds 2 --tuning-arms "default;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=1" > "$out/bench/gemv_arms.json" 2>"$out/bench/gemv_arms.err"; tail -2 "$out/bench/gemv_arms.err"
+$py - "$out/bench/gemv_arms.json" <<'PY' > "$out/gemv_arm_rows.txt"
+import json, sys
+try:
+    for a in json.load(open(sys.argv[1]))["arms"]:
+        print(f"gemv_8x4096x4096, {a['name']}, amk profile --tuning-arms|median " +
+              " / ".join(f"{m * 1e3:.1f}" for m in a["round_medians_ms"]) + f" us ({a['ratio_to_first']:.3f}x)")
+except Exception as e:
+    print(f"gemv_8x4096x4096 arms|unavailable ({e})")
+PY
+while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/gemv_arm_rows.txt"
 
 fi  # AMK_BASE
 
@@ -327,11 +342,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # executable per arm, two interleaved rounds): attention's streaming pass compiled in but unused
   # (AMK_ATTN_PASS=1) and taking every chunk (AMK_ATTN_TILED=0: the tiled path off), without the
   # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), the gemv preload at
-  # one batch (AMK_GEMV_PRELOAD=1) and off (0), the L1 prefetch of a waiting step's buffer-table
-  # lines (AMK_PREFETCH_OPERANDS=1, an experiment). Then attention's waits one counter a layer
+  # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
+  # its copy in shared memory (AMK_SMEM_BUFFERS=0). Then attention's waits one counter a layer
   # (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
   # slower in every run since the fifth session, is only checked.
-  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_PREFETCH_OPERANDS=1"
+  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0"
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
     for f in llama1b_layersync llama1b_unfused; do
@@ -418,8 +433,8 @@ PY
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
     # host time), attention's streaming pass compiled in, the gemv preload at one batch, and the
-    # L1 prefetch of a waiting step's buffer-table lines.
-    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_PREFETCH_OPERANDS=1" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
+    # buffer table read from global memory (AMK_SMEM_BUFFERS=0).
+    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
 try:

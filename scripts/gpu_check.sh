@@ -169,6 +169,8 @@ check_tuned AMK_GEMV_PRELOAD=0 preload0 gemv_waits tma_gemv gemv_splitk
 # with the global table (AMK_SMEM_BUFFERS=0), and one without waits with the shared table.
 check_tuned AMK_SMEM_BUFFERS=0 globaltable gemv_waits attention_rope small_ops
 check_tuned AMK_SMEM_BUFFERS=1 smemtable gemv_fused tma_gemv
+# Steps with waits prefetched ahead too (AMK_PREFETCH_DEPENDENT=1, an experiment; a hint).
+check_tuned AMK_PREFETCH_DEPENDENT=1 prefdep gemv_waits attention_rope
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -343,10 +345,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_ATTN_PASS=1) and taking every chunk (AMK_ATTN_TILED=0: the tiled path off), without the
   # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), the gemv preload at
   # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
-  # its copy in shared memory (AMK_SMEM_BUFFERS=0). Then attention's waits one counter a layer
+  # its copy in shared memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched ahead too
+  # (AMK_PREFETCH_DEPENDENT=1, with the next or the second next streaming step). Then attention's
+  # waits one counter a layer
   # (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
   # slower in every run since the fifth session, is only checked.
-  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0"
+  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2"
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
     for f in llama1b_layersync llama1b_unfused; do
@@ -433,8 +437,9 @@ PY
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
     # host time), attention's streaming pass compiled in, the gemv preload at one batch, and the
-    # buffer table read from global memory (AMK_SMEM_BUFFERS=0).
-    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
+    # buffer table read from global memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched
+    # ahead too (AMK_PREFETCH_DEPENDENT=1).
+    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
 try:

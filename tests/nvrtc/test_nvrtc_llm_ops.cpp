@@ -377,7 +377,7 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
   CHECK(amk::test::no_spills(out.log));
 }
 
-TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2) and the global buffer table compile without spills") {
+TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), the global buffer table and the dependent-step prefetch compile without spills") {
   CompileOptions options;
   options.use_cache = false;
   const Program tiny = llama_step("tiny", 2, 16);
@@ -390,7 +390,8 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2) and the global buff
   };
   for (const Case& c : {Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 1}}},
                         Case{&rope, true, {{"AMK_TRACE_MARKS_EARLY", 2}}},
-                        Case{&tiny, false, {{"AMK_SMEM_BUFFERS", 0}}}}) {
+                        Case{&tiny, false, {{"AMK_SMEM_BUFFERS", 0}}},
+                        Case{&tiny, false, {{"AMK_PREFETCH_DEPENDENT", 1}}}}) {
     CAPTURE(c.tuning[0].first);
     CompileOptions co = options;
     co.trace = c.trace;

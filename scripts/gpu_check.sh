@@ -346,11 +346,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), the gemv preload at
   # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
   # its copy in shared memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched ahead too
-  # (AMK_PREFETCH_DEPENDENT=1, with the next or the second next streaming step). Then attention's
-  # waits one counter a layer
-  # (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
-  # slower in every run since the fifth session, is only checked.
-  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2"
+  # (AMK_PREFETCH_DEPENDENT=1: the next streaming step, the second next, 128 KiB of the next).
+  # Then attention's waits one counter a layer (twice) and the unfused layer (once), as programs
+  # of their own. `--down split`, measured slower in every run since the fifth session, is only
+  # checked.
+  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_BYTES=131072"
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
     for f in llama1b_layersync llama1b_unfused; do

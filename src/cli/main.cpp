@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -57,8 +60,19 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : static_cast<int>(amk::ExitCode::usage);
+    // --help and --version print as CLI11 writes them; a bad command line is an amk usage error
+    // like any other: one line (or JSON with --json), naming the subcommand, exit 2.
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    std::string where = "amk";
+    for (CLI::App* sub = &app; sub != nullptr;) {
+      const std::vector<CLI::App*> subs = sub->get_subcommands();
+      sub = subs.empty() ? nullptr : subs.front();
+      if (sub != nullptr) where += " " + sub->get_name();
+    }
+    for (int i = 1; i < argc; ++i)
+      if (std::string_view(argv[i]) == "--json") g.json = true;
+    return report_error(g, amk::Error(amk::ErrorKind::usage, "usage.command_line", where,
+                                      std::string(e.what()) + " (see " + where + " --help)"));
   }
 
   auto logger = spdlog::stderr_color_mt("amk");

@@ -32,6 +32,15 @@ expect_rc 0 "version" -- "$amk" --version
 expect_rc 2 "no subcommand" -- "$amk"
 expect_rc 2 "unknown flag" -- "$amk" run "$sample" --frobnicate
 expect_rc 2 "bad backend value" -- "$amk" run "$sample" --backend tpu
+# A bad command line is one amk usage error naming the subcommand (JSON with --json), exit 2.
+expect_grep "$tmp/err" "^amk: usage error \[usage.command_line\] at amk run: --backend: tpu not in" "bad backend value is one located line"
+[ "$(wc -l < "$tmp/err")" -eq 1 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bad backend value: not one line"; }
+expect_rc 2 "option out of range" -- "$amk" gen llama --attn-chunks 0 -o "$tmp/g0.json"
+expect_grep "$tmp/err" "usage.command_line\] at amk gen llama: --attn-chunks: Value 0 not in range" "range error names the subcommand"
+expect_rc 2 "missing argument, --json" -- "$amk" --json run
+[ "$(json_field "$tmp/out" "j['error']['code'] + ' ' + j['error']['where'] + ' ' + str(j['error']['exit_code'])")" = "usage.command_line amk run 2" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL command-line error as JSON"; }
+expect_rc 0 "subcommand help" -- "$amk" run --help
+expect_grep "$tmp/out" "Usage:" "subcommand help prints usage"
 expect_rc 4 "missing file" -- "$amk" validate "$tmp/nope.json"
 expect_grep "$tmp/err" "io.missing" "missing file code"
 

@@ -305,6 +305,28 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_PREFETCH_DEPENDENT", 0, 1, "0 or 1 (steps with waits prefetched ahead too)"},
 };
 
+// Macros the generated source derives from the program (block size, ops and dtypes used, table
+// sizes): a tuning that defined one would give the VM a shape the launch does not have.
+bool derived_macro(std::string_view name) {
+  for (std::string_view exact :
+       {"AMK_BLOCK_THREADS", "AMK_TMA_COUNT", "AMK_TRACE", "AMK_SMEM_BUFFER_CAP",
+        "AMK_STREAM_X_FLOATS", "AMK_WEIGHT_STREAMS", "AMK_TMA_GEMV", "AMK_STEP_KERNEL",
+        "AMK_GEMV_PAIRS_LISTED", "AMK_GEMV_FUSIONS_LISTED", "AMK_ATTN_KV_LISTED",
+        "AMK_ELT_DTYPES_LISTED"})
+    if (name == exact) return true;
+  for (std::string_view prefix : {"AMK_USE_OP_", "AMK_GEMV_FUSE_"})
+    if (name.substr(0, prefix.size()) == prefix) return true;
+  for (std::string_view t : {"F32", "F16", "BF16"}) {
+    for (std::string_view prefix : {"AMK_ATTN_KV_", "AMK_ELT_"})
+      if (name.size() == prefix.size() + t.size() && name.substr(0, prefix.size()) == prefix &&
+          name.substr(prefix.size()) == t)
+        return true;
+    for (std::string_view x : {"F32", "F16", "BF16"})
+      if (name == "AMK_GEMV_" + std::string(t) + "_" + std::string(x)) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view text,
@@ -330,6 +352,9 @@ std::vector<std::pair<std::string, int64_t>> parse_vm_tuning(std::string_view te
       throw Error(ErrorKind::usage, "usage.vm_tuning", where,
                   "expected NAME=INTEGER[,NAME=INTEGER...] with names AMK_[A-Z0-9_]+, got '" +
                       std::string(item) + "'");
+    if (derived_macro(name))
+      throw Error(ErrorKind::usage, "usage.vm_tuning", where,
+                  std::string(name) + " is set by amk from the program, not a tuning");
     if (name == "AMK_STREAM_SLOTS" && value != 0 && (value < 2 || value > 64))
       throw Error(ErrorKind::usage, "usage.vm_tuning", where,
                   "AMK_STREAM_SLOTS is 0 (weight streams off) or a slot count in 2..64, got " +

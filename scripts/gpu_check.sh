@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# The device run: builds amk, runs the nvrtc + gpu test tiers, every sample on the GPU against
-# the CPU backend and numpy, the refusal / hang / fault programs, and the runtime benchmarks;
-# prints a short table last. Logs go to ./out/gpu_check; on the device machine ($OUT set, of which
-# at most 8 files come back) they are kept in the scratch folder and $OUT gets three files at the
-# end: summary.txt (the table), phases1b.txt (the 1B step's phase table) and logs.tar.gz (every
-# log and result file).
+# The device run: builds amk, runs the unit and gpu test tiers (AMK_NVRTC_TIER=1: the nvrtc tier
+# too), every sample on the GPU against the CPU backend and numpy, the tuned checks, the refusal /
+# hang / fault programs, and the runtime benchmarks; prints a short table last. Logs go to
+# ./out/gpu_check; on the device machine ($OUT set, of which at most 8 files come back) they are
+# kept in the scratch folder and $OUT gets three files at the end: summary.txt (the table),
+# phases1b.txt (the 1B step's phase table) and logs.tar.gz (every log and result file).
 #   bash scripts/gpu_check.sh
-# The whole run takes ~16 minutes on the H200, more than the device tool's limit for one command
-# (10); it splits in two calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; ~7.5-8.5 min
-# by an estimate from the previous run plus the checks added since) and AMK_BASE=0 (the Llama
-# decode section only; ~8.5 min, ~6.5 with AMK_8B=0). A call the device stops still returns what
-# was packed so far (each section packs on entry; TERM packs too). Each section's start prints the seconds elapsed.
+# The whole run took ~15 minutes on the H200 (512 + 380 s in the fourteenth session, before the
+# nvrtc tier left the device run and the kernels of the checks and arms were compiled in
+# parallel up front), more than the device tool's limit for one command (10); it splits in two
+# calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
+# section only; AMK_8B=0 leaves the 8B step out). A call the device stops still returns what was
+# packed so far (each section packs on entry; TERM packs too). Each section's start prints the
+# seconds elapsed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
@@ -36,6 +38,18 @@ export AMK_CACHE_DIR="$scratch/cache"
 t_start=$(date +%s)
 sec() { pack; echo "== $1 [$(( $(date +%s) - t_start )) s]"; }  # (packs what is done so far)
 row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
+# precompile TUNING PROGRAM...: queue each program's VM under $AMK_VM_TUNING=TUNING ("" for the
+# default); precompile_run compiles the queue into the kernel cache, one NVRTC process a core,
+# so that the runs that follow (one after another) find their kernels there.
+pc_jobs=()
+precompile() { local tn="$1" f; shift; for f in "$@"; do pc_jobs+=("$tn|$f"); done; }
+precompile_run() {
+  local t0=$(date +%s)
+  printf '%s\n' "${pc_jobs[@]}" | xargs -P "$(nproc)" -I{} bash -c \
+    'AMK_VM_TUNING="${1%%|*}" "$0" -q compile --trust-custom-ops "${1#*|}" >/dev/null 2>&1' "$amk" {}
+  echo "precompiled ${#pc_jobs[@]} kernels in $(( $(date +%s) - t0 )) s"
+  pc_jobs=()
+}
 
 sec "build"
 cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
@@ -103,9 +117,12 @@ PY
 fi
 
 if [ "${AMK_BASE:-1}" = 1 ]; then
-sec "ctest (all tiers)"
-ctest --test-dir build/default --output-on-failure -j 4 >"$out/ctest.log" 2>&1
-rc=$?; tail -15 "$out/ctest.log"; row "ctest (unit, nvrtc, gpu, cli)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+# The unit and gpu tiers (the cli scripts are in the unit tier); the nvrtc tier needs no GPU and
+# CI runs it with the same toolkit (~2 of this call's ~8.5 minutes): AMK_NVRTC_TIER=1 adds it.
+tiers="unit|gpu"; [ "${AMK_NVRTC_TIER:-0}" = 1 ] && tiers="unit|gpu|nvrtc"
+sec "ctest ($tiers)"
+ctest --test-dir build/default --output-on-failure -j 8 -L "^($tiers)\$" >"$out/ctest.log" 2>&1
+rc=$?; tail -15 "$out/ctest.log"; row "ctest ($tiers)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
 sec "samples on the GPU (--check against the CPU backend, then numpy)"
 for s in samples/*.json; do
@@ -116,8 +133,50 @@ done
 $py scripts/check_samples.py --amk $amk --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; tail -3 "$out/numpy.log"; row "samples vs numpy (cuda)" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 
+# The tuned checks below: TUNING|TAG|PROGRAMS (tests/gpu/programs) each --check'ed against the
+# CPU backend, then the tiny step against numpy, with $AMK_VM_TUNING=TUNING (check_tuned).
+tuned=(
+  # attention_decode's streaming pass with the tiled path off (AMK_ATTN_TILED=0): the chunks the
+  # tiled path takes by default, checked on the pass too.
+  "AMK_ATTN_TILED=0|pass|attention_rope attention_tiled"
+  # The wide tiled attention (K+V up to 32 KiB, group x head_dim up to 512: the 8B step's
+  # chunks), which the generated source turns on when a chunk needs it (attention_tiled_wide,
+  # attention_rope), turned off for those (their chunks then take the pass) and forced on for the
+  # others.
+  "AMK_ATTN_TILED_WIDE=0|narrow|attention_tiled_wide attention_rope"
+  "AMK_ATTN_TILED_WIDE=1|wide|attention_tiled"
+  # attention_combine's batch of chunks a lane loads at once (16 at 256 threads; 4 unrolls a
+  # quarter of the code; the 40-chunk tiny step below covers its rounds).
+  "AMK_COMBINE_BATCH=4|combine4|attention_rope"
+  # The gemv preload (by default a gemv whose weights no instruction writes requests its first
+  # two weight batches, then waits inside the op; gemv_waits.json has every gemv form behind a
+  # wait): the default rows run it; here one batch (AMK_GEMV_PRELOAD=1) and none (0).
+  "AMK_GEMV_PRELOAD=1|preload1|gemv_waits gemv_fused gemv_stream"
+  "AMK_GEMV_PRELOAD=0|preload0|gemv_waits tma_gemv gemv_splitk"
+  # A program whose steps wait holds the buffer table in shared memory by default; programs with
+  # waits with the global table (AMK_SMEM_BUFFERS=0), and ones without waits with the shared one.
+  "AMK_SMEM_BUFFERS=0|globaltable|gemv_waits attention_rope small_ops"
+  "AMK_SMEM_BUFFERS=1|smemtable|gemv_fused tma_gemv"
+  # Steps with waits prefetched ahead too (AMK_PREFETCH_DEPENDENT=1, an experiment; a hint).
+  "AMK_PREFETCH_DEPENDENT=1|prefdep|gemv_waits attention_rope"
+)
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk"
+gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
+for bt in 128 512; do
+  sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
+  precompile "" "$out/attention_rope_$bt.json"
+done
+for f in $base_programs; do precompile "" tests/gpu/programs/$f.json; done
+for e in "${tuned[@]}"; do
+  IFS='|' read -r tn tag progs <<< "$e"
+  for f in $progs; do precompile "$tn" tests/gpu/programs/$f.json; done
+done
+for tn in AMK_STREAM_SLOTS=8 AMK_STREAM_SLOTS=4,AMK_STREAM_WARPS=4; do precompile "$tn" tests/gpu/programs/gemv_stream.json; done
+for f in gemv_fused gemv_stream tma_gemv; do precompile "$gv" tests/gpu/programs/$f.json; done
+precompile_run
+
 sec "TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
-for f in tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk; do
+for f in $base_programs; do
   $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
@@ -125,7 +184,6 @@ done
 # attention_rope at 128 and 512 threads a block: the attention and combine paths compiled for
 # other register budgets (the programs above all use 256).
 for bt in 128 512; do
-  sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
   $amk run "$out/attention_rope_$bt.json" --backend cuda --check >"$out/run_attention_rope_$bt.log" 2>&1
   rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
@@ -143,14 +201,10 @@ check_tuned() {
   rc=$?; row "llama tiny, $tn, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   [ $rc = 0 ] || tail -3 "$out/check_llama_$tag.log"
 }
-# attention_decode's streaming pass with the tiled path off (AMK_ATTN_TILED=0): the chunks the
-# tiled path takes by default, checked on the pass too.
-check_tuned AMK_ATTN_TILED=0 pass attention_rope attention_tiled
-# The wide tiled attention (K+V up to 32 KiB, group x head_dim up to 512: the 8B step's chunks),
-# which the generated source turns on when a chunk needs it (attention_tiled_wide, attention_rope),
-# turned off for those (their chunks then take the pass) and forced on for the others.
-check_tuned AMK_ATTN_TILED_WIDE=0 narrow attention_tiled_wide attention_rope
-check_tuned AMK_ATTN_TILED_WIDE=1 wide attention_tiled
+for e in "${tuned[@]}"; do
+  IFS='|' read -r tn tag progs <<< "$e"
+  check_tuned "$tn" "$tag" $progs
+done
 # attention_combine's batch of chunks a lane loads at once (AMK_COMBINE_BATCH: 16 at 256 threads;
 # 4 unrolls a quarter of the code): the tiny step with 40 chunks a kv head (a round of 32 and a
 # partial one, partial batches) both ways, and attention_rope at 4.
@@ -159,18 +213,6 @@ for tn in "" AMK_COMBINE_BATCH=4; do
   rc=$?; row "llama tiny, 40 chunks a kv head, ${tn:-default}, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   [ $rc = 0 ] || tail -3 "$out/check_llama_chunks40.log"
 done
-check_tuned AMK_COMBINE_BATCH=4 combine4 attention_rope
-# The gemv preload (by default a gemv whose weights no instruction writes requests its first two
-# weight batches, then waits inside the op; gemv_waits.json has every gemv form behind a wait): the
-# default rows above run it; here one batch (AMK_GEMV_PRELOAD=1) and none (0).
-check_tuned AMK_GEMV_PRELOAD=1 preload1 gemv_waits gemv_fused gemv_stream
-check_tuned AMK_GEMV_PRELOAD=0 preload0 gemv_waits tma_gemv gemv_splitk
-# A program whose steps wait holds the buffer table in shared memory by default; its programs
-# with the global table (AMK_SMEM_BUFFERS=0), and one without waits with the shared table.
-check_tuned AMK_SMEM_BUFFERS=0 globaltable gemv_waits attention_rope small_ops
-check_tuned AMK_SMEM_BUFFERS=1 smemtable gemv_fused tma_gemv
-# Steps with waits prefetched ahead too (AMK_PREFETCH_DEPENDENT=1, an experiment; a hint).
-check_tuned AMK_PREFETCH_DEPENDENT=1 prefdep gemv_waits attention_rope
 # The weight streams are off by default (measured slower on the Llama step); their path stays
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
@@ -183,9 +225,8 @@ done
 AMK_VM_TUNING=AMK_STREAM_SLOTS=8 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_streams.log" 2>&1
 rc=$?; row "llama tiny, weight streams on, vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
 [ $rc = 0 ] || tail -3 "$out/check_llama_streams.log"
-# The gemv batch-loop variants off by default (AMK_GEMV_PINGPONG=1, AMK_GEMV_CLAMPED_LOADS=0):
+# The gemv batch-loop variants off by default (AMK_GEMV_PINGPONG=1, AMK_GEMV_CLAMPED_LOADS=0, $gv):
 # checked like the default path, so a sweep times only correct code.
-gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for f in gemv_fused gemv_stream tma_gemv; do
   AMK_VM_TUNING=$gv $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_gv.log" 2>&1
   rc=$?; row "$f, $gv, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
@@ -351,6 +392,10 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # of their own. `--down split`, measured slower in every run since the fifth session, is only
   # checked.
   arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_BYTES=131072"
+  IFS=';' read -r -a arm_list <<< "$arms"
+  for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
+  precompile "" "$d/llama1b_layersync.json" "$d/llama1b_unfused.json"
+  precompile_run
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
     for f in llama1b_layersync llama1b_unfused; do
@@ -435,11 +480,15 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
+    arms8="default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1"
+    IFS=';' read -r -a arm_list <<< "$arms8"
+    for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
+    precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
     # host time), attention's streaming pass compiled in, the gemv preload at one batch, and the
     # buffer table read from global memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched
     # ahead too (AMK_PREFETCH_DEPENDENT=1).
-    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
+    $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
 try:

@@ -10,6 +10,7 @@
 #include "cli/gpu_bridge.hpp"
 #include "core/error.hpp"
 #include "cuda/bench.hpp"
+#include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/executor.hpp"
 #include "ops/registry.hpp"
@@ -546,11 +547,31 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   if (!cubin_out.empty()) j["output"] = cubin_out;
   if (!files.source.empty()) j["source_output"] = files.source;
   if (!files.ptx.empty()) j["ptx_output"] = files.ptx;
+  const VmChoices vm = vm_choices(program, plan, co);
+  ordered_json vj = ordered_json::object();
+  if (vm.gemv_preload >= 0) vj["gemv_preload"] = vm.gemv_preload;
+  vj["smem_buffer_table"] = vm.smem_buffer_table;
+  if (vm.attention_wide_tile >= 0) {
+    vj["attention_wide_tile"] = vm.attention_wide_tile != 0;
+    vj["attention_pass"] = vm.attention_pass != 0;
+  }
+  vj["weight_streams"] = vm.weight_streams;
+  j["vm"] = vj;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
                 out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
                 out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.nvrtc_version.c_str());
   text << line;
+  // What the generated source decided for this program (codegen; AMK_VM_TUNING can decide each).
+  text << "  vm: buffer table in " << (vm.smem_buffer_table ? "shared" : "global") << " memory";
+  if (vm.gemv_preload > 0)
+    text << ", gemv preload of " << vm.gemv_preload << " weight batch"
+         << (vm.gemv_preload > 1 ? "es" : "");
+  if (vm.gemv_preload == 0) text << ", no gemv preload";
+  if (vm.attention_wide_tile >= 0)
+    text << ", attention tile " << (vm.attention_wide_tile != 0 ? "wide" : "default")
+         << (vm.attention_pass != 0 ? " with" : " without") << " the streaming pass";
+  text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);
   for (std::string l; std::getline(log, l);)

@@ -234,6 +234,24 @@ bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
   return false;
 }
 
+VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOptions& options) {
+  constexpr int kGemvPreloadDefault = 2;  // AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh
+  const std::set<uint16_t> ops = used_ops(plan);
+  VmChoices c;
+  if (ops.count(static_cast<uint16_t>(OpId::gemv)))
+    c.gemv_preload = static_cast<int>(tuning_value(options, "AMK_GEMV_PRELOAD")
+                                          .value_or(gemv_preload_needed(plan, options)
+                                                        ? kGemvPreloadDefault
+                                                        : 0));
+  c.smem_buffer_table = smem_buffer_table(program, plan, options);
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
+    c.attention_wide_tile = attention_wide_tiles(program, plan, options) ? 1 : 0;
+    c.attention_pass = attention_pass_needed(program, plan, options) ? 1 : 0;
+  }
+  c.weight_streams = streams_compiled(plan, options);
+  return c;
+}
+
 uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin,
                                const CompileOptions& options) {
   if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;

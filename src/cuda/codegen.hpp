@@ -69,6 +69,18 @@ struct TmaGemvSpec {
 // the source sets the macro to 0 (same results; the preload's registers can cost occupancy).
 [[nodiscard]] bool gemv_preload_needed(const Plan& plan, const CompileOptions& options);
 
+// What the generated source decides for a program's VM, beside the ops and dtypes it lists
+// (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
+struct VmChoices {
+  int gemv_preload = -1;         // weight batches a waiting gemv requests first (0: off)
+  bool smem_buffer_table = false;
+  int attention_wide_tile = -1;  // 0 / 1
+  int attention_pass = -1;       // 0 / 1: attention's streaming pass compiled in
+  bool weight_streams = false;
+};
+[[nodiscard]] VmChoices vm_choices(const Program& program, const Plan& plan,
+                                   const CompileOptions& options);
+
 // Weight-stream ring (kernels/amk_stream.cuh). Slots wanted: the AMK_STREAM_SLOTS tuning value
 // when given, else kStreamSlots; 0 is off. Off by default: measured slower than the plain gemv
 // on the Llama step on the H200 (README, performance section); AMK_VM_TUNING=AMK_STREAM_SLOTS=10

@@ -67,6 +67,11 @@ else
   expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_COMBINE_BATCH is .* in 1..32, got 0" "combine batch error is located"
   expect_rc 2 "AMK_LINEINFO=yes refused" -- env AMK_LINEINFO=yes "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/err" "usage.lineinfo\] at \$AMK_LINEINFO: expected 0 or 1, got 'yes'" "lineinfo error is located"
+  # What the generated source decided for the VM: mlp_block's steps wait on const weights.
+  expect_rc 0 "compile reports the VM's choices" -- "$amk" compile "$sample" --arch sm_90a
+  expect_grep "$tmp/out" "vm: buffer table in shared memory, gemv preload of 2 weight batches" "compile names the VM's choices"
+  expect_rc 0 "compile --json reports the VM's choices" -- env AMK_VM_TUNING=AMK_SMEM_BUFFERS=0 "$amk" --json compile "$sample" --arch sm_90a
+  [ "$(json_field "$tmp/out" "str(j['vm']['smem_buffer_table']) + ' ' + str(j['vm']['gemv_preload'])")" = "False 2" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm"; }
 fi
 # Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
 expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"

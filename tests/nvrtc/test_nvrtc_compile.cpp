@@ -359,6 +359,27 @@ TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gem
     CHECK(defines(vm_source(many.program, many.plan, on), "AMK_SMEM_BUFFERS") == 0);
     CHECK(smem_buffer_table(plain_gemvs(true, 1019).program, plain_gemvs(true, 1019).plan, o));
   }
+  // What `amk compile` reports: the same decisions, and the preload level the kernels default to.
+  {
+    const VmChoices f = vm_choices(free.program, free.plan, o);
+    CHECK(f.gemv_preload == 0);
+    CHECK_FALSE(f.smem_buffer_table);
+    CHECK(f.attention_wide_tile == -1);
+    CHECK(f.attention_pass == -1);
+    CHECK_FALSE(f.weight_streams);
+    const VmChoices c = vm_choices(chained.program, chained.plan, o);
+    CHECK(c.gemv_preload == 2);
+    CHECK(c.smem_buffer_table);
+    CompileOptions named = o;
+    named.tuning = {{"AMK_GEMV_PRELOAD", c.gemv_preload}};
+    const CompileOutput by_default = compile_vm(chained.program, chained.plan, o);
+    const CompileOutput by_name = compile_vm(chained.program, chained.plan, named);
+    REQUIRE(by_default.ok);
+    REQUIRE(by_name.ok);
+    CHECK(by_default.cubin == by_name.cubin);  // the reported level is the one compiled
+    CHECK(vm_choices(chained.program, chained.plan, off).gemv_preload == 0);
+    CHECK_FALSE(vm_choices(chained.program, chained.plan, off).smem_buffer_table);
+  }
   // Without them the plain gemv VM fits 128 registers a thread, two 256-thread blocks an SM
   // (measured on the H200: 8 x 4096^2 in 73 us at two blocks, 98.5 us at one).
   const CompileOutput out = compile_vm(free.program, free.plan, o);

@@ -323,6 +323,12 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
     CAPTURE(preset);
     const Program p = llama_step(preset);
     CHECK_FALSE(pass_in(p, options));
+    // What `amk compile` reports for the step.
+    const VmChoices vm = vm_choices(p, make_plan(p), options);
+    CHECK(vm.attention_pass == 0);
+    CHECK(vm.attention_wide_tile == (std::string_view(preset) == "llama-3.1-8b" ? 1 : 0));
+    CHECK(vm.gemv_preload == 2);
+    CHECK(vm.smem_buffer_table);
     // The tiled path off, or (8B) its wide tile off: the pass is needed.
     CompileOptions untiled = options;
     untiled.tuning = {{"AMK_ATTN_TILED", 0}};

@@ -464,25 +464,25 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (const auto& [name, value] : options.tuning)
     if (name != "AMK_SMEM_BUFFERS")  // (decided below: the table must hold every buffer)
       s += "#define " + name + " " + std::to_string(value) + "\n";
+  // The program-dependent choices (vm_choices, which `amk compile` reports); a tuning that names
+  // one was copied above and decides it.
+  const VmChoices vm = vm_choices(program, plan, options);
   // A program whose steps wait: the buffer table in shared memory (see smem_buffer_table).
-  if (smem_buffer_table(program, plan, options))
+  if (vm.smem_buffer_table)
     s += "#define AMK_SMEM_BUFFERS 1\n#define AMK_SMEM_BUFFER_CAP " +
          std::to_string(program.buffers.size()) + "\n";
   // Attention chunks too large for the tiled path's default tile but within its wide one (the
   // Llama-3.1-8B step's 64 positions of 4 heads of 128): the VM gets the wide tile.
-  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
-      attention_wide_tiles(program, plan, options) && !tuning_value(options, "AMK_ATTN_TILED_WIDE"))
+  if (vm.attention_wide_tile == 1 && !tuning_value(options, "AMK_ATTN_TILED_WIDE"))
     s += "#define AMK_ATTN_TILED_WIDE 1\n";
   // Every attention chunk takes the tiled path (the 1B and 8B steps): the VM leaves the
   // streaming pass out (~190 KiB of code, and the VM loop's spills with it).
-  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) &&
-      !attention_pass_needed(program, plan, options) && !tuning_value(options, "AMK_ATTN_PASS"))
+  if (vm.attention_pass == 0 && !tuning_value(options, "AMK_ATTN_PASS"))
     s += "#define AMK_ATTN_PASS 0\n";
   // No gemv step both waits and reads weights that no instruction writes (the GEMV benchmarks,
   // independent row ranges): the preload would never run, and its registers alone took such a VM
   // from 128 to 150 a thread, from two blocks an SM to one (measured 73 -> 98.5 us for 8 x 4096^2).
-  if (ops.count(static_cast<uint16_t>(OpId::gemv)) && !gemv_preload_needed(plan, options) &&
-      !tuning_value(options, "AMK_GEMV_PRELOAD"))
+  if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_GEMV_PRELOAD"))
     s += "#define AMK_GEMV_PRELOAD 0\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())

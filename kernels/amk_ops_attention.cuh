@@ -1,5 +1,6 @@
 // The ops of a Llama decode step that are not GEMVs: rope, kv_append, attention_decode and
-// attention_combine (op ids 12-15, src/ops/registry.cpp). Semantics and shape rules: the registry
+// attention_combine (op ids 12-15, src/ops/registry.cpp; the combine's core also serves
+// attention_combine_splitk, amk_ops_gemv_splitk.cuh). Semantics and shape rules: the registry
 // summaries, verify/op_rules.cpp and the CPU reference in backend/cpu_ops.cpp.
 //
 // Decode attention is flash-decoding split over instructions: attention_decode handles one kv
@@ -931,7 +932,7 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
 #endif  // AMK_USE_OP_ATTENTION_DECODE
 
 // ---------------------------------------------------------------------------------------------
-#if AMK_USE_OP_ATTENTION_COMBINE
+#if AMK_USE_OP_ATTENTION_COMBINE || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp covers 128 per item
 // Chunks whose values a lane loads at once (fewer where a thread has fewer registers). The
 // batch is unrolled twice (first batch, later ones): at 16 the op is ~35 KiB of the 1B step's VM
@@ -943,32 +944,24 @@ constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp cover
 constexpr uint32_t kAmkCombineBatch = AMK_COMBINE_BATCH;
 static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 chunks a batch");
 
-// out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c. One warp per
-// (query head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The
+// out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c, for the query heads
+// g0 .. g0 + ng - 1 of partials p (chunks blocks of `block` floats, head g's row of hd + 2 at
+// g * (hd + 2) in each); store(i * hd + d, value) receives head g0 + i's dim d. One warp per (query
+// head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The
 // chunks' values do not depend on M, so the first batch loads together with (m, l): a head of up
 // to kAmkCombineBatch chunks costs one round trip (a chain of four cost ~4 us on the H200). More
 // than 32 chunks: rounds of 32, the running sums rescaled when the max grows.
-AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
-                                        unsigned char*) {
-  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
-  const amk_view partials = amk_operand(ins, 0);
-  const amk_view out = amk_operand(ins, 1);
-  const uint32_t hd = ins.params[0];
-  if (hd == 0) return;
+template <class Store>
+__device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunks, uint64_t block,
+                                                  uint32_t hd, uint32_t g0, uint32_t ng,
+                                                  Store&& store) {
   const uint32_t row = hd + 2;
-  const uint32_t group = out.n / hd;
-  const uint64_t block = static_cast<uint64_t>(group) * row;
-  if (block == 0) return;
-  const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
-  const float* p = reinterpret_cast<const float*>(partials.ptr);
-  // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
-  if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
   constexpr uint32_t kSlice = kAmkWarpSize * kAmkCombineDims;
   const uint32_t slices = (hd + kSlice - 1) / kSlice;
   const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
-  for (uint32_t item = warp; item < group * slices; item += kAmkWarps) {
-    const uint32_t g = item / slices, dbase = (item - g * slices) * kSlice;
-    const float* head = p + static_cast<uint64_t>(g) * row;
+  for (uint32_t item = warp; item < ng * slices; item += kAmkWarps) {
+    const uint32_t i = item / slices, dbase = (item - i * slices) * kSlice;
+    const float* head = p + static_cast<uint64_t>(g0 + i) * row;
     float big = amk_neg_inf(), total = 0.0f;
     float acc[kAmkCombineDims] = {};
     for (uint32_t c0 = 0; c0 < chunks; c0 += kAmkWarpSize) {
@@ -1016,9 +1009,30 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
 #pragma unroll
     for (uint32_t e = 0; e < kAmkCombineDims; ++e) {
       const uint32_t d = dbase + e * kAmkWarpSize + lane;
-      if (d < hd) amk_store_f32(out, static_cast<uint64_t>(g) * hd + d, acc[e] * inv);
+      if (d < hd) store(static_cast<uint64_t>(i) * hd + d, acc[e] * inv);
     }
   }
+}
+#endif  // AMK_USE_OP_ATTENTION_COMBINE || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+
+#if AMK_USE_OP_ATTENTION_COMBINE
+AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
+                                        unsigned char*) {
+  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  const amk_view partials = amk_operand(ins, 0);
+  const amk_view out = amk_operand(ins, 1);
+  const uint32_t hd = ins.params[0];
+  if (hd == 0) return;
+  const uint32_t row = hd + 2;
+  const uint32_t group = out.n / hd;
+  const uint64_t block = static_cast<uint64_t>(group) * row;
+  if (block == 0) return;
+  const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
+  const float* p = reinterpret_cast<const float*>(partials.ptr);
+  // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
+  if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
+  amk_combine_heads(p, chunks, block, hd, 0, group,
+                    [&](uint64_t at, float v) { amk_store_f32(out, at, v); });
 }
 #endif  // AMK_USE_OP_ATTENTION_COMBINE
 

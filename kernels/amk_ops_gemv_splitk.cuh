@@ -10,12 +10,23 @@
 // load), the lane's x values held in registers for the whole instruction, kAmkSplitkUnroll loads
 // in flight per lane, the row's sum reduced over its P lanes with shuffles. Anything else (rows
 // over 512 bytes, rows not whole vectors, unaligned operands) takes a warp-per-row scalar path.
+//
+// attention_combine_splitk is the same loop with x made on the spot: the VM asks L2 for the
+// instruction's weight rows before its waits, the op merges its query heads' attention chunks
+// (amk_combine_heads, amk_ops_attention.cuh) into shared memory, then multiplies. (Holding the
+// first batch of weights in registers across the merge instead made ptxas spill ~8 KiB in this
+// function and ~2.4 KiB in the 1B step's VM.) An attention output projection cut by query heads this way needs no combine step
+// and no phase barrier between attention and the projection: each piece waits only for its own
+// kv head's chunks.
 #ifndef AMK_OPS_GEMV_SPLITK_CUH
 #define AMK_OPS_GEMV_SPLITK_CUH
 
 #include "amk_device.cuh"
+#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+#include "amk_ops_attention.cuh"  // amk_combine_heads
+#endif
 
-#if AMK_USE_OP_GEMV_SPLITK
+#if AMK_USE_OP_GEMV_SPLITK || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 
 // 16-byte weight loads per lane in flight (one batch at a time: two batches in flight, a register
 // buffer each, made ptxas spill kilobytes in this called function). Measured on the H200
@@ -53,11 +64,11 @@ __device__ __forceinline__ void amk_red_add_v4(float* p, float a, float b, float
                : "memory");
 }
 
-// Vector path: weights of dtype W, G <= P vectors a row, P lanes per row.
-template <uint32_t W, uint32_t P>
+// Vector path: weights of dtype W, G <= P vectors a row, P lanes per row; x_at(k) is x[k].
+template <uint32_t W, uint32_t P, class XAt>
 __device__ __forceinline__ void amk_splitk_vector(const unsigned char* w, uint32_t G,
-                                                  uint64_t ld_bytes, const amk_view& x,
-                                                  uint32_t rows, float* y, const amk_view& res) {
+                                                  uint64_t ld_bytes, XAt&& x_at, uint32_t rows,
+                                                  float* y, const amk_view& res) {
   constexpr uint32_t kPer = amk_ftype<W>::per_vec;
   constexpr uint32_t kRows = kAmkWarpSize / P;  // rows per warp per load
   constexpr uint32_t kU = kAmkSplitkUnroll;
@@ -65,7 +76,7 @@ __device__ __forceinline__ void amk_splitk_vector(const unsigned char* w, uint32
   const uint32_t g = lane / P, j = lane % P;
   float xr[kPer];  // this lane's values of x (zeros past the row)
 #pragma unroll
-  for (uint32_t i = 0; i < kPer; ++i) xr[i] = j < G ? amk_load_f32(x, j * kPer + i) : 0.0f;
+  for (uint32_t i = 0; i < kPer; ++i) xr[i] = j < G ? x_at(j * kPer + i) : 0.0f;
   const unsigned char* wl = w + 16ull * min(j, G - 1);
   const bool has_res = res.present();
   uint32_t rot = 0;  // logical row r is physical row (r + rot) % rows
@@ -122,19 +133,54 @@ __device__ __forceinline__ void amk_splitk_vector(const unsigned char* w, uint32
   }
 }
 
-template <uint32_t W>
+template <uint32_t W, class XAt>
 __device__ __forceinline__ bool amk_splitk_lanes(uint32_t vecs, const unsigned char* w,
-                                                 uint64_t ld_bytes, const amk_view& x,
-                                                 uint32_t rows, float* y, const amk_view& res) {
+                                                 uint64_t ld_bytes, XAt&& x_at, uint32_t rows,
+                                                 float* y, const amk_view& res) {
   if (vecs == 0 || vecs > kAmkWarpSize) return false;
-  if (vecs <= 1) amk_splitk_vector<W, 1>(w, vecs, ld_bytes, x, rows, y, res);
-  else if (vecs <= 2) amk_splitk_vector<W, 2>(w, vecs, ld_bytes, x, rows, y, res);
-  else if (vecs <= 4) amk_splitk_vector<W, 4>(w, vecs, ld_bytes, x, rows, y, res);
-  else if (vecs <= 8) amk_splitk_vector<W, 8>(w, vecs, ld_bytes, x, rows, y, res);
-  else if (vecs <= 16) amk_splitk_vector<W, 16>(w, vecs, ld_bytes, x, rows, y, res);
-  else amk_splitk_vector<W, 32>(w, vecs, ld_bytes, x, rows, y, res);
+  if (vecs <= 1) amk_splitk_vector<W, 1>(w, vecs, ld_bytes, x_at, rows, y, res);
+  else if (vecs <= 2) amk_splitk_vector<W, 2>(w, vecs, ld_bytes, x_at, rows, y, res);
+  else if (vecs <= 4) amk_splitk_vector<W, 4>(w, vecs, ld_bytes, x_at, rows, y, res);
+  else if (vecs <= 8) amk_splitk_vector<W, 8>(w, vecs, ld_bytes, x_at, rows, y, res);
+  else if (vecs <= 16) amk_splitk_vector<W, 16>(w, vecs, ld_bytes, x_at, rows, y, res);
+  else amk_splitk_vector<W, 32>(w, vecs, ld_bytes, x_at, rows, y, res);
   return true;
 }
+
+// Both ops: y[r] += sum_{k < K} w[r * ld + k] * x_at(k) (+ residual[r]); the vector path where
+// the weights allow, else a warp per row.
+template <class XAt>
+__device__ __forceinline__ void amk_splitk_run(const amk_view& w, uint32_t k, uint64_t ld,
+                                               const amk_view& y, const amk_view& res,
+                                               XAt&& x_at) {
+  const uint32_t rows = y.n;
+  const uint32_t es = amk_dtype_size(w.dtype);
+  const uint64_t row_bytes = static_cast<uint64_t>(k) * es, ld_bytes = ld * es;
+  float* yp = reinterpret_cast<float*>(y.ptr);
+  if (amk_aligned16(w.ptr) && row_bytes % kAmkVectorBytes == 0 && ld_bytes % kAmkVectorBytes == 0) {
+    const uint32_t vecs = static_cast<uint32_t>(row_bytes / kAmkVectorBytes);
+    bool done = false;
+    if (w.dtype == AMK_DTYPE_BF16)
+      done = amk_splitk_lanes<AMK_DTYPE_BF16>(vecs, w.ptr, ld_bytes, x_at, rows, yp, res);
+    else if (w.dtype == AMK_DTYPE_F16)
+      done = amk_splitk_lanes<AMK_DTYPE_F16>(vecs, w.ptr, ld_bytes, x_at, rows, yp, res);
+    else if (w.dtype == AMK_DTYPE_F32)
+      done = amk_splitk_lanes<AMK_DTYPE_F32>(vecs, w.ptr, ld_bytes, x_at, rows, yp, res);
+    if (done) return;
+  }
+  // Scalar path: a warp per row, lanes over K.
+  const uint32_t lane = threadIdx.x % kAmkWarpSize, warp = threadIdx.x / kAmkWarpSize;
+  for (uint32_t r = warp; r < rows; r += kAmkWarps) {
+    float acc = 0.0f;
+    for (uint32_t c = lane; c < k; c += kAmkWarpSize)
+      acc = fmaf(amk_load_f32(w, r * ld + c), x_at(c), acc);
+    acc = amk_warp_sum(acc);
+    if (lane == 0) atomicAdd(yp + r, acc + (res.present() ? amk_load_f32(res, r) : 0.0f));
+  }
+}
+#endif  // AMK_USE_OP_GEMV_SPLITK || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+
+#if AMK_USE_OP_GEMV_SPLITK
 
 // Operands w, x, y (f32), residual?; param ld (0: K). A call, not inlined: its own register
 // allocation leaves the VM's (and the gemv loop's inside it) as it is without this op (inlined,
@@ -145,33 +191,53 @@ __device__ __noinline__ void amk_op_gemv_splitk(const amk_device_program_t&, con
   const amk_view x = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);
   const amk_view res = amk_operand(ins, 3);
-  const uint32_t k = x.n, rows = y.n;
-  if (k == 0 || rows == 0) return;
+  const uint32_t k = x.n;
+  if (k == 0 || y.n == 0) return;
   const uint64_t ld = ins.params[0] != 0 ? ins.params[0] : k;
+  amk_splitk_run(w, k, ld, y, res, [&](uint32_t c) { return amk_load_f32(x, c); });
+}
+#endif  // AMK_USE_OP_GEMV_SPLITK
+
+#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+// x of one instruction: K = count * head_dim floats (the registry's limit).
+constexpr uint32_t kAmkCombineSplitkMaxK = 1024;
+__shared__ __align__(16) float amk_combine_xs[kAmkCombineSplitkMaxK];
+
+// Asks L2 for rows [0, rows) of K weights, ld apart (one bulk prefetch a row piece), the
+// participant `me` of `n` taking every n-th row. The VM calls it before the instruction's waits
+// (its last warp), the op again at its start (hits by then).
+__device__ __forceinline__ void amk_splitk_prefetch_rows(const amk_view& w, uint64_t k, uint64_t ld,
+                                                         uint32_t rows, uint32_t me, uint32_t n) {
   const uint32_t es = amk_dtype_size(w.dtype);
-  const uint64_t row_bytes = static_cast<uint64_t>(k) * es, ld_bytes = ld * es;
-  float* yp = reinterpret_cast<float*>(y.ptr);
-  if (amk_aligned16(w.ptr) && row_bytes % kAmkVectorBytes == 0 && ld_bytes % kAmkVectorBytes == 0) {
-    const uint32_t vecs = static_cast<uint32_t>(row_bytes / kAmkVectorBytes);
-    bool done = false;
-    if (w.dtype == AMK_DTYPE_BF16)
-      done = amk_splitk_lanes<AMK_DTYPE_BF16>(vecs, w.ptr, ld_bytes, x, rows, yp, res);
-    else if (w.dtype == AMK_DTYPE_F16)
-      done = amk_splitk_lanes<AMK_DTYPE_F16>(vecs, w.ptr, ld_bytes, x, rows, yp, res);
-    else if (w.dtype == AMK_DTYPE_F32)
-      done = amk_splitk_lanes<AMK_DTYPE_F32>(vecs, w.ptr, ld_bytes, x, rows, yp, res);
-    if (done) return;
-  }
-  // Scalar path: a warp per row, lanes over K.
-  const uint32_t lane = threadIdx.x % kAmkWarpSize, warp = threadIdx.x / kAmkWarpSize;
-  for (uint32_t r = warp; r < rows; r += kAmkWarps) {
-    float acc = 0.0f;
-    for (uint32_t c = lane; c < k; c += kAmkWarpSize)
-      acc = fmaf(amk_load_f32(w, r * ld + c), amk_load_f32(x, c), acc);
-    acc = amk_warp_sum(acc);
-    if (lane == 0) atomicAdd(yp + r, acc + (res.present() ? amk_load_f32(res, r) : 0.0f));
-  }
+  for (uint32_t r = me; r < rows; r += n) amk_prefetch_l2(w.ptr + r * ld * es, k * es);
 }
 
-#endif  // AMK_USE_OP_GEMV_SPLITK
+// Operands w, partials (f32), y (f32), residual?; params head_dim, heads, head0, count (0: the
+// rest), ld (0: K). A call, as gemv_splitk.
+__device__ __noinline__ void amk_op_attention_combine_splitk(const amk_device_program_t&,
+                                                             const amk_instruction_t& ins,
+                                                             unsigned char*) {
+  const amk_view w = amk_operand(ins, 0);
+  const amk_view partials = amk_operand(ins, 1);
+  const amk_view y = amk_operand(ins, 2);
+  const amk_view res = amk_operand(ins, 3);
+  const uint32_t hd = ins.params[0], heads = ins.params[1], head0 = ins.params[2];
+  if (head0 >= heads) return;  // (the verifier refuses it)
+  const uint32_t count = ins.params[3] != 0 ? ins.params[3] : heads - head0;
+  const uint64_t k = static_cast<uint64_t>(count) * hd;
+  const uint64_t block = static_cast<uint64_t>(heads) * (hd + 2);
+  if (k == 0 || k > kAmkCombineSplitkMaxK || y.n == 0 || partials.n < block) return;
+  const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
+  const float* p = reinterpret_cast<const float*>(partials.ptr);
+  const uint64_t ld = ins.params[4] != 0 ? ins.params[4] : k;
+  // The weights are not needed until x is made: ask L2 for them first (no registers held across
+  // the merge, which needs its own), merge into shared memory, then the gemv_splitk loop.
+  amk_splitk_prefetch_rows(w, k, ld, y.n, threadIdx.x, AMK_BLOCK_THREADS);
+  amk_combine_heads(p, chunks, block, hd, head0, count,
+                    [](uint64_t at, float v) { amk_combine_xs[at] = v; });
+  __syncthreads();
+  amk_splitk_run(w, static_cast<uint32_t>(k), ld, y, res,
+                 [](uint32_t c) { return amk_combine_xs[c]; });
+}
+#endif  // AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 #endif  // AMK_OPS_GEMV_SPLITK_CUH

@@ -182,6 +182,9 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
 #if AMK_USE_OP_GEMV_SPLITK
     case 16: amk_op_gemv_splitk(prog, ins, amk_scratch); break;
 #endif
+#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+    case 17: amk_op_attention_combine_splitk(prog, ins, amk_scratch); break;
+#endif
 #ifdef AMK_CUSTOM_DISPATCH
     AMK_CUSTOM_DISPATCH(prog, ins, amk_scratch)
 #endif
@@ -349,6 +352,17 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       // safe whatever writes the operand before the wait ends.)
       if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
         amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
+#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+      // Its weight rows are strided (a slice of columns): the last warp asks for each row's piece.
+      if (n_waits != 0 && op == 17 && warp == kAmkWarps - 1) {
+        const amk_view w = amk_operand(ins, 0), y = amk_operand(ins, 2);
+        const uint32_t heads = ins.params[1], head0 = ins.params[2];
+        const uint64_t k = static_cast<uint64_t>(ins.params[3] != 0 ? ins.params[3] : heads - head0) *
+                           ins.params[0];
+        amk_splitk_prefetch_rows(w, k, ins.params[4] != 0 ? ins.params[4] : k, y.n, lane,
+                                 kAmkWarpSize);
+      }
+#endif
 #endif
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;

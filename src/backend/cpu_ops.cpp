@@ -548,6 +548,25 @@ void run_attention_decode(const Context& c) {
   }
 }
 
+// Query head g of chunk-major attention_decode partials pv (chunks blocks of `block` floats, head
+// g's row of hd + 2 at g * (hd + 2)): sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), in double.
+void combine_head(const std::vector<float>& pv, uint64_t chunks, uint64_t block, uint64_t hd,
+                  uint64_t g, std::vector<double>& acc) {
+  double big = -std::numeric_limits<double>::infinity();
+  for (uint64_t ch = 0; ch < chunks; ++ch) big = std::max<double>(big, pv[ch * block + g * (hd + 2) + hd]);
+  std::vector<double> w(chunks);
+  double total = 0.0;
+  for (uint64_t ch = 0; ch < chunks; ++ch) {
+    const float* p = pv.data() + ch * block + g * (hd + 2);
+    w[ch] = static_cast<double>(p[hd + 1]) * std::exp(static_cast<double>(p[hd]) - big);
+    total += w[ch];
+  }
+  acc.assign(hd, 0.0);
+  for (uint64_t ch = 0; ch < chunks; ++ch)
+    for (uint64_t d = 0; d < hd; ++d) acc[d] += w[ch] * pv[ch * block + g * (hd + 2) + d];
+  for (uint64_t d = 0; d < hd; ++d) acc[d] /= total;
+}
+
 void run_attention_combine(const Context& c) {
   const View partials = c.operand(0), out = c.operand(1);
   const uint64_t hd = c.param_word(0);
@@ -559,20 +578,47 @@ void run_attention_combine(const Context& c) {
             "+ 2) " + n(block));
   const uint64_t chunks = partials.extent / block;
   const std::vector<float> pv = to_floats(partials);
-  std::vector<double> w(chunks), acc(hd);
+  std::vector<double> acc;
   for (uint64_t g = 0; g < group; ++g) {
-    double big = -std::numeric_limits<double>::infinity();
-    for (uint64_t ch = 0; ch < chunks; ++ch) big = std::max<double>(big, pv[ch * block + g * (hd + 2) + hd]);
-    double total = 0.0;
-    for (uint64_t ch = 0; ch < chunks; ++ch) {
-      const float* p = pv.data() + ch * block + g * (hd + 2);
-      w[ch] = static_cast<double>(p[hd + 1]) * std::exp(static_cast<double>(p[hd]) - big);
-      total += w[ch];
-    }
-    std::fill(acc.begin(), acc.end(), 0.0);
-    for (uint64_t ch = 0; ch < chunks; ++ch)
-      for (uint64_t d = 0; d < hd; ++d) acc[d] += w[ch] * pv[ch * block + g * (hd + 2) + d];
-    for (uint64_t d = 0; d < hd; ++d) store_f(out, g * hd + d, acc[d] / total);
+    combine_head(pv, chunks, block, hd, g, acc);
+    for (uint64_t d = 0; d < hd; ++d) store_f(out, g * hd + d, acc[d]);
+  }
+}
+
+// x = query heads head0 .. head0 + count - 1 of attention_combine(partials), rounded to f32 as
+// the device stages it; then gemv_splitk's y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]).
+void run_attention_combine_splitk(const Context& c) {
+  const View w = c.operand(0), partials = c.operand(1), y = c.operand(2), res = c.operand(3);
+  const uint64_t hd = c.param_word(0), heads = c.param_word(1), head0 = c.param_word(2);
+  c.require(hd > 0 && heads > 0 && head0 < heads,
+            "head_dim " + n(hd) + ", heads " + n(heads) + ", head0 " + n(head0) +
+                ": need head_dim > 0 and head0 < heads");
+  const uint64_t count = c.param_word(3) != 0 ? c.param_word(3) : heads - head0;
+  c.require(head0 + count <= heads, "head0 + count " + n(head0 + count) + " > heads " + n(heads));
+  const uint64_t k = count * hd, block = heads * (hd + 2), rows = y.extent;
+  const uint64_t ld = c.param_word(4) == 0 ? k : c.param_word(4);
+  c.require(partials.extent > 0 && partials.extent % block == 0,
+            "extent(partials) " + n(partials.extent) + " is not a positive multiple of heads * "
+            "(head_dim + 2) " + n(block));
+  c.require(rows > 0 && ld >= k && w.extent == (rows - 1) * ld + k,
+            "extent(w) " + n(w.extent) + " != (rows - 1) * ld + K for rows " + n(rows) + ", ld " +
+                n(ld) + ", K " + n(k));
+  c.require(!res.present || res.extent == rows,
+            "extent(residual) " + n(res.extent) + " != rows " + n(rows));
+  const std::vector<float> pv = to_floats(partials);
+  std::vector<float> xv(k);
+  std::vector<double> acc;
+  for (uint64_t i = 0; i < count; ++i) {
+    combine_head(pv, partials.extent / block, block, hd, head0 + i, acc);
+    for (uint64_t d = 0; d < hd; ++d) xv[i * hd + d] = static_cast<float>(acc[d]);
+  }
+  std::vector<float> rv;
+  if (res.present) rv = to_floats(res);
+  const std::vector<float> old = to_floats(y);
+  for (uint64_t r = 0; r < rows; ++r) {
+    double sum = gemv_row(c, w, r, k, xv.data(), ld);
+    if (res.present) sum += rv[r];
+    store_f(y, r, static_cast<double>(old[r]) + static_cast<double>(static_cast<float>(sum)));
   }
 }
 
@@ -608,6 +654,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::attention_decode: return run_attention_decode(c);
     case OpId::attention_combine: return run_attention_combine(c);
     case OpId::gemv_splitk: return run_gemv_splitk(c);
+    case OpId::attention_combine_splitk: return run_attention_combine_splitk(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -25,16 +25,17 @@ constexpr uint32_t kVmStaticSmemSlack = 4096;  // the VM's static shared memory,
 constexpr uint32_t kVectorBytes = 16;
 
 // Macro suffix of each built-in op id (AMK_USE_OP_<NAME>).
-constexpr std::array<std::string_view, 17> kOpMacros = {
+constexpr std::array<std::string_view, 18> kOpMacros = {
     "NOP",     "COPY",      "FILL",      "ADD",          "MUL",
     "SCALE",   "SILU_MUL",  "RMSNORM",   "SOFTMAX",      "GEMV",
     "ARGMAX",  "EMBEDDING", "ROPE",      "KV_APPEND",    "ATTENTION_DECODE",
-    "ATTENTION_COMBINE", "GEMV_SPLITK"};
+    "ATTENTION_COMBINE", "GEMV_SPLITK", "ATTENTION_COMBINE_SPLITK"};
 
-// Ops whose device code lives in kernels/amk_ops_attention.cuh.
+// Ops whose device code lives in (or uses) kernels/amk_ops_attention.cuh.
 bool is_attention_op(uint16_t id) {
-  return id >= static_cast<uint16_t>(OpId::rope) &&
-         id <= static_cast<uint16_t>(OpId::attention_combine);
+  return (id >= static_cast<uint16_t>(OpId::rope) &&
+          id <= static_cast<uint16_t>(OpId::attention_combine)) ||
+         id == static_cast<uint16_t>(OpId::attention_combine_splitk);
 }
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
 // 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values; the
@@ -46,6 +47,8 @@ constexpr uint32_t kAttentionWideMergeBytes = 8192 * 4 + (16 + 256) * 4 + (512 +
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
+// Static shared memory attention_combine_splitk adds (amk_combine_xs: kAmkCombineSplitkMaxK floats).
+constexpr uint32_t kCombineSplitkBytes = 1024 * 4;
 // AMK_SMEM_BUFFERS: the most buffers whose table a block holds in shared memory (8 bytes each).
 constexpr size_t kSmemBufferCap = 1024;
 
@@ -261,6 +264,8 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
     slack += attention_wide_tiles(program, plan, options) ? kAttentionWideMergeBytes
                                                           : kAttentionMergeBytes;
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
+  if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
+    slack += kCombineSplitkBytes;
   if (smem_buffer_table(program, plan, options))
     slack += 8 * static_cast<uint32_t>(program.buffers.size());
   const uint32_t budget = smem_optin > slack ? smem_optin - slack : 0;

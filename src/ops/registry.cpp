@@ -75,8 +75,17 @@ constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
                                               {"y", Access::accumulate, kF32},
                                               {"residual", Access::read, kF, true}};
 constexpr ParamSig kGemvSplitkParams[] = {{"ld", ParamType::u32, 0.0}};
+constexpr OperandSig kCombineSplitkOperands[] = {{"w", Access::read, kF},
+                                                 {"partials", Access::read, kF32},
+                                                 {"y", Access::accumulate, kF32},
+                                                 {"residual", Access::read, kF, true}};
+constexpr ParamSig kCombineSplitkParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                             {"heads", ParamType::u32, std::nullopt},
+                                             {"head0", ParamType::u32, 0.0},
+                                             {"count", ParamType::u32, 0.0},
+                                             {"ld", ParamType::u32, 0.0}};
 
-constexpr std::array<OpSig, 17> kOps = {{
+constexpr std::array<OpSig, 18> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
@@ -127,6 +136,13 @@ constexpr std::array<OpSig, 17> kOps = {{
      "ld 0: K; added with atomics, so instructions over different K ranges of the same rows "
      "need no order among themselves (split-K); f32 accumulate",
      kGemvSplitkOperands, kGemvSplitkParams},
+    {OpId::attention_combine_splitk, "attention_combine_splitk",
+     "x = attention_combine of the partials (chunks of `heads` query heads of head_dim), query "
+     "heads head0 .. head0 + count - 1 of it (count 0: to the last), then gemv_splitk with x: "
+     "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), K = count * "
+     "head_dim <= 1024, ld 0: K. An attention output projection cut along its input by query "
+     "heads, each piece merging its heads' chunks itself (no attention_combine step)",
+     kCombineSplitkOperands, kCombineSplitkParams},
 }};
 
 }  // namespace

@@ -31,6 +31,7 @@ enum class OpId : uint16_t {
   attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
   attention_combine = 15,  // merges attention_decode partials across chunks
   gemv_splitk = 16,        // a K range of a gemv, added into y with atomics
+  attention_combine_splitk = 17,  // attention_combine of some query heads, then their gemv_splitk
 };
 inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
 

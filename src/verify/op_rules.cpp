@@ -24,6 +24,8 @@ struct Slot {
 
 // attention_decode holds one head_dim slice per lane group in registers (amk_ops_attention.cuh).
 constexpr uint32_t kMaxAttentionHeadDim = 256;
+// attention_combine_splitk stages its x in shared memory (kAmkCombineSplitkMaxK floats).
+constexpr uint64_t kMaxCombineSplitkK = 1024;
 
 std::string instr_where(uint32_t index) { return "/instructions/" + std::to_string(index); }
 
@@ -388,6 +390,47 @@ private:
              "extent(w) = " + std::to_string(extent(0)) + " must equal (rows - 1) * ld + K = " +
                  std::to_string(want) + " (rows = extent(y) = " + std::to_string(rows) +
                  ", ld = " + std::to_string(ld) + ", K = " + std::to_string(k) + ")");
+      if (present(3) && extent(3) != rows)
+        fail("verify.shape", operand_where(3),
+             "extent(residual) = " + std::to_string(extent(3)) +
+                 " must equal rows = extent(y) = " + std::to_string(rows));
+      break;
+    }
+    case OpId::attention_combine_splitk: { // w, partials, y, residual?; head_dim, heads, head0, count, ld
+      const uint32_t hd = require_head_dim(false);
+      const uint32_t heads = ins_.params[1], head0 = ins_.params[2];
+      if (heads == 0) fail("verify.param", "/params/heads", "heads must be > 0");
+      if (head0 >= heads)
+        fail("verify.param", "/params/head0",
+             "head0 = " + std::to_string(head0) + " must be < heads = " + std::to_string(heads));
+      const uint32_t count = ins_.params[3] != 0 ? ins_.params[3] : heads - head0;
+      if (uint64_t{head0} + count > heads)
+        fail("verify.param", "/params/count",
+             "head0 + count = " + std::to_string(uint64_t{head0} + count) +
+                 " must be <= heads = " + std::to_string(heads));
+      const uint64_t k = uint64_t{count} * hd;
+      if (k > kMaxCombineSplitkK)
+        fail("verify.param", "/params/count",
+             "count * head_dim = " + std::to_string(k) + " must be <= " +
+                 std::to_string(kMaxCombineSplitkK) + " (x is staged in shared memory)");
+      const uint64_t block = uint64_t{heads} * (uint64_t{hd} + 2);
+      if (extent(1) % block != 0)
+        fail("verify.shape", operand_where(1),
+             "extent(partials) = " + std::to_string(extent(1)) +
+                 " is not a multiple of heads * (head_dim + 2) = " + std::to_string(block));
+      const uint64_t rows = extent(2);
+      const uint64_t ld = ins_.params[4] == 0 ? k : ins_.params[4];
+      if (ld < k)
+        fail("verify.param", "/params/ld",
+             "ld = " + std::to_string(ld) + " is less than K = count * head_dim = " +
+                 std::to_string(k) + " (rows would overlap)");
+      const uint64_t want = (rows - 1) * ld + k;
+      if (extent(0) != want)
+        fail("verify.shape", operand_where(0),
+             "extent(w) = " + std::to_string(extent(0)) +
+                 " must equal (rows - 1) * ld + K = " + std::to_string(want) +
+                 " (rows = extent(y) = " + std::to_string(rows) + ", ld = " +
+                 std::to_string(ld) + ", K = count * head_dim = " + std::to_string(k) + ")");
       if (present(3) && extent(3) != rows)
         fail("verify.shape", operand_where(3),
              "extent(residual) = " + std::to_string(extent(3)) +

@@ -124,6 +124,14 @@ JSON_CASES = [
      P, "verify.param", "/instructions/0/params/ld"),
     ("gemv_splitk_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 512}))),
      P, "verify.shape", "/instructions/0/operands/w"),
+    ("combine_splitk_head0", mutate(setp(["instructions", 0], {
+        "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
+        "params": {"head_dim": 32, "heads": 4, "head0": 4}, "signals": [{"counter": "done"}]})),
+     P, "verify.param", "/instructions/0/params/head0"),
+    ("combine_splitk_partials", mutate(setp(["instructions", 0], {
+        "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
+        "params": {"head_dim": 32, "heads": 2}, "signals": [{"counter": "done"}]})),
+     P, "verify.shape", "/instructions/0/operands/partials"),
     ("argmax_index_map_extent", mutate(both(
         setp(["buffers"], BASE["buffers"] + [{"name": "idx", "dtype": "i32", "shape": [1], "output": True},
                                              {"name": "map", "dtype": "i32", "shape": [64], "init": {"kind": "random", "seed": 3}}]),

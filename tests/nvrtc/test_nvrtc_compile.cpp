@@ -614,3 +614,21 @@ TEST_CASE("gemv_splitk compiles for sm_90a: the VM and the op's own call without
     CHECK(amk::test::no_spills(out.log));
   }
 }
+
+TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no spills; the VM's "
+          "row prefetch only where the op is used") {
+  const Program program = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                            "programs" / "attention_combine_splitk.json");
+  const Plan plan = make_plan(program);
+  const std::string src = vm_source(program, plan, uncached());
+  CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE_SPLITK 1") != std::string::npos);
+  CHECK(src.find("#include \"amk_ops_attention.cuh\"") != std::string::npos);  // the merge
+  CHECK(src.find("AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
+  CHECK(src.find("AMK_USE_OP_GEMV_SPLITK") == std::string::npos);
+  const CompileOutput out = compile_vm(program, plan, uncached());
+  INFO(out.log);
+  CHECK(out.ok);
+  CHECK(is_elf(out.cubin));
+  CHECK(out.log.find("amk_op_attention_combine_splitk") != std::string::npos);
+  CHECK(amk::test::no_spills(out.log));
+}

@@ -268,3 +268,52 @@ TEST_CASE("gemv_splitk rules") {
   CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
               "/instructions/0/operands/y/extent");
 }
+
+TEST_CASE("attention_combine_splitk rules") {
+  Builder b;
+  const uint32_t hd = 32, heads = 4, chunks = 3, Q = heads * hd;
+  const uint32_t w = b.buffer("w", DType::bf16, 16 * Q);  // W_o: [16, 128]
+  const uint32_t part = b.buffer("partials", DType::f32, chunks * heads * (hd + 2));
+  const uint32_t y = b.buffer("y", DType::f32, 16);
+  const uint32_t res = b.buffer("res", DType::f32, 16);
+  // Heads 1 and 2 (columns [32, 96)) of all 16 rows: (16 - 1) * 128 + 64 elements from 32.
+  b.add("attention_combine_splitk",
+        {slice(w, 32, 15 * Q + 64), b.whole(part), b.whole(y), b.whole(res)});
+  set_params(b, {hd, heads, 1, 2, Q});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  set_params(b, {hd, heads, 2, 0, Q});  // count 0: heads 2 and 3, K = 64 again
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  set_params(b, {0, heads, 1, 2, Q});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {hd, 0, 0, 2, Q});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/heads");
+  set_params(b, {hd, heads, 4, 1, Q});  // head0 past the heads
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head0");
+  set_params(b, {hd, heads, 3, 2, Q});  // heads 3 and 4 of 4
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/count");
+  set_params(b, {hd, heads, 1, 2, 32});  // ld < K
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/ld");
+  set_params(b, {hd, heads, 1, 1, Q});  // K = 32: w's extent no longer fits
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  set_params(b, {hd, heads, 1, 2, Q});
+  b.last().operands[1] = slice(part, 0, chunks * heads * (hd + 2) - 1);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/partials");
+  b.last().operands[1] = b.whole(part);
+  b.last().operands[3] = slice(res, 0, 15);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/residual");
+  b.last().operands[3] = none();
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  // x is staged in shared memory: count * head_dim <= 1024.
+  Builder big;
+  const uint32_t bw = big.buffer("w", DType::bf16, 2 * 1056);
+  const uint32_t bp = big.buffer("partials", DType::f32, 33 * 34);
+  const uint32_t by = big.buffer("y", DType::f32, 2);
+  big.add("attention_combine_splitk", {big.whole(bw), big.whole(bp), big.whole(by), none()});
+  set_params(big, {32, 33, 0, 0, 0});  // K = 1056
+  CHECK_ERROR(check_instruction(big.p, 0), "verify.param", "/instructions/0/params/count");
+  big.last().operands[0] = slice(bw, 0, 2 * 1024);
+  set_params(big, {32, 33, 1, 0, 0});  // K = 1024
+  CHECK_NOTHROW(check_instruction(big.p, 0));
+}

@@ -3,6 +3,7 @@
 
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
         [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops | --glu-gemv] [--down split|rows]
+        [--o-proj split|rows]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -166,6 +167,8 @@ def main():
                     help="attention chunks per kv head (amk gen llama --attn-chunks)")
     ap.add_argument("--attn-sync", choices=["head", "layer"],
                     help="attention's dependencies (amk gen llama --attn-sync; default head)")
+    ap.add_argument("--o-proj", choices=["split", "rows"],
+                    help="the attention output projection (amk gen llama --o-proj; default rows)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -192,6 +195,8 @@ def main():
             gen += ["--down", args.down]
         if args.attn_sync:
             gen += ["--attn-sync", args.attn_sync]
+        if args.o_proj:
+            gen += ["--o-proj", args.o_proj]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

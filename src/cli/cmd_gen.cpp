@@ -34,6 +34,7 @@ struct GenLlamaOptions {
   bool unfused = false;  // --unfused given
   std::string down;      // --down: "split", "rows" or empty (the layout's default)
   std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
+  std::string o_proj = "rows";     // --o-proj: "rows" or "split"
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -78,6 +79,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
                 "between gate/up and down)");
   o.gen.split_down = o.gen.fused && o.down == "split";
   o.gen.head_sync = o.attn_sync != "layer";
+  o.gen.split_o = o.o_proj == "split";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
@@ -186,6 +188,12 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "
                   "(one counter a layer for each)")
       ->check(CLI::IsMember({"head", "layer"}));
+  cmd->add_option("--o-proj", o->o_proj,
+                  "attention output projection: rows (the default: one attention_combine per kv "
+                  "head, then row ranges after all of them) or split (cut by query heads, each "
+                  "piece merging its heads' chunks itself and adding into h with atomics: "
+                  "attention_combine_splitk; not yet measured on a GPU)")
+      ->check(CLI::IsMember({"rows", "split"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

@@ -309,6 +309,8 @@ Program generate_llama(const LlamaOptions& o) {
                   ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
                   " (new token at position " + std::to_string(pos) +
                   "). bf16 weights and KV caches, f32 activations; " +
+                  (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
+                             : std::string()) +
                   (o.fused ? std::string(o.split_down ? "fused layer, down projection split along K "
                                                         "onto the gate/up blocks."
                                                       : "fused layer.")
@@ -430,7 +432,8 @@ Program generate_llama(const LlamaOptions& o) {
     const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
                    v = act(L + "v", KV), qr = ract(L + "q_rope", Q), kr = ract(L + "k_rope", KV),
                    parts = b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
-                   attn = act(L + "attn", Q), h = act(L + "h", H), hn = uact(L + "hn", H),
+                   attn = o.split_o ? kUnused : act(L + "attn", Q), h = act(L + "h", H),
+                   hn = uact(L + "hn", H),
                    gate = gact(L + "gate", F), up = gact(L + "up", F), mlp = act(L + "mlp", F),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
@@ -449,7 +452,7 @@ Program generate_llama(const LlamaOptions& o) {
                    c_v = lcounter(L + "v"), c_qr = rcounter(L + "q_rope"),
                    c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
                    c_vc = b.counter(L + "v_cache"), c_parts = lcounter(L + "attn_partials"),
-                   c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
+                   c_attn = o.split_o ? kUnused : b.counter(L + "attn"), c_h = b.counter(L + "h"),
                    c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
                    c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
                    c_x = b.counter("x." + std::to_string(l + 1));
@@ -518,6 +521,57 @@ Program generate_llama(const LlamaOptions& o) {
       }
     };
 
+    // The attention output projection h = W_o attn + x; returns the instructions that signal c_h.
+    // Rows (the default): the combines, then row-range gemvs after all of them. split_o: h
+    // zeroed, then per kv head g and slice of its query heads (at most 256 columns, so a row's
+    // piece is one 512-byte bf16 load a lane group) and row range, one attention_combine_splitk
+    // that waits for g's chunks, merges the slice's heads itself and adds its share of every row
+    // into h; the first slice adds the residual.
+    auto add_o_proj = [&]() -> uint32_t {
+      const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
+      if (!o.split_o) {
+        add_combines();
+        return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x},
+                         {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+      }
+      const uint32_t c_zero = b.counter(L + "h_zeroed");
+      if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
+      b.add(L + "h_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(h)}}, {}, {},
+            {{c_zero, 1}});
+      const uint64_t per = std::clamp<uint64_t>(256 / hd, 1, group);  // query heads a slice
+      const uint64_t slices = ceil_div(group, per);
+      // About as many instructions as the row-range o_proj, rows a multiple of 4 (vector atomics).
+      const uint64_t pieces = nkv * slices;
+      const uint64_t rows = std::min<uint64_t>(
+          H, round_up(ceil_div(H * pieces, std::max<uint64_t>(ceil_div(H, o_chunk), pieces)), 4));
+      uint32_t n = 0;
+      for (uint64_t g = 0; g < nkv; ++g) {
+        for (uint64_t s0 = 0; s0 < group; s0 += per) {
+          const uint64_t cnt = std::min(per, group - s0);
+          const uint64_t col = (g * group + s0) * hd, K = cnt * hd;
+          for (uint64_t r0 = 0; r0 < H; r0 += rows, ++n) {
+            const uint64_t nr = std::min(rows, H - r0);
+            const Operand none{};
+            const bool first = g == 0 && s0 == 0;
+            b.add(L + "o_proj." + std::to_string(n), "attention_combine_splitk",
+                  {{"w", slice(w_o, r0 * Q + col, (nr - 1) * Q + K)},
+                   {"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
+                   {"y", slice(h, r0, nr)},
+                   {"residual", first ? slice(x, r0, nr) : none}},
+                  {{"head_dim", static_cast<double>(hd)},
+                   {"heads", static_cast<double>(group)},
+                   {"head0", static_cast<double>(s0)},
+                   {"count", static_cast<double>(cnt)},
+                   {"ld", static_cast<double>(Q)}},
+                  {{parts_g[g], static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)},
+                   {c_zero, 1}},
+                  {{c_h, 1}});
+          }
+        }
+      }
+      return n;
+    };
+
     // Attention with RoPE inside: every chunk rotates q itself, the chunk holding position pos
     // also takes the new token's k/v row straight from the projections (rotating k); the cache
     // rows at pos are written by instructions nothing in the step waits for. q/k/v come from
@@ -570,10 +624,7 @@ Program generate_llama(const LlamaOptions& o) {
     if (o.fused) {
       qkv_gemvs(x, {.norm = buf.at(wp + "input_layernorm.weight")}, {{x_ready, x_need}});
       add_attention_with_rope();
-      add_combines();
-      const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
-                                    o_chunk, attn, h, {.residual = x},
-                                    {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+      const uint32_t no = add_o_proj();
       uint32_t nd = 0;  // instructions that signal c_x
       if (!o.split_down) {
         const uint32_t ng = gemv_rows(
@@ -657,10 +708,7 @@ Program generate_llama(const LlamaOptions& o) {
         }
       }
     }
-    add_combines();
-
-    const uint32_t no = gemv_rows(L + "o_proj", buf.at(wp + "self_attn.o_proj.weight"), H, Q,
-                                  o_chunk, attn, h, {.residual = x}, {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+    const uint32_t no = add_o_proj();
     b.add(L + "post_norm", "rmsnorm",
           {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},

@@ -84,6 +84,13 @@ struct LlamaOptions {
   // 16 KiB apart, at ~1.7 TB/s, and the Llama-3.2-1B step took 1.46-1.53 ms against 1.30-1.32
   // with the row-range down projection (README, performance).
   bool split_down = false;
+  // The attention output projection cut along its input by query heads (an experiment, off):
+  // one attention_combine_splitk per (kv head, up to 256 columns of its query heads, row range)
+  // merges its heads' chunks itself and adds its share into h with atomics, instead of one
+  // attention_combine per kv head and then the row-range o_proj after all of them: one
+  // dependent phase and one hop fewer a layer, and each piece waits only for its own kv head's
+  // chunks. h is zeroed first (a copy nothing waits on but the pieces).
+  bool split_o = false;
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
   uint32_t attn_chunks = 0;

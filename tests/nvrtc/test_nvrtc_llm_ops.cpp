@@ -383,6 +383,25 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
   CHECK(amk::test::no_spills(out.log));
 }
 
+TEST_CASE("the 1B step with the output projection split by query heads (--o-proj split) "
+          "compiles without spills") {
+  gen::LlamaOptions o;
+  o.preset = "llama-3.2-1b";
+  o.layers = 2;
+  o.split_o = true;
+  const Program p = gen::generate_llama(o);
+  const Plan plan = make_plan(p);
+  CompileOptions options;
+  options.use_cache = false;
+  const std::string src = vm_source(p, plan, options);
+  CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE_SPLITK 1") != std::string::npos);
+  CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
+  const CompileOutput out = compile_vm(p, plan, options);
+  INFO(out.log);
+  CHECK(out.ok);
+  CHECK(amk::test::no_spills(out.log));
+}
+
 TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), the global buffer table and the dependent-step prefetch compile without spills") {
   CompileOptions options;
   options.use_cache = false;

@@ -326,6 +326,90 @@ TEST_CASE("tiny, fused layer: split-K down matches the row-range down; queues ke
   CHECK(run.in_a("next_token") == run.in_b("next_token"));
 }
 
+TEST_CASE("--o-proj split: no combine step; each piece waits for exactly its kv head's chunks "
+          "and h's zeroing; the pieces tile W_o once; same step on the CPU") {
+  for (const bool fused : {true, false}) {
+    CAPTURE(fused);
+    gen::LlamaOptions o;
+    o.seed = 6;
+    o.context = 17;
+    o.fused = fused;
+    o.split_o = true;
+    const Program p = gen::generate_llama(o);
+    verify(p);
+    gen::LlamaOptions r = o;
+    r.split_o = false;
+    const Program q = gen::generate_llama(r);
+    const auto n = count_ops(p), nq = count_ops(q);
+    CHECK(n.count("attention_combine") == 0);
+    CHECK(nq.at("attention_combine") == 2 * 2);
+    CHECK(n.at("copy") == nq.at("copy") + 2);  // + per layer: zeros into h
+
+    std::vector<std::vector<uint32_t>> signalers(p.counters.size());
+    for (uint32_t i = 0; i < p.instructions.size(); ++i)
+      for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
+    auto overlaps = [](const Operand& a, const Operand& b) {
+      return a.buffer == b.buffer && a.offset < b.offset + b.extent && b.offset < a.offset + a.extent;
+    };
+    std::map<uint32_t, uint64_t> area, residual_rows;  // per h buffer
+    uint32_t pieces = 0;
+    for (const auto& in : p.instructions) {
+      if (op_name(p, in.op) != "attention_combine_splitk") continue;
+      CAPTURE(in.name);
+      ++pieces;
+      REQUIRE(in.waits.size() == 2);
+      std::vector<uint32_t> chunk_writers, zero_writers;
+      for (uint32_t j = 0; j < p.instructions.size(); ++j) {
+        const Instruction& w = p.instructions[j];
+        const std::string name = op_name(p, w.op);
+        if (name == "attention_decode" && overlaps(w.operands[3], in.operands[1]))
+          chunk_writers.push_back(j);
+        if (name == "copy" && overlaps(w.operands[1], in.operands[2])) zero_writers.push_back(j);
+      }
+      CHECK(chunk_writers.size() == 3);  // 17 positions in chunks of 8
+      CHECK(signalers[in.waits[0].counter] == chunk_writers);
+      CHECK(in.waits[0].value == chunk_writers.size());
+      REQUIRE(zero_writers.size() == 1);
+      CHECK(signalers[in.waits[1].counter] == zero_writers);
+      CHECK(in.waits[1].value == 1);
+      const uint64_t K = uint64_t{in.params[0]} * (in.params[3] != 0 ? in.params[3] : in.params[1] - in.params[2]);
+      area[in.operands[2].buffer] += K * in.operands[2].extent;
+      if (in.operands[3].buffer != AMK_NO_BUFFER) residual_rows[in.operands[2].buffer] += in.operands[2].extent;
+    }
+    CHECK(pieces > 2 * 2);
+    const auto& cfg = gen::resolve_llama(o).cfg;
+    const uint64_t H = cfg.hidden, Q = uint64_t{cfg.heads} * cfg.head_dim;
+    REQUIRE(area.size() == 2);  // one h a layer
+    for (const auto& [hbuf, a] : area) {
+      CHECK(a == H * Q);                   // every weight of W_o once
+      CHECK(residual_rows[hbuf] == H);     // the residual once a row
+    }
+
+    const CpuPair run(p, q);
+    // Only the order of the f32 additions into h differs (and the combined attention is
+    // rounded to f32 in both).
+    CHECK(run.rel_diff("act.logits") < 1e-5);
+    CHECK(run.in_a("next_token") == run.in_b("next_token"));
+  }
+
+  // Llama-3.2-1B: one slice a kv head (4 heads of 64: 512-byte bf16 row pieces), rows in
+  // multiples of 4, as many instructions as the row-range o_proj.
+  gen::LlamaOptions o;
+  o.preset = "llama-3.2-1b";
+  o.layers = 1;
+  o.split_o = true;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  uint32_t pieces = 0;
+  for (const auto& in : p.instructions) {
+    if (op_name(p, in.op) != "attention_combine_splitk") continue;
+    ++pieces;
+    CHECK(in.params[3] * in.params[0] * 2 == 512);
+    CHECK(in.operands[2].extent % 4 == 0);
+  }
+  CHECK(pieces == 128);
+}
+
 TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on the CPU") {
   if (!have_llama_ops()) {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");

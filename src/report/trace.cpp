@@ -31,15 +31,29 @@ std::vector<TraceSpan> trace_spans(std::span<const uint64_t> words,
 std::string trace_mark_name(const std::string& op, uint32_t m) {
   if (op == "gemv") return m == 0 ? "loads_issued" : "first_batch";
   if (op == "attention_decode") return m == 0 ? "q_staged" : "kv_landed";
-  if (op == "attention_combine") return m == 0 ? "ml_arrived" : "values_summed";
+  if (op == "attention_combine" || op == "attention_combine_splitk")
+    return m == 0 ? "ml_arrived" : "values_summed";
   return "mark" + std::to_string(m);
 }
 
 uint64_t instruction_bytes(const Program& program, const Instruction& ins) {
+  // The split-K ops read rows x K of their w span (rows ld apart), not the whole span.
+  uint64_t strided_k = 0;  // K of such an op, 0 for every other
+  if (ins.op == static_cast<uint16_t>(OpId::gemv_splitk) && ins.operands.size() > 1)
+    strided_k = ins.operands[1].extent;
+  if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk) && ins.params.size() > 3) {
+    const uint64_t heads = ins.params[1], head0 = ins.params[2];
+    strided_k = uint64_t{ins.params[0]} * (ins.params[3] != 0 ? ins.params[3] : heads - std::min(head0, heads));
+  }
   uint64_t bytes = 0;
-  for (const Operand& o : ins.operands)
-    if (o.buffer != AMK_NO_BUFFER && o.buffer < program.buffers.size())
-      bytes += o.extent * dtype_size(program.buffers[o.buffer].dtype);
+  for (size_t k = 0; k < ins.operands.size(); ++k) {
+    const Operand& o = ins.operands[k];
+    if (o.buffer == AMK_NO_BUFFER || o.buffer >= program.buffers.size()) continue;
+    const uint64_t elements = k == 0 && strided_k != 0 && ins.operands.size() > 2
+                                  ? std::min(o.extent, ins.operands[2].extent * strided_k)
+                                  : o.extent;
+    bytes += elements * dtype_size(program.buffers[o.buffer].dtype);
+  }
   return bytes;
 }
 

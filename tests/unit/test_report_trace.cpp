@@ -58,6 +58,28 @@ TEST_CASE("instruction bytes count every operand at its dtype") {
   CHECK(instruction_bytes(p, p.instructions[2]) == 0);
 }
 
+TEST_CASE("instruction bytes of the split-K ops count the rows x K weights they read") {
+  Program p = two_block_program();
+  // gemv_splitk over columns [256, 320) of 8 rows of w (ld 1024): 8 x 64 bf16 weights read, not
+  // the 7 * 1024 + 64 elements the operand spans.
+  Instruction s;
+  s.op = 16;
+  s.operands = {{1, 256, 7 * 1024 + 64}, {0, 0, 64}, {2, 0, 8}, {AMK_NO_BUFFER, 0, 0}};
+  s.params = {1024};
+  CHECK(instruction_bytes(p, s) == 8 * 64 * 2 + 64 * 4 + 8 * 4);
+  // attention_combine_splitk: heads 1..2 of 4 of head_dim 32 (K = 64), same w piece, partials of
+  // 2 chunks x 4 heads x 34.
+  p.buffers.push_back({"partials", DType::f32, {2 * 4 * 34}, {}, false});
+  Instruction c;
+  c.op = 17;
+  c.operands = {{1, 256, 7 * 1024 + 64}, {3, 0, 2 * 4 * 34}, {2, 0, 8}, {2, 8, 8}};
+  c.params = {32, 4, 1, 2, 1024};
+  CHECK(instruction_bytes(p, c) == 8 * 64 * 2 + 2 * 4 * 34 * 4 + 8 * 4 + 8 * 4);
+  c.params = {32, 4, 2, 0, 1024};  // count 0: heads 2 and 3, K = 64 again
+  CHECK(instruction_bytes(p, c) == 8 * 64 * 2 + 2 * 4 * 34 * 4 + 8 * 4 + 8 * 4);
+  CHECK(trace_mark_name("attention_combine_splitk", 0) == "ml_arrived");
+}
+
 TEST_CASE("chrome trace: one track per block, microseconds from the first start") {
   const Program p = two_block_program();
   const std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},

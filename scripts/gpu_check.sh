@@ -160,7 +160,7 @@ tuned=(
   # Steps with waits prefetched ahead too (AMK_PREFETCH_DEPENDENT=1, an experiment; a hint).
   "AMK_PREFETCH_DEPENDENT=1|prefdep|gemv_waits attention_rope"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk"
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -378,6 +378,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$d/run1b_split.log"; row "llama-3.2-1b --down split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py scripts/check_llama.py --amk $amk --backend cuda --down split --context 17 >"$out/check_llama_split.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  # The output projection cut by query heads, each piece merging its heads' chunks itself
+  # (attention_combine_splitk, --o-proj split: no combine step; an experiment, timed below).
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --o-proj split --weights "$d/llama1b.safetensors" -o "$d/llama1b_splito.json" || row "gen 1B --o-proj split" FAIL
+  $amk run "$d/llama1b_splito.json" --backend cuda --check -o "$d/out1b_splito" >"$d/run1b_splito.log" 2>&1
+  rc=$?; tail -2 "$d/run1b_splito.log"; row "llama-3.2-1b --o-proj split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  $py scripts/check_llama.py --amk $amk --backend cuda --o-proj split --context 17 >"$out/check_llama_splito.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_splito.log"; row "llama tiny --o-proj split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
@@ -388,17 +395,17 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
   # its copy in shared memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched ahead too
   # (AMK_PREFETCH_DEPENDENT=1: the next streaming step, the second next, 128 KiB of the next).
-  # Then attention's waits one counter a layer (twice) and the unfused layer (once), as programs
-  # of their own. `--down split`, measured slower in every run since the fifth session, is only
-  # checked.
+  # Then attention's waits one counter a layer (twice), the output projection split by query
+  # heads (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
+  # slower in every run since the fifth session, is only checked.
   arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_BYTES=131072"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
-  precompile "" "$d/llama1b_layersync.json" "$d/llama1b_unfused.json"
+  precompile "" "$d/llama1b_layersync.json" "$d/llama1b_unfused.json" "$d/llama1b_splito.json"
   precompile_run
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
-    for f in llama1b_layersync llama1b_unfused; do
+    for f in llama1b_layersync llama1b_splito llama1b_unfused; do
       [ $r = 2 ] && [ $f = llama1b_unfused ] && continue  # the unfused layer once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
@@ -415,6 +422,7 @@ try:
 except Exception as e:
     print(f"1B profile --tuning-arms|unavailable ({e})")
 for f, label in {"llama1b_layersync": "default, --attn-sync layer",
+                 "llama1b_splito": "default, --o-proj split",
                  "llama1b_unfused": "unfused layer"}.items():
     try:
         js = [json.load(open(os.path.join(d, f"prof_{f}.{r}.json")))
@@ -446,6 +454,9 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
+  # The phases of the step with the output projection split by query heads (logs.tar.gz).
+  $amk profile "$d/llama1b_splito.json" --trace "$d/trace1b_splito.json" > /dev/null 2>&1
+  $py scripts/trace_phases.py "$d/trace1b_splito.json" > "$out/phases1b_splito.txt" 2>&1
   # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
   # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
   # logs.tar.gz.
@@ -480,6 +491,8 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
+    $amk -q gen llama --preset llama-3.1-8b --context 1024 --o-proj split -o "$d/llama8b_splito.json"
+    precompile "" "$d/llama8b_splito.json"
     arms8="default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
@@ -500,6 +513,11 @@ except Exception as e:
     print(f"8B decode|unavailable ({e})")
 PY
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
+    # The 8B step with the output projection split by query heads (a program of its own: one
+    # more fill of the weights), after the default's rounds above.
+    $amk --json profile "$d/llama8b_splito.json" --events --warmup 3 --iterations 20 > "$d/prof8b_splito.json" 2>"$d/prof8b_splito.err"; tail -3 "$d/prof8b_splito.err"
+    n=$($py -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"median {j['median_ms']:.3f} ms\")" "$d/prof8b_splito.json" 2>/dev/null)
+    row "8B decode ctx 1024, --o-proj split" "${n:-unavailable}"
   fi
 fi
 

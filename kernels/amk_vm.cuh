@@ -76,6 +76,13 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #define AMK_PREFETCH_OWN_BYTES 32768
 #endif
 
+// AMK_COMBINE_SPLITK_PREFETCH=1 (the default): a waiting attention_combine_splitk asks L2 for
+// its weight rows before its waits (one bulk prefetch a row's piece, the last warp's lanes taking
+// turns); 0: only the op itself does, once its waits are over.
+#ifndef AMK_COMBINE_SPLITK_PREFETCH
+#define AMK_COMBINE_SPLITK_PREFETCH 1
+#endif
+
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
 __device__ __forceinline__ bool amk_op_streams(uint32_t op) {
   return (op == 9 && !AMK_WEIGHT_STREAMS) || op == 14;
@@ -352,7 +359,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       // safe whatever writes the operand before the wait ends.)
       if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
         amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
-#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK && AMK_COMBINE_SPLITK_PREFETCH
       // Its weight rows are strided (a slice of columns): the last warp asks for each row's piece.
       if (n_waits != 0 && op == 17 && warp == kAmkWarps - 1) {
         const amk_view w = amk_operand(ins, 0), y = amk_operand(ins, 2);

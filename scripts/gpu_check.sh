@@ -395,21 +395,27 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
   # its copy in shared memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched ahead too
   # (AMK_PREFETCH_DEPENDENT=1: the next streaming step, the second next, 128 KiB of the next).
-  # Then attention's waits one counter a layer (twice), the output projection split by query
-  # heads (twice) and the unfused layer (once), as programs of their own. `--down split`, measured
-  # slower in every run since the fifth session, is only checked.
+  # Then attention's waits one counter a layer (twice) and the unfused layer (once), as programs
+  # of their own, and the output projection split by query heads (--o-proj split), with and
+  # without its rows asked of L2 before the waits (AMK_COMBINE_SPLITK_PREFETCH=0), two
+  # interleaved rounds. `--down split`, measured slower in every run since the fifth session, is
+  # only checked.
   arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_BYTES=131072"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile "" "$d/llama1b_layersync.json" "$d/llama1b_unfused.json" "$d/llama1b_splito.json"
+  precompile AMK_COMBINE_SPLITK_PREFETCH=0 "$d/llama1b_splito.json"
   precompile_run
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   for r in 1 2; do
-    for f in llama1b_layersync llama1b_splito llama1b_unfused; do
+    for f in llama1b_layersync llama1b_unfused; do
       [ $r = 2 ] && [ $f = llama1b_unfused ] && continue  # the unfused layer once
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
   done
+  $amk --json profile "$d/llama1b_splito.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_COMBINE_SPLITK_PREFETCH=0" > "$d/prof_splito.json" 2>"$d/prof_splito.err"; tail -3 "$d/prof_splito.err"
+  # ... and the default step once more after it (the split's baseline on both sides).
+  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_default_after.json" 2>/dev/null
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 d = sys.argv[1]
@@ -421,8 +427,19 @@ try:
               f" ms ({a['ratio_to_first']:.3f}x)")
 except Exception as e:
     print(f"1B profile --tuning-arms|unavailable ({e})")
+try:
+    for a in json.load(open(os.path.join(d, "prof_splito.json")))["arms"]:
+        label = "" if a["name"] == "default" else f", {a['name']}"
+        print(f"1B decode (--o-proj split{label}), amk profile --events|median " +
+              " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) + " ms")
+except Exception as e:
+    print(f"1B profile --o-proj split|unavailable ({e})")
+try:
+    j = json.load(open(os.path.join(d, "prof_default_after.json")))
+    print(f"1B decode (fused layer (default), after the split), amk profile --events|median {j['median_ms']:.4f} ms")
+except Exception as e:
+    print(f"1B profile default after|unavailable ({e})")
 for f, label in {"llama1b_layersync": "default, --attn-sync layer",
-                 "llama1b_splito": "default, --o-proj split",
                  "llama1b_unfused": "unfused layer"}.items():
     try:
         js = [json.load(open(os.path.join(d, f"prof_{f}.{r}.json")))

@@ -326,6 +326,8 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
     {"AMK_PREFETCH_DEPENDENT", 0, 1, "0 or 1 (steps with waits prefetched ahead too)"},
+    {"AMK_COMBINE_SPLITK_PREFETCH", 0, 1,
+     "0 or 1 (attention_combine_splitk's weight rows asked of L2 before its waits)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table

@@ -625,10 +625,19 @@ TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no s
   CHECK(src.find("#include \"amk_ops_attention.cuh\"") != std::string::npos);  // the merge
   CHECK(src.find("AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
   CHECK(src.find("AMK_USE_OP_GEMV_SPLITK") == std::string::npos);
-  const CompileOutput out = compile_vm(program, plan, uncached());
-  INFO(out.log);
-  CHECK(out.ok);
-  CHECK(is_elf(out.cubin));
-  CHECK(out.log.find("amk_op_attention_combine_splitk") != std::string::npos);
-  CHECK(amk::test::no_spills(out.log));
+  // The default (rows asked of L2 before the waits) and without that prefetch.
+  std::vector<std::byte> cubins[2];
+  for (int prefetch : {1, 0}) {
+    CAPTURE(prefetch);
+    CompileOptions o = uncached();
+    if (prefetch == 0) o.tuning = {{"AMK_COMBINE_SPLITK_PREFETCH", 0}};
+    const CompileOutput out = compile_vm(program, plan, o);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(is_elf(out.cubin));
+    CHECK(out.log.find("amk_op_attention_combine_splitk") != std::string::npos);
+    CHECK(amk::test::no_spills(out.log));
+    cubins[prefetch] = out.cubin;
+  }
+  CHECK(cubins[0] != cubins[1]);  // the knob reaches the VM
 }

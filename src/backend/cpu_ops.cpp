@@ -327,18 +327,17 @@ void run_gemv(const Context& c) {
   }
 }
 
-// y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]): one rounding to y's f32 per row, as the
-// device's single atomic add per row does.
-void run_gemv_splitk(const Context& c) {
-  const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3);
-  const uint64_t k = x.extent, rows = y.extent;
-  const uint64_t ld = c.param_word(0) == 0 ? k : c.param_word(0);
+// y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]) for K = xv.size() (ld 0: K): one rounding to
+// y's f32 per row, as the device's single atomic add per row does. The split-K ops' common part.
+void splitk_accumulate(const Context& c, const View& w, const std::vector<float>& xv, uint64_t ld,
+                       const View& y, const View& res) {
+  const uint64_t k = xv.size(), rows = y.extent;
+  if (ld == 0) ld = k;
   c.require(k > 0 && rows > 0 && ld >= k && w.extent == (rows - 1) * ld + k,
             "extent(w) " + n(w.extent) + " != (rows - 1) * ld + K for rows " + n(rows) + ", ld " +
                 n(ld) + ", K " + n(k));
   c.require(!res.present || res.extent == rows,
             "extent(residual) " + n(res.extent) + " != rows " + n(rows));
-  const std::vector<float> xv = to_floats(x);
   std::vector<float> rv;
   if (res.present) rv = to_floats(res);
   const std::vector<float> old = to_floats(y);
@@ -347,6 +346,11 @@ void run_gemv_splitk(const Context& c) {
     if (res.present) acc += rv[r];
     store_f(y, r, static_cast<double>(old[r]) + static_cast<double>(static_cast<float>(acc)));
   }
+}
+
+void run_gemv_splitk(const Context& c) {
+  splitk_accumulate(c, c.operand(0), to_floats(c.operand(1)), c.param_word(0), c.operand(2),
+                    c.operand(3));
 }
 
 void run_argmax(const Context& c) {
@@ -588,38 +592,25 @@ void run_attention_combine(const Context& c) {
 // x = query heads head0 .. head0 + count - 1 of attention_combine(partials), rounded to f32 as
 // the device stages it; then gemv_splitk's y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]).
 void run_attention_combine_splitk(const Context& c) {
-  const View w = c.operand(0), partials = c.operand(1), y = c.operand(2), res = c.operand(3);
+  const View partials = c.operand(1);
   const uint64_t hd = c.param_word(0), heads = c.param_word(1), head0 = c.param_word(2);
   c.require(hd > 0 && heads > 0 && head0 < heads,
             "head_dim " + n(hd) + ", heads " + n(heads) + ", head0 " + n(head0) +
                 ": need head_dim > 0 and head0 < heads");
   const uint64_t count = c.param_word(3) != 0 ? c.param_word(3) : heads - head0;
   c.require(head0 + count <= heads, "head0 + count " + n(head0 + count) + " > heads " + n(heads));
-  const uint64_t k = count * hd, block = heads * (hd + 2), rows = y.extent;
-  const uint64_t ld = c.param_word(4) == 0 ? k : c.param_word(4);
+  const uint64_t block = heads * (hd + 2);
   c.require(partials.extent > 0 && partials.extent % block == 0,
             "extent(partials) " + n(partials.extent) + " is not a positive multiple of heads * "
             "(head_dim + 2) " + n(block));
-  c.require(rows > 0 && ld >= k && w.extent == (rows - 1) * ld + k,
-            "extent(w) " + n(w.extent) + " != (rows - 1) * ld + K for rows " + n(rows) + ", ld " +
-                n(ld) + ", K " + n(k));
-  c.require(!res.present || res.extent == rows,
-            "extent(residual) " + n(res.extent) + " != rows " + n(rows));
   const std::vector<float> pv = to_floats(partials);
-  std::vector<float> xv(k);
+  std::vector<float> xv(count * hd);
   std::vector<double> acc;
   for (uint64_t i = 0; i < count; ++i) {
     combine_head(pv, partials.extent / block, block, hd, head0 + i, acc);
     for (uint64_t d = 0; d < hd; ++d) xv[i * hd + d] = static_cast<float>(acc[d]);
   }
-  std::vector<float> rv;
-  if (res.present) rv = to_floats(res);
-  const std::vector<float> old = to_floats(y);
-  for (uint64_t r = 0; r < rows; ++r) {
-    double sum = gemv_row(c, w, r, k, xv.data(), ld);
-    if (res.present) sum += rv[r];
-    store_f(y, r, static_cast<double>(old[r]) + static_cast<double>(static_cast<float>(sum)));
-  }
+  splitk_accumulate(c, c.operand(0), xv, c.param_word(4), c.operand(2), c.operand(3));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 # calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
 # section only; AMK_8B=0 leaves the 8B step out; the fifteenth session added ~2-3 minutes of
 # --o-proj split rows to it, not yet timed on the device: if that call nears the limit, run it
-# with AMK_8B=0 and the 8B rows in a third). A call the device stops still returns what was
+# with AMK_8B=0 and the 8B rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops still returns what was
 # packed so far (each section packs on entry; TERM packs too). Each section's start prints the
 # seconds elapsed.
 set -uo pipefail
@@ -358,9 +358,10 @@ fi  # AMK_BASE
 if [ "${AMK_DECODE:-1}" = 1 ]; then
   [ -e "$out/bench/attn_pairs.json" ] || $py scripts/bench_programs.py "$out/bench"
   sec "Llama decode step (tiny vs numpy, 1B vs CPU + bench + PyTorch)"
+  d="$scratch/decode"; mkdir -p "$d"
+  if [ "${AMK_1B:-1}" = 1 ]; then  # (AMK_1B=0: the 8B rows only)
   $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
   rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  d="$scratch/decode"; mkdir -p "$d"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json" || row "gen 1B" FAIL
   $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
   rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
@@ -517,6 +518,7 @@ except Exception as e:
     print(f"PyTorch rows|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
+  fi  # AMK_1B
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     $amk -q gen llama --preset llama-3.1-8b --context 1024 --o-proj split -o "$d/llama8b_splito.json"

@@ -12,9 +12,9 @@
 # calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
 # section only; AMK_8B=0 leaves the 8B step out; the fifteenth session added ~2-3 minutes of
 # --o-proj split rows to it, not yet timed on the device: if that call nears the limit, run it
-# with AMK_8B=0 and the 8B rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops still returns what was
-# packed so far (each section packs on entry; TERM packs too). Each section's start prints the
-# seconds elapsed.
+# with AMK_8B=0 and the 8B rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops
+# still returns what was packed so far (each section packs on entry; TERM packs too). Each
+# section's start prints the seconds elapsed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"

@@ -20,6 +20,7 @@ struct BenchCmdOptions {
 
 int run_bench_cmd(const GlobalOptions& g, BenchCmdOptions o) {
   Program p = load_and_verify(o.program);
+  check_gpu(p, o.request.gpu.device);  // (a refusal before minutes of host data)
   const HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;

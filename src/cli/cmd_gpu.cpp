@@ -57,6 +57,7 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
                 "--rounds applies to --tuning-arms");
   if (o.arms_given) check_tuning_arms(o.request.tuning_arms);
   Program p = load_and_verify(o.program);
+  check_gpu(p, o.request.gpu.device);  // (a refusal before minutes of host data)
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;

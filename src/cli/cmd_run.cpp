@@ -57,12 +57,8 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     report.instructions = p.instructions.size();
     report.timings_ms.emplace_back("load_verify", ms_since(phase));
 
-    phase = clock::now();
-    const LoadOptions load = o.program.load_options();
-    HostBuffers initial = materialize_all(p, load);
-    report.data_fingerprint = data_fingerprint(initial);
-    report.timings_ms.emplace_back("materialize", ms_since(phase));
-
+    // The backend (and, for the GPU, its device and target) before the host data, which for a
+    // decode step's weights takes minutes: a refusal comes at once.
     std::string backend = o.backend;
     if (backend == "auto") {
       std::string why;
@@ -71,6 +67,13 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
         spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
     }
     report.backend = backend;
+    if (backend == "cuda") check_gpu(p, o.device);
+
+    phase = clock::now();
+    const LoadOptions load = o.program.load_options();
+    HostBuffers initial = materialize_all(p, load);
+    report.data_fingerprint = data_fingerprint(initial);
+    report.timings_ms.emplace_back("materialize", ms_since(phase));
 
     GpuRequest req;
     req.device = o.device;

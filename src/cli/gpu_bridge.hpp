@@ -72,6 +72,10 @@ struct BenchRequest {
 // True when a CUDA driver and device are usable; `why` says why not.
 [[nodiscard]] bool gpu_present(std::string* why);
 
+// Throws the device error a GPU run of `program` on `device` would end in (no driver, no such
+// device, target not met; built without CUDA: device.unsupported) before any host data is made.
+void check_gpu(const Program& program, int device);
+
 [[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial,
                                     const GpuRequest& request);
 [[nodiscard]] ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,

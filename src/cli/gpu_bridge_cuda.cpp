@@ -143,6 +143,8 @@ ordered_json timings_json(const std::vector<std::pair<std::string, double>>& t) 
 
 bool gpu_present(std::string* why) { return gpu_available(why); }
 
+void check_gpu(const Program& program, int device) { (void)check_device_target(program, device); }
+
 GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
   using clock = std::chrono::steady_clock;
   GpuOutcome out;
@@ -483,6 +485,7 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
 
 ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
                                std::ostringstream& text) {
+  check_gpu(program, 0);
   const HostBuffers initial = materialize_all(program, load);
   const Plan plan = default_plan(program);
   GpuOptions opts;

@@ -17,6 +17,7 @@ bool gpu_present(std::string* why) {
   if (why != nullptr) *why = "amk was built without the CUDA toolkit";
   return false;
 }
+void check_gpu(const Program&, int) { no_cuda(); }
 GpuOutcome run_on_gpu(const Program&, const HostBuffers&, const GpuRequest&) { no_cuda(); }
 ordered_json profile_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
                             std::ostringstream&) {

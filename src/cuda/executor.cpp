@@ -377,14 +377,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
   phase("context", t0);
 
   t0 = Clock::now();
-  m.device = cu::query_device(options.device);
-  if (const auto mismatches = target_mismatches(program, m.device); !mismatches.empty()) {
-    std::string msg = "program '" + program.name + "' cannot run on " + m.device.name + " (" +
-                      m.device.arch() + ", device fingerprint " + m.device.fingerprint() + "): ";
-    for (size_t i = 0; i < mismatches.size(); ++i)
-      msg += (i ? "; " : "") + mismatches[i];
-    throw Error(ErrorKind::device, "device.target", "/target", msg);
-  }
+  m.device = check_device_target(program, options.device);
   phase("device", t0);
 
   t0 = Clock::now();
@@ -670,6 +663,18 @@ void GpuExecutable::close() {
     spdlog::debug("closing the GPU executable: {}", e.what());
   }
   m.reset(); // members in reverse declaration order; the context goes last
+}
+
+DeviceInfo check_device_target(const Program& program, int ordinal) {
+  DeviceInfo d = cu::query_device(ordinal);
+  if (const auto mismatches = target_mismatches(program, d); !mismatches.empty()) {
+    std::string msg = "program '" + program.name + "' cannot run on " + d.name + " (" + d.arch() +
+                      ", device fingerprint " + d.fingerprint() + "): ";
+    for (size_t i = 0; i < mismatches.size(); ++i)
+      msg += (i ? "; " : "") + mismatches[i];
+    throw Error(ErrorKind::device, "device.target", "/target", msg);
+  }
+  return d;
 }
 
 bool gpu_available(std::string* why) {

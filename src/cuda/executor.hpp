@@ -118,6 +118,12 @@ private:
 
 // True when the driver loads and reports at least one device; otherwise *why says why.
 [[nodiscard]] bool gpu_available(std::string* why = nullptr);
+
+// The device `ordinal` (loading the driver) checked against the program's target, with the
+// errors opening it for a launch would give (device.no_driver, device.*, device.target). The CLI
+// calls it before it makes the program's host data, which for a decode step's weights takes
+// minutes: a refusal then comes at once.
+[[nodiscard]] DeviceInfo check_device_target(const Program& program, int ordinal);
 // Every device the driver reports (throws Error(device, device.no_driver) without a driver).
 [[nodiscard]] std::vector<DeviceInfo> list_devices();
 

@@ -227,6 +227,14 @@ else
 fi
 if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=1"
+  # Without a GPU the GPU commands refuse before making any host data (a decode step's weights
+  # take minutes): broken.json's missing data file is never reached (exit 5, not 4).
+  expect_rc 5 "profile refuses before the data" -- "$amk" profile "$tmp/broken.json" --events
+  expect_grep "$tmp/err" "\[device\." "profile's refusal is a device error"
+  expect_rc 5 "bench refuses before the data" -- "$amk" bench "$tmp/broken.json"
+  expect_rc 5 "run --backend cuda refuses before the data" -- "$amk" run "$tmp/broken.json" --backend cuda -o "$tmp/run_nodev"
+  [ "$(json_field "$tmp/run_nodev/report.json" "j['status'] + ' ' + j['backend'] + ' ' + str(j['program']['data_fingerprint'])")" = "rejected cuda None" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --backend cuda refusal's report"; }
+  expect_rc 5 "inspect --attributes refuses before the data" -- "$amk" inspect --attributes "$tmp/broken.json"
 else
   # On a GPU: two arms, three rounds; each arm reports its rounds, the first arm is the unit.
   expect_rc 0 "profile --tuning-arms on the GPU" -- "$amk" --json profile "$sample" --events --iterations 5 --rounds 3 --tuning-arms "default;AMK_GEMV_PRELOAD=0"

@@ -15,9 +15,9 @@
 // instruction's weight rows before its waits, the op merges its query heads' attention chunks
 // (amk_combine_heads, amk_ops_attention.cuh) into shared memory, then multiplies. (Holding the
 // first batch of weights in registers across the merge instead made ptxas spill ~8 KiB in this
-// function and ~2.4 KiB in the 1B step's VM.) An attention output projection cut by query heads this way needs no combine step
-// and no phase barrier between attention and the projection: each piece waits only for its own
-// kv head's chunks.
+// function and ~2.4 KiB in the 1B step's VM.) An attention output projection cut by query heads
+// this way needs no combine step and no phase barrier between attention and the projection: each
+// piece waits only for its own kv head's chunks.
 #ifndef AMK_OPS_GEMV_SPLITK_CUH
 #define AMK_OPS_GEMV_SPLITK_CUH
 
@@ -203,6 +203,15 @@ __device__ __noinline__ void amk_op_gemv_splitk(const amk_device_program_t&, con
 constexpr uint32_t kAmkCombineSplitkMaxK = 1024;
 __shared__ __align__(16) float amk_combine_xs[kAmkCombineSplitkMaxK];
 
+// K = count * head_dim of an instruction (params head_dim, heads, head0, count), 0 when its
+// params are out of the registry's range (the verifier refuses those).
+__device__ __forceinline__ uint32_t amk_combine_splitk_k(const amk_instruction_t& ins) {
+  const uint32_t hd = ins.params[0], heads = ins.params[1], head0 = ins.params[2];
+  if (head0 >= heads) return 0;
+  const uint64_t k = static_cast<uint64_t>(ins.params[3] != 0 ? ins.params[3] : heads - head0) * hd;
+  return k <= kAmkCombineSplitkMaxK ? static_cast<uint32_t>(k) : 0u;
+}
+
 // Asks L2 for rows [0, rows) of K weights, ld apart (one bulk prefetch a row piece), the
 // participant `me` of `n` taking every n-th row. The VM calls it before the instruction's waits
 // (its last warp), the op again at its start (hits by then).
@@ -222,22 +231,19 @@ __device__ __noinline__ void amk_op_attention_combine_splitk(const amk_device_pr
   const amk_view y = amk_operand(ins, 2);
   const amk_view res = amk_operand(ins, 3);
   const uint32_t hd = ins.params[0], heads = ins.params[1], head0 = ins.params[2];
-  if (head0 >= heads) return;  // (the verifier refuses it)
-  const uint32_t count = ins.params[3] != 0 ? ins.params[3] : heads - head0;
-  const uint64_t k = static_cast<uint64_t>(count) * hd;
+  const uint32_t k = amk_combine_splitk_k(ins);
   const uint64_t block = static_cast<uint64_t>(heads) * (hd + 2);
-  if (k == 0 || k > kAmkCombineSplitkMaxK || y.n == 0 || partials.n < block) return;
+  if (k == 0 || y.n == 0 || partials.n < block) return;  // (the verifier refuses these)
   const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
   const float* p = reinterpret_cast<const float*>(partials.ptr);
   const uint64_t ld = ins.params[4] != 0 ? ins.params[4] : k;
   // The weights are not needed until x is made: ask L2 for them first (no registers held across
   // the merge, which needs its own), merge into shared memory, then the gemv_splitk loop.
   amk_splitk_prefetch_rows(w, k, ld, y.n, threadIdx.x, AMK_BLOCK_THREADS);
-  amk_combine_heads(p, chunks, block, hd, head0, count,
+  amk_combine_heads(p, chunks, block, hd, head0, k / hd,
                     [](uint64_t at, float v) { amk_combine_xs[at] = v; });
   __syncthreads();
-  amk_splitk_run(w, static_cast<uint32_t>(k), ld, y, res,
-                 [](uint32_t c) { return amk_combine_xs[c]; });
+  amk_splitk_run(w, k, ld, y, res, [](uint32_t c) { return amk_combine_xs[c]; });
 }
 #endif  // AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 #endif  // AMK_OPS_GEMV_SPLITK_CUH

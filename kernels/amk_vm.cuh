@@ -363,9 +363,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       // Its weight rows are strided (a slice of columns): the last warp asks for each row's piece.
       if (n_waits != 0 && op == 17 && warp == kAmkWarps - 1) {
         const amk_view w = amk_operand(ins, 0), y = amk_operand(ins, 2);
-        const uint32_t heads = ins.params[1], head0 = ins.params[2];
-        const uint64_t k = static_cast<uint64_t>(ins.params[3] != 0 ? ins.params[3] : heads - head0) *
-                           ins.params[0];
+        const uint32_t k = amk_combine_splitk_k(ins);
         amk_splitk_prefetch_rows(w, k, ins.params[4] != 0 ? ins.params[4] : k, y.n, lane,
                                  kAmkWarpSize);
       }

@@ -42,8 +42,8 @@ uint64_t instruction_bytes(const Program& program, const Instruction& ins) {
   if (ins.op == static_cast<uint16_t>(OpId::gemv_splitk) && ins.operands.size() > 1)
     strided_k = ins.operands[1].extent;
   if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk) && ins.params.size() > 3) {
-    const uint64_t heads = ins.params[1], head0 = ins.params[2];
-    strided_k = uint64_t{ins.params[0]} * (ins.params[3] != 0 ? ins.params[3] : heads - std::min(head0, heads));
+    const uint64_t heads = ins.params[1], head0 = std::min<uint64_t>(ins.params[2], heads);
+    strided_k = uint64_t{ins.params[0]} * (ins.params[3] != 0 ? ins.params[3] : heads - head0);
   }
   uint64_t bytes = 0;
   for (size_t k = 0; k < ins.operands.size(); ++k) {

@@ -408,6 +408,21 @@ TEST_CASE("--o-proj split: no combine step; each piece waits for exactly its kv 
     CHECK(in.operands[2].extent % 4 == 0);
   }
   CHECK(pieces == 128);
+
+  // Llama-3.1-8B: heads of 128, so two slices of 2 heads a kv head (512-byte pieces again), rows of
+  // 512: 16 x 8 = 128 pieces a layer.
+  o.preset = "llama-3.1-8b";
+  const Program p8 = gen::generate_llama(o);
+  verify(p8);
+  pieces = 0;
+  for (const auto& in : p8.instructions) {
+    if (op_name(p8, in.op) != "attention_combine_splitk") continue;
+    ++pieces;
+    CHECK(in.params[0] == 128);
+    CHECK(in.params[3] == 2);
+    CHECK(in.operands[2].extent == 512);
+  }
+  CHECK(pieces == 128);
 }
 
 TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on the CPU") {

@@ -199,8 +199,12 @@ __device__ __noinline__ void amk_op_gemv_splitk(const amk_device_program_t&, con
 #endif  // AMK_USE_OP_GEMV_SPLITK
 
 #if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
-// x of one instruction: K = count * head_dim floats (the registry's limit).
-constexpr uint32_t kAmkCombineSplitkMaxK = 1024;
+// x of one instruction: K = count * head_dim floats, at most the verifier's limit
+// (kCombineSplitkMaxK in src/ops/registry.hpp, which the generated source passes here).
+#ifndef AMK_COMBINE_SPLITK_MAX_K
+#define AMK_COMBINE_SPLITK_MAX_K 1024
+#endif
+constexpr uint32_t kAmkCombineSplitkMaxK = AMK_COMBINE_SPLITK_MAX_K;
 __shared__ __align__(16) float amk_combine_xs[kAmkCombineSplitkMaxK];
 
 // K = count * head_dim of an instruction (params head_dim, heads, head0, count), 0 when its

@@ -47,8 +47,9 @@ constexpr uint32_t kAttentionWideMergeBytes = 8192 * 4 + (16 + 256) * 4 + (512 +
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
-// Static shared memory attention_combine_splitk adds (amk_combine_xs: kAmkCombineSplitkMaxK floats).
-constexpr uint32_t kCombineSplitkBytes = 1024 * 4;
+// Static shared memory attention_combine_splitk adds (amk_combine_xs: kCombineSplitkMaxK floats,
+// passed to the kernel as AMK_COMBINE_SPLITK_MAX_K).
+constexpr uint32_t kCombineSplitkBytes = 4 * static_cast<uint32_t>(kCombineSplitkMaxK);
 // AMK_SMEM_BUFFERS: the most buffers whose table a block holds in shared memory (8 bytes each).
 constexpr size_t kSmemBufferCap = 1024;
 
@@ -337,7 +338,7 @@ bool derived_macro(std::string_view name) {
        {"AMK_BLOCK_THREADS", "AMK_TMA_COUNT", "AMK_TRACE", "AMK_SMEM_BUFFER_CAP",
         "AMK_STREAM_X_FLOATS", "AMK_WEIGHT_STREAMS", "AMK_TMA_GEMV", "AMK_STEP_KERNEL",
         "AMK_GEMV_PAIRS_LISTED", "AMK_GEMV_FUSIONS_LISTED", "AMK_ATTN_KV_LISTED",
-        "AMK_ELT_DTYPES_LISTED"})
+        "AMK_ELT_DTYPES_LISTED", "AMK_COMBINE_SPLITK_MAX_K"})
     if (name == exact) return true;
   for (std::string_view prefix : {"AMK_USE_OP_", "AMK_GEMV_FUSE_"})
     if (name.substr(0, prefix.size()) == prefix) return true;
@@ -494,6 +495,9 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";
+  // The verifier's limit on attention_combine_splitk's K sizes the kernel's x array (one number).
+  if (ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
+    s += "#define AMK_COMBINE_SPLITK_MAX_K " + std::to_string(kCombineSplitkMaxK) + "\n";
   s += "#define AMK_GEMV_PAIRS_LISTED 1\n";
   for (const auto& [w, x] : gemv_pairs)
     s += "#define AMK_GEMV_" + std::string(float_macro(w)) + "_" + std::string(float_macro(x)) +

@@ -34,6 +34,9 @@ enum class OpId : uint16_t {
   attention_combine_splitk = 17,  // attention_combine of some query heads, then their gemv_splitk
 };
 inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
+// attention_combine_splitk stages its x (count * head_dim floats) in shared memory: the verifier
+// refuses more, codegen sizes the kernel's array with it (AMK_COMBINE_SPLITK_MAX_K).
+inline constexpr uint64_t kCombineSplitkMaxK = 1024;
 
 // accumulate: the op adds into the elements with atomics. Accumulations into the same elements
 // commute, so they need no order among themselves, only against reads and writes.

@@ -24,8 +24,6 @@ struct Slot {
 
 // attention_decode holds one head_dim slice per lane group in registers (amk_ops_attention.cuh).
 constexpr uint32_t kMaxAttentionHeadDim = 256;
-// attention_combine_splitk stages its x in shared memory (kAmkCombineSplitkMaxK floats).
-constexpr uint64_t kMaxCombineSplitkK = 1024;
 
 std::string instr_where(uint32_t index) { return "/instructions/" + std::to_string(index); }
 
@@ -409,10 +407,10 @@ private:
              "head0 + count = " + std::to_string(uint64_t{head0} + count) +
                  " must be <= heads = " + std::to_string(heads));
       const uint64_t k = uint64_t{count} * hd;
-      if (k > kMaxCombineSplitkK)
+      if (k > kCombineSplitkMaxK)
         fail("verify.param", "/params/count",
              "count * head_dim = " + std::to_string(k) + " must be <= " +
-                 std::to_string(kMaxCombineSplitkK) + " (x is staged in shared memory)");
+                 std::to_string(kCombineSplitkMaxK) + " (x is staged in shared memory)");
       const uint64_t block = uint64_t{heads} * (uint64_t{hd} + 2);
       if (extent(1) % block != 0)
         fail("verify.shape", operand_where(1),

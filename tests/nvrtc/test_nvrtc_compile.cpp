@@ -625,6 +625,9 @@ TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no s
   CHECK(src.find("#include \"amk_ops_attention.cuh\"") != std::string::npos);  // the merge
   CHECK(src.find("AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
   CHECK(src.find("AMK_USE_OP_GEMV_SPLITK") == std::string::npos);
+  // The kernel's x array is the verifier's limit, passed from the registry's one number.
+  CHECK(src.find("#define AMK_COMBINE_SPLITK_MAX_K " + std::to_string(kCombineSplitkMaxK) + "\n") !=
+        std::string::npos);
   // The default (rows asked of L2 before the waits) and without that prefetch.
   std::vector<std::byte> cubins[2];
   for (int prefetch : {1, 0}) {

@@ -31,11 +31,11 @@ constexpr std::array<std::string_view, 18> kOpMacros = {
     "ARGMAX",  "EMBEDDING", "ROPE",      "KV_APPEND",    "ATTENTION_DECODE",
     "ATTENTION_COMBINE", "GEMV_SPLITK", "ATTENTION_COMBINE_SPLITK"};
 
-// Ops whose device code lives in (or uses) kernels/amk_ops_attention.cuh.
+// Ops whose device code lives in kernels/amk_ops_attention.cuh (attention_combine_splitk's header
+// includes it itself for the merge).
 bool is_attention_op(uint16_t id) {
-  return (id >= static_cast<uint16_t>(OpId::rope) &&
-          id <= static_cast<uint16_t>(OpId::attention_combine)) ||
-         id == static_cast<uint16_t>(OpId::attention_combine_splitk);
+  return id >= static_cast<uint16_t>(OpId::rope) &&
+         id <= static_cast<uint16_t>(OpId::attention_combine);
 }
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
 // 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values; the
@@ -258,14 +258,15 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
 
 uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_t smem_optin,
                                const CompileOptions& options) {
-  if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
+  const std::set<uint16_t> ops = used_ops(plan);
+  if (!ops.count(static_cast<uint16_t>(OpId::gemv))) return 0;
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
-  if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_decode)))
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)))
     slack += attention_wide_tiles(program, plan, options) ? kAttentionWideMergeBytes
                                                           : kAttentionMergeBytes;
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
-  if (used_ops(plan).count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
+  if (ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
     slack += kCombineSplitkBytes;
   if (smem_buffer_table(program, plan, options))
     slack += 8 * static_cast<uint32_t>(program.buffers.size());

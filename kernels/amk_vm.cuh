@@ -58,12 +58,21 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #ifndef AMK_PREFETCH_BYTES
 #define AMK_PREFETCH_BYTES 32768
 #endif
-// AMK_PREFETCH_DEPENDENT=1 (an experiment, off): steps with waits are prefetched ahead too.
-// The ~7% loss above was measured in the first sessions' VM (no gemv preload, the pass-only
-// attention, no shared buffer table); this re-asks the question of today's VM, where a gemv
-// after a short wait still meets its first weights 1-1.5 us after it.
-#ifndef AMK_PREFETCH_DEPENDENT
-#define AMK_PREFETCH_DEPENDENT 0
+// L2 prefetch while HBM idles (an experiment, off). An attention_decode step reads little (its
+// chunk of the cache) and the steps after it wait for it and its peers (the combine, the output
+// projection): on the Llama steps HBM has ~10 us a layer with nothing to read. With
+// AMK_PREFETCH_IDLE_BYTES > 0 a block that runs an attention step asks L2 for that many bytes of
+// each weight operand (w, w2) of the next AMK_PREFETCH_IDLE_AHEAD gemv steps in its lookahead
+// window, waits or not, once the step's signals are sent (AMK_PREFETCH_IDLE_AT_START=1: before
+// its waits instead). A hint: L2 is coherent and the weights are only read.
+#ifndef AMK_PREFETCH_IDLE_BYTES
+#define AMK_PREFETCH_IDLE_BYTES 0
+#endif
+#ifndef AMK_PREFETCH_IDLE_AHEAD
+#define AMK_PREFETCH_IDLE_AHEAD 2
+#endif
+#ifndef AMK_PREFETCH_IDLE_AT_START
+#define AMK_PREFETCH_IDLE_AT_START 0
 #endif
 // Bytes of each of its own streamed operands a step that waits prefetches into L2 before the
 // wait (0: none). Off until the eleventh session (measured ~7% slower in the fifth, on the
@@ -74,13 +83,6 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // 5.40 at 64 KiB, 5.46 at 128 KiB, 5.69 at 256 KiB.
 #ifndef AMK_PREFETCH_OWN_BYTES
 #define AMK_PREFETCH_OWN_BYTES 32768
-#endif
-
-// AMK_COMBINE_SPLITK_PREFETCH=1 (the default): a waiting attention_combine_splitk asks L2 for
-// its weight rows before its waits (one bulk prefetch a row's piece, the last warp's lanes taking
-// turns); 0: only the op itself does, once its waits are over.
-#ifndef AMK_COMBINE_SPLITK_PREFETCH
-#define AMK_COMBINE_SPLITK_PREFETCH 1
 #endif
 
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
@@ -265,6 +267,28 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
   uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
   bool dirty = false;                // a data op ran since the last barrier
   uint32_t p = 0;
+#if AMK_PREFETCH_IDLE_BYTES > 0
+  // The next AMK_PREFETCH_IDLE_AHEAD gemv steps after step l of the sub-window starting at p
+  // (once the window has shifted, only kAmkSubs - sub registers are current); warp-uniform.
+  auto prefetch_idle = [&](uint32_t l) {
+    const uint32_t sub = (p / kAmkWarpSize) % kAmkSubs;
+    uint32_t count = 0;
+#pragma unroll
+    for (uint32_t j = 0; j < kAmkSubs; ++j) {
+      if (j >= kAmkSubs - sub || count >= AMK_PREFETCH_IDLE_AHEAD) break;
+      uint32_t bits = __ballot_sync(kAmkFullMask, (cur[j] & 0xFFFFu) == 9 && !AMK_WEIGHT_STREAMS);
+      if (j == 0) bits = l + 1 < kAmkWarpSize ? bits & (~0u << (l + 1)) : 0u;
+      while (bits != 0 && count < AMK_PREFETCH_IDLE_AHEAD) {
+        const uint32_t src = __ffs(bits) - 1;
+        bits &= bits - 1;
+        ++count;
+        const uint32_t t_item = __shfl_sync(kAmkFullMask, itc[j], src);
+        if (warp == kAmkWarps - 1 && lane == 0 && t_item != kAmkNoItem)
+          amk_prefetch_streams(prog, t_item, 9, AMK_PREFETCH_IDLE_BYTES);
+      }
+    }
+  };
+#endif
   for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
     if (p != 0) {
       q_sub += kAmkWarpSize;
@@ -282,9 +306,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         itc[j] = itn[j];
         m[j] = __ballot_sync(kAmkFullMask, cur[j] != 0);
 #if AMK_PREFETCH_AHEAD > 0
-        ms[j] = __ballot_sync(kAmkFullMask, amk_op_streams(cur[j] & 0xFFFFu) &&
-                                                (AMK_PREFETCH_DEPENDENT ||
-                                                 ((cur[j] >> 16) & 0xFu) == 0));
+        ms[j] = __ballot_sync(kAmkFullMask,
+                              amk_op_streams(cur[j] & 0xFFFFu) && ((cur[j] >> 16) & 0xFu) == 0);
 #endif
         if (cur[j] != 0 && itc[j] != kAmkNoItem)
           amk_prefetch_l1(reinterpret_cast<const unsigned char*>(prog.instructions + itc[j]) +
@@ -359,15 +382,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       // safe whatever writes the operand before the wait ends.)
       if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
         amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
-#if AMK_USE_OP_ATTENTION_COMBINE_SPLITK && AMK_COMBINE_SPLITK_PREFETCH
-      // Its weight rows are strided (a slice of columns): the last warp asks for each row's piece.
-      if (n_waits != 0 && op == 17 && warp == kAmkWarps - 1) {
-        const amk_view w = amk_operand(ins, 0), y = amk_operand(ins, 2);
-        const uint32_t k = amk_combine_splitk_k(ins);
-        amk_splitk_prefetch_rows(w, k, ins.params[4] != 0 ? ins.params[4] : k, y.n, lane,
-                                 kAmkWarpSize);
-      }
 #endif
+#if AMK_PREFETCH_IDLE_BYTES > 0 && AMK_PREFETCH_IDLE_AT_START
+      if (op == 14) prefetch_idle(l);
 #endif
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
@@ -442,6 +459,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         }
         if (signaller) amk_red_release(prog.counters + sig_counter, sig_add);
       }
+#if AMK_PREFETCH_IDLE_BYTES > 0 && !AMK_PREFETCH_IDLE_AT_START
+      if (op == 14) prefetch_idle(l);
+#endif
     }
     p += n;
     if (p == total) break;

@@ -192,7 +192,8 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "attention output projection: rows (the default: one attention_combine per kv "
                   "head, then row ranges after all of them) or split (cut by query heads, each "
                   "piece merging its heads' chunks itself and adding into h with atomics: "
-                  "attention_combine_splitk; not yet measured on a GPU)")
+                  "attention_combine_splitk; measured slower on the H200: 1B step 1.25 ms against "
+                  "1.11)")
       ->check(CLI::IsMember({"rows", "split"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");

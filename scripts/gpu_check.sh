@@ -10,9 +10,10 @@
 # nvrtc tier left the device run and the kernels of the checks and arms were compiled in
 # parallel up front), more than the device tool's limit for one command (10); it splits in two
 # calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
-# section only; AMK_8B=0 leaves the 8B step out; the fifteenth session added ~2-3 minutes of
-# --o-proj split rows to it, not yet timed on the device: if that call nears the limit, run it
-# with AMK_8B=0 and the 8B rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops
+# section only; AMK_8B=0 leaves the 8B step out; with the fifteenth session's --o-proj split
+# timings the sixteenth session's decode call reached the limit during its 8B rows, so those
+# timings, measured slower, left it; if it nears the limit again, run it with AMK_8B=0 and the 8B
+# rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops
 # still returns what was packed so far (each section packs on entry; TERM packs too). Each
 # section's start prints the seconds elapsed.
 set -uo pipefail
@@ -159,8 +160,10 @@ tuned=(
   # waits with the global table (AMK_SMEM_BUFFERS=0), and ones without waits with the shared one.
   "AMK_SMEM_BUFFERS=0|globaltable|gemv_waits attention_rope small_ops"
   "AMK_SMEM_BUFFERS=1|smemtable|gemv_fused tma_gemv"
-  # Steps with waits prefetched ahead too (AMK_PREFETCH_DEPENDENT=1, an experiment; a hint).
-  "AMK_PREFETCH_DEPENDENT=1|prefdep|gemv_waits attention_rope"
+  # Attention steps asking L2 for the next gemv steps' weights (a hint; the tiny step has both
+  # ops), after the step and before its waits.
+  "AMK_PREFETCH_IDLE_BYTES=131072|idle|attention_rope"
+  "AMK_PREFETCH_IDLE_BYTES=131072,AMK_PREFETCH_IDLE_AT_START=1|idlestart|attention_rope"
 )
 base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
@@ -359,6 +362,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   [ -e "$out/bench/attn_pairs.json" ] || $py scripts/bench_programs.py "$out/bench"
   sec "Llama decode step (tiny vs numpy, 1B vs CPU + bench + PyTorch)"
   d="$scratch/decode"; mkdir -p "$d"
+  idle=AMK_PREFETCH_IDLE_BYTES  # (the timing arms' knob, below)
   if [ "${AMK_1B:-1}" = 1 ]; then  # (AMK_1B=0: the 8B rows only)
   $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
   rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
@@ -390,77 +394,31 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_splito.log"; row "llama tiny --o-proj split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --attn-sync layer --weights "$d/llama1b.safetensors" -o "$d/llama1b_layersync.json" || row "gen 1B --attn-sync layer" FAIL
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
-  # executable per arm, two interleaved rounds): attention's streaming pass compiled in but unused
-  # (AMK_ATTN_PASS=1) and taking every chunk (AMK_ATTN_TILED=0: the tiled path off), without the
-  # L2 prefetch of a waiting step's own weights (AMK_PREFETCH_OWN_BYTES=0), the gemv preload at
-  # one batch (AMK_GEMV_PRELOAD=1) and off (0), the buffer table read from global memory instead of
-  # its copy in shared memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched ahead too
-  # (AMK_PREFETCH_DEPENDENT=1: the next streaming step, the second next, 128 KiB of the next).
-  # Then attention's waits one counter a layer (twice) and the unfused layer (once), as programs
-  # of their own, and the output projection split by query heads (--o-proj split), with and
-  # without its rows asked of L2 before the waits (AMK_COMBINE_SPLITK_PREFETCH=0), two
-  # interleaved rounds. `--down split`, measured slower in every run since the fifth session, is
-  # only checked.
-  arms="default;AMK_ATTN_PASS=1;AMK_ATTN_TILED=0;AMK_PREFETCH_OWN_BYTES=0;AMK_GEMV_PRELOAD=1;AMK_GEMV_PRELOAD=0;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_AHEAD=2;AMK_PREFETCH_DEPENDENT=1,AMK_PREFETCH_BYTES=131072"
+  # executable per arm, two interleaved rounds): the gemv preload at one batch (AMK_GEMV_PRELOAD=1),
+  # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), and attention steps asking L2
+  # for the next gemv steps' weights while HBM idles (AMK_PREFETCH_IDLE_BYTES of each weight
+  # operand of the next two gemv steps, after the attention step; one 128 KiB arm before its
+  # waits, one with the next gemv step only). The other layouts (--unfused, --attn-sync layer,
+  # --down split, --o-proj split) are only checked above: each measured slower than the default
+  # (the README's sessions have their figures).
+  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;$idle=65536;$idle=131072;$idle=262144;$idle=131072,AMK_PREFETCH_IDLE_AT_START=1;$idle=131072,AMK_PREFETCH_IDLE_AHEAD=1"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
-  precompile "" "$d/llama1b_layersync.json" "$d/llama1b_unfused.json" "$d/llama1b_splito.json"
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --o-proj split --attn-chunks 8 --weights "$d/llama1b.safetensors" -o "$d/llama1b_splito_c8.json" || row "gen 1B --o-proj split --attn-chunks 8" FAIL
-  precompile AMK_COMBINE_SPLITK_PREFETCH=0 "$d/llama1b_splito.json"
-  precompile "" "$d/llama1b_splito_c8.json"
   precompile_run
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
-  for r in 1 2; do
-    for f in llama1b_layersync llama1b_unfused; do
-      [ $r = 2 ] && [ $f = llama1b_unfused ] && continue  # the unfused layer once
-      $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
-    done
-  done
-  $amk --json profile "$d/llama1b_splito.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "default;AMK_COMBINE_SPLITK_PREFETCH=0" > "$d/prof_splito.json" 2>"$d/prof_splito.err"; tail -3 "$d/prof_splito.err"
-  # ... with 8 attention chunks a kv head instead of 16 (each piece merges half the partials),
-  $amk --json profile "$d/llama1b_splito_c8.json" --events --warmup 3 --iterations 20 > "$d/prof_splito_c8.json" 2>/dev/null
-  # ... and the default step once more after it (the split's baseline on both sides).
-  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 > "$d/prof_default_after.json" 2>/dev/null
+  AMK_VM_TUNING=$idle=131072 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_idle" >"$d/run1b_idle.log" 2>&1
+  rc=$?; tail -2 "$d/run1b_idle.log"; row "llama-3.2-1b, $idle=131072, --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
-d = sys.argv[1]
 try:
-    for a in json.load(open(os.path.join(d, "prof_arms.json")))["arms"]:
+    for a in json.load(open(os.path.join(sys.argv[1], "prof_arms.json")))["arms"]:
         label = "fused layer (default)" if a["name"] == "default" else f"default, {a['name']}"
         print(f"1B decode ({label}), amk profile --events|median " +
               " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) +
               f" ms ({a['ratio_to_first']:.3f}x)")
 except Exception as e:
     print(f"1B profile --tuning-arms|unavailable ({e})")
-try:
-    for a in json.load(open(os.path.join(d, "prof_splito.json")))["arms"]:
-        label = "" if a["name"] == "default" else f", {a['name']}"
-        print(f"1B decode (--o-proj split{label}), amk profile --events|median " +
-              " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) + " ms")
-except Exception as e:
-    print(f"1B profile --o-proj split|unavailable ({e})")
-try:
-    j = json.load(open(os.path.join(d, "prof_splito_c8.json")))
-    print(f"1B decode (--o-proj split --attn-chunks 8), amk profile --events|median {j['median_ms']:.4f} ms")
-except Exception as e:
-    print(f"1B profile --o-proj split --attn-chunks 8|unavailable ({e})")
-try:
-    j = json.load(open(os.path.join(d, "prof_default_after.json")))
-    print(f"1B decode (fused layer (default), after the split), amk profile --events|median {j['median_ms']:.4f} ms")
-except Exception as e:
-    print(f"1B profile default after|unavailable ({e})")
-for f, label in {"llama1b_layersync": "default, --attn-sync layer",
-                 "llama1b_unfused": "unfused layer"}.items():
-    try:
-        js = [json.load(open(os.path.join(d, f"prof_{f}.{r}.json")))
-              for r in (1, 2) if os.path.exists(os.path.join(d, f"prof_{f}.{r}.json"))]
-        if not js: raise ValueError("no result")
-        print(f"1B decode ({label}), amk profile --events|median " +
-              " / ".join(f"{j['median_ms']:.4f}" for j in js) + " ms")
-    except Exception as e:
-        print(f"1B profile {f}|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/prof_rows.txt"
   $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$d/bench1b.err"; tail -3 "$d/bench1b.err"
@@ -483,16 +441,9 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
-  # The phases of the step with the output projection split by query heads (logs.tar.gz).
-  $amk profile "$d/llama1b_splito.json" --trace "$d/trace1b_splito.json" > /dev/null 2>&1
-  $py scripts/trace_phases.py "$d/trace1b_splito.json" > "$out/phases1b_splito.txt" 2>&1
-  # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
-  # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
-  # logs.tar.gz.
-  for lv in 1 2; do
-    AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
-    $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
-  done
+  # The phases with attention steps prefetching the next gemv steps' weights (logs.tar.gz).
+  AMK_VM_TUNING=$idle=131072 $amk profile "$d/llama1b.json" --trace "$d/trace1b_idle.json" > /dev/null 2>&1
+  $py scripts/trace_phases.py "$d/trace1b_idle.json" > "$out/phases1b_idle.txt" 2>&1
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
@@ -521,16 +472,14 @@ PY
   fi  # AMK_1B
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    $amk -q gen llama --preset llama-3.1-8b --context 1024 --o-proj split -o "$d/llama8b_splito.json"
-    precompile "" "$d/llama8b_splito.json"
-    arms8="default;AMK_ATTN_PASS=1;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_DEPENDENT=1"
+    arms8="default;$idle=65536;$idle=131072;$idle=262144,AMK_PREFETCH_IDLE_AHEAD=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
-    # host time), attention's streaming pass compiled in, the gemv preload at one batch, and the
-    # buffer table read from global memory (AMK_SMEM_BUFFERS=0), steps with waits prefetched
-    # ahead too (AMK_PREFETCH_DEPENDENT=1).
+    # host time), attention steps prefetching the next gemv steps' weights into L2: 64 and 128 KiB
+    # of each weight operand of the next two (the 8B gate/up piece is 1.8 MB, and 128 pieces of
+    # 3 x 128 KiB are 48 MB of the 60 MiB L2), and 256 KiB of the next (the o_proj piece) only.
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys
@@ -543,11 +492,6 @@ except Exception as e:
     print(f"8B decode|unavailable ({e})")
 PY
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
-    # The 8B step with the output projection split by query heads (a program of its own: one
-    # more fill of the weights), after the default's rounds above.
-    $amk --json profile "$d/llama8b_splito.json" --events --warmup 3 --iterations 20 > "$d/prof8b_splito.json" 2>"$d/prof8b_splito.err"; tail -3 "$d/prof8b_splito.err"
-    n=$($py -c "import json,sys; j=json.load(open(sys.argv[1])); print(f\"median {j['median_ms']:.3f} ms\")" "$d/prof8b_splito.json" 2>/dev/null)
-    row "8B decode ctx 1024, --o-proj split" "${n:-unavailable}"
   fi
 fi
 

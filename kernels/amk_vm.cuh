@@ -51,28 +51,16 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // warp's lookahead window are skipped (a missed hint costs nothing but the hint). Only steps
 // without waits are prefetched: measured on the H200, prefetching the weights of dependent steps
 // (every GEMV of a Llama decode step) made the step ~7% slower, while independent GEMVs gained
-// ~20% (8 x 4096x4096: 3.1 -> 3.7 TB/s). 0 disables.
+// ~20% (8 x 4096x4096: 3.1 -> 3.7 TB/s). 0 disables. Asked again of the sixteenth session's VM
+// (`amk profile --events --tuning-arms`): dependent steps too, 1B +3.6%, 8B +1.3%; the next gemv
+// steps' weights asked for by the attention steps, while HBM idles, 1B +0.8% to +10%, 8B +1% to
+// +3.4%, more the more bytes: the combine, on the critical path, read its partials behind the
+// prefetches (its first (m, l) 3.1 -> 4.8 us after its start, its span 4.9 -> 8.8 us).
 #ifndef AMK_PREFETCH_AHEAD
 #define AMK_PREFETCH_AHEAD 1
 #endif
 #ifndef AMK_PREFETCH_BYTES
 #define AMK_PREFETCH_BYTES 32768
-#endif
-// L2 prefetch while HBM idles (an experiment, off). An attention_decode step reads little (its
-// chunk of the cache) and the steps after it wait for it and its peers (the combine, the output
-// projection): on the Llama steps HBM has ~10 us a layer with nothing to read. With
-// AMK_PREFETCH_IDLE_BYTES > 0 a block that runs an attention step asks L2 for that many bytes of
-// each weight operand (w, w2) of the next AMK_PREFETCH_IDLE_AHEAD gemv steps in its lookahead
-// window, waits or not, once the step's signals are sent (AMK_PREFETCH_IDLE_AT_START=1: before
-// its waits instead). A hint: L2 is coherent and the weights are only read.
-#ifndef AMK_PREFETCH_IDLE_BYTES
-#define AMK_PREFETCH_IDLE_BYTES 0
-#endif
-#ifndef AMK_PREFETCH_IDLE_AHEAD
-#define AMK_PREFETCH_IDLE_AHEAD 2
-#endif
-#ifndef AMK_PREFETCH_IDLE_AT_START
-#define AMK_PREFETCH_IDLE_AT_START 0
 #endif
 // Bytes of each of its own streamed operands a step that waits prefetches into L2 before the
 // wait (0: none). Off until the eleventh session (measured ~7% slower in the fifth, on the
@@ -267,28 +255,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
   uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
   bool dirty = false;                // a data op ran since the last barrier
   uint32_t p = 0;
-#if AMK_PREFETCH_IDLE_BYTES > 0
-  // The next AMK_PREFETCH_IDLE_AHEAD gemv steps after step l of the sub-window starting at p
-  // (once the window has shifted, only kAmkSubs - sub registers are current); warp-uniform.
-  auto prefetch_idle = [&](uint32_t l) {
-    const uint32_t sub = (p / kAmkWarpSize) % kAmkSubs;
-    uint32_t count = 0;
-#pragma unroll
-    for (uint32_t j = 0; j < kAmkSubs; ++j) {
-      if (j >= kAmkSubs - sub || count >= AMK_PREFETCH_IDLE_AHEAD) break;
-      uint32_t bits = __ballot_sync(kAmkFullMask, (cur[j] & 0xFFFFu) == 9 && !AMK_WEIGHT_STREAMS);
-      if (j == 0) bits = l + 1 < kAmkWarpSize ? bits & (~0u << (l + 1)) : 0u;
-      while (bits != 0 && count < AMK_PREFETCH_IDLE_AHEAD) {
-        const uint32_t src = __ffs(bits) - 1;
-        bits &= bits - 1;
-        ++count;
-        const uint32_t t_item = __shfl_sync(kAmkFullMask, itc[j], src);
-        if (warp == kAmkWarps - 1 && lane == 0 && t_item != kAmkNoItem)
-          amk_prefetch_streams(prog, t_item, 9, AMK_PREFETCH_IDLE_BYTES);
-      }
-    }
-  };
-#endif
   for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
     if (p != 0) {
       q_sub += kAmkWarpSize;
@@ -383,9 +349,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
         amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
 #endif
-#if AMK_PREFETCH_IDLE_BYTES > 0 && AMK_PREFETCH_IDLE_AT_START
-      if (op == 14) prefetch_idle(l);
-#endif
       const bool signaller = warp == 0 && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
@@ -459,9 +422,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         }
         if (signaller) amk_red_release(prog.counters + sig_counter, sig_add);
       }
-#if AMK_PREFETCH_IDLE_BYTES > 0 && !AMK_PREFETCH_IDLE_AT_START
-      if (op == 14) prefetch_idle(l);
-#endif
     }
     p += n;
     if (p == total) break;

@@ -327,10 +327,6 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
-    {"AMK_PREFETCH_IDLE_BYTES", 0, int64_t{1} << 30,
-     "bytes of each weight operand of the next gemv steps an attention step asks L2 for"},
-    {"AMK_PREFETCH_IDLE_AHEAD", 1, 64, "how many next gemv steps an attention step prefetches"},
-    {"AMK_PREFETCH_IDLE_AT_START", 0, 1, "0 (after the attention step) or 1 (before its waits)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table

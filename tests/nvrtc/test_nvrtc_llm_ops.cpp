@@ -426,36 +426,3 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), and the global buf
     CHECK(amk::test::no_spills(out.log));
   }
 }
-
-TEST_CASE("the idle-time prefetch (AMK_PREFETCH_IDLE_BYTES, after the attention step or before its "
-          "waits) reaches the VM of a step with attention and gemvs, without spills") {
-  const Program tiny = llama_step("tiny", 2, 16);
-  const Plan plan = make_plan(tiny);
-  // Bulk L2 prefetches in the PTX: the default VM has its own (the ahead and own-weight ones);
-  // each trigger point adds its call's.
-  auto prefetches = [](const std::string& ptx) {
-    size_t n = 0;
-    for (size_t at = ptx.find("cp.async.bulk.prefetch.L2"); at != std::string::npos;
-         at = ptx.find("cp.async.bulk.prefetch.L2", at + 1))
-      ++n;
-    return n;
-  };
-  std::vector<size_t> counts;
-  for (const auto& tuning : std::vector<std::vector<std::pair<std::string, int64_t>>>{
-           {},
-           {{"AMK_PREFETCH_IDLE_BYTES", 131072}},
-           {{"AMK_PREFETCH_IDLE_BYTES", 131072}, {"AMK_PREFETCH_IDLE_AT_START", 1}}}) {
-    CAPTURE(tuning.size());
-    CompileOptions co;
-    co.use_cache = false;
-    co.tuning = tuning;
-    const CompileOutput out = compile_vm(tiny, plan, co);
-    INFO(out.log);
-    CHECK(out.ok);
-    CHECK(amk::test::no_spills(out.log));
-    counts.push_back(prefetches(vm_ptx(tiny, plan, co)));
-  }
-  CHECK(counts[0] > 0);
-  CHECK(counts[1] > counts[0]);
-  CHECK(counts[2] > counts[0]);
-}

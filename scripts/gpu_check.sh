@@ -160,10 +160,6 @@ tuned=(
   # waits with the global table (AMK_SMEM_BUFFERS=0), and ones without waits with the shared one.
   "AMK_SMEM_BUFFERS=0|globaltable|gemv_waits attention_rope small_ops"
   "AMK_SMEM_BUFFERS=1|smemtable|gemv_fused tma_gemv"
-  # Attention steps asking L2 for the next gemv steps' weights (a hint; the tiny step has both
-  # ops), after the step and before its waits.
-  "AMK_PREFETCH_IDLE_BYTES=131072|idle|attention_rope"
-  "AMK_PREFETCH_IDLE_BYTES=131072,AMK_PREFETCH_IDLE_AT_START=1|idlestart|attention_rope"
 )
 base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
@@ -362,7 +358,6 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   [ -e "$out/bench/attn_pairs.json" ] || $py scripts/bench_programs.py "$out/bench"
   sec "Llama decode step (tiny vs numpy, 1B vs CPU + bench + PyTorch)"
   d="$scratch/decode"; mkdir -p "$d"
-  idle=AMK_PREFETCH_IDLE_BYTES  # (the timing arms' knob, below)
   if [ "${AMK_1B:-1}" = 1 ]; then  # (AMK_1B=0: the 8B rows only)
   $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
   rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
@@ -396,19 +391,15 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
   # executable per arm, two interleaved rounds): the gemv preload at one batch (AMK_GEMV_PRELOAD=1),
-  # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), and attention steps asking L2
-  # for the next gemv steps' weights while HBM idles (AMK_PREFETCH_IDLE_BYTES of each weight
-  # operand of the next two gemv steps, after the attention step; one 128 KiB arm before its
-  # waits, one with the next gemv step only). The other layouts (--unfused, --attn-sync layer,
-  # --down split, --o-proj split) are only checked above: each measured slower than the default
-  # (the README's sessions have their figures).
-  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;$idle=65536;$idle=131072;$idle=262144;$idle=131072,AMK_PREFETCH_IDLE_AT_START=1;$idle=131072,AMK_PREFETCH_IDLE_AHEAD=1"
+  # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
+  # step's own weights (AMK_PREFETCH_OWN_BYTES=0): each default's margin, measured again. The
+  # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
+  # above: each measured slower than the default (the README's sessions have their figures).
+  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
   $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
-  AMK_VM_TUNING=$idle=131072 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_idle" >"$d/run1b_idle.log" 2>&1
-  rc=$?; tail -2 "$d/run1b_idle.log"; row "llama-3.2-1b, $idle=131072, --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 try:
@@ -441,9 +432,13 @@ PY
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
-  # The phases with attention steps prefetching the next gemv steps' weights (logs.tar.gz).
-  AMK_VM_TUNING=$idle=131072 $amk profile "$d/llama1b.json" --trace "$d/trace1b_idle.json" > /dev/null 2>&1
-  $py scripts/trace_phases.py "$d/trace1b_idle.json" > "$out/phases1b_idle.txt" 2>&1
+  # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
+  # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
+  # logs.tar.gz.
+  for lv in 1 2; do
+    AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
+    $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
+  done
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
@@ -472,14 +467,12 @@ PY
   fi  # AMK_1B
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;$idle=65536;$idle=131072;$idle=262144,AMK_PREFETCH_IDLE_AHEAD=1"
+    arms8="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
-    # host time), attention steps prefetching the next gemv steps' weights into L2: 64 and 128 KiB
-    # of each weight operand of the next two (the 8B gate/up piece is 1.8 MB, and 128 pieces of
-    # 3 x 128 KiB are 48 MB of the 60 MiB L2), and 256 KiB of the next (the o_proj piece) only.
+    # host time), the gemv preload at one batch and the buffer table read from global memory.
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys

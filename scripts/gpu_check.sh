@@ -10,10 +10,10 @@
 # nvrtc tier left the device run and the kernels of the checks and arms were compiled in
 # parallel up front), more than the device tool's limit for one command (10); it splits in two
 # calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
-# section only; AMK_8B=0 leaves the 8B step out; with the fifteenth session's --o-proj split
-# timings the sixteenth session's decode call reached the limit during its 8B rows, so those
-# timings, measured slower, left it; if it nears the limit again, run it with AMK_8B=0 and the 8B
-# rows in a third: AMK_BASE=0 AMK_1B=0). A call the device stops
+# section only). The decode section takes ~10 minutes itself (the sixteenth session's calls: the
+# 1B step's four checks against the CPU backend alone ~290 s), so it runs in two calls: AMK_BASE=0
+# AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B checks, timings, PyTorch) and AMK_BASE=0 AMK_1B=0 (the 1B
+# step's other layouts against the CPU backend, then the 8B rows). A call the device stops
 # still returns what was packed so far (each section packs on entry; TERM packs too). Each
 # section's start prints the seconds elapsed.
 set -uo pipefail
@@ -371,20 +371,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_ropeops.log"; row "llama tiny --rope-ops on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --glu-gemv >"$out/check_llama_glu.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_glu.log"; row "llama tiny --glu-gemv on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --unfused --weights "$d/llama1b.safetensors" -o "$d/llama1b_unfused.json" || row "gen 1B --unfused" FAIL
-  $amk run "$d/llama1b_unfused.json" --backend cuda --check -o "$d/out1b_unfused" >"$d/run1b_unfused.log" 2>&1
-  rc=$?; tail -2 "$d/run1b_unfused.log"; row "llama-3.2-1b --unfused --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  # The fused layer with its down projection split along K (gemv_splitk; not the default).
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --down split --weights "$d/llama1b.safetensors" -o "$d/llama1b_split.json" || row "gen 1B --down split" FAIL
-  $amk run "$d/llama1b_split.json" --backend cuda --check -o "$d/out1b_split" >"$d/run1b_split.log" 2>&1
-  rc=$?; tail -2 "$d/run1b_split.log"; row "llama-3.2-1b --down split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py scripts/check_llama.py --amk $amk --backend cuda --down split --context 17 >"$out/check_llama_split.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  # The output projection cut by query heads, each piece merging its heads' chunks itself
-  # (attention_combine_splitk, --o-proj split: no combine step; an experiment, timed below).
-  $amk -q gen llama --preset llama-3.2-1b --context 1024 --o-proj split --weights "$d/llama1b.safetensors" -o "$d/llama1b_splito.json" || row "gen 1B --o-proj split" FAIL
-  $amk run "$d/llama1b_splito.json" --backend cuda --check -o "$d/out1b_splito" >"$d/run1b_splito.log" 2>&1
-  rc=$?; tail -2 "$d/run1b_splito.log"; row "llama-3.2-1b --o-proj split --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   $py scripts/check_llama.py --amk $amk --backend cuda --o-proj split --context 17 >"$out/check_llama_splito.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_splito.log"; row "llama tiny --o-proj split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
@@ -442,6 +430,7 @@ PY
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
   if command -v nvdisasm >/dev/null; then
+    [ -e "$d/llama1b_unfused.json" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --unfused -o "$d/llama1b_unfused.json"
     for f in llama1b llama1b_unfused; do
       $amk -q compile "$d/$f.json" -o "$d/$f.cubin" >/dev/null 2>&1 && nvdisasm -c "$d/$f.cubin" > "$d/$f.sass" 2>/dev/null
       $py scripts/sass_loops.py "$d/$f.sass" --max-len 800 > "$d/$f.loops.txt" 2>&1
@@ -465,6 +454,24 @@ except Exception as e:
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   fi  # AMK_1B
+  if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these three)
+  # The 1B step in the other layouts against the CPU backend, on the default step's weights: one
+  # op per HF step (--unfused), the down projection split along K (gemv_splitk), the output
+  # projection cut by query heads, each piece merging its heads' chunks itself
+  # (attention_combine_splitk, --o-proj split). Each measured slower than the default; ~45 s each.
+  [ -e "$d/llama1b.safetensors" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
+  for lay in unfused "down split" "o-proj split"; do
+    f=llama1b_${lay// /_}
+    $amk -q gen llama --preset llama-3.2-1b --context 1024 --$lay --weights "$d/llama1b.safetensors" -o "$d/$f.json" || row "gen 1B --$lay" FAIL
+    precompile "" "$d/$f.json"
+  done
+  precompile_run
+  for lay in unfused "down split" "o-proj split"; do
+    f=llama1b_${lay// /_}
+    $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$d/run_$f.log" 2>&1
+    rc=$?; tail -2 "$d/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  done
+  fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
     arms8="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0"

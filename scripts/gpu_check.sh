@@ -6,14 +6,12 @@
 # kept in the scratch folder and $OUT gets three files at the end: summary.txt (the table),
 # phases1b.txt (the 1B step's phase table) and logs.tar.gz (every log and result file).
 #   bash scripts/gpu_check.sh
-# The whole run took ~15 minutes on the H200 (512 + 380 s in the fourteenth session, before the
-# nvrtc tier left the device run and the kernels of the checks and arms were compiled in
-# parallel up front), more than the device tool's limit for one command (10); it splits in two
-# calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks) and AMK_BASE=0 (the Llama decode
-# section only). The decode section takes ~10 minutes itself (the sixteenth session's calls: the
-# 1B step's four checks against the CPU backend alone ~290 s), so it runs in two calls: AMK_BASE=0
-# AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B checks, timings, PyTorch) and AMK_BASE=0 AMK_1B=0 (the 1B
-# step's other layouts against the CPU backend, then the 8B rows). A call the device stops
+# The whole run takes ~15 minutes on the H200, more than the device tool's limit for one command
+# (10), so it runs in three calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; 252 s in
+# the sixteenth session), AMK_BASE=0 AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B decode checks, the 1B
+# timings and traces, PyTorch) and AMK_BASE=0 AMK_1B=0 (the 1B step's other layouts against the
+# CPU backend, then the 8B rows). One decode call did not fit: the 1B step's four checks against
+# the CPU backend alone took ~290 s (sixteenth session). A call the device stops
 # still returns what was packed so far (each section packs on entry; TERM packs too). Each
 # section's start prints the seconds elapsed.
 set -uo pipefail

@@ -19,12 +19,17 @@ class Sha256 {
   [[nodiscard]] std::string finish_hex();
 
  private:
-  void block(const uint8_t* p);
+  void blocks(const uint8_t* p, size_t n);  // n 64-byte blocks
+  void block(const uint8_t* p);              // one, portable code
   uint32_t h_[8];
   uint8_t buf_[64];
   uint64_t len_ = 0;
   size_t fill_ = 0;
 };
+
+// Whether SHA-256 may use the CPU's SHA extensions (default true; tests turn them off to check
+// the portable code); returns whether they are used from now on (false where absent).
+bool sha256_sha_ni(bool allow);
 
 [[nodiscard]] std::string sha256_hex(std::span<const std::byte> data);
 [[nodiscard]] std::string sha256_hex(std::string_view text);

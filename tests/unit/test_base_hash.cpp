@@ -1,6 +1,8 @@
 // SHA-256 against the FIPS 180-4 / NIST example vectors, CRC-32C against the standard check value.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -16,16 +18,48 @@ std::span<const std::byte> bytes_of(std::string_view s) {
 }
 }  // namespace
 
-TEST_CASE("sha256 standard vectors") {
-  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
-        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  CHECK(sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
-                   "klmnopqrlmnopqrsmnopqrstnopqrstu") ==
-        "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
-  std::string million(1000000, 'a');
-  CHECK(sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+TEST_CASE("sha256 standard vectors, with the CPU's SHA extensions (where present) and without") {
+  for (const bool allow : {true, false}) {
+    CAPTURE(allow);
+    amk::sha256_sha_ni(allow);
+    CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    CHECK(sha256_hex("abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopq"
+                     "klmnopqrlmnopqrsmnopqrstnopqrstu") ==
+          "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+    std::string million(1000000, 'a');
+    CHECK(sha256_hex(million) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  }
+  amk::sha256_sha_ni(true);
+}
+
+TEST_CASE("sha256: the SHA-extension path and the portable one agree on every length to 300 bytes "
+          "and on 1 MiB of pseudo-random bytes, in pieces") {
+  std::vector<std::byte> data(1u << 20);
+  uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& b : data) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b = static_cast<std::byte>(x >> 24);
+  }
+  auto digest = [&](bool allow, size_t len, size_t piece) {
+    amk::sha256_sha_ni(allow);
+    Sha256 h;
+    for (size_t at = 0; at < len; at += piece)
+      h.update(std::span<const std::byte>(data.data() + at, std::min(piece, len - at)));
+    return h.finish_hex();
+  };
+  const bool used = amk::sha256_sha_ni(true);
+  MESSAGE("SHA extensions " << (used ? "used" : "absent: both paths are the portable code"));
+  for (size_t len = 0; len <= 300; ++len)
+    CHECK_MESSAGE(digest(true, len, 300) == digest(false, len, 300), "len " << len);
+  for (size_t piece : {size_t{1} << 20, size_t{4097}, size_t{64}, size_t{1000}})
+    CHECK_MESSAGE(digest(true, data.size(), piece) == digest(false, data.size(), 1u << 20),
+                  "piece " << piece);
+  amk::sha256_sha_ni(true);
 }
 
 TEST_CASE("sha256 streaming equals one shot across every split point") {

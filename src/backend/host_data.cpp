@@ -3,6 +3,10 @@
 #include <cstring>
 #include <string>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "backend/init_sources.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -34,7 +38,7 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
   }
 
   switch (init.kind) {
-    case InitKind::zeros: return std::vector<std::byte>(*bytes);
+    case InitKind::zeros: return host_bytes(*bytes);
     case InitKind::constant: {
       if (!value_fits(buffer.dtype, init.constant)) {
         throw_program_error("init.value", where + "/value",
@@ -43,7 +47,7 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
       }
       std::byte one[8];
       store_element(one, buffer.dtype, 0, init.constant);
-      std::vector<std::byte> out(*bytes);
+      std::vector<std::byte> out = host_bytes(*bytes);
       for (uint64_t i = 0; i < elements; ++i) std::memcpy(out.data() + i * item, one, item);
       return out;
     }
@@ -66,6 +70,31 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
                               init.tensor, buffer.dtype, elements, where + "/path");
   }
   throw_program_error("init.kind", where + "/kind", "unknown init kind");
+}
+
+std::vector<std::byte> host_bytes(size_t bytes) {
+  std::vector<std::byte> out;
+  out.reserve(bytes);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (bytes >= 4 * kHuge) {
+    const auto p = reinterpret_cast<uintptr_t>(out.data());
+    const uintptr_t begin = (p + kHuge - 1) & ~(kHuge - 1), end = (p + bytes) & ~(kHuge - 1);
+    if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+  }
+#endif
+  out.resize(bytes);
+  return out;
+}
+
+HostBuffers copy_host_buffers(const HostBuffers& from) {
+  HostBuffers out;
+  out.data.reserve(from.data.size());
+  for (const auto& b : from.data) {
+    out.data.push_back(host_bytes(b.size()));
+    if (!b.empty()) std::memcpy(out.data.back().data(), b.data(), b.size());
+  }
+  return out;
 }
 
 HostBuffers materialize_all(const Program& program, const LoadOptions& options) {

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "backend/data_file.hpp"
+#include "backend/host_data.hpp"
 #include "backend/init_sources.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -257,7 +258,7 @@ std::vector<std::byte> read_npy(const std::filesystem::path& path, DType dtype, 
                                    (data_bytes ? std::to_string(*data_bytes) : "more than 2^64"));
   }
 
-  std::vector<std::byte> out(elements * dtype_size(dtype));
+  std::vector<std::byte> out = host_bytes(elements * dtype_size(dtype));
   if (!match->f32_to_bf16) {
     file.read(data_start, out);
     return out;

@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "backend/host_data.hpp"
 #include "backend/init_sources.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -117,7 +118,7 @@ std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t
     throw_program_error("init.size", where, "buffer of " + std::to_string(elements) +
                                                 " elements is too large");
   }
-  std::vector<std::byte> out(*bytes);
+  std::vector<std::byte> out = host_bytes(*bytes);
   // Every element is a pure function of (seed, index), so large fills split over threads and
   // give the same bytes (weights of a 1B-parameter model: ~30 s on one core).
   auto fill = [&](uint64_t begin, uint64_t end) {

@@ -1,6 +1,7 @@
 #include <string>
 
 #include "backend/data_file.hpp"
+#include "backend/host_data.hpp"
 #include "backend/init_sources.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -18,7 +19,7 @@ std::vector<std::byte> read_raw(const std::filesystem::path& path, uint64_t offs
                   (end ? std::to_string(*end) : std::string("beyond 2^64")) + ") but the file has " +
                   std::to_string(file.size()) + " bytes");
   }
-  std::vector<std::byte> out(*bytes);
+  std::vector<std::byte> out = host_bytes(*bytes);
   file.read(offset, out);
   return out;
 }

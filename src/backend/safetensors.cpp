@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backend/data_file.hpp"
+#include "backend/host_data.hpp"
 #include "backend/init_sources.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -122,7 +123,7 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
                   ") run past the end of the file (" + std::to_string(file.size() - data_start) +
                   " data bytes)");
   }
-  std::vector<std::byte> out(bytes);
+  std::vector<std::byte> out = host_bytes(bytes);
   file.read(data_start + *begin, out);
   return out;
 }

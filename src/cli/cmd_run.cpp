@@ -108,7 +108,9 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
       report.grid = plan.grid;
       report.block = plan.block;
       report.timings_ms.emplace_back("plan", ms_since(phase));
-      result = initial;
+      // The CPU backend runs in place: on a copy only when the initial contents are still
+      // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
+      result = o.check || o.save_inputs ? copy_host_buffers(initial) : std::move(initial);
       CpuRunOptions copts;
       copts.iterations = o.iterations;
       CpuRunStats stats = run_cpu(p, plan, result, copts);

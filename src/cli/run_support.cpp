@@ -43,7 +43,7 @@ ordered_json check_against_cpu(const Program& program, const HostBuffers& initia
   PlanOptions popts;
   popts.grid_hint = kDefaultGridHint;
   Plan plan = make_plan(program, popts);
-  HostBuffers ref = initial;
+  HostBuffers ref = copy_host_buffers(initial);
   CpuRunOptions copts;
   copts.iterations = iterations;
   (void)run_cpu(program, plan, ref, copts);

@@ -563,7 +563,7 @@ HostBuffers GpuExecutable::download() const {
   HostBuffers out;
   out.data.resize(m.program.buffers.size());
   for (size_t i = 0; i < out.data.size(); ++i) {
-    out.data[i].resize(m.program.buffers[i].bytes());
+    out.data[i] = host_bytes(m.program.buffers[i].bytes());  // (huge pages: see host_bytes)
     m.arena.download(out.data[i], m.buffer_offsets[i], m.stream.get(),
                      "buffer '" + m.program.buffers[i].name + "'");
   }

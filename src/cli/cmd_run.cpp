@@ -119,7 +119,9 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
 
     if (o.check) {
       phase = clock::now();
-      ordered_json check = check_against_cpu(p, initial, result, o.iterations);
+      // (--save-inputs writes the initial contents below; otherwise the check may consume them.)
+      ordered_json check = check_against_cpu(
+          p, o.save_inputs ? copy_host_buffers(initial) : std::move(initial), result, o.iterations);
       report.timings_ms.emplace_back("check", ms_since(phase));
       report.check = check;
       if (!check["passed"].get<bool>()) {

@@ -19,9 +19,10 @@ namespace amk::cli {
 [[nodiscard]] double normalized_error(DType t, const std::vector<std::byte>& a,
                                       const std::vector<std::byte>& b, uint64_t elements);
 
-// Runs the CPU backend from `initial` and compares every output buffer with `result`.
+// Runs the CPU backend from `initial` (in place: pass a copy when the caller still needs it) and
+// compares every output buffer with `result`.
 // Returns {passed, summary, worst, outputs: [{name, dtype, error, tolerance, passed}]}.
-[[nodiscard]] ordered_json check_against_cpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] ordered_json check_against_cpu(const Program& program, HostBuffers initial,
                                              const HostBuffers& result, uint32_t iterations);
 
 // "name f32[4] = [0.1, 0.2, ...]  (min, max, mean)" per output buffer.

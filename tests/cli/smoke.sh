@@ -297,5 +297,21 @@ expect_rc 3 "sass_loops.py refuses a listing without SASS" -- "$py" "$root/scrip
 expect_rc 2 "sass_loops.py --min-fma refused" -- "$py" "$root/scripts/sass_loops.py" "$tmp/k.sass" --min-fma 2
 expect_grep "$tmp/err" "unknown option --min-fma" "sass_loops names the option"
 
+# --save-inputs writes the initial contents, with and without --check, although the CPU backend
+# runs in place (on a copy only when the initial data is still needed): mlp_block's h is written
+# by the run and starts as zeros, and the run's outputs match across the two.
+for flags in "" "--check"; do
+  expect_rc 0 "run --save-inputs $flags" -- "$amk" run "$sample" --backend cpu --save-inputs $flags -o "$tmp/si${flags:+_check}"
+done
+"$py" - "$tmp/si" "$tmp/si_check" <<'PY' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --save-inputs: inputs are not the initial contents"; }
+import sys, numpy as np
+for d in sys.argv[1:]:
+    h = np.load(f"{d}/inputs/h.npy")
+    assert h.size > 0 and not h.any(), f"{d}: inputs/h.npy holds the run's values"
+    assert np.load(f"{d}/inputs/x.npy").any(), f"{d}: inputs/x.npy is empty"
+a, b = sys.argv[1:]
+assert np.array_equal(np.load(f"{a}/out.npy"), np.load(f"{b}/out.npy"))
+PY
+
 echo "smoke: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -147,7 +147,8 @@ TEST_CASE("file errors are located at the buffer's init path") {
   CHECK(error_code([&] { (void)materialize_buffer(p, 1); }) == "init.values.count");
 }
 
-TEST_CASE("host_bytes is zeroed at every size (huge-page hint from 8 MiB); copy_host_buffers copies") {
+TEST_CASE("host_bytes is zeroed at every size (huge-page hint from 8 MiB); "
+          "copy_host_buffers copies") {
   for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, (size_t{8} << 20) - 1, size_t{8} << 20,
                    (size_t{9} << 20) + 3}) {
     CAPTURE(n);
@@ -160,7 +161,8 @@ TEST_CASE("host_bytes is zeroed at every size (huge-page hint from 8 MiB); copy_
   HostBuffers from;
   from.data.push_back({});
   from.data.push_back(host_bytes(size_t{9} << 20));
-  for (size_t i = 0; i < from.data[1].size(); ++i) from.data[1][i] = static_cast<std::byte>(i * 131 + 7);
+  for (size_t i = 0; i < from.data[1].size(); ++i)
+    from.data[1][i] = static_cast<std::byte>(i * 131 + 7);
   const HostBuffers copy = copy_host_buffers(from);
   REQUIRE(copy.data.size() == 2);
   CHECK(copy.data[0].empty());

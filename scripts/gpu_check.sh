@@ -6,14 +6,14 @@
 # kept in the scratch folder and $OUT gets three files at the end: summary.txt (the table),
 # phases1b.txt (the 1B step's phase table) and logs.tar.gz (every log and result file).
 #   bash scripts/gpu_check.sh
-# The whole run takes ~15 minutes on the H200, more than the device tool's limit for one command
-# (10), so it runs in three calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; 252 s in
-# the sixteenth session), AMK_BASE=0 AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B decode checks, the 1B
-# timings and traces, PyTorch) and AMK_BASE=0 AMK_1B=0 (the 1B step's other layouts against the
-# CPU backend, then the 8B rows). One decode call did not fit: the 1B step's four checks against
-# the CPU backend alone took ~290 s (sixteenth session). A call the device stops
-# still returns what was packed so far (each section packs on entry; TERM packs too). Each
-# section's start prints the seconds elapsed.
+# The whole run takes ~10 minutes on the H200, about the device tool's limit for one command, so
+# it runs in three calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; 252 s in the
+# sixteenth session), AMK_BASE=0 AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B decode checks, the 1B
+# timings and traces, PyTorch; ~240 s in the seventeenth) and AMK_BASE=0 AMK_1B=0 (the 1B step's
+# other layouts against the CPU backend, then the 8B rows; 127 s in the seventeenth). The 1B
+# checks' logs (run1b.log, run_llama1b_*.log: phase timings) come back in logs.tar.gz. A call the
+# device stops still returns what was packed so far (each section packs on entry; TERM packs
+# too). Each section's start prints the seconds elapsed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
@@ -360,8 +360,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama.log" 2>&1
   rc=$?; tail -3 "$out/check_llama.log"; row "llama tiny on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json" || row "gen 1B" FAIL
-  $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$d/run1b.log" 2>&1
-  rc=$?; tail -4 "$d/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b" >"$out/run1b.log" 2>&1
+  rc=$?; tail -4 "$out/run1b.log"; row "llama-3.2-1b ctx 1024 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
   $py scripts/check_llama.py --amk $amk --backend cuda --unfused --context 17 >"$out/check_llama_unfused.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_unfused.log"; row "llama tiny --unfused on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
@@ -466,8 +466,8 @@ PY
   precompile_run
   for lay in unfused "down split" "o-proj split"; do
     f=llama1b_${lay// /_}
-    $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$d/run_$f.log" 2>&1
-    rc=$?; tail -2 "$d/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+    $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$out/run_$f.log" 2>&1
+    rc=$?; tail -2 "$out/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   done
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then

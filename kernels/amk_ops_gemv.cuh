@@ -77,7 +77,11 @@
 #ifndef AMK_GEMV_RES_PREFETCH
 #define AMK_GEMV_RES_PREFETCH 1
 #endif
-constexpr uint32_t kAmkGemvUnroll = 8;  // 16-byte weight loads per lane per batch (x2 in flight)
+// 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
+// session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
+// sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
+// +15%; 6 a lane +16% / +11%.
+constexpr uint32_t kAmkGemvUnroll = 8;
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
 // Staged x' of the norm-fused instantiations (16 KiB: a Llama-3.1-8B hidden state), and the

@@ -6,6 +6,9 @@
 // wakes within ~0.1-0.2 us of the flip). %globaltimer and the abort flag are read every
 // AMK_SPIN_CHECK_EVERY polls (about 1-2 us), so nothing spins forever. Once satisfied, one acquire
 // fence; the VM's __syncthreads after the waits makes it cover the whole block.
+// (Measured on the H200, seventeenth session: keeping 2, 4 or 8 staggered polls of the counter in
+// flight made the hop slower, 831 -> 972-1029 ns, and the 1B step 0-0.6%: polls of the line
+// being written delay the write.)
 // Signal: after the op's stores and a __syncthreads, one thread per signal does a gpu-scope
 // release add (cumulative over the block's stores that the barrier ordered before it).
 #ifndef AMK_SYNC_CUH
@@ -78,6 +81,10 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // one batch; 0: off, the VM waits first). The op then runs the step's waits itself, through
 // amk_step_wait. Measured on the H200 (`amk profile --events`, Llama-3.2-1B step, ctx 1024, two
 // interleaved rounds): off 1.2758 / 1.2805 ms, one batch 1.1694 / 1.1660, two 1.1665 / 1.1648.
+// Seventeenth session: no preload (nor L2 prefetch of its own weights) for a gemv whose block
+// last ran a non-gemv op, i.e. o_proj after attention, so that the combine's reads do not queue
+// behind it: the combine gained 0.6 us a layer, o_proj lost 2 us; 1B +2.6% (+3.5% without the
+// prefetch too), 8B +1.2% (+1.5%).
 // A program with no such step (codegen's gemv_preload_needed) gets 0: the preload's registers
 // took the GEMV benchmark's VM from 128 to 150 a thread, from two blocks an SM to one, and its
 // 8 x 4096^2 from 73 to 98.5 us.

@@ -22,8 +22,9 @@
   } while (0)
 
 constexpr int kThreads = 256;
-constexpr int kPer = 8;              // values a thread carries
-constexpr int kN = kThreads * kPer;  // values a hop carries (2048 floats: a 1B hidden state)
+constexpr int kPer = 8;                // values a thread carries
+constexpr int kN = kThreads * kPer;    // values a hop carries (2048 floats: a 1B hidden state)
+constexpr uint32_t kTmaBytes = 16384;  // one bulk copy of the TMA background
 
 __device__ __forceinline__ uint64_t gtimer() {
   uint64_t t;
@@ -78,8 +79,9 @@ struct Params {
   uint2* ll;
   const uint32_t* chase;
   const uint4* bg;
-  uint64_t bg_vecs;  // a power of two
-  int bg_unroll;
+  uint64_t bg_vecs;   // a power of two
+  int bg_unroll;      // LSU background: 16-byte loads a lane a batch
+  int bg_tma_stages;  // TMA background instead (> 0): bulk copies of kTmaBytes in flight a block
   uint32_t* done;
   unsigned long long* out;  // [0] probe end (ns), [1] background bytes, [2] errors, [3] start
 };
@@ -103,6 +105,59 @@ __device__ void background(const Params& p) {
   }
   if (acc == 0x12345678u) p.out[2] += 1;  // (keeps the loads)
   atomicAdd(&p.out[1], static_cast<unsigned long long>(loads * 16));
+}
+
+// The same stream through the copy engine: one thread keeps p.bg_tma_stages bulk copies
+// (global -> shared, one mbarrier each) in flight and reissues each as it lands.
+__device__ void background_tma(const Params& p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  if (threadIdx.x != 0) return;
+  const int stages = p.bg_tma_stages;
+  const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t slots = base + 1024;  // mbarriers first
+  for (int s = 0; s < stages; ++s)
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(base + 8 * s) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  const uint64_t chunks = p.bg_vecs * 16 / kTmaBytes;  // a power of two
+  const uint64_t stride = gridDim.x - p.chain_blocks;
+  uint64_t next = blockIdx.x - p.chain_blocks, landed = 0;
+  auto issue = [&](int s) {
+    const uint64_t src = reinterpret_cast<uint64_t>(p.bg) + (next & (chunks - 1)) * kTmaBytes;
+    next += stride;
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(base + 8 * s),
+                 "r"(kTmaBytes)
+                 : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+        "[%3];" ::"r"(slots + s * kTmaBytes),
+        "l"(src), "r"(kTmaBytes), "r"(base + 8 * s)
+        : "memory");
+  };
+  auto wait = [&](int s, uint32_t parity) {
+    uint32_t ok = 0;
+    while (!ok)
+      asm volatile(
+          "{ .reg .pred q; mbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2; selp.u32 %0, 1, "
+          "0, q; }"
+          : "=r"(ok)
+          : "r"(base + 8 * s), "r"(parity)
+          : "memory");
+  };
+  for (int s = 0; s < stages; ++s) issue(s);
+  bool stop = false;
+  for (uint64_t i = 0;; ++i) {
+    const int s = static_cast<int>(i % stages);
+    wait(s, static_cast<uint32_t>((i / stages) & 1));
+    ++landed;
+    if (s == 0) stop = ld_relaxed(p.done) != 0;
+    if (stop) {  // the copies still in flight land before the block exits
+      for (uint64_t j = i + 1; j < i + stages; ++j)
+        wait(static_cast<int>(j % stages), static_cast<uint32_t>((j / stages) & 1));
+      break;
+    }
+    issue(s);
+  }
+  atomicAdd(&p.out[1], static_cast<unsigned long long>(landed * kTmaBytes));
 }
 
 __device__ void chain(const Params& p) {
@@ -184,6 +239,10 @@ __device__ void chain(const Params& p) {
 
 __global__ void __launch_bounds__(kThreads, 1) probe(Params p) {
   extern __shared__ unsigned char pad[];  // (one block an SM)
+  if (static_cast<int>(blockIdx.x) >= p.chain_blocks && p.bg_tma_stages > 0) {
+    background_tma(p);
+    return;
+  }
   if (static_cast<int>(blockIdx.x) >= p.chain_blocks) {
     switch (p.bg_unroll) {
       case 2:
@@ -255,9 +314,15 @@ int main() {
   const int modes[] = {0, 3, 4, 5, 1, 2};
   const char* names[] = {"counter hop",          "flag-in-data hop",     "L2 round trip",
                          "counter hop, no data", "counter, relaxed add", "counter, warp stores"};
+  struct Background {
+    int unroll, tma_stages;
+  };
+  const Background backgrounds[] = {{0, 0},  {4, 0}, {8, 0}, {16, 0},
+                                    {32, 0}, {0, 2}, {0, 4}, {0, 6}};
   for (int mode : modes) {
-    for (int unroll : {0, 4, 8, 16, 32}) {
-      const int chain_blocks = unroll == 0 ? sms : (mode == 2 ? 1 : sms / 2);
+    for (const Background& b : backgrounds) {
+      const bool idle = b.unroll == 0 && b.tma_stages == 0;
+      const int chain_blocks = idle ? sms : (mode == 2 ? 1 : sms / 2);
       const int probe_steps = mode == 2 ? 20000 : steps;
       std::vector<double> per, tbs;
       unsigned long long errors = 0;
@@ -266,8 +331,8 @@ int main() {
         CK(cudaMemset(done, 0, 4));
         CK(cudaMemset(out, 0, 4 * 8));
         CK(cudaMemset(ll, 0, (steps + 1) * size_t{n} * 8));
-        Params p{mode,  chain_blocks, probe_steps,   n,      counters, data, ll,
-                 chase, bg,           bg_bytes / 16, unroll, done,     out};
+        Params p{mode,  chain_blocks, probe_steps,   n,        counters,     data, ll,
+                 chase, bg,           bg_bytes / 16, b.unroll, b.tma_stages, done, out};
         probe<<<sms, kThreads, smem>>>(p);
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
@@ -282,8 +347,13 @@ int main() {
       std::sort(per.begin(), per.end());
       std::sort(tbs.begin(), tbs.end());
       char bgname[32];
-      std::snprintf(bgname, sizeof bgname, unroll ? "%d x 4 KiB/SM" : "none", unroll);
-      std::printf("%-22s %-16s %13.1f %17.2f %8llu\n", names[mode], bgname, per[per.size() / 2],
+      if (idle)
+        std::snprintf(bgname, sizeof bgname, "none");
+      else if (b.tma_stages > 0)
+        std::snprintf(bgname, sizeof bgname, "TMA %d x 16 KiB/SM", b.tma_stages);
+      else
+        std::snprintf(bgname, sizeof bgname, "%d x 4 KiB/SM", b.unroll);
+      std::printf("%-22s %-18s %11.1f %17.2f %8llu\n", names[mode], bgname, per[per.size() / 2],
                   tbs[tbs.size() / 2], errors);
     }
   }

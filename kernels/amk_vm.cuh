@@ -73,6 +73,34 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 #define AMK_PREFETCH_OWN_BYTES 32768
 #endif
 
+// AMK_STAGE_DECODE_INS: a step with waits whose op reads its instruction only after them
+// (attention_decode, attention_combine, attention_combine_splitk: operands, RoPE params) gets
+// its instruction copied into shared memory by the last warp before the wait, and the op reads
+// the copy. The wait ends with fence.acquire.gpu, which invalidates L1 (amk_device.cuh), so
+// without the copy the op's first reads of the instruction are L2 round trips on the critical
+// path (ncu, seventeenth session: ~12% of attention's stall samples waited on them). Measured on
+// the H200 (`amk profile --events --tuning-arms`, same process): Llama-3.2-1B step 1.1062 ->
+// 1.0915 ms (four rounds), 3.1-8B 4.917 -> 4.885 (three); attention reaches q staged at 2.53 us
+// instead of 3.04, the combine its first (m, l) at 2.65 instead of 3.19. Two slots,
+// alternating: a warp still in the previous staged op reads the other one (two staged steps are
+// separated by the second one's wait barrier, so no warp is two of them behind). Default: 1 in a
+// VM with attention_decode or attention_combine, 0 otherwise and where attention_combine_splitk
+// is compiled in too (that VM spills with it).
+#ifndef AMK_STAGE_DECODE_INS
+#if (AMK_USE_OP_ATTENTION_DECODE || AMK_USE_OP_ATTENTION_COMBINE) && \
+    !AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+#define AMK_STAGE_DECODE_INS 1
+#else
+#define AMK_STAGE_DECODE_INS 0
+#endif
+#endif
+#if AMK_STAGE_DECODE_INS
+__shared__ __align__(16) amk_instruction_t amk_ins_stage[2];
+__device__ __forceinline__ bool amk_stages_ins(uint32_t op) {
+  return op == 14 || op == 15 || op == 17;
+}
+#endif
+
 // With weight streams compiled in, gemv weights go through the ring (amk_stream.cuh) instead.
 __device__ __forceinline__ bool amk_op_streams(uint32_t op) {
   return (op == 9 && !AMK_WEIGHT_STREAMS) || op == 14;
@@ -254,6 +282,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 
   uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
   bool dirty = false;                // a data op ran since the last barrier
+#if AMK_STAGE_DECODE_INS
+  uint32_t ins_slot = 0;  // amk_ins_stage slot of the next staged step (warp-uniform)
+#endif
   uint32_t p = 0;
   for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
     if (p != 0) {
@@ -365,6 +396,18 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       constexpr bool preload = false;
       amk_no_wait step_wait;
 #endif
+#if AMK_STAGE_DECODE_INS
+      const bool staged = n_waits != 0 && !preload && amk_stages_ins(op);
+      if (staged && warp == kAmkWarps - 1 && lane < sizeof(amk_instruction_t) / 16) {
+        // (16 bytes a lane; ordered before the op's reads by the wait's barrier below)
+        const uint4 v = __ldg(reinterpret_cast<const uint4*>(&ins) + lane);
+        reinterpret_cast<uint4*>(&amk_ins_stage[ins_slot])[lane] = v;
+      }
+      const amk_instruction_t& op_ins = staged ? amk_ins_stage[ins_slot] : ins;
+      if (staged) ins_slot ^= 1u;
+#else
+      const amk_instruction_t& op_ins = ins;
+#endif
       if (n_waits != 0 && !preload) {
         bool stop = *static_cast<volatile uint32_t*>(&amk_state.stop) != 0;
         if (warp == 0 && lane < n_waits) {
@@ -396,9 +439,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
         {
 #if AMK_TMA_GEMV
-          amk_dispatch(prog, ins, &tma, step_wait);
+          amk_dispatch(prog, op_ins, &tma, step_wait);
 #else
-          amk_dispatch(prog, ins, step_wait);
+          amk_dispatch(prog, op_ins, step_wait);
 #endif
 #if AMK_GEMV_PRELOAD
           if (step_wait.stop) AMK_VM_EXIT();

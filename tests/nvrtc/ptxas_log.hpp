@@ -40,4 +40,17 @@ inline int vm_registers(const std::string& log) {
   return log.compare(i, 10, " registers") == 0 ? n : -1;
 }
 
+// Static shared memory of the VM kernel (amk_vm) in bytes, as ptxas reported it; -1 if not found.
+inline long vm_smem_bytes(const std::string& log) {
+  const size_t at = log.find("Function properties for amk_vm\n");
+  if (at == std::string::npos) return -1;
+  const size_t end = log.find(" bytes smem", at);
+  const size_t next = log.find("Function properties for ", at + 1);
+  if (end == std::string::npos || (next != std::string::npos && end > next)) return -1;
+  size_t i = end;
+  while (i > 0 && log[i - 1] >= '0' && log[i - 1] <= '9') --i;
+  if (i == end) return -1;
+  return std::stol(log.substr(i, end - i));
+}
+
 }  // namespace amk::test

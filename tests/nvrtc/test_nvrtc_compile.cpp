@@ -634,3 +634,29 @@ TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no s
   CHECK(out.log.find("amk_op_attention_combine_splitk") != std::string::npos);
   CHECK(amk::test::no_spills(out.log));
 }
+
+TEST_CASE("attention ops read a copy of their instruction in shared memory; other VMs unchanged") {
+  // AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on by default in a VM with an attention op (two
+  // 256-byte slots of static shared memory), off in one without.
+  const Program attn = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" /
+                                         "attention_rope.json");
+  const Plan attn_plan = make_plan(attn);
+  CompileOptions off = uncached();
+  off.tuning = {{"AMK_STAGE_DECODE_INS", 0}};
+  const CompileOutput staged = compile_vm(attn, attn_plan, uncached());
+  const CompileOutput plain = compile_vm(attn, attn_plan, off);
+  INFO(staged.log);
+  REQUIRE(staged.ok);
+  REQUIRE(plain.ok);
+  CHECK(amk::test::no_spills(staged.log));
+  CHECK(amk::test::vm_smem_bytes(plain.log) > 0);
+  CHECK(amk::test::vm_smem_bytes(staged.log) ==
+        amk::test::vm_smem_bytes(plain.log) + 2 * static_cast<long>(sizeof(amk_instruction_t)));
+  // A VM without attention ops: the default compiles what the knob's 0 compiles.
+  const Built gemvs = plain_gemvs(true);
+  const CompileOutput g_default = compile_vm(gemvs.program, gemvs.plan, uncached());
+  const CompileOutput g_off = compile_vm(gemvs.program, gemvs.plan, off);
+  REQUIRE(g_default.ok);
+  REQUIRE(g_off.ok);
+  CHECK(g_default.cubin == g_off.cubin);
+}

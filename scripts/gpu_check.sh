@@ -378,10 +378,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
   # executable per arm, two interleaved rounds): the gemv preload at one batch (AMK_GEMV_PRELOAD=1),
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
-  # step's own weights (AMK_PREFETCH_OWN_BYTES=0): each default's margin, measured again. The
+  # step's own weights (AMK_PREFETCH_OWN_BYTES=0), attention's instruction read from global memory
+  # after its wait (AMK_STAGE_DECODE_INS=0): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0"
+  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -472,12 +473,13 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0"
+    arms8="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
-    # host time), the gemv preload at one batch and the buffer table read from global memory.
+    # host time), the gemv preload at one batch, the buffer table read from global memory and
+    # attention's instruction read from global memory after its wait.
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys

@@ -83,16 +83,12 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // 1.0915 ms (four rounds), 3.1-8B 4.917 -> 4.885 (three); attention reaches q staged at 2.53 us
 // instead of 3.04, the combine its first (m, l) at 2.65 instead of 3.19. Two slots,
 // alternating: a warp still in the previous staged op reads the other one (two staged steps are
-// separated by the second one's wait barrier, so no warp is two of them behind). Default: 1 in a
-// VM with attention_decode or attention_combine, 0 otherwise and where attention_combine_splitk
-// is compiled in too (that VM spills with it).
+// separated by the second one's wait barrier, so no warp is two of them behind). The generated
+// source sets 0 unless attention_decode or attention_combine steps wait, and where
+// attention_combine_splitk is compiled in too (that VM spills with it; codegen's
+// stage_decode_ins).
 #ifndef AMK_STAGE_DECODE_INS
-#if (AMK_USE_OP_ATTENTION_DECODE || AMK_USE_OP_ATTENTION_COMBINE) && \
-    !AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 #define AMK_STAGE_DECODE_INS 1
-#else
-#define AMK_STAGE_DECODE_INS 0
-#endif
 #endif
 #if AMK_STAGE_DECODE_INS
 __shared__ __align__(16) amk_instruction_t amk_ins_stage[2];

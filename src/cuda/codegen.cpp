@@ -238,6 +238,22 @@ bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
   return false;
 }
 
+// AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on where attention_decode or attention_combine
+// steps wait, unless attention_combine_splitk is compiled in too (that VM spills with it: the
+// --o-proj split layout, measured slower anyway).
+bool stage_decode_ins(const Plan& plan, const CompileOptions& options) {
+  if (const auto t = tuning_value(options, "AMK_STAGE_DECODE_INS")) return *t != 0;
+  bool staged = false;
+  for (const amk_instruction_t& ins : plan.instructions) {
+    if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk)) return false;
+    if ((ins.op == static_cast<uint16_t>(OpId::attention_decode) ||
+         ins.op == static_cast<uint16_t>(OpId::attention_combine)) &&
+        ins.n_waits != 0)
+      staged = true;
+  }
+  return staged;
+}
+
 VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOptions& options) {
   constexpr int kGemvPreloadDefault = 2;  // AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh
   const std::set<uint16_t> ops = used_ops(plan);
@@ -252,6 +268,10 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
     c.attention_wide_tile = attention_wide_tiles(program, plan, options) ? 1 : 0;
     c.attention_pass = attention_pass_needed(program, plan, options) ? 1 : 0;
   }
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) ||
+      ops.count(static_cast<uint16_t>(OpId::attention_combine)) ||
+      ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
+    c.stage_decode_ins = stage_decode_ins(plan, options) ? 1 : 0;
   c.weight_streams = streams_compiled(plan, options);
   return c;
 }
@@ -491,6 +511,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // from 128 to 150 a thread, from two blocks an SM to one (measured 73 -> 98.5 us for 8 x 4096^2).
   if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_GEMV_PRELOAD"))
     s += "#define AMK_GEMV_PRELOAD 0\n";
+  // Attention steps read their instruction from shared memory where they wait (the kernel's
+  // default); elsewhere the copy is left out.
+  if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))
+    s += "#define AMK_STAGE_DECODE_INS 0\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

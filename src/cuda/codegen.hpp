@@ -69,6 +69,12 @@ struct TmaGemvSpec {
 // the source sets the macro to 0 (same results; the preload's registers can cost occupancy).
 [[nodiscard]] bool gemv_preload_needed(const Plan& plan, const CompileOptions& options);
 
+// Whether attention steps read a copy of their instruction from shared memory
+// (AMK_STAGE_DECODE_INS, kernels/amk_vm.cuh): the tuning's value when it names the macro, else
+// whether some attention_decode or attention_combine step waits and no attention_combine_splitk
+// is compiled in (that VM spills with the copy). Without it the source sets the macro to 0.
+[[nodiscard]] bool stage_decode_ins(const Plan& plan, const CompileOptions& options);
+
 // What the generated source decides for a program's VM, beside the ops and dtypes it lists
 // (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
 struct VmChoices {
@@ -76,6 +82,7 @@ struct VmChoices {
   bool smem_buffer_table = false;
   int attention_wide_tile = -1;  // 0 / 1
   int attention_pass = -1;       // 0 / 1: attention's streaming pass compiled in
+  int stage_decode_ins = -1;     // 0 / 1 with attention ops: instruction read from shared memory
   bool weight_streams = false;
 };
 [[nodiscard]] VmChoices vm_choices(const Program& program, const Plan& plan,

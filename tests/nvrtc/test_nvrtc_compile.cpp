@@ -636,11 +636,35 @@ TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no s
 }
 
 TEST_CASE("attention ops read a copy of their instruction in shared memory; other VMs unchanged") {
-  // AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on by default in a VM with an attention op (two
-  // 256-byte slots of static shared memory), off in one without.
-  const Program attn = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" /
-                                         "attention_rope.json");
+  // AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on where attention_decode or attention_combine
+  // steps wait (two 256-byte slots of static shared memory), off elsewhere and beside
+  // attention_combine_splitk (codegen's stage_decode_ins, reported by vm_choices).
+  auto load = [](const char* name) {
+    return load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / name);
+  };
+  auto zero_define = [](const std::string& src) {
+    return src.find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos;
+  };
+  const Program attn = load("attention_rope.json");  // its combine waits
   const Plan attn_plan = make_plan(attn);
+  CHECK(vm_choices(attn, attn_plan, uncached()).stage_decode_ins == 1);
+  CHECK_FALSE(zero_define(vm_source(attn, attn_plan, uncached())));
+  const Program tiled = load("attention_tiled.json");  // no step waits: nothing to stage
+  const Plan tiled_plan = make_plan(tiled);
+  CHECK(vm_choices(tiled, tiled_plan, uncached()).stage_decode_ins == 0);
+  CHECK(zero_define(vm_source(tiled, tiled_plan, uncached())));
+  const Program splitk = load("attention_combine_splitk.json");  // (see test_nvrtc_llm_ops)
+  const Plan splitk_plan = make_plan(splitk);
+  CHECK(vm_choices(splitk, splitk_plan, uncached()).stage_decode_ins == 0);
+  CHECK(zero_define(vm_source(splitk, splitk_plan, uncached())));
+  {
+    CompileOptions forced = uncached();
+    forced.tuning = {{"AMK_STAGE_DECODE_INS", 1}};
+    CHECK(vm_choices(tiled, tiled_plan, forced).stage_decode_ins == 1);
+    const std::string src = vm_source(tiled, tiled_plan, forced);
+    CHECK(src.find("#define AMK_STAGE_DECODE_INS 1\n") != std::string::npos);
+    CHECK_FALSE(zero_define(src));
+  }
   CompileOptions off = uncached();
   off.tuning = {{"AMK_STAGE_DECODE_INS", 0}};
   const CompileOutput staged = compile_vm(attn, attn_plan, uncached());
@@ -654,6 +678,7 @@ TEST_CASE("attention ops read a copy of their instruction in shared memory; othe
         amk::test::vm_smem_bytes(plain.log) + 2 * static_cast<long>(sizeof(amk_instruction_t)));
   // A VM without attention ops: the default compiles what the knob's 0 compiles.
   const Built gemvs = plain_gemvs(true);
+  CHECK(vm_choices(gemvs.program, gemvs.plan, uncached()).stage_decode_ins == -1);
   const CompileOutput g_default = compile_vm(gemvs.program, gemvs.plan, uncached());
   const CompileOutput g_off = compile_vm(gemvs.program, gemvs.plan, off);
   REQUIRE(g_default.ok);

@@ -396,6 +396,9 @@ TEST_CASE("the 1B step with the output projection split by query heads (--o-proj
   const std::string src = vm_source(p, plan, options);
   CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE_SPLITK 1") != std::string::npos);
   CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
+  // Its attention steps wait, but the instruction copy stays out: with it this VM spills.
+  CHECK(vm_choices(p, plan, options).stage_decode_ins == 0);
+  CHECK(src.find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos);
   const CompileOutput out = compile_vm(p, plan, options);
   INFO(out.log);
   CHECK(out.ok);

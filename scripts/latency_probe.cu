@@ -244,25 +244,15 @@ __global__ void __launch_bounds__(kThreads, 1) probe(Params p) {
     return;
   }
   if (static_cast<int>(blockIdx.x) >= p.chain_blocks) {
+    // clang-format off
     switch (p.bg_unroll) {
-      case 2:
-        background<2>(p);
-        break;
-      case 4:
-        background<4>(p);
-        break;
-      case 8:
-        background<8>(p);
-        break;
-      case 16:
-        background<16>(p);
-        break;
-      case 32:
-        background<32>(p);
-        break;
-      default:
-        break;
+      case 4: background<4>(p); break;
+      case 8: background<8>(p); break;
+      case 16: background<16>(p); break;
+      case 32: background<32>(p); break;
+      default: break;
     }
+    // clang-format on
     return;
   }
   if (p.mode == 2) {

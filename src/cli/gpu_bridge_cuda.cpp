@@ -558,7 +558,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     vj["attention_wide_tile"] = vm.attention_wide_tile != 0;
     vj["attention_pass"] = vm.attention_pass != 0;
   }
-  if (vm.stage_decode_ins >= 0) vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
+  if (vm.stage_decode_ins >= 0)
+    vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
   vj["weight_streams"] = vm.weight_streams;
   j["vm"] = vj;
   char line[256];
@@ -576,8 +577,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     text << ", attention tile " << (vm.attention_wide_tile != 0 ? "wide" : "default")
          << (vm.attention_pass != 0 ? " with" : " without") << " the streaming pass";
   if (vm.stage_decode_ins >= 0)
-    text << ", attention's instruction read from " << (vm.stage_decode_ins != 0 ? "shared" : "global")
-         << " memory";
+    text << ", attention's instruction read from "
+         << (vm.stage_decode_ins != 0 ? "shared" : "global") << " memory";
   text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);

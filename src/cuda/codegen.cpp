@@ -347,7 +347,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
-    {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from shared memory)"},
+    {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from smem)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table

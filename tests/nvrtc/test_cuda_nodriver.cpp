@@ -251,7 +251,8 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
                           "AMK_STREAM_SLOTS=-2", "AMK_COMBINE_BATCH=0", "AMK_COMBINE_BATCH=33",
                           "AMK_GEMV_PRELOAD=3", "AMK_GEMV_PRELOAD=-1", "AMK_ATTN_TILED_WIDE=2",
                           "AMK_ATTN_PASS=2", "AMK_ATTN_PASS=-1", "AMK_SMEM_BUFFERS=2",
-                          "AMK_SMEM_BUFFERS=-1", "AMK_STAGE_DECODE_INS=2", "AMK_STAGE_DECODE_INS=-1",
+                          "AMK_SMEM_BUFFERS=-1", "AMK_STAGE_DECODE_INS=2",
+                          "AMK_STAGE_DECODE_INS=-1",
                           // derived from the program by the generated source
                           "AMK_BLOCK_THREADS=128", "AMK_SMEM_BUFFER_CAP=4", "AMK_TRACE=1",
                           "AMK_USE_OP_GEMV=0", "AMK_GEMV_BF16_F32=0", "AMK_GEMV_FUSE_NORM=1",

@@ -404,6 +404,11 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #else
       const amk_instruction_t& op_ins = ins;
 #endif
+#ifdef AMK_TRACE
+      // Read before the wait: after it, the fence has dropped L1 and the read would be an L2
+      // round trip inside the traced op's time (the untraced VM has none).
+      const uint32_t trace_index = threadIdx.x == 0 ? __ldg(&ins.index) : 0u;
+#endif
       if (n_waits != 0 && !preload) {
         bool stop = *static_cast<volatile uint32_t*>(&amk_state.stop) != 0;
         if (warp == 0 && lane < n_waits) {
@@ -421,7 +426,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
       if (threadIdx.x == 0)  // (read and written by thread 0 only)
         amk_state.marks = prog.trace != nullptr
-                              ? prog.trace + static_cast<uint64_t>(ins.index) * kAmkTraceWords + 2
+                              ? prog.trace + static_cast<uint64_t>(trace_index) * kAmkTraceWords + 2
                               : nullptr;
 #endif
       if (op != 0) {
@@ -449,9 +454,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) AMK_VM_EXIT();
       dirty = false;
       if (threadIdx.x == 0 && prog.trace != nullptr) {
-        const uint32_t index = ins.index;
-        prog.trace[static_cast<uint64_t>(index) * kAmkTraceWords] = t_start;
-        prog.trace[static_cast<uint64_t>(index) * kAmkTraceWords + 1] = amk_globaltimer();
+        prog.trace[static_cast<uint64_t>(trace_index) * kAmkTraceWords] = t_start;
+        prog.trace[static_cast<uint64_t>(trace_index) * kAmkTraceWords + 1] = amk_globaltimer();
       }
 #endif
       if (n_signals != 0) {

@@ -79,8 +79,8 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // the copy. The wait ends with fence.acquire.gpu, which invalidates L1 (amk_device.cuh), so
 // without the copy the op's first reads of the instruction are L2 round trips on the critical
 // path (ncu, seventeenth session: ~12% of attention's stall samples waited on them). Measured on
-// the H200 (`amk profile --events --tuning-arms`, same process): Llama-3.2-1B step 1.1062 ->
-// 1.0915 ms (four rounds), 3.1-8B 4.917 -> 4.885 (three); attention reaches q staged at 2.53 us
+// the H200 (`amk profile --events --tuning-arms`, same process): Llama-3.2-1B step 1.1061 ->
+// 1.0916 ms (four rounds), 3.1-8B 4.918 -> 4.885 (three); attention reaches q staged at 2.53 us
 // instead of 3.04, the combine its first (m, l) at 2.65 instead of 3.19. Two slots,
 // alternating: a warp still in the previous staged op reads the other one (two staged steps are
 // separated by the second one's wait barrier, so no warp is two of them behind). The generated

@@ -1,7 +1,9 @@
 // A device-side probe, outside amk: how long a dependent hop between blocks and an L2 round trip
 // take while other blocks stream weights from HBM, and what a hop costs when its flag travels
 // inside the data (an 8-byte store of value and epoch, the consumer polling the data itself)
-// instead of in a counter behind a release. Evidence for the VM's design; not part of the tool.
+// instead of in a counter behind a release. The background streams through 16-byte loads (a
+// given number a lane in flight) or through the copy engine (bulk copies of 16 KiB in flight a
+// block). Evidence for the VM's design; not part of the tool (README, seventeenth session).
 //   nvcc -O3 -std=c++17 -arch=sm_90a scripts/latency_probe.cu -o latency_probe && ./latency_probe
 // Prints one line per (probe, background) with the median of 5 launches.
 #include <cuda_runtime.h>

@@ -38,12 +38,11 @@ double normalized_error(DType t, const std::vector<std::byte>& a, const std::vec
   return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
 }
 
-ordered_json check_against_cpu(const Program& program, HostBuffers initial,
+ordered_json check_against_cpu(const Program& program, HostBuffers ref,
                                const HostBuffers& result, uint32_t iterations) {
   PlanOptions popts;
   popts.grid_hint = kDefaultGridHint;
   Plan plan = make_plan(program, popts);
-  HostBuffers& ref = initial;
   CpuRunOptions copts;
   copts.iterations = iterations;
   (void)run_cpu(program, plan, ref, copts);

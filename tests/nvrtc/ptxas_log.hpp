@@ -25,32 +25,33 @@ inline bool no_spills(const std::string& log) {
   return vm;
 }
 
+// The VM kernel's (amk_vm) part of the log: from its "Function properties" line to the next
+// function's; empty if ptxas did not report it.
+inline std::string vm_properties(const std::string& log) {
+  const std::string head = "Function properties for amk_vm\n";
+  const size_t at = log.find(head);
+  if (at == std::string::npos) return {};
+  const size_t next = log.find("Function properties for ", at + head.size());
+  return log.substr(at, next == std::string::npos ? std::string::npos : next - at);
+}
+
+// The number written just before `suffix` in the VM's part of the log ("Used N registers",
+// "N bytes smem"); -1 if absent.
+inline long vm_number_before(const std::string& log, const std::string& suffix) {
+  const std::string props = vm_properties(log);
+  const size_t end = props.find(suffix);
+  if (end == std::string::npos) return -1;
+  size_t i = end;
+  while (i > 0 && props[i - 1] >= '0' && props[i - 1] <= '9') --i;
+  return i == end ? -1 : std::stol(props.substr(i, end - i));
+}
+
 // Registers a thread of the VM kernel (amk_vm) uses, as ptxas reported them; -1 if not found.
 inline int vm_registers(const std::string& log) {
-  const size_t at = log.find("Function properties for amk_vm\n");
-  if (at == std::string::npos) return -1;
-  const std::string used = "Used ";
-  const size_t u = log.find(used, at);
-  const size_t next = log.find("Function properties for ", at + 1);
-  if (u == std::string::npos || (next != std::string::npos && u > next)) return -1;
-  int n = 0;
-  size_t i = u + used.size();
-  if (i >= log.size() || log[i] < '0' || log[i] > '9') return -1;
-  for (; i < log.size() && log[i] >= '0' && log[i] <= '9'; ++i) n = n * 10 + (log[i] - '0');
-  return log.compare(i, 10, " registers") == 0 ? n : -1;
+  return static_cast<int>(vm_number_before(log, " registers"));
 }
 
 // Static shared memory of the VM kernel (amk_vm) in bytes, as ptxas reported it; -1 if not found.
-inline long vm_smem_bytes(const std::string& log) {
-  const size_t at = log.find("Function properties for amk_vm\n");
-  if (at == std::string::npos) return -1;
-  const size_t end = log.find(" bytes smem", at);
-  const size_t next = log.find("Function properties for ", at + 1);
-  if (end == std::string::npos || (next != std::string::npos && end > next)) return -1;
-  size_t i = end;
-  while (i > 0 && log[i - 1] >= '0' && log[i - 1] <= '9') --i;
-  if (i == end) return -1;
-  return std::stol(log.substr(i, end - i));
-}
+inline long vm_smem_bytes(const std::string& log) { return vm_number_before(log, " bytes smem"); }
 
 }  // namespace amk::test

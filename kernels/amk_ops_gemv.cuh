@@ -77,6 +77,18 @@
 #ifndef AMK_GEMV_RES_PREFETCH
 #define AMK_GEMV_RES_PREFETCH 1
 #endif
+// AMK_GEMV_SMEM_STAGES (0 here; the generated source sets it, codegen's gemv_smem_stages): with
+// N >= 2, each warp streams its weight batches through N slots of 4 KiB in dynamic shared memory
+// (cp.async) instead of two register buffers. In registers the loop's copy of the next batch into
+// the current one waits for that batch, so about one batch (32 KiB a block) is in flight while a
+// block streams; the ring keeps N - 1 to N in flight with no registers held. Measured on the H200
+// (`amk profile --events --tuning-arms`, one process): Llama-3.2-1B step 1.089 -> 1.036 ms at 2
+// stages (3: 1.039, 4: 1.064), Llama-3.1-8B 4.868 -> 4.509 (3: 4.527); the GEMV benchmark (two
+// blocks an SM, no waits) slower on the ring (8 x 4096^2: 71.5 -> 76.1 us), so it stays on
+// registers there.
+#ifndef AMK_GEMV_SMEM_STAGES
+#define AMK_GEMV_SMEM_STAGES 0
+#endif
 // 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
 // session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
 // sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
@@ -212,21 +224,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if (!kNorm && batches == 0) return;  // (with norm, every warp takes part in the staging)
   }
 
-  amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
   uint32_t row = warp, mat = 0, col = 0;  // mat: 0 = w, 1 = w2 (kGlu only)
-  auto load_batch = [&](amk_vec16* dst, uint32_t r, uint32_t m, uint32_t c) {
-    const unsigned char* p = (kGlu && m != 0 ? fuse.w2 : w) + r * row_bytes;
-#pragma unroll
-    for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
-      const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
-#if AMK_GEMV_CLAMPED_LOADS
-      dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(min(v, vecs_per_row - 1)) * kAmkVectorBytes);
-#else
-      if (v < vecs_per_row) dst[u] = amk_ld16_stream(p + static_cast<uint64_t>(v) * kAmkVectorBytes);
-#endif
-    }
-  };
-  if (batches != 0) load_batch(cur, row, mat, col);
   // Batch (r, m, c)'s successor in the warp's walk: the row's next column batch, then (kGlu) the
   // same row of w2, then the warp's next row.
   auto advance = [&](uint32_t& r, uint32_t& m, uint32_t& c) {
@@ -240,31 +238,18 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       }
     }
   };
-  bool second_in_flight = false;  // AMK_GEMV_PRELOAD >= 2: the first step's fill was requested here
-  if constexpr (Wait::active()) {
-#if AMK_GEMV_PRELOAD >= 2
-    if (batches > 1) {
-      uint32_t r1 = row, m1 = mat, c1 = col;
-      advance(r1, m1, c1);
-      load_batch(nxt, r1, m1, c1);
-      second_in_flight = true;
-    }
-#endif
-    if (wait()) return;  // every warp (a barrier), its first batch(es) in flight
-    if (!kNorm && batches == 0) return;
-  }
+  // Address of the lane's vector u of batch (r, m, c) (past the row's end: its last vector, never
+  // used by the dot product, so no load is conditional).
+  auto vec_addr = [&](uint32_t r, uint32_t m, uint32_t c, uint32_t u) {
+    const unsigned char* p = (kGlu && m != 0 ? fuse.w2 : w) + r * row_bytes;
+    const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
+    return p + static_cast<uint64_t>(min(v, vecs_per_row - 1)) * kAmkVectorBytes;
+  };
   float inv_rms = 1.0f;
-  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
-  AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
-  // One batch: start loading the next one into `fill` (if any), reduce `use`, advance.
-  auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
-                  uint32_t b) {
-    uint32_t next_row = row, next_mat = mat, next_col = col;
-    advance(next_row, next_mat, next_col);
-    if (b + 1 < batches && !(b == 0 && second_in_flight))
-      load_batch(fill, next_row, next_mat, next_col);
+  // Reduces the batch at the reduce cursor (row, mat, col), held in `use`, and advances the cursor.
+  auto reduce = [&](const amk_vec16 (&use)[kAmkGemvUnroll]) {
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
@@ -294,9 +279,114 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
       }
       acc0 = acc1 = 0.0f;
     }
-    row = next_row;
-    mat = next_mat;
-    col = next_col;
+    advance(row, mat, col);
+  };
+
+#if AMK_GEMV_SMEM_STAGES > 0
+  // Weights through a per-warp ring of kStages batches in shared memory (cp.async, no registers
+  // held while in flight): kStages - 1 batches stay in flight while one is reduced. Each lane
+  // reads back only the vectors it copied itself, so its own cp.async.wait_group orders them and
+  // no warp or block barrier is needed. Every pass commits one group (empty past the last batch),
+  // so "at most kStages - 1 pending" always means the batch being reduced has landed.
+  constexpr uint32_t kStages = AMK_GEMV_SMEM_STAGES;
+  constexpr uint32_t kSlotBytes = kAmkGemvBatch * kAmkVectorBytes;
+  const uint32_t ring = amk_smem_addr(amk_dynamic_smem) + warp * kStages * kSlotBytes +
+                        lane * kAmkVectorBytes;
+  uint32_t ir = warp, im = 0, ic = 0;  // issue cursor
+  uint32_t issued = 0, slot_in = 0;    // batches issued (real or empty), the slot they fill
+#if AMK_STREAM_EVICT_FIRST
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  auto issue_next = [&]() {
+    if (issued < batches) {
+      const uint32_t dst = ring + slot_in * kSlotBytes;
+#pragma unroll
+      for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
+#if AMK_STREAM_EVICT_FIRST
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
+                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u)),
+                     "l"(policy) : "memory");
+#else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u))
+                     : "memory");
+#endif
+      }
+      advance(ir, im, ic);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    ++issued;
+    slot_in = slot_in + 1 == kStages ? 0u : slot_in + 1;
+  };
+  uint32_t pre = kStages;  // batches requested before the waits
+  if constexpr (Wait::active()) {
+    pre = AMK_GEMV_PRELOAD < 1 ? 1u : min(kStages, static_cast<uint32_t>(AMK_GEMV_PRELOAD));
+    for (uint32_t s = 0; s < pre; ++s) issue_next();
+    if (wait() || (!kNorm && batches == 0)) {  // every warp (a barrier), its first batch(es) in flight
+      asm volatile("cp.async.wait_all;" ::: "memory");  // nothing may land after the op is gone
+      return;
+    }
+  } else {
+    for (uint32_t s = 0; s < kStages; ++s) issue_next();
+  }
+  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
+  // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
+  for (uint32_t s = pre; s < kStages; ++s) issue_next();
+  AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
+  uint32_t slot_out = 0;
+  for (uint32_t b = 0; b < batches; ++b) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+    amk_vec16 use[kAmkGemvUnroll];
+    const uint32_t src = ring + slot_out * kSlotBytes;
+#pragma unroll
+    for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(use[u].w[0]), "=r"(use[u].w[1]), "=r"(use[u].w[2]), "=r"(use[u].w[3])
+                   : "r"(src + u * kAmkWarpSize * kAmkVectorBytes)
+                   : "memory");
+    reduce(use);
+    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    issue_next();  // batch b + kStages into the slot just read (its values are consumed above)
+    slot_out = slot_out + 1 == kStages ? 0u : slot_out + 1;
+  }
+#else
+  amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
+  auto load_batch = [&](amk_vec16* dst, uint32_t r, uint32_t m, uint32_t c) {
+#pragma unroll
+    for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
+#if AMK_GEMV_CLAMPED_LOADS
+      dst[u] = amk_ld16_stream(vec_addr(r, m, c, u));
+#else
+      const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
+      if (v < vecs_per_row) dst[u] = amk_ld16_stream(vec_addr(r, m, c, u));
+#endif
+    }
+  };
+  if (batches != 0) load_batch(cur, row, mat, col);
+  bool second_in_flight = false;  // AMK_GEMV_PRELOAD >= 2: the first step's fill was requested here
+  if constexpr (Wait::active()) {
+#if AMK_GEMV_PRELOAD >= 2
+    if (batches > 1) {
+      uint32_t r1 = row, m1 = mat, c1 = col;
+      advance(r1, m1, c1);
+      load_batch(nxt, r1, m1, c1);
+      second_in_flight = true;
+    }
+#endif
+    if (wait()) return;  // every warp (a barrier), its first batch(es) in flight
+    if (!kNorm && batches == 0) return;
+  }
+  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
+  AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
+  // One batch: start loading the next one into `fill` (if any), reduce `use`.
+  auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
+                  uint32_t b) {
+    uint32_t next_row = row, next_mat = mat, next_col = col;
+    advance(next_row, next_mat, next_col);
+    if (b + 1 < batches && !(b == 0 && second_in_flight))
+      load_batch(fill, next_row, next_mat, next_col);
+    reduce(use);
   };
 #if AMK_GEMV_PINGPONG
   // Two batches an iteration, the buffers swapping roles: no register copies between batches.
@@ -312,6 +402,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
   }
+#endif
 #endif
 }
 

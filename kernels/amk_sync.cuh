@@ -77,8 +77,11 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 
 // AMK_GEMV_PRELOAD (2, the default): a gemv step with waits whose weights no instruction of the
 // launch writes (AMK_INS_CONST_WEIGHTS, set by the planner) requests its first two weight batches
-// into registers before it waits, so they are in flight during the hop instead of after it (1:
-// one batch; 0: off, the VM waits first). The op then runs the step's waits itself, through
+// into registers (or the ring's first slots, AMK_GEMV_SMEM_STAGES) before it waits, so they are in
+// flight during the hop instead of after it (1: one batch; 3, 4: as many with a ring that deep,
+// else as 2; 0: off, the VM waits first). With the ring, 3 before the wait measured slower than 2
+// on the H200 (Llama-3.2-1B step at 3 stages: 1.0393 -> 1.0580 ms; 8B 4.527 -> 4.546). The op then
+// runs the step's waits itself, through
 // amk_step_wait. Measured on the H200 (`amk profile --events`, Llama-3.2-1B step, ctx 1024, two
 // interleaved rounds): off 1.2758 / 1.2805 ms, one batch 1.1694 / 1.1660, two 1.1665 / 1.1648.
 // Seventeenth session: no preload (nor L2 prefetch of its own weights) for a gemv whose block
@@ -91,8 +94,8 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #ifndef AMK_GEMV_PRELOAD
 #define AMK_GEMV_PRELOAD 2
 #endif
-#if AMK_GEMV_PRELOAD < 0 || AMK_GEMV_PRELOAD > 2
-#error "AMK_GEMV_PRELOAD is 0, 1 or 2"
+#if AMK_GEMV_PRELOAD < 0 || AMK_GEMV_PRELOAD > 4
+#error "AMK_GEMV_PRELOAD is 0 to 4 (3 and 4: with the ring, AMK_GEMV_SMEM_STAGES; else as 2)"
 #endif
 
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of

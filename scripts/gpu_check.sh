@@ -158,6 +158,13 @@ tuned=(
   # waits with the global table (AMK_SMEM_BUFFERS=0), and ones without waits with the shared one.
   "AMK_SMEM_BUFFERS=0|globaltable|gemv_waits attention_rope small_ops"
   "AMK_SMEM_BUFFERS=1|smemtable|gemv_fused tma_gemv"
+  # gemv's weights through the shared-memory ring (2 stages by default where a gemv preloads):
+  # in registers instead, 3 stages, the ring forced onto programs without waits, and with 4
+  # batches requested before the wait; attention's new-token reads as three round trips.
+  "AMK_GEMV_SMEM_STAGES=0|ring0|gemv_waits gemv_fused"
+  "AMK_GEMV_SMEM_STAGES=3|ring3|gemv_waits gemv_fused gemv_stream gemv_splitk small_ops"
+  "AMK_GEMV_SMEM_STAGES=4,AMK_GEMV_PRELOAD=4|ring4|gemv_waits"
+  "AMK_ATTN_ONE_TRIP=0|onetrip0|attention_rope attention_tiled attention_tiled_wide"
 )
 base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
@@ -376,13 +383,16 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
-  # executable per arm, two interleaved rounds): the gemv preload at one batch (AMK_GEMV_PRELOAD=1),
+  # executable per arm, two interleaved rounds): gemv's weights in registers (AMK_GEMV_SMEM_STAGES=0,
+  # the default before the eighteenth session) or through 3 ring stages, the gemv preload at one
+  # batch (AMK_GEMV_PRELOAD=1),
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
   # step's own weights (AMK_PREFETCH_OWN_BYTES=0), attention's instruction read from global memory
-  # after its wait (AMK_STAGE_DECODE_INS=0): each default's margin, measured again. The
+  # after its wait (AMK_STAGE_DECODE_INS=0), attention's new-token reads as three round trips
+  # (AMK_ATTN_ONE_TRIP=0): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -473,13 +483,15 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
     # host time), the gemv preload at one batch, the buffer table read from global memory and
-    # attention's instruction read from global memory after its wait.
+    # attention's instruction read from global memory after its wait; gemv's weights in registers
+    # instead of the shared-memory ring (the eighteenth session's default: AMK_GEMV_SMEM_STAGES=0),
+    # and attention's new-token reads as three round trips (AMK_ATTN_ONE_TRIP=0).
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"
     $py - "$d/prof8b.json" <<'PY' > "$d/rows8b.txt"
 import json, sys

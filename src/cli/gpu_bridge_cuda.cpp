@@ -561,6 +561,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   if (vm.stage_decode_ins >= 0)
     vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
   vj["weight_streams"] = vm.weight_streams;
+  if (vm.gemv_smem_stages >= 0) vj["gemv_smem_stages"] = vm.gemv_smem_stages;
   j["vm"] = vj;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
@@ -579,6 +580,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   if (vm.stage_decode_ins >= 0)
     text << ", attention's instruction read from "
          << (vm.stage_decode_ins != 0 ? "shared" : "global") << " memory";
+  if (vm.gemv_smem_stages > 0)
+    text << ", gemv weights through " << vm.gemv_smem_stages << " shared-memory stages a warp";
   text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);

@@ -39,11 +39,12 @@ bool is_attention_op(uint16_t id) {
 }
 // Static shared memory attention_decode adds (amk_attn_merge: kAmkAttnMergeFloats floats at
 // 8 warps, 4 heads per pass, 130 floats per head; the new row's 16 scores and 256 values; the
-// tiled path's staged q and scores, 256 floats each, and 3 x 16 per-head floats).
-constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4 + (2 * 256 + 3 * 16) * 4;
+// tiled path's staged q, scores and rotated k_new, 256 floats each, and 3 x 16 per-head floats).
+constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4 + (3 * 256 + 3 * 16) * 4;
 // With the wide tiled attention (AMK_ATTN_TILED_WIDE=1): the merge buffer holds 32 KiB (a chunk's K
 // and V) and the staged q 512 floats.
-constexpr uint32_t kAttentionWideMergeBytes = 8192 * 4 + (16 + 256) * 4 + (512 + 256 + 3 * 16) * 4;
+constexpr uint32_t kAttentionWideMergeBytes =
+    8192 * 4 + (16 + 256) * 4 + (512 + 2 * 256 + 3 * 16) * 4;
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
@@ -254,6 +255,28 @@ bool stage_decode_ins(const Plan& plan, const CompileOptions& options) {
   return staged;
 }
 
+uint32_t gemv_smem_stages(const Program& program, const Plan& plan,
+                          const CompileOptions& options) {
+  if (!used_ops(plan).count(static_cast<uint16_t>(OpId::gemv))) return 0;
+  // The ring lives at the start of dynamic shared memory, which the TMA gemv, the weight streams
+  // and a program's own dynamic shared memory use too.
+  if (!tma_gemv_specs(program).empty() || streams_compiled(plan, options) ||
+      program.launch.dynamic_smem != 0)
+    return 0;
+  uint32_t stages = static_cast<uint32_t>(tuning_value(options, "AMK_GEMV_SMEM_STAGES")
+                                              .value_or(gemv_preload_needed(plan, options)
+                                                            ? kGemvSmemStagesDefault
+                                                            : 0));
+  const uint32_t warps = block_threads(program, plan) / 32;
+  while (stages >= 2 && uint64_t{warps} * stages * kGemvSlotBytes > kGemvRingCap) --stages;
+  return stages >= 2 ? stages : 0;
+}
+
+uint32_t gemv_ring_bytes(const Program& program, const Plan& plan, const CompileOptions& options) {
+  return block_threads(program, plan) / 32 * gemv_smem_stages(program, plan, options) *
+         kGemvSlotBytes;
+}
+
 VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOptions& options) {
   constexpr int kGemvPreloadDefault = 2;  // AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh
   const std::set<uint16_t> ops = used_ops(plan);
@@ -273,6 +296,8 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
       ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
     c.stage_decode_ins = stage_decode_ins(plan, options) ? 1 : 0;
   c.weight_streams = streams_compiled(plan, options);
+  if (ops.count(static_cast<uint16_t>(OpId::gemv)))
+    c.gemv_smem_stages = static_cast<int>(gemv_smem_stages(program, plan, options));
   return c;
 }
 
@@ -280,6 +305,8 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
                                const CompileOptions& options) {
   const std::set<uint16_t> ops = used_ops(plan);
   if (!ops.count(static_cast<uint16_t>(OpId::gemv))) return 0;
+  // The gemv ring (only where no TMA gemv is: gemv_smem_stages).
+  if (const uint32_t ring = gemv_ring_bytes(program, plan, options); ring != 0) return ring;
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)))
@@ -343,11 +370,12 @@ struct TuningRange {
 };
 constexpr TuningRange kTuningRanges[] = {
     {"AMK_COMBINE_BATCH", 1, 32, "attention_combine's chunks loaded at once"},
-    {"AMK_GEMV_PRELOAD", 0, 2, "0 (off) or the gemv weight batches requested before the wait"},
+    {"AMK_GEMV_PRELOAD", 0, 4, "0 (off) or the gemv weight batches requested before the wait"},
     {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
     {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from smem)"},
+    {"AMK_GEMV_SMEM_STAGES", 0, 4, "0 (off) or 2-4 gemv weight batches a warp in shared memory"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table
@@ -489,7 +517,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_TMA_COUNT " + std::to_string(program.tma.size()) + "\n";
   if (options.trace) s += "#define AMK_TRACE 1\n";
   for (const auto& [name, value] : options.tuning)
-    if (name != "AMK_SMEM_BUFFERS")  // (decided below: the table must hold every buffer)
+    if (name != "AMK_SMEM_BUFFERS" && name != "AMK_GEMV_SMEM_STAGES")  // (decided below)
       s += "#define " + name + " " + std::to_string(value) + "\n";
   // The program-dependent choices (vm_choices, which `amk compile` reports); a tuning that names
   // one was copied above and decides it.
@@ -515,6 +543,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // default); elsewhere the copy is left out.
   if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))
     s += "#define AMK_STAGE_DECODE_INS 0\n";
+  // gemv's weights through a per-warp ring in dynamic shared memory (gemv_smem_stages; the
+  // executor sizes the launch's dynamic shared memory by gemv_ring_bytes).
+  if (vm.gemv_smem_stages > 0)
+    s += "#define AMK_GEMV_SMEM_STAGES " + std::to_string(vm.gemv_smem_stages) + "\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

@@ -75,6 +75,26 @@ struct TmaGemvSpec {
 // is compiled in (that VM spills with the copy). Without it the source sets the macro to 0.
 [[nodiscard]] bool stage_decode_ins(const Plan& plan, const CompileOptions& options);
 
+// gemv's weight ring (AMK_GEMV_SMEM_STAGES, kernels/amk_ops_gemv.cuh): each warp streams its
+// weight batches (kGemvSlotBytes each) through this many slots of dynamic shared memory with
+// cp.async instead of holding two batches in registers. The tuning's value when it names the
+// macro; else kGemvSmemStagesDefault where the gemv preload is compiled in (some gemv waits on
+// weights no instruction writes: the decode steps, whose VM runs one block an SM) and 0 elsewhere
+// (the GEMV benchmarks, two blocks an SM, measured faster on registers); 0 (the register path)
+// where the program has a TMA gemv, weight streams or dynamic shared memory of its own (all of
+// them use the same memory), and fewer stages while the ring would exceed kGemvRingCap (below 2:
+// 0). Measured on the H200 (`amk profile --events --tuning-arms`, one process): Llama-3.2-1B step
+// 1.089 ms on registers, 1.036 with 2 stages, 1.039 with 3, 1.064 with 4; Llama-3.1-8B 4.868,
+// 4.509, 4.527; GEMV 8 x 4096^2 (no waits) 71.5 us on registers, 76.1 / 78.1 / 87.6 on the ring.
+inline constexpr uint32_t kGemvSmemStagesDefault = 2;
+inline constexpr uint32_t kGemvSlotBytes = 32 * 8 * 16;  // kAmkGemvBatch x 16-byte vectors
+inline constexpr uint32_t kGemvRingCap = 128 * 1024;
+[[nodiscard]] uint32_t gemv_smem_stages(const Program& program, const Plan& plan,
+                                        const CompileOptions& options);
+// Dynamic shared memory the ring takes: warps x stages x kGemvSlotBytes (0 without it).
+[[nodiscard]] uint32_t gemv_ring_bytes(const Program& program, const Plan& plan,
+                                       const CompileOptions& options);
+
 // What the generated source decides for a program's VM, beside the ops and dtypes it lists
 // (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
 struct VmChoices {
@@ -84,6 +104,7 @@ struct VmChoices {
   int attention_pass = -1;       // 0 / 1: attention's streaming pass compiled in
   int stage_decode_ins = -1;     // 0 / 1 with attention ops: instruction read from shared memory
   bool weight_streams = false;
+  int gemv_smem_stages = -1;     // with gemv: weight batches a warp in shared memory (0: registers)
 };
 [[nodiscard]] VmChoices vm_choices(const Program& program, const Plan& plan,
                                    const CompileOptions& options);

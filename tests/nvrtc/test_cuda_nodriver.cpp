@@ -238,7 +238,8 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
   CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=64", "x").at(0).second == 64);
   // Knobs with a range: its ends pass.
   CHECK(amk::parse_vm_tuning("AMK_COMBINE_BATCH=1,AMK_COMBINE_BATCH=32", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_GEMV_PRELOAD=0,AMK_GEMV_PRELOAD=2", "x").size() == 2);
+  CHECK(amk::parse_vm_tuning("AMK_GEMV_PRELOAD=0,AMK_GEMV_PRELOAD=4", "x").size() == 2);
+  CHECK(amk::parse_vm_tuning("AMK_GEMV_SMEM_STAGES=0,AMK_GEMV_SMEM_STAGES=4", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_ATTN_TILED_WIDE=0,AMK_ATTN_TILED_WIDE=1", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_ATTN_PASS=0,AMK_ATTN_PASS=1", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_SMEM_BUFFERS=0,AMK_SMEM_BUFFERS=1", "x").size() == 2);
@@ -249,7 +250,8 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
   for (const char* bad : {"FOO=1", "AMK_X", "AMK_X=", "AMK_X=1x", "AMK_x=1", "AMK_X=1,,AMK_Y=2",
                           "AMK_X=1;rm", "AMK_=1", "AMK_STREAM_SLOTS=1", "AMK_STREAM_SLOTS=65",
                           "AMK_STREAM_SLOTS=-2", "AMK_COMBINE_BATCH=0", "AMK_COMBINE_BATCH=33",
-                          "AMK_GEMV_PRELOAD=3", "AMK_GEMV_PRELOAD=-1", "AMK_ATTN_TILED_WIDE=2",
+                          "AMK_GEMV_PRELOAD=5", "AMK_GEMV_PRELOAD=-1",
+                          "AMK_GEMV_SMEM_STAGES=5", "AMK_GEMV_SMEM_STAGES=-1", "AMK_ATTN_TILED_WIDE=2",
                           "AMK_ATTN_PASS=2", "AMK_ATTN_PASS=-1", "AMK_SMEM_BUFFERS=2",
                           "AMK_SMEM_BUFFERS=-1", "AMK_STAGE_DECODE_INS=2",
                           "AMK_STAGE_DECODE_INS=-1",

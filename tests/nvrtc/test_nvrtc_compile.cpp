@@ -389,12 +389,92 @@ TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gem
   const int regs = amk::test::vm_registers(out.log);
   CHECK(regs > 0);
   CHECK(regs <= 128);
-  // Both on: more registers (what the default spares such a VM); compiled and spill-free.
-  const CompileOutput both = compile_vm(free.program, free.plan, on);
+  // Both on, weights in registers (forcing the preload would bring the ring too): more registers
+  // (what the default spares such a VM); compiled and spill-free.
+  CompileOptions on_regs = on;
+  on_regs.tuning.push_back({"AMK_GEMV_SMEM_STAGES", 0});
+  const CompileOutput both = compile_vm(free.program, free.plan, on_regs);
   INFO(both.log);
   REQUIRE(both.ok);
   CHECK(amk::test::no_spills(both.log));
   CHECK(amk::test::vm_registers(both.log) > regs);
+}
+
+TEST_CASE("gemv's weight ring: on where a gemv preloads, sized by the block, off beside TMA") {
+  // AMK_GEMV_SMEM_STAGES (kernels/amk_ops_gemv.cuh; codegen's gemv_smem_stages): 2 stages of
+  // 4 KiB a warp in dynamic shared memory where the gemv preload is compiled in (the decode steps),
+  // none elsewhere; the executor sizes the launch's dynamic shared memory by gemv_ring_bytes.
+  const CompileOptions o = uncached();
+  auto stages_define = [](const std::string& src) {
+    const std::string key = "#define AMK_GEMV_SMEM_STAGES ";
+    const size_t at = src.find(key);
+    return at == std::string::npos ? -1 : std::atoi(src.c_str() + at + key.size());
+  };
+  const Built chained = plain_gemvs(true);
+  const Built free = plain_gemvs(false);
+  CHECK(gemv_smem_stages(chained.program, chained.plan, o) == kGemvSmemStagesDefault);
+  CHECK(kGemvSmemStagesDefault == 2);
+  CHECK(gemv_ring_bytes(chained.program, chained.plan, o) == 8 * 2 * kGemvSlotBytes);
+  CHECK(vm_dynamic_smem_bytes(chained.program, chained.plan, 232448, o) == 8 * 2 * 4096);
+  CHECK(vm_choices(chained.program, chained.plan, o).gemv_smem_stages == 2);
+  CHECK(stages_define(vm_source(chained.program, chained.plan, o)) == 2);
+  CHECK(gemv_smem_stages(free.program, free.plan, o) == 0);
+  CHECK(vm_dynamic_smem_bytes(free.program, free.plan, 232448, o) == 0);
+  CHECK(vm_choices(free.program, free.plan, o).gemv_smem_stages == 0);
+  CHECK(stages_define(vm_source(free.program, free.plan, o)) == -1);
+  // The tuning decides, each value defined once (the copy of the tuning is not emitted).
+  CompileOptions three = o, none = o;
+  three.tuning = {{"AMK_GEMV_SMEM_STAGES", 3}};
+  none.tuning = {{"AMK_GEMV_SMEM_STAGES", 0}};
+  const std::string forced = vm_source(free.program, free.plan, three);
+  CHECK(stages_define(forced) == 3);
+  CHECK(forced.find("#define AMK_GEMV_SMEM_STAGES", forced.find("#define AMK_GEMV_SMEM_STAGES") + 1) ==
+        std::string::npos);
+  CHECK(gemv_ring_bytes(free.program, free.plan, three) == 8 * 3 * 4096);
+  CHECK(gemv_smem_stages(chained.program, chained.plan, none) == 0);
+  CHECK(stages_define(vm_source(chained.program, chained.plan, none)) == -1);
+  // One stage is no ring; 1024 threads: 32 warps x 2 x 4 KiB exceeds the 128 KiB cap (0), and 4
+  // stages at 256 threads fit exactly.
+  CompileOptions one = o, four = o;
+  one.tuning = {{"AMK_GEMV_SMEM_STAGES", 1}};
+  four.tuning = {{"AMK_GEMV_SMEM_STAGES", 4}};
+  CHECK(gemv_smem_stages(chained.program, chained.plan, one) == 0);
+  CHECK(gemv_ring_bytes(chained.program, chained.plan, four) == kGemvRingCap);
+  {
+    Built wide = plain_gemvs(true);
+    wide.program.launch.block = 1024;
+    wide.plan.block = 1024;
+    CHECK(gemv_smem_stages(wide.program, wide.plan, o) == 0);
+    CHECK(gemv_smem_stages(wide.program, wide.plan, four) == 0);
+    wide.program.launch.block = 512;
+    wide.plan.block = 512;
+    CHECK(gemv_smem_stages(wide.program, wide.plan, four) == 2);  // 16 warps: 2 stages fit
+  }
+  // Dynamic shared memory the program asks for itself, or a TMA gemv: no ring, tuning or not.
+  {
+    Built own = plain_gemvs(true);
+    own.program.launch.dynamic_smem = 1024;
+    CHECK(gemv_smem_stages(own.program, own.plan, three) == 0);
+    const Program tma = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                          "programs" / "tma_gemv.json");
+    CHECK(gemv_smem_stages(tma, make_plan(tma), three) == 0);
+  }
+  // A program without gemv reports none.
+  {
+    const Program attn = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                           "programs" / "attention_tiled.json");
+    const Plan plan = make_plan(attn);
+    CHECK(vm_choices(attn, plan, three).gemv_smem_stages == -1);
+    CHECK(gemv_ring_bytes(attn, plan, three) == 0);
+  }
+  // The ring's VM compiles spill-free, and differs from the register path's.
+  const CompileOutput ring = compile_vm(chained.program, chained.plan, o);
+  const CompileOutput regs = compile_vm(chained.program, chained.plan, none);
+  INFO(ring.log);
+  REQUIRE(ring.ok);
+  REQUIRE(regs.ok);
+  CHECK(amk::test::no_spills(ring.log));
+  CHECK(ring.cubin != regs.cubin);
 }
 
 TEST_CASE("vm_registers reads the VM's line of a ptxas log") {

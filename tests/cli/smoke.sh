@@ -4,6 +4,13 @@ set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
 py=/usr/bin/python3
+# A python3 with numpy for the checks that read .npy files: $AMK_PYTHON, Debian's (scripts/setup.sh
+# installs numpy there), or PATH's (the GPU machine's Debian python has none).
+np_py=""
+for c in "${AMK_PYTHON:-}" /usr/bin/python3 python3; do
+  if [ -n "$c" ] && "$c" -c "import numpy" 2>/dev/null; then np_py="$c"; break; fi
+done
+[ -n "$np_py" ] || { echo "smoke: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 pass=0
@@ -308,7 +315,7 @@ expect_grep "$tmp/err" "unknown option --min-fma" "sass_loops names the option"
 for flags in "" "--check"; do
   expect_rc 0 "run --save-inputs $flags" -- "$amk" run "$sample" --backend cpu --save-inputs $flags -o "$tmp/si${flags:+_check}"
 done
-"$py" - "$tmp/si" "$tmp/si_check" <<'PY' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --save-inputs: inputs are not the initial contents"; }
+"$np_py" - "$tmp/si" "$tmp/si_check" <<'PY' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --save-inputs: inputs are not the initial contents"; }
 import sys, numpy as np
 for d in sys.argv[1:]:
     h = np.load(f"{d}/inputs/h.npy")

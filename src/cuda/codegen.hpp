@@ -71,9 +71,14 @@ struct TmaGemvSpec {
 
 // Whether attention steps read a copy of their instruction from shared memory
 // (AMK_STAGE_DECODE_INS, kernels/amk_vm.cuh): the tuning's value when it names the macro, else
-// whether some attention_decode or attention_combine step waits and no attention_combine_splitk
-// is compiled in (that VM spills with the copy). Without it the source sets the macro to 0.
-[[nodiscard]] bool stage_decode_ins(const Plan& plan, const CompileOptions& options);
+// whether some attention_decode or attention_combine step waits, no attention_combine_splitk is
+// compiled in (that VM spills with the copy) and the VM has the default attention tile, not the
+// wide one (attention_wide_tiles: the Llama-3.1-8B step, which measured faster without the copy on
+// the H200, `amk profile --events --tuning-arms`, two calls: 4.512 -> 4.480 and 4.510 -> 4.477
+// ms, while the 1B step measured slower without it, 1.034 -> 1.040). Without it the source sets
+// the macro to 0.
+[[nodiscard]] bool stage_decode_ins(const Program& program, const Plan& plan,
+                                    const CompileOptions& options);
 
 // gemv's weight ring (AMK_GEMV_SMEM_STAGES, kernels/amk_ops_gemv.cuh): each warp streams its
 // weight batches (kGemvSlotBytes each) through this many slots of dynamic shared memory with

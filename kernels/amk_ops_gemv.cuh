@@ -72,11 +72,23 @@
 #ifndef AMK_GEMV_PINGPONG
 #define AMK_GEMV_PINGPONG 0
 #endif
-// AMK_GEMV_RES_PREFETCH=1 (the default): the residual's lines are prefetched into L1 when the
-// instruction starts (see amk_op_gemv).
+// AMK_GEMV_RES_PREFETCH=1: the residual, read by one lane per row after the row's reduction, has
+// its lines prefetched into L1 when the instruction starts. Off by default since the eighteenth
+// session: measured on the H200 (`amk profile --events --tuning-arms`, one process, gemv weights
+// through the ring), Llama-3.2-1B step 1.0325 ms with it, 1.0159 without, 1.0413 with the
+// prefetch moved after the waits (a waiting gemv's prefetch is otherwise dropped by the wait's
+// acquire fence, which invalidates L1); Llama-3.1-8B 4.476 -> 4.458 without.
 #ifndef AMK_GEMV_RES_PREFETCH
-#define AMK_GEMV_RES_PREFETCH 1
+#define AMK_GEMV_RES_PREFETCH 0
 #endif
+__device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
+  if (res.present() && threadIdx.x < kAmkWarpSize) {
+    const uint64_t a0 = reinterpret_cast<uint64_t>(res.ptr);
+    const uint64_t end = a0 + static_cast<uint64_t>(res.n) * amk_dtype_size(res.dtype);
+    for (uint64_t a = (a0 & ~127ull) + 128ull * threadIdx.x; a < end; a += 128ull * kAmkWarpSize)
+      amk_prefetch_l1(reinterpret_cast<const void*>(a));
+  }
+}
 // AMK_GEMV_SMEM_STAGES (0 here; the generated source sets it, codegen's gemv_smem_stages): with
 // N >= 2, each warp streams its weight batches through N slots of 4 KiB in dynamic shared memory
 // (cp.async) instead of two register buffers. In registers the loop's copy of the next batch into
@@ -547,14 +559,7 @@ AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruct
   const amk_view norm = amk_operand(ins, 4);
   const amk_view w2 = amk_operand(ins, 5);
 #if AMK_GEMV_RES_PREFETCH
-  // The residual is read by one lane per row after the row's reduction: an L2 round trip at the
-  // end of every warp's last row, on the critical path. Its lines go into L1 now.
-  if (res.present() && threadIdx.x < kAmkWarpSize) {
-    const uint64_t a0 = reinterpret_cast<uint64_t>(res.ptr);
-    const uint64_t end = a0 + static_cast<uint64_t>(res.n) * amk_dtype_size(res.dtype);
-    for (uint64_t a = (a0 & ~127ull) + 128ull * threadIdx.x; a < end; a += 128ull * kAmkWarpSize)
-      amk_prefetch_l1(reinterpret_cast<const void*>(a));
-  }
+  amk_gemv_prefetch_res(res);
 #endif
 #if AMK_TMA_GEMV
   // The TMA pipeline has no fusions: fused instructions take the plain path. (It waits first.)

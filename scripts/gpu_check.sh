@@ -7,8 +7,8 @@
 # phases1b.txt (the 1B step's phase table) and logs.tar.gz (every log and result file).
 #   bash scripts/gpu_check.sh
 # The whole run takes ~10 minutes on the H200, about the device tool's limit for one command, so
-# it runs in three calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; 252 s in the
-# sixteenth session), AMK_BASE=0 AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B decode checks, the 1B
+# it runs in three calls: AMK_DECODE=0 (build, test tiers, checks, benchmarks; 191 s in the
+# eighteenth session), AMK_BASE=0 AMK_8B=0 AMK_LAYOUTS=0 (the tiny and 1B decode checks, the 1B
 # timings and traces, PyTorch; ~240 s in the seventeenth) and AMK_BASE=0 AMK_1B=0 (the 1B step's
 # other layouts against the CPU backend, then the 8B rows; 127 s in the seventeenth). The 1B
 # checks' logs (run1b.log, run_llama1b_*.log: phase timings) come back in logs.tar.gz. A call the
@@ -165,6 +165,8 @@ tuned=(
   "AMK_GEMV_SMEM_STAGES=3|ring3|gemv_waits gemv_fused gemv_stream gemv_splitk small_ops"
   "AMK_GEMV_SMEM_STAGES=4,AMK_GEMV_PRELOAD=4|ring4|gemv_waits"
   "AMK_ATTN_ONE_TRIP=0|onetrip0|attention_rope attention_tiled attention_tiled_wide"
+  # The residual's L1 prefetch (off by default since the eighteenth session).
+  "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
 base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
@@ -389,10 +391,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
   # step's own weights (AMK_PREFETCH_OWN_BYTES=0), attention's instruction read from global memory
   # after its wait (AMK_STAGE_DECODE_INS=0), attention's new-token reads as three round trips
-  # (AMK_ATTN_ONE_TRIP=0): each default's margin, measured again. The
+  # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
+  # eighteenth session): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -483,13 +486,14 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
-    # host time), the gemv preload at one batch, the buffer table read from global memory and
-    # attention's instruction read from global memory after its wait; gemv's weights in registers
+    # host time), the gemv preload at one batch, the buffer table read from global memory,
+    # attention's instruction copied into shared memory before its wait (off here since the
+    # eighteenth session: the wide tile's VM), the residual's L1 prefetch; gemv's weights in registers
     # instead of the shared-memory ring (the eighteenth session's default: AMK_GEMV_SMEM_STAGES=0),
     # and attention's new-token reads as three round trips (AMK_ATTN_ONE_TRIP=0).
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"

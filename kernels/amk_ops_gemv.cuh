@@ -2,7 +2,8 @@
 // accumulation. Weights are f32, f16 or bf16 and stream from HBM once, so the op is a bandwidth
 // problem: one warp per row (rows interleaved over the warps), 16-byte loads that skip L1, and
 // the next batch of loads (possibly the next row's) issued before the current batch is reduced,
-// so each warp always has loads in flight. x is small and reused by every row: it stays in L1.
+// so each warp always has loads in flight (in registers, or, with AMK_GEMV_SMEM_STAGES, through
+// a per-warp ring in shared memory, below). x is small and reused by every row: it stays in L1.
 // When the w buffer has a TMA spec the op streams tiles through the copy engine instead
 // (amk_ops_tma.cuh).
 //

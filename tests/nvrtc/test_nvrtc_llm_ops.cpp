@@ -262,9 +262,11 @@ TEST_CASE("a program with the decode-step ops: generated source and VM compile")
 
   // The wide tiled attention forced on (AMK_ATTN_TILED_WIDE=1; this program's 256-position
   // chunks fit neither tile, so it is off by default here): compiles without spills, and its
-  // larger K/V tile and staged q are in the VM's static shared memory.
+  // larger K/V tile and staged q are in the VM's static shared memory. (Attention's instruction
+  // copy, which the wide tile turns off by default, is kept as the default VM has it.)
   CompileOptions wide = options;
-  wide.tuning = {{"AMK_ATTN_TILED_WIDE", 1}};
+  wide.tuning = {{"AMK_ATTN_TILED_WIDE", 1},
+                 {"AMK_STAGE_DECODE_INS", vm_choices(b.program, b.plan, options).stage_decode_ins}};
   const CompileOutput w = compile_vm(b.program, b.plan, wide);
   INFO(w.log);
   CHECK(w.ok);

@@ -77,13 +77,15 @@ else
   # What the generated source decided for the VM: mlp_block's steps wait on const weights.
   expect_rc 0 "compile reports the VM's choices" -- "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/out" "vm: buffer table in shared memory, gemv preload of 2 weight batches" "compile names the VM's choices"
-  expect_rc 0 "compile --json reports the VM's choices" -- env AMK_VM_TUNING=AMK_SMEM_BUFFERS=0 "$amk" --json compile "$sample" --arch sm_90a
-  [ "$(json_field "$tmp/out" "str(j['vm']['smem_buffer_table']) + ' ' + str(j['vm']['gemv_preload'])")" = "False 2" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm"; }
-  # attention_rope's combine waits: its instruction is read from a copy in shared memory.
-  expect_rc 0 "compile reports the attention copy" -- "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
+  expect_grep "$tmp/out" "gemv weights through 2 shared-memory stages a warp" "compile names the gemv ring"
+  expect_rc 0 "compile --json reports the VM's choices" -- env AMK_VM_TUNING=AMK_SMEM_BUFFERS=0,AMK_GEMV_SMEM_STAGES=3 "$amk" --json compile "$sample" --arch sm_90a
+  [ "$(json_field "$tmp/out" "str(j['vm']['smem_buffer_table']) + ' ' + str(j['vm']['gemv_preload']) + ' ' + str(j['vm']['gemv_smem_stages'])")" = "False 2 3" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm"; }
+  # attention_rope's combine waits: its instruction is read from a copy in shared memory, except
+  # with the wide tile its chunks get by default.
+  expect_rc 0 "compile reports the attention copy" -- env AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=0 "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
   expect_grep "$tmp/out" "attention's instruction read from shared memory" "compile names the attention copy"
-  expect_rc 0 "compile --json reports the attention copy" -- env AMK_VM_TUNING=AMK_STAGE_DECODE_INS=0 "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
-  [ "$(json_field "$tmp/out" "str(j['vm']['attention_instruction_in_shared_memory'])")" = "False" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention copy"; }
+  expect_rc 0 "compile --json reports the attention copy" -- "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
+  [ "$(json_field "$tmp/out" "str(j['vm']['attention_instruction_in_shared_memory']) + ' ' + str(j['vm']['attention_wide_tile'])")" = "False True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention copy"; }
 fi
 # Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
 expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"

@@ -303,6 +303,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   // so "at most kStages - 1 pending" always means the batch being reduced has landed.
   constexpr uint32_t kStages = AMK_GEMV_SMEM_STAGES;
   constexpr uint32_t kSlotBytes = kAmkGemvBatch * kAmkVectorBytes;
+#ifdef AMK_GEMV_RING_SLOT_BYTES
+  static_assert(kSlotBytes == AMK_GEMV_RING_SLOT_BYTES,
+                "the launch's dynamic shared memory was sized for other slots (kGemvSlotBytes)");
+#endif
   const uint32_t ring = amk_smem_addr(amk_dynamic_smem) + warp * kStages * kSlotBytes +
                         lane * kAmkVectorBytes;
   uint32_t ir = warp, im = 0, ic = 0;  // issue cursor

@@ -385,6 +385,7 @@ constexpr TuningRange kTuningRanges[] = {
 bool derived_macro(std::string_view name) {
   for (std::string_view exact :
        {"AMK_BLOCK_THREADS", "AMK_TMA_COUNT", "AMK_TRACE", "AMK_SMEM_BUFFER_CAP",
+        "AMK_GEMV_RING_SLOT_BYTES",
         "AMK_STREAM_X_FLOATS", "AMK_WEIGHT_STREAMS", "AMK_TMA_GEMV", "AMK_STEP_KERNEL",
         "AMK_GEMV_PAIRS_LISTED", "AMK_GEMV_FUSIONS_LISTED", "AMK_ATTN_KV_LISTED",
         "AMK_ELT_DTYPES_LISTED", "AMK_COMBINE_SPLITK_MAX_K"})
@@ -547,8 +548,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
     s += "#define AMK_STAGE_DECODE_INS 0\n";
   // gemv's weights through a per-warp ring in dynamic shared memory (gemv_smem_stages; the
   // executor sizes the launch's dynamic shared memory by gemv_ring_bytes).
+  // The slot size the launch was sized by, which the kernel checks against its own batch.
   if (vm.gemv_smem_stages > 0)
-    s += "#define AMK_GEMV_SMEM_STAGES " + std::to_string(vm.gemv_smem_stages) + "\n";
+    s += "#define AMK_GEMV_SMEM_STAGES " + std::to_string(vm.gemv_smem_stages) +
+         "\n#define AMK_GEMV_RING_SLOT_BYTES " + std::to_string(kGemvSlotBytes) + "\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

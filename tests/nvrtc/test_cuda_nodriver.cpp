@@ -257,6 +257,7 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
                           "AMK_STAGE_DECODE_INS=-1",
                           // derived from the program by the generated source
                           "AMK_BLOCK_THREADS=128", "AMK_SMEM_BUFFER_CAP=4", "AMK_TRACE=1",
+                          "AMK_GEMV_RING_SLOT_BYTES=4096",
                           "AMK_USE_OP_GEMV=0", "AMK_GEMV_BF16_F32=0", "AMK_GEMV_FUSE_NORM=1",
                           "AMK_ATTN_KV_BF16=0", "AMK_ELT_F16=1", "AMK_STREAM_X_FLOATS=8",
                           "AMK_COMBINE_SPLITK_MAX_K=2048"}) {

@@ -418,6 +418,8 @@ TEST_CASE("gemv's weight ring: on where a gemv preloads, sized by the block, off
   CHECK(vm_dynamic_smem_bytes(chained.program, chained.plan, 232448, o) == 8 * 2 * 4096);
   CHECK(vm_choices(chained.program, chained.plan, o).gemv_smem_stages == 2);
   CHECK(stages_define(vm_source(chained.program, chained.plan, o)) == 2);
+  CHECK(vm_source(chained.program, chained.plan, o).find("#define AMK_GEMV_RING_SLOT_BYTES 4096\n") !=
+        std::string::npos);
   CHECK(gemv_smem_stages(free.program, free.plan, o) == 0);
   CHECK(vm_dynamic_smem_bytes(free.program, free.plan, 232448, o) == 0);
   CHECK(vm_choices(free.program, free.plan, o).gemv_smem_stages == 0);

@@ -567,6 +567,11 @@ static_assert(kAmkAttnMergeFloats * sizeof(float) >= kAmkAttnTileBytes, "the til
 constexpr uint32_t kAmkAttnTileFloats = 256;
 constexpr uint32_t kAmkAttnTileQFloats = AMK_ATTN_TILED_WIDE ? 512 : 256;
 __shared__ __align__(16) float amk_attn_tq[kAmkAttnTileQFloats];
+// Where staged q keeps element d of head g: two planes, element d at plane (d & 4), 4 (d / 8) + d % 4.
+__device__ __forceinline__ uint32_t amk_attn_tq_at(uint32_t g, uint32_t d, uint32_t hd,
+                                                   uint32_t half) {
+  return g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u);
+}
 __shared__ __align__(16) float amk_attn_tp[kAmkAttnTileFloats];
 // AMK_ATTN_ONE_TRIP (1): the tiled path reads q, k_new and v_new in one round trip (see
 // amk_attn_tiled); 0: a loop of reads each (q, then v_new, then k_new with q again). Measured on
@@ -687,7 +692,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     const uint32_t i = threadIdx.x + it * AMK_BLOCK_THREADS;
     if (i < group * hd) {
       const uint32_t g = i / hd, d = i - g * hd;
-      amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)] =
+      amk_attn_tq[amk_attn_tq_at(g, d, hd, half)] =
           rotate(qx[it], qy[it], d) * scale;
     }
   }
@@ -698,7 +703,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 #else
   for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
     const uint32_t g = i / hd, d = i - g * hd;
-    amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)] =
+    amk_attn_tq[amk_attn_tq_at(g, d, hd, half)] =
         amk_attn_rotated_f32(qf + g * hd, d, half, rope) * scale;
   }
   if (with_new) {  // the new token's score per head (a warp each) and its v row
@@ -765,7 +770,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     if (with_new) {  // staged q (scaled) . rotated k_new
       float dot = 0.0f;
       for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
-        dot = fmaf(amk_attn_tq[g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u)],
+        dot = fmaf(amk_attn_tq[amk_attn_tq_at(g, d, hd, half)],
                    amk_attn_tk[d], dot);
       s_new = amk_warp_sum(dot);
     }

@@ -547,8 +547,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))
     s += "#define AMK_STAGE_DECODE_INS 0\n";
   // gemv's weights through a per-warp ring in dynamic shared memory (gemv_smem_stages; the
-  // executor sizes the launch's dynamic shared memory by gemv_ring_bytes).
-  // The slot size the launch was sized by, which the kernel checks against its own batch.
+  // executor sizes the launch's dynamic shared memory by gemv_ring_bytes), with the slot size the
+  // launch was sized by, which the kernel checks against its own batch.
   if (vm.gemv_smem_stages > 0)
     s += "#define AMK_GEMV_SMEM_STAGES " + std::to_string(vm.gemv_smem_stages) +
          "\n#define AMK_GEMV_RING_SLOT_BYTES " + std::to_string(kGemvSlotBytes) + "\n";

@@ -5,11 +5,8 @@
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
-# A python3 with numpy: $AMK_PYTHON, Debian's (scripts/setup.sh installs numpy there), or PATH's.
-py=""
-for c in "${AMK_PYTHON:-}" /usr/bin/python3 python3; do
-  if [ -n "$c" ] && "$c" -c "import numpy" 2>/dev/null; then py="$c"; break; fi
-done
+. "$root/tests/cli/numpy_python.sh"
+py="$(numpy_python)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 pass=0

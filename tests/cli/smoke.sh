@@ -4,13 +4,9 @@ set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
 py=/usr/bin/python3
-# A python3 with numpy for the checks that read .npy files: $AMK_PYTHON, Debian's (scripts/setup.sh
-# installs numpy there), or PATH's (the GPU machine's Debian python has none).
-np_py=""
-for c in "${AMK_PYTHON:-}" /usr/bin/python3 python3; do
-  if [ -n "$c" ] && "$c" -c "import numpy" 2>/dev/null; then np_py="$c"; break; fi
-done
-[ -n "$np_py" ] || { echo "smoke: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
+# A python3 with numpy for the checks that read .npy files.
+. "$root/tests/cli/numpy_python.sh"
+np_py="$(numpy_python)" || { echo "smoke: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 pass=0

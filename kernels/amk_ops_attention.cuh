@@ -1017,7 +1017,9 @@ static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 
 
 // out[g] = sum_c w_c o_c / sum_c w_c, w_c = l_c exp(m_c - M), M = max_c m_c, for the query heads
 // g0 .. g0 + ng - 1 of partials p (chunks blocks of `block` floats, head g's row of hd + 2 at
-// g * (hd + 2) in each); store(i * hd + d, value) receives head g0 + i's dim d. One warp per (query
+// g * (hd + 2) in each); store(i * hd + d, value) receives head g0 + i's dim d. Partials of several
+// kv heads back to back (attention_combine's kv_heads): head i is head g0 + i % per_kv of the
+// (i / per_kv)-th, kv_stride floats apart. One warp per (query
 // head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The
 // chunks' values do not depend on M, so the first batch loads together with (m, l): a head of up
 // to kAmkCombineBatch chunks costs one round trip (a chain of four cost ~4 us on the H200). More
@@ -1025,6 +1027,7 @@ static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 
 template <class Store>
 __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunks, uint64_t block,
                                                   uint32_t hd, uint32_t g0, uint32_t ng,
+                                                  uint32_t per_kv, uint64_t kv_stride,
                                                   Store&& store) {
   const uint32_t row = hd + 2;
   constexpr uint32_t kSlice = kAmkWarpSize * kAmkCombineDims;
@@ -1032,7 +1035,8 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
   const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
   for (uint32_t item = warp; item < ng * slices; item += kAmkWarps) {
     const uint32_t i = item / slices, dbase = (item - i * slices) * kSlice;
-    const float* head = p + static_cast<uint64_t>(g0 + i) * row;
+    const uint32_t kv = i / per_kv;
+    const float* head = p + kv * kv_stride + static_cast<uint64_t>(g0 + i - kv * per_kv) * row;
     float big = amk_neg_inf(), total = 0.0f;
     float acc[kAmkCombineDims] = {};
     for (uint32_t c0 = 0; c0 < chunks; c0 += kAmkWarpSize) {
@@ -1093,16 +1097,17 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_i
   const amk_view partials = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
   const uint32_t hd = ins.params[0];
+  const uint32_t kv = max(ins.params[1], 1u);  // kv heads back to back (the verifier: >= 1)
   if (hd == 0) return;
   const uint32_t row = hd + 2;
-  const uint32_t group = out.n / hd;
+  const uint32_t group = out.n / hd / kv;  // query heads of one kv head
   const uint64_t block = static_cast<uint64_t>(group) * row;
   if (block == 0) return;
-  const uint32_t chunks = static_cast<uint32_t>(partials.n / block);
+  const uint32_t chunks = static_cast<uint32_t>(partials.n / kv / block);
   const float* p = reinterpret_cast<const float*>(partials.ptr);
   // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
   if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
-  amk_combine_heads(p, chunks, block, hd, 0, group,
+  amk_combine_heads(p, chunks, block, hd, 0, group * kv, group, chunks * block,
                     [&](uint64_t at, float v) { amk_store_f32(out, at, v); });
 }
 #endif  // AMK_USE_OP_ATTENTION_COMBINE

@@ -245,7 +245,7 @@ __device__ __noinline__ void amk_op_attention_combine_splitk(const amk_device_pr
   // The weights are not needed until x is made: ask L2 for them first (no registers held across
   // the merge, which needs its own), merge into shared memory, then the gemv_splitk loop.
   amk_splitk_prefetch_rows(w, k, ld, y.n);
-  amk_combine_heads(p, chunks, block, hd, head0, k / hd,
+  amk_combine_heads(p, chunks, block, hd, head0, k / hd, k / hd, 0,
                     [](uint64_t at, float v) { amk_combine_xs[at] = v; });
   __syncthreads();
   amk_splitk_run(w, k, ld, y, res, [](uint32_t c) { return amk_combine_xs[c]; });

@@ -169,6 +169,8 @@ def main():
                     help="attention's dependencies (amk gen llama --attn-sync; default head)")
     ap.add_argument("--o-proj", choices=["split", "rows"],
                     help="the attention output projection (amk gen llama --o-proj; default rows)")
+    ap.add_argument("--combine-heads", type=int,
+                    help="kv heads a combine merges (amk gen llama --combine-heads)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,6 +199,8 @@ def main():
             gen += ["--attn-sync", args.attn_sync]
         if args.o_proj:
             gen += ["--o-proj", args.o_proj]
+        if args.combine_heads is not None:
+            gen += ["--combine-heads", str(args.combine_heads)]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:

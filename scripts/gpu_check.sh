@@ -382,6 +382,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_split.log"; row "llama tiny --down split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --o-proj split --context 17 >"$out/check_llama_splito.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_splito.log"; row "llama tiny --o-proj split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --combine-heads 2 --context 40 >"$out/check_llama_combine2.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_combine2.log"; row "llama tiny --combine-heads 2 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one

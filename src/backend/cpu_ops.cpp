@@ -571,21 +571,28 @@ void combine_head(const std::vector<float>& pv, uint64_t chunks, uint64_t block,
   for (uint64_t d = 0; d < hd; ++d) acc[d] /= total;
 }
 
+// partials: kv_heads kv heads back to back, each `chunks` blocks of group * (hd + 2) floats; out:
+// their query heads in the same order.
 void run_attention_combine(const Context& c) {
   const View partials = c.operand(0), out = c.operand(1);
-  const uint64_t hd = c.param_word(0);
-  c.require(hd > 0 && out.extent % hd == 0,
-            "extent(out) " + n(out.extent) + " is not a multiple of head_dim " + n(hd));
-  const uint64_t group = out.extent / hd, block = group * (hd + 2);
-  c.require(partials.extent % block == 0,
-            "extent(partials) " + n(partials.extent) + " is not a multiple of group * (head_dim "
-            "+ 2) " + n(block));
-  const uint64_t chunks = partials.extent / block;
-  const std::vector<float> pv = to_floats(partials);
+  const uint64_t hd = c.param_word(0), kv = c.param_word(1);
+  c.require(hd > 0 && kv > 0 && out.extent % (hd * kv) == 0,
+            "extent(out) " + n(out.extent) + " is not a multiple of head_dim * kv_heads " +
+                n(hd * kv));
+  const uint64_t group = out.extent / (hd * kv), block = group * (hd + 2);
+  c.require(partials.extent % (block * kv) == 0,
+            "extent(partials) " + n(partials.extent) + " is not a multiple of kv_heads * group * "
+            "(head_dim + 2) " + n(block * kv));
+  const uint64_t chunks = partials.extent / (block * kv);
+  const std::vector<float> all = to_floats(partials);
   std::vector<double> acc;
-  for (uint64_t g = 0; g < group; ++g) {
-    combine_head(pv, chunks, block, hd, g, acc);
-    for (uint64_t d = 0; d < hd; ++d) store_f(out, g * hd + d, acc[d]);
+  for (uint64_t h = 0; h < kv; ++h) {
+    const std::vector<float> pv(all.begin() + static_cast<ptrdiff_t>(h * chunks * block),
+                                all.begin() + static_cast<ptrdiff_t>((h + 1) * chunks * block));
+    for (uint64_t g = 0; g < group; ++g) {
+      combine_head(pv, chunks, block, hd, g, acc);
+      for (uint64_t d = 0; d < hd; ++d) store_f(out, (h * group + g) * hd + d, acc[d]);
+    }
   }
 }
 

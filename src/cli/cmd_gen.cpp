@@ -183,17 +183,21 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "(default: about 132 attention instructions in all; chunks are a multiple of 8 "
                   "positions, so the count may come out lower)")
       ->check(CLI::Range(1u, 4096u));
+  cmd->add_option("--combine-heads", o->gen.combine_heads,
+                  "kv heads merged by one attention_combine (default 0: one each while the "
+                  "blocks no attention chunk runs on can take them, else the fewest that fit "
+                  "those blocks, so no combine delays an o_proj block)");
   cmd->add_option("--attn-sync", o->attn_sync,
                   "attention's dependencies: head (the default: each attention chunk waits for "
                   "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "
                   "(one counter a layer for each)")
       ->check(CLI::IsMember({"head", "layer"}));
   cmd->add_option("--o-proj", o->o_proj,
-                  "attention output projection: rows (the default: one attention_combine per kv "
-                  "head, then row ranges after all of them) or split (cut by query heads, each "
-                  "piece merging its heads' chunks itself and adding into h with atomics: "
-                  "attention_combine_splitk; measured slower on the H200: 1B step 1.25 ms against "
-                  "1.11)")
+                  "attention output projection: rows (the default: attention_combine steps, see "
+                  "--combine-heads, then row ranges after all of them) or split (cut by query "
+                  "heads, each piece merging its heads' chunks itself and adding into h with "
+                  "atomics: attention_combine_splitk; measured slower on the H200: 1B step 1.25 "
+                  "ms against 1.11)")
       ->check(CLI::IsMember({"rows", "split"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");

@@ -289,6 +289,14 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                 "--glu-gemv applies to the unfused layer only; the fused one always has it");
   if (o.grid > kMaxQueues)
     usage_error("usage.gen.grid", "--grid", "grid must be in 1.." + std::to_string(kMaxQueues));
+  if (o.combine_heads > r.cfg.kv_heads)
+    usage_error("usage.gen.combine_heads", "--combine-heads",
+                "combine-heads must be in 0.." + std::to_string(r.cfg.kv_heads) +
+                    " (the preset's kv heads; 0: chosen for the grid), got " +
+                    std::to_string(o.combine_heads));
+  if (o.combine_heads != 0 && o.split_o)
+    usage_error("usage.gen.layout", "--combine-heads",
+                "--combine-heads applies to --o-proj rows only (split has no attention_combine)");
   return r;
 }
 
@@ -392,6 +400,17 @@ Program generate_llama(const LlamaOptions& o) {
       std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks_per_head_target), 8)));
   const uint64_t n_chunks = ceil_div(T, chunk_len);
   const uint64_t part = group * (hd + 2);
+  // kv heads per attention_combine: 1 while the blocks no attention chunk runs on can take one
+  // combine each; else the fewest that fit them (a divisor of the kv heads, at most 8 query heads
+  // a combine: one warp each at 256 threads).
+  const uint64_t combine_kv = [&]() -> uint64_t {
+    if (o.combine_heads != 0) return o.combine_heads;
+    const uint64_t free = target > nkv * n_chunks ? target - nkv * n_chunks : 0;
+    if (free >= nkv || free == 0) return 1;
+    for (uint64_t d = 2; d <= nkv && d * group <= 8; ++d)
+      if (nkv % d == 0 && nkv / d <= free) return d;
+    return 1;
+  }();
 
   const uint64_t qkv_chunk = chunk_rows(Q + 2 * KV, target);
   const uint64_t o_chunk = chunk_rows(H, target);
@@ -509,16 +528,23 @@ Program generate_llama(const LlamaOptions& o) {
         {"position", static_cast<double>(pos)},
         {"max_len", static_cast<double>(T)}};
 
-    // One attention_combine per kv head: merges the head's chunk partials into attn.
-    auto add_combines = [&] {
-      for (uint64_t g = 0; g < nkv; ++g) {
-        b.add(L + "combine." + std::to_string(g), "attention_combine",
-              {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
-               {"out", slice(attn, g * group * hd, group * hd)}},
-              {{"head_dim", static_cast<double>(hd)}},
-              {{parts_g[g], static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)}},
-              {{c_attn, 1}});
+    // One attention_combine per combine_kv kv heads: merges their chunk partials into attn;
+    // returns how many.
+    auto add_combines = [&]() -> uint32_t {
+      uint32_t n = 0;
+      for (uint64_t g = 0; g < nkv; g += combine_kv, ++n) {
+        const uint64_t kv = std::min(combine_kv, nkv - g);
+        std::vector<Wait> waits;
+        for (uint64_t j = 0; j < kv && (head_sync || j == 0); ++j)
+          waits.push_back({parts_g[g + j],
+                           static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)});
+        b.add(L + "combine." + std::to_string(n), "attention_combine",
+              {{"partials", slice(parts, g * n_chunks * part, kv * n_chunks * part)},
+               {"out", slice(attn, g * group * hd, kv * group * hd)}},
+              {{"head_dim", static_cast<double>(hd)}, {"kv_heads", static_cast<double>(kv)}},
+              std::move(waits), {{c_attn, 1}});
       }
+      return n;
     };
 
     // The attention output projection h = W_o attn + x; returns the instructions that signal c_h.
@@ -530,9 +556,9 @@ Program generate_llama(const LlamaOptions& o) {
     auto add_o_proj = [&]() -> uint32_t {
       const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
       if (!o.split_o) {
-        add_combines();
+        const uint32_t nc = add_combines();
         return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x},
-                         {{c_attn, static_cast<uint32_t>(nkv)}}, c_h);
+                         {{c_attn, nc}}, c_h);
       }
       const uint32_t c_zero = b.counter(L + "h_zeroed");
       if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});

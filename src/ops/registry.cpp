@@ -69,7 +69,8 @@ constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std:
                                                {"original_max_position", ParamType::u32, 8192.0}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
-constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt}};
+constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                                {"kv_heads", ParamType::u32, 1.0}};
 constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
                                               {"x", Access::read, kF},
                                               {"y", Access::accumulate, kF32},
@@ -129,7 +130,8 @@ constexpr std::array<OpSig, 18> kOps = {{
      kAttentionDecodeOperands, kAttentionDecodeParams},
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
-     "attention_decode partials, M = max_c m_c",
+     "attention_decode partials, M = max_c m_c; partials holds kv_heads kv heads' chunks back "
+     "to back, out their query heads in the same order",
      kAttentionCombineOperands, kAttentionCombineParams},
     {OpId::gemv_splitk, "gemv_splitk",
      "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), k < K = extent(x), "

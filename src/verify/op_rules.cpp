@@ -435,17 +435,22 @@ private:
                  " must equal rows = extent(y) = " + std::to_string(rows));
       break;
     }
-    case OpId::attention_combine: { // partials, out; head_dim
+    case OpId::attention_combine: { // partials, out; head_dim, kv_heads
       const uint32_t hd = require_head_dim(false);
-      if (extent(1) % hd != 0)
+      const uint32_t kv = ins_.params[1];
+      if (kv == 0) fail("verify.param", "/params/kv_heads", "kv_heads must be > 0");
+      const uint64_t per = uint64_t{hd} * kv;
+      if (extent(1) % per != 0)
         fail("verify.shape", operand_where(1),
              "extent(out) = " + std::to_string(extent(1)) +
-                 " is not a multiple of head_dim = " + std::to_string(hd));
-      const uint64_t block = extent(1) / hd * (uint64_t{hd} + 2);
-      if (extent(0) % block != 0)
+                 " is not a multiple of head_dim * kv_heads = " + std::to_string(per));
+      // Each kv head's chunks: `chunks` blocks of group * (head_dim + 2) floats.
+      const uint64_t block = extent(1) / per * (uint64_t{hd} + 2);
+      if (extent(0) % (block * kv) != 0)
         fail("verify.shape", operand_where(0),
              "extent(partials) = " + std::to_string(extent(0)) +
-                 " is not a multiple of group * (head_dim + 2) = " + std::to_string(block));
+                 " is not a multiple of kv_heads * group * (head_dim + 2) = " +
+                 std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
       break;
     }
     }

@@ -56,6 +56,8 @@ if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --attn-sync layer; then ok; else bad "llama tiny --attn-sync layer vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --context 17; then ok; else bad "llama tiny --o-proj split vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --rope-ops; then ok; else bad "llama tiny --o-proj split --rope-ops vs numpy"; fi
+  # one attention_combine merging both kv heads (kv_heads 2; the 1B and 8B steps default to it)
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --combine-heads 2 --context 40; then ok; else bad "llama tiny --combine-heads 2 vs numpy"; fi
 fi
 
 # Every sample also validates against the published JSON Schema.

@@ -95,7 +95,7 @@ Built llm_program() {
          amk_operand_t{uint64_t{c} * chunk * hd, chunk * hd, vc},
          amk_operand_t{uint64_t{c} * group * (hd + 2), group * (hd + 2), part}},
         {hd, 0});
-  add(id(OpId::attention_combine), {whole(part), whole(attn)}, {hd});
+  add(id(OpId::attention_combine), {whole(part), whole(attn)}, {hd, 1});
   const std::vector<uint32_t> fused = {hd, 0, pos, f32_bits(500000.0f), f32_bits(32.0f),
                                        f32_bits(1.0f), f32_bits(4.0f), 8192};
   for (uint32_t c = 0; c < 2; ++c)  // cache rows [0, 256) + the new token; no cache rows + it
@@ -105,7 +105,7 @@ Built llm_program() {
          amk_operand_t{uint64_t{c} * group * (hd + 2), group * (hd + 2), fused_part},
          amk_operand_t{0, hd, k}, amk_operand_t{0, hd, v}},
         fused);
-  add(id(OpId::attention_combine), {whole(fused_part), whole(attn)}, {hd});
+  add(id(OpId::attention_combine), {whole(fused_part), whole(attn)}, {hd, 1});
 
   b.program.counters.push_back(Counter{"chain"});
   b.plan.n_counters = 1;

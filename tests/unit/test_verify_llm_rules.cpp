@@ -223,16 +223,27 @@ TEST_CASE("attention_combine rules") {
   const uint32_t part16 = b.buffer("partials16", DType::f16, chunks * group * (hd + 2));
   const uint32_t out = b.buffer("out", DType::bf16, group * hd);
   b.add("attention_combine", {b.whole(part), b.whole(out)});
-  set_params(b, {hd});
+  set_params(b, {hd, 1});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  set_params(b, {hd, 2});  // two kv heads of one query head each, 3 chunks apiece
   CHECK_NOTHROW(check_instruction(b.p, 0));
 
-  set_params(b, {0});
+  set_params(b, {0, 1});
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
-  set_params(b, {48});  // 128 % 48 != 0
+  set_params(b, {48, 1});  // 128 % 48 != 0
   CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/out");
-  set_params(b, {hd});
+  set_params(b, {hd, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/kv_heads");
+  set_params(b, {hd, 4});  // out holds 2 query heads: not 4 kv heads' worth
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/out");
+  set_params(b, {hd, 1});
   b.last().operands[0] = slice(part, 0, chunks * group * (hd + 2) - 2);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/partials");
+  // 2 kv heads of 1 query head: partials must be 2 x chunks x (hd + 2); 5 rows are not.
+  set_params(b, {hd, 2});
+  b.last().operands[0] = slice(part, 0, 5 * (hd + 2));
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/partials");
+  set_params(b, {hd, 1});
   b.last().operands[0] = b.whole(part16);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/partials");
 }

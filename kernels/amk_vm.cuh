@@ -56,6 +56,9 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // steps' weights asked for by the attention steps, while HBM idles, 1B +0.8% to +10%, 8B +1% to
 // +3.4%, more the more bytes: the combine, on the critical path, read its partials behind the
 // prefetches (its first (m, l) 3.1 -> 4.8 us after its start, its span 4.9 -> 8.8 us).
+// Nineteenth session, with gemv's ring: 0 measured faster on both decode steps (1B 1.0049 ->
+// 0.9968 ms, 8B 4.3923 -> 4.3747, three interleaved rounds), so the generated source sets 0
+// where gemvs wait and preload (codegen's vm_choices) and keeps 1 elsewhere.
 #ifndef AMK_PREFETCH_AHEAD
 #define AMK_PREFETCH_AHEAD 1
 #endif

@@ -562,6 +562,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
   vj["weight_streams"] = vm.weight_streams;
   if (vm.gemv_smem_stages >= 0) vj["gemv_smem_stages"] = vm.gemv_smem_stages;
+  vj["prefetch_ahead"] = vm.prefetch_ahead;
   j["vm"] = vj;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
@@ -582,6 +583,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
          << (vm.stage_decode_ins != 0 ? "shared" : "global") << " memory";
   if (vm.gemv_smem_stages > 0)
     text << ", gemv weights through " << vm.gemv_smem_stages << " shared-memory stages a warp";
+  if (vm.prefetch_ahead == 0) text << ", no L2 prefetch of the next streaming step";
   text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);

@@ -298,6 +298,14 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
       ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
     c.stage_decode_ins = stage_decode_ins(program, plan, options) ? 1 : 0;
   c.weight_streams = streams_compiled(plan, options);
+  // AMK_PREFETCH_AHEAD (kernels/amk_vm.cuh): the L2 prefetch of the next streaming step's first
+  // bytes pays where steps stream independently (the GEMV benchmarks); where gemvs wait and
+  // preload (the decode steps) it measured slower on the H200 (README, nineteenth session).
+  constexpr int kPrefetchAheadDefault = 1;  // AMK_PREFETCH_AHEAD's default in kernels/amk_vm.cuh
+  c.prefetch_ahead = static_cast<int>(tuning_value(options, "AMK_PREFETCH_AHEAD")
+                                          .value_or(gemv_preload_needed(plan, options)
+                                                        ? 0
+                                                        : kPrefetchAheadDefault));
   if (ops.count(static_cast<uint16_t>(OpId::gemv)))
     c.gemv_smem_stages = static_cast<int>(gemv_smem_stages(program, plan, options));
   return c;
@@ -542,6 +550,9 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // from 128 to 150 a thread, from two blocks an SM to one (measured 73 -> 98.5 us for 8 x 4096^2).
   if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_GEMV_PRELOAD"))
     s += "#define AMK_GEMV_PRELOAD 0\n";
+  // Gemvs that wait and preload: no L2 prefetch of the next streaming step (vm_choices).
+  if (vm.prefetch_ahead == 0 && !tuning_value(options, "AMK_PREFETCH_AHEAD"))
+    s += "#define AMK_PREFETCH_AHEAD 0\n";
   // Attention steps read their instruction from shared memory where they wait (the kernel's
   // default); elsewhere the copy is left out.
   if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))

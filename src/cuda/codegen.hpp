@@ -110,6 +110,7 @@ struct VmChoices {
   int stage_decode_ins = -1;     // 0 / 1 with attention ops: instruction read from shared memory
   bool weight_streams = false;
   int gemv_smem_stages = -1;     // with gemv: weight batches a warp in shared memory (0: registers)
+  int prefetch_ahead = -1;       // streaming steps ahead whose first bytes a step asks L2 for
 };
 [[nodiscard]] VmChoices vm_choices(const Program& program, const Plan& plan,
                                    const CompileOptions& options);

@@ -400,6 +400,33 @@ TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gem
   CHECK(amk::test::vm_registers(both.log) > regs);
 }
 
+TEST_CASE("the L2 prefetch of the next streaming step: off where gemvs wait and preload") {
+  // AMK_PREFETCH_AHEAD (kernels/amk_vm.cuh; codegen's vm_choices): the decode steps (gemvs that
+  // wait on others and preload) get 0, independent gemvs keep the kernel's default (1); a tuning
+  // decides, its value defined once.
+  const CompileOptions o = uncached();
+  const std::string key = "#define AMK_PREFETCH_AHEAD ";
+  auto define = [&](const std::string& src) {
+    const size_t at = src.find(key);
+    if (at == std::string::npos) return -1;
+    CHECK(src.find(key, at + 1) == std::string::npos);
+    return std::atoi(src.c_str() + at + key.size());
+  };
+  const Built chained = plain_gemvs(true);
+  const Built free = plain_gemvs(false);
+  CHECK(vm_choices(chained.program, chained.plan, o).prefetch_ahead == 0);
+  CHECK(define(vm_source(chained.program, chained.plan, o)) == 0);
+  CHECK(vm_choices(free.program, free.plan, o).prefetch_ahead == 1);
+  CHECK(define(vm_source(free.program, free.plan, o)) == -1);
+  CompileOptions two = o;
+  two.tuning = {{"AMK_PREFETCH_AHEAD", 2}};
+  CHECK(vm_choices(chained.program, chained.plan, two).prefetch_ahead == 2);
+  CHECK(define(vm_source(chained.program, chained.plan, two)) == 2);
+  const CompileOutput out = compile_vm(chained.program, chained.plan, o);
+  INFO(out.log);
+  CHECK(out.ok);
+}
+
 TEST_CASE("gemv's weight ring: on where a gemv preloads, sized by the block, off beside TMA") {
   // AMK_GEMV_SMEM_STAGES (kernels/amk_ops_gemv.cuh; codegen's gemv_smem_stages): 2 stages of
   // 4 KiB a warp in dynamic shared memory where the gemv preload is compiled in (the decode steps),

@@ -153,6 +153,11 @@ TEST_CASE("bad options are rejected") {
   CHECK(code == "usage.gen.token");
   o.token = -1;
   CHECK(kind_of(gen_with(o), &code) == ErrorKind::usage);
+  o = {};
+  o.preset = "llama-3.2-1b";
+  o.combine_heads = 9;  // more than the preset's 8 kv heads
+  CHECK(kind_of([&] { (void)gen::resolve_llama(o); }, &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.combine_heads");
 }
 
 TEST_CASE("byte totals of every preset match the formula") {
@@ -572,10 +577,6 @@ TEST_CASE("llama-3.2-1b: the combines fit the blocks no attention chunk runs on,
   const Program one = gen::generate_llama(o);
   CHECK(count_ops(one).at("attention_combine") == 2 * 8);
   verify(one);
-  o.combine_heads = 9;  // more than the preset's 8 kv heads
-  std::string code;
-  CHECK(kind_of([&] { (void)gen::resolve_llama(o); }, &code) == ErrorKind::usage);
-  CHECK(code == "usage.gen.combine_heads");
 }
 
 TEST_CASE("tiny: combines over two kv heads give the same step on the CPU as one a kv head") {

@@ -27,6 +27,14 @@
 #include "amk_ops_attention.cuh"  // amk_combine_heads
 #endif
 
+#if AMK_USE_OP_GEMV_SPLITK || AMK_USE_OP_ATTENTION_COMBINE_SPLITK || AMK_USE_OP_GEMV_T
+__device__ __forceinline__ void amk_red_add_v4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
+               "f"(d)
+               : "memory");
+}
+#endif
+
 #if AMK_USE_OP_GEMV_SPLITK || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 
 // 16-byte weight loads per lane in flight (one batch at a time: two batches in flight, a register
@@ -58,12 +66,6 @@ static_assert(kAmkSplitkUnroll >= 1 && kAmkSplitkUnroll <= 64, "AMK_SPLITK_UNROL
 #ifndef AMK_SPLITK_RED_V4
 #define AMK_SPLITK_RED_V4 1
 #endif
-
-__device__ __forceinline__ void amk_red_add_v4(float* p, float a, float b, float c, float d) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(a), "f"(b), "f"(c),
-               "f"(d)
-               : "memory");
-}
 
 // Vector path: weights of dtype W, G <= P vectors a row, P lanes per row; x_at(k) is x[k].
 template <uint32_t W, uint32_t P, class XAt>
@@ -251,4 +253,220 @@ __device__ __noinline__ void amk_op_attention_combine_splitk(const amk_device_pr
   amk_splitk_run(w, k, ld, y, res, [](uint32_t c) { return amk_combine_xs[c]; });
 }
 #endif  // AMK_USE_OP_ATTENTION_COMBINE_SPLITK
+
+#if AMK_USE_OP_GEMV_T
+// gemv_t: y[n] += sum_{k < K} x[k] * w[k * ld + n] (+ residual[n]), n < N = extent(y): the matrix
+// stored transposed, K rows of N. Each row is read whole and contiguous (a warp's load is 512
+// contiguous bytes), so a gemv cut along K (the down projection of the gate/up rows a block just
+// made) streams like a row-range gemv instead of gathering row pieces (gemv_splitk's 128-byte
+// segments 16 KiB apart). Thread t owns 16-byte column vectors t, t + blockDim, ...: its 8
+// sums stay in registers over all K rows, with no cross-lane reduction, and go out as vector
+// atomics (scalar ones where y is not 16-byte aligned). That streaming path takes bf16 weights,
+// rows of whole vectors, K a multiple of the batch and at most AMK_SCRATCH_BYTES / 4 (x staged
+// in the op scratch); anything else takes a thread per column (correct, slow: the tests' odd
+// shapes).
+// Rows a batch: two batches of AMK_GEMV_T_UNROLL 16-byte loads a thread in flight (4: 32 KiB a
+// block; at 8, as the row-range gemv's 64 KiB, the 1B step's VM spills ~250 bytes around the call).
+#ifndef AMK_GEMV_T_UNROLL
+#define AMK_GEMV_T_UNROLL 4
+#endif
+constexpr uint32_t kAmkGemvTUnroll = AMK_GEMV_T_UNROLL;
+static_assert(kAmkGemvTUnroll >= 1 && kAmkGemvTUnroll <= 32, "AMK_GEMV_T_UNROLL in [1, 32]");
+
+// Column c's sums acc (+ the residual) into y, vector atomics where y is 16-byte aligned; acc
+// starts over for the next column.
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_t_flush(float (&acc)[kPer], uint32_t c, float* y,
+                                                 const amk_view& res) {
+  const uint32_t n0 = c * kPer;
+  if (res.present()) {
+#pragma unroll
+    for (uint32_t i = 0; i < kPer; ++i) acc[i] += amk_load_f32(res, n0 + i);
+  }
+  if (amk_aligned16(y)) {
+#pragma unroll
+    for (uint32_t i = 0; i < kPer; i += 4)
+      amk_red_add_v4(y + n0 + i, acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+  } else {
+#pragma unroll
+    for (uint32_t i = 0; i < kPer; ++i) atomicAdd(y + n0 + i, acc[i]);
+  }
+#pragma unroll
+  for (uint32_t i = 0; i < kPer; ++i) acc[i] = 0.0f;
+}
+
+// acc[i] += x[r] * w[r][i] over the kU rows of a batch (v[u]: row u's vector, xr: its x values).
+template <uint32_t W, uint32_t kU>
+__device__ __forceinline__ void amk_gemv_t_sum(const amk_vec16 (&v)[kU], const float* xr,
+                                               float (&acc)[amk_ftype<W>::per_vec]) {
+#pragma unroll
+  for (uint32_t u = 0; u < kU; ++u) {
+    const float xv = xr[u];
+    float f[amk_ftype<W>::per_vec];
+    amk_ftype<W>::unpack(v[u], f);
+#pragma unroll
+    for (uint32_t i = 0; i < amk_ftype<W>::per_vec; ++i) acc[i] = fmaf(xv, f[i], acc[i]);
+  }
+}
+
+// The streaming path: K a multiple of kU, x staged in shared memory (xs) while the first batch
+// loads. This thread's work
+// is its columns (vectors c0, c0 + blockDim, ...) one after the other, each over all K rows, as
+// one sequence of batches of kU rows with two batches in flight, across column boundaries (a
+// batch never straddles one).
+template <uint32_t W>
+__device__ __forceinline__ void amk_gemv_t_stream(const unsigned char* w, uint64_t ld_bytes,
+                                                  uint32_t k, uint32_t vecs, float* y,
+                                                  const amk_view& res, const amk_view& x,
+                                                  float* xs) {
+  constexpr uint32_t kPer = amk_ftype<W>::per_vec;
+  constexpr uint32_t kU = kAmkGemvTUnroll;
+  const uint32_t c0 = threadIdx.x;
+  const uint32_t ncols = c0 < vecs ? (vecs - c0 + AMK_BLOCK_THREADS - 1) / AMK_BLOCK_THREADS : 0;
+  const uint32_t per_col = k / kU, batches = ncols * per_col;
+  // Batch b: column c0 + (b / per_col) * blockDim, rows (b % per_col) * kU onwards.
+  auto load = [&](amk_vec16 (&v)[kU], uint32_t b) {
+    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU;
+    const unsigned char* p = w + r0 * ld_bytes + 16ull * (c0 + col * AMK_BLOCK_THREADS);
+#pragma unroll
+    for (uint32_t u = 0; u < kU; ++u) v[u] = amk_ld16_stream(p + u * ld_bytes);
+  };
+  float acc[kPer];
+#pragma unroll
+  for (uint32_t i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  auto consume = [&](const amk_vec16 (&v)[kU], uint32_t b) {
+    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU;
+    amk_gemv_t_sum<W, kU>(v, xs + r0, acc);
+    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, c0 + col * AMK_BLOCK_THREADS, y, res);
+  };
+  amk_vec16 va[kU], vb[kU];
+  if (batches != 0) load(va, 0);  // in flight while x is staged (its own round trip)
+  for (uint32_t i = threadIdx.x; i < k; i += AMK_BLOCK_THREADS) xs[i] = amk_load_f32(x, i);
+  __syncthreads();
+  for (uint32_t b = 0; b < batches; b += 2) {
+    if (b + 1 < batches) load(vb, b + 1);
+    consume(va, b);
+    if (b + 2 < batches) load(va, b + 2);
+    if (b + 1 < batches) consume(vb, b + 1);
+  }
+}
+
+// AMK_GEMV_T_RING: where the launch has gemv's ring of dynamic shared memory (the decode steps:
+// codegen sized it, AMK_GEMV_RING_SLOT_BYTES), the streaming path copies its weights through it
+// with cp.async instead of registers: each thread its own AMK_GEMV_SMEM_STAGES x 128 bytes of it
+// (16 vectors at 2 stages), in slots of AMK_GEMV_T_RING_ROWS rows, all but one in flight while one
+// is summed. The ring is free while gemv_t runs: a gemv fills it only inside its own step and
+// drains it before it returns, as this op does.
+#if AMK_USE_OP_GEMV && defined(AMK_GEMV_RING_SLOT_BYTES) && AMK_GEMV_SMEM_STAGES >= 2
+#define AMK_GEMV_T_RING 1
+#ifndef AMK_GEMV_T_RING_ROWS
+#define AMK_GEMV_T_RING_ROWS 4
+#endif
+constexpr uint32_t kAmkGemvTRingVecs = AMK_GEMV_SMEM_STAGES * AMK_GEMV_RING_SLOT_BYTES /
+                                       kAmkWarpSize / kAmkVectorBytes;  // a thread's share
+constexpr uint32_t kAmkGemvTRingRows = AMK_GEMV_T_RING_ROWS;
+constexpr uint32_t kAmkGemvTRingSlots = kAmkGemvTRingVecs / kAmkGemvTRingRows;
+static_assert(kAmkGemvTRingSlots >= 2, "AMK_GEMV_T_RING_ROWS leaves fewer than two slots");
+
+template <uint32_t W>
+__device__ __forceinline__ void amk_gemv_t_ring(const unsigned char* w, uint64_t ld_bytes,
+                                                uint32_t k, uint32_t vecs, float* y,
+                                                const amk_view& res, const amk_view& x,
+                                                float* xs) {
+  constexpr uint32_t kPer = amk_ftype<W>::per_vec;
+  constexpr uint32_t kU = kAmkGemvTRingRows, kS = kAmkGemvTRingSlots;
+  const uint32_t c0 = threadIdx.x;
+  const uint32_t ncols = c0 < vecs ? (vecs - c0 + AMK_BLOCK_THREADS - 1) / AMK_BLOCK_THREADS : 0;
+  const uint32_t per_col = k / kU, batches = ncols * per_col;
+  // Slot s, row u of this thread: a 16-byte vector; consecutive threads side by side.
+  const uint32_t base = amk_smem_addr(amk_dynamic_smem) + threadIdx.x * kAmkVectorBytes;
+  auto slot_addr = [&](uint32_t s, uint32_t u) {
+    return base + (s * kU + u) * AMK_BLOCK_THREADS * kAmkVectorBytes;
+  };
+#if AMK_STREAM_EVICT_FIRST
+  uint64_t policy;
+  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+#endif
+  // Batch b (column c0 + (b / per_col) * blockDim, rows (b % per_col) * kU on) into slot b % kS;
+  // one commit group a call, empty past the last batch.
+  auto issue = [&](uint32_t b) {
+    if (b < batches) {
+      const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU, s = b % kS;
+      const unsigned char* p = w + r0 * ld_bytes + 16ull * (c0 + col * AMK_BLOCK_THREADS);
+#pragma unroll
+      for (uint32_t u = 0; u < kU; ++u) {
+#if AMK_STREAM_EVICT_FIRST
+        asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
+                     ::"r"(slot_addr(s, u)), "l"(p + u * ld_bytes), "l"(policy) : "memory");
+#else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                     ::"r"(slot_addr(s, u)), "l"(p + u * ld_bytes) : "memory");
+#endif
+      }
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  for (uint32_t b = 0; b < kS; ++b) issue(b);  // in flight while x is staged
+  for (uint32_t i = threadIdx.x; i < k; i += AMK_BLOCK_THREADS) xs[i] = amk_load_f32(x, i);
+  __syncthreads();
+  float acc[kPer];
+#pragma unroll
+  for (uint32_t i = 0; i < kPer; ++i) acc[i] = 0.0f;
+  for (uint32_t b = 0; b < batches; ++b) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kS - 1) : "memory");  // batch b has landed
+    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU, s = b % kS;
+    amk_vec16 v[kU];
+#pragma unroll
+    for (uint32_t u = 0; u < kU; ++u)
+      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                   : "=r"(v[u].w[0]), "=r"(v[u].w[1]), "=r"(v[u].w[2]), "=r"(v[u].w[3])
+                   : "r"(slot_addr(s, u))
+                   : "memory");
+    issue(b + kS);  // into the slot just read
+    amk_gemv_t_sum<W, kU>(v, xs + r0, acc);
+    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, c0 + col * AMK_BLOCK_THREADS, y, res);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // nothing lands after the op is gone
+}
+#else
+#define AMK_GEMV_T_RING 0
+#endif
+
+// Operands w, x, y (f32), residual?; param ld (0: N). A call, as gemv_splitk.
+__device__ __noinline__ void amk_op_gemv_t(const amk_device_program_t&, const amk_instruction_t& ins,
+                                           unsigned char* scratch) {
+  const amk_view w = amk_operand(ins, 0);
+  const amk_view x = amk_operand(ins, 1);
+  const amk_view y = amk_operand(ins, 2);
+  const amk_view res = amk_operand(ins, 3);
+  const uint32_t k = x.n, n = y.n;
+  if (k == 0 || n == 0) return;
+  const uint64_t ld = ins.params[0] != 0 ? ins.params[0] : n;
+  const uint32_t es = amk_dtype_size(w.dtype);
+  const uint64_t row_bytes = static_cast<uint64_t>(n) * es, ld_bytes = ld * es;
+  float* yp = reinterpret_cast<float*>(y.ptr);
+  const bool vector = w.dtype == AMK_DTYPE_BF16 && amk_aligned16(w.ptr) &&
+                      row_bytes % kAmkVectorBytes == 0 && ld_bytes % kAmkVectorBytes == 0 &&
+                      k <= AMK_SCRATCH_BYTES / sizeof(float);
+  const uint32_t vecs = static_cast<uint32_t>(row_bytes / kAmkVectorBytes);
+#if AMK_GEMV_T_RING
+  if (vector && k % kAmkGemvTRingRows == 0) {
+    amk_gemv_t_ring<AMK_DTYPE_BF16>(w.ptr, ld_bytes, k, vecs, yp, res, x,
+                                    reinterpret_cast<float*>(scratch));
+    return;
+  }
+#endif
+  if (vector && k % kAmkGemvTUnroll == 0) {
+    amk_gemv_t_stream<AMK_DTYPE_BF16>(w.ptr, ld_bytes, k, vecs, yp, res, x,
+                                      reinterpret_cast<float*>(scratch));
+    return;
+  }
+  // Any other shape or dtype: a thread per output column, over the K rows.
+  for (uint32_t j = threadIdx.x; j < n; j += AMK_BLOCK_THREADS) {
+    float acc = 0.0f;
+    for (uint32_t r = 0; r < k; ++r) acc = fmaf(amk_load_f32(x, r), amk_load_f32(w, r * ld + j), acc);
+    atomicAdd(yp + j, acc + (res.present() ? amk_load_f32(res, j) : 0.0f));
+  }
+}
+#endif  // AMK_USE_OP_GEMV_T
 #endif  // AMK_OPS_GEMV_SPLITK_CUH

@@ -210,6 +210,9 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
 #if AMK_USE_OP_ATTENTION_COMBINE_SPLITK
     case 17: amk_op_attention_combine_splitk(prog, ins, amk_scratch); break;
 #endif
+#if AMK_USE_OP_GEMV_T
+    case 18: amk_op_gemv_t(prog, ins, amk_scratch); break;
+#endif
 #ifdef AMK_CUSTOM_DISPATCH
     AMK_CUSTOM_DISPATCH(prog, ins, amk_scratch)
 #endif

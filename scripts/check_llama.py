@@ -161,7 +161,7 @@ def main():
                     help="generate the layer with gate/up as one GLU gemv (amk gen llama --glu-gemv)")
     ap.add_argument("--rope-ops", action="store_true",
                     help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
-    ap.add_argument("--down", choices=["split", "rows"],
+    ap.add_argument("--down", choices=["split", "rows", "transposed"],
                     help="the fused layer's down projection (amk gen llama --down; default rows)")
     ap.add_argument("--attn-chunks", type=int,
                     help="attention chunks per kv head (amk gen llama --attn-chunks)")
@@ -208,6 +208,9 @@ def main():
                 return 2
 
         tensors, meta = read_safetensors(weights)
+        # --down transposed stores the down projection as its transpose, "<HF name>.T".
+        for name in [n for n in tensors if n.endswith(".T")]:
+            tensors[name[:-2]] = tensors.pop(name).T
         cfg = json.loads(meta["amk.config"])
         manifest = json.load(open(os.path.join(out, "manifest.json")))
         outputs = {e["name"]: np.load(os.path.join(out, e["file"])) for e in manifest["outputs"]}

@@ -161,14 +161,14 @@ tuned=(
   # gemv's weights through the shared-memory ring (2 stages by default where a gemv preloads):
   # in registers instead, 3 stages, the ring forced onto programs without waits, and with 4
   # batches requested before the wait; attention's new-token reads as three round trips.
-  "AMK_GEMV_SMEM_STAGES=0|ring0|gemv_waits gemv_fused"
-  "AMK_GEMV_SMEM_STAGES=3|ring3|gemv_waits gemv_fused gemv_stream gemv_splitk small_ops"
+  "AMK_GEMV_SMEM_STAGES=0|ring0|gemv_waits gemv_fused gemv_t"
+  "AMK_GEMV_SMEM_STAGES=3|ring3|gemv_waits gemv_fused gemv_stream gemv_splitk gemv_t small_ops"
   "AMK_GEMV_SMEM_STAGES=4,AMK_GEMV_PRELOAD=4|ring4|gemv_waits"
   "AMK_ATTN_ONE_TRIP=0|onetrip0|attention_rope attention_tiled attention_tiled_wide"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk attention_combine_splitk"
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -384,6 +384,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_splito.log"; row "llama tiny --o-proj split on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --combine-heads 2 --context 40 >"$out/check_llama_combine2.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_combine2.log"; row "llama tiny --combine-heads 2 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --down transposed --context 17 >"$out/check_llama_downt.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_downt.log"; row "llama tiny --down transposed on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one

@@ -134,6 +134,9 @@ def main():
     with safe_open(args.weights, framework="pt") as f:
         cfg = json.loads(f.metadata()["amk.config"])
     t = load_file(args.weights, device="cuda")
+    # amk gen llama --down transposed writes the down projection transposed, as "<HF name>.T".
+    for name in [n for n in t if n.endswith(".T")]:
+        t[name[:-2]] = t.pop(name).t().contiguous()
     torch.backends.cuda.matmul.allow_tf32 = False
 
     # Untimed f32-activation reference over the same bf16 weights (what amk computes).

@@ -353,6 +353,34 @@ void run_gemv_splitk(const Context& c) {
                     c.operand(3));
 }
 
+// y[n] += sum_k x[k] w[k * ld + n] (+ residual[n]) for K = extent(x), N = extent(y) (ld 0: N):
+// one rounding to y's f32 per element, as the device's single atomic add per element does.
+void run_gemv_t(const Context& c) {
+  const View w = c.operand(0), y = c.operand(2), res = c.operand(3);
+  const std::vector<float> xv = to_floats(c.operand(1));
+  const uint64_t k = xv.size(), cols = y.extent;
+  const uint64_t ld = c.param_word(0) != 0 ? c.param_word(0) : cols;
+  c.require(k > 0 && cols > 0 && ld >= cols && w.extent == (k - 1) * ld + cols,
+            "extent(w) " + n(w.extent) + " != (K - 1) * ld + N for K " + n(k) + ", ld " + n(ld) +
+                ", N " + n(cols));
+  c.require(!res.present || res.extent == cols,
+            "extent(residual) " + n(res.extent) + " != N " + n(cols));
+  std::vector<double> acc(cols, 0.0);
+  for (uint64_t r = 0; r < k; ++r) {
+    const double xr = xv[r];
+    const uint64_t base = r * ld;
+    for (uint64_t j = 0; j < cols; ++j) acc[j] += xr * static_cast<double>(load_f(w, base + j));
+  }
+  const std::vector<float> old = to_floats(y);
+  std::vector<float> rv;
+  if (res.present) rv = to_floats(res);
+  for (uint64_t j = 0; j < cols; ++j) {
+    double a = acc[j];
+    if (res.present) a += rv[j];
+    store_f(y, j, static_cast<double>(old[j]) + static_cast<double>(static_cast<float>(a)));
+  }
+}
+
 void run_argmax(const Context& c) {
   const View x = c.operand(0), idx = c.operand(1), value = c.operand(2), map = c.operand(3);
   const uint64_t rows = idx.extent;
@@ -653,6 +681,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::attention_combine: return run_attention_combine(c);
     case OpId::gemv_splitk: return run_gemv_splitk(c);
     case OpId::attention_combine_splitk: return run_attention_combine_splitk(c);
+    case OpId::gemv_t: return run_gemv_t(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -32,7 +32,7 @@ struct GenLlamaOptions {
   bool allow_outside = false;
   bool fused = false;    // --fused given
   bool unfused = false;  // --unfused given
-  std::string down;      // --down: "split", "rows" or empty (the layout's default)
+  std::string down;      // --down: "split", "transposed", "rows" or empty (the layout's default)
   std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
   std::string o_proj = "rows";     // --o-proj: "rows" or "split"
 };
@@ -73,11 +73,12 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   // The fused layer is the default; --unfused, --rope-ops and --glu-gemv ask for the unfused one
   // (with --fused, those two are refused by resolve_llama, naming the flag).
   o.gen.fused = o.fused || !(o.unfused || o.gen.rope_ops || o.gen.glu_gemv);
-  if (!o.gen.fused && o.down == "split")
+  if (!o.gen.fused && (o.down == "split" || o.down == "transposed"))
     throw Error(ErrorKind::usage, "usage.gen.layout", "--down",
-                "--down split applies to the fused layer only (the unfused one has a silu_mul "
-                "between gate/up and down)");
-  o.gen.split_down = o.gen.fused && o.down == "split";
+                "--down " + o.down + " applies to the fused layer only (the unfused one has a "
+                "silu_mul between gate/up and down)");
+  o.gen.split_down = o.gen.fused && (o.down == "split" || o.down == "transposed");
+  o.gen.down_t = o.gen.fused && o.down == "transposed";
   o.gen.head_sync = o.attn_sync != "layer";
   o.gen.split_o = o.o_proj == "split";
   o.gen.layers = o.layers;
@@ -175,9 +176,11 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                 "and a silu_mul");
   cmd->add_option("--down", o->down,
                   "fused layer's down projection: rows (the default: row ranges after all of "
-                  "gate/up) or split (cut along K, each piece on the block that computed its "
-                  "gate/up rows, added with atomics; measured slower, README)")
-      ->check(CLI::IsMember({"split", "rows"}));
+                  "gate/up), split (cut along K, each piece on the block that computed its "
+                  "gate/up rows, added with atomics; measured slower, README) or transposed "
+                  "(split, with the matrix stored transposed as '<name>.T' so each piece reads "
+                  "whole rows: gemv_t)")
+      ->check(CLI::IsMember({"split", "rows", "transposed"}));
   cmd->add_option("--attn-chunks", o->gen.attn_chunks,
                   "chunks of the KV length per kv head, one attention instruction each "
                   "(default: about 132 attention instructions in all; chunks are a multiple of 8 "

@@ -25,11 +25,11 @@ constexpr uint32_t kVmStaticSmemSlack = 4096;  // the VM's static shared memory,
 constexpr uint32_t kVectorBytes = 16;
 
 // Macro suffix of each built-in op id (AMK_USE_OP_<NAME>).
-constexpr std::array<std::string_view, 18> kOpMacros = {
+constexpr std::array<std::string_view, 19> kOpMacros = {
     "NOP",     "COPY",      "FILL",      "ADD",          "MUL",
     "SCALE",   "SILU_MUL",  "RMSNORM",   "SOFTMAX",      "GEMV",
     "ARGMAX",  "EMBEDDING", "ROPE",      "KV_APPEND",    "ATTENTION_DECODE",
-    "ATTENTION_COMBINE", "GEMV_SPLITK", "ATTENTION_COMBINE_SPLITK"};
+    "ATTENTION_COMBINE", "GEMV_SPLITK", "ATTENTION_COMBINE_SPLITK", "GEMV_T"};
 
 // Ops whose device code lives in kernels/amk_ops_attention.cuh (attention_combine_splitk's header
 // includes it itself for the merge).

@@ -226,7 +226,7 @@ std::optional<LlamaConfig> llama_preset(std::string_view name) {
 
 std::vector<std::string> llama_preset_names() { return {"tiny", "llama-3.2-1b", "llama-3.1-8b"}; }
 
-std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
+std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context, bool down_t) {
   const uint64_t H = c.hidden, Q = uint64_t{c.heads} * c.head_dim,
                  KV = uint64_t{c.kv_heads} * c.head_dim, F = c.ffn;
   std::vector<TensorSpec> t;
@@ -244,7 +244,10 @@ std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
     add(p + "post_attention_layernorm.weight", {H}, TensorRole::norm);
     add(p + "mlp.gate_proj.weight", {F, H}, TensorRole::weight);
     add(p + "mlp.up_proj.weight", {F, H}, TensorRole::weight);
-    add(p + "mlp.down_proj.weight", {H, F}, TensorRole::weight);
+    if (down_t)
+      add(p + "mlp.down_proj.weight.T", {F, H}, TensorRole::weight);
+    else
+      add(p + "mlp.down_proj.weight", {H, F}, TensorRole::weight);
   }
   add("model.norm.weight", {H}, TensorRole::norm);
   if (!c.tied_embeddings) add("lm_head.weight", {c.vocab, H}, TensorRole::weight);
@@ -297,6 +300,10 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
   if (o.combine_heads != 0 && o.split_o)
     usage_error("usage.gen.layout", "--combine-heads",
                 "--combine-heads applies to --o-proj rows only (split has no attention_combine)");
+  if (o.down_t && !(o.fused && o.split_down))
+    usage_error("usage.gen.layout", "--down",
+                "--down transposed applies to the fused layer only (the unfused one has a "
+                "silu_mul between gate/up and down)");
   return r;
 }
 
@@ -319,9 +326,12 @@ Program generate_llama(const LlamaOptions& o) {
                   "). bf16 weights and KV caches, f32 activations; " +
                   (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
                              : std::string()) +
-                  (o.fused ? std::string(o.split_down ? "fused layer, down projection split along K "
-                                                        "onto the gate/up blocks."
-                                                      : "fused layer.")
+                  (o.fused ? std::string(o.down_t       ? "fused layer, down projection stored "
+                                                                          "transposed and split along K "
+                                                                          "onto the gate/up blocks."
+                                         : o.split_down ? "fused layer, down projection split along K "
+                                                          "onto the gate/up blocks."
+                                                        : "fused layer.")
                            : std::string("unfused layer, ") +
                                  (o.rope_ops ? "rope and kv_append ops" : "RoPE inside attention") +
                                  (o.glu_gemv ? ", gate/up as one GLU gemv." : "."));
@@ -329,7 +339,7 @@ Program generate_llama(const LlamaOptions& o) {
   Builder b(p);
 
   // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
-  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T));
+  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T), o.down_t);
   std::map<std::string, uint32_t> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& t = tensors[i];
@@ -670,7 +680,7 @@ Program generate_llama(const LlamaOptions& o) {
         if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
         b.add(L + "x_next_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(x_next)}}, {}, {},
               {{c_zero, 1}});
-        const uint32_t down_w = buf.at(wp + "mlp.down_proj.weight");
+        const uint32_t down_w = buf.at(wp + (o.down_t ? "mlp.down_proj.weight.T" : "mlp.down_proj.weight"));
         for (uint64_t r0 = 0; r0 < F; r0 += glu_chunk, ++nd) {
           const uint64_t nr = std::min(glu_chunk, F - r0);
           const std::string J = std::to_string(nd);
@@ -684,13 +694,20 @@ Program generate_llama(const LlamaOptions& o) {
                {"w2", slice(buf.at(wp + "mlp.up_proj.weight"), r0 * H, nr * H)}},
               {{"eps", c.rms_eps}}, {{c_h, no}, {c_zero, 1}}, {{c_j, 1}});
           const Operand none{};
-          const uint32_t down = b.add(
-              L + "down_proj." + J, "gemv_splitk",
-              {{"w", slice(down_w, r0, (H - 1) * F + nr)},
-               {"x", slice(mlp, r0, nr)},
-               {"y", b.whole(x_next)},
-               {"residual", r0 == 0 ? b.whole(h) : none}},
-              {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
+          // Rows [r0, r0 + nr) of the transposed matrix (contiguous), or columns of the HF one.
+          const uint32_t down =
+              o.down_t ? b.add(L + "down_proj." + J, "gemv_t",
+                               {{"w", slice(down_w, r0 * H, nr * H)},
+                                {"x", slice(mlp, r0, nr)},
+                                {"y", b.whole(x_next)},
+                                {"residual", r0 == 0 ? b.whole(h) : none}},
+                               {}, {{c_j, 1}}, {{c_x, 1}})
+                       : b.add(L + "down_proj." + J, "gemv_splitk",
+                               {{"w", slice(down_w, r0, (H - 1) * F + nr)},
+                                {"x", slice(mlp, r0, nr)},
+                                {"y", b.whole(x_next)},
+                                {"residual", r0 == 0 ? b.whole(h) : none}},
+                               {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
           b.follow(down, glu);
         }
       }
@@ -873,6 +890,14 @@ void use_safetensors(Program& program, const SafetensorsHeader& header,
     const auto it = header.tensors.find(b.name);
     if (it == header.tensors.end()) {
       if (is_kv && !require_kv) continue;  // the KV prefill stays seeded random
+      const std::string hf = b.name.size() > 2 && b.name.ends_with(".T")
+                                 ? b.name.substr(0, b.name.size() - 2) : std::string();
+      if (!hf.empty() && header.tensors.count(hf))
+        throw_program_error("gen.weights.missing", b.name,
+                            "the weights file has '" + hf + "' but not its transpose '" + b.name +
+                                "', which --down transposed reads (files that amk gen "
+                                "--write-weights made with it have it); use --down rows or split "
+                                "with this file");
       throw_program_error("gen.weights.missing", b.name,
                           "the weights file has no tensor '" + b.name + "'");
     }

@@ -84,6 +84,12 @@ struct LlamaOptions {
   // 16 KiB apart, at ~1.7 TB/s, and the Llama-3.2-1B step took 1.46-1.53 ms against 1.30-1.32
   // with the row-range down projection (README, performance).
   bool split_down = false;
+  // Fused layer only, with split_down: the down projection stored transposed (tensor
+  // "model.layers.N.mlp.down_proj.weight.T", [ffn, hidden], which --write-weights writes in place
+  // of the HF one) and each piece a gemv_t over whole contiguous rows of it: the split-K layout
+  // without gemv_splitk's 128-byte row segments. A Hugging Face file has no such tensor: with
+  // --weights it needs a file that --write-weights made.
+  bool down_t = false;
   // The attention output projection cut along its input by query heads (an experiment, off):
   // one attention_combine_splitk per (kv head, up to 256 columns of its query heads, row range)
   // merges its heads' chunks itself and adds its share into h with atomics, instead of the
@@ -119,7 +125,9 @@ struct TensorSpec {
 };
 
 // Every tensor of the model (weights in HF order, then the KV caches), for a resolved config.
-[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context);
+// down_t: the down projection as its transpose, "<HF name>.T" of [ffn, hidden] (LlamaOptions::down_t).
+[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context,
+                                                    bool down_t = false);
 
 // Config after applying the options (layer override); validates the options (Error kind
 // usage, code usage.gen.*).

@@ -76,6 +76,11 @@ constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
                                               {"y", Access::accumulate, kF32},
                                               {"residual", Access::read, kF, true}};
 constexpr ParamSig kGemvSplitkParams[] = {{"ld", ParamType::u32, 0.0}};
+constexpr OperandSig kGemvTOperands[] = {{"w", Access::read, kF},
+                                         {"x", Access::read, kF},
+                                         {"y", Access::accumulate, kF32},
+                                         {"residual", Access::read, kF, true}};
+constexpr ParamSig kGemvTParams[] = {{"ld", ParamType::u32, 0.0}};
 constexpr OperandSig kCombineSplitkOperands[] = {{"w", Access::read, kF},
                                                  {"partials", Access::read, kF32},
                                                  {"y", Access::accumulate, kF32},
@@ -86,7 +91,7 @@ constexpr ParamSig kCombineSplitkParams[] = {{"head_dim", ParamType::u32, std::n
                                              {"count", ParamType::u32, 0.0},
                                              {"ld", ParamType::u32, 0.0}};
 
-constexpr std::array<OpSig, 18> kOps = {{
+constexpr std::array<OpSig, 19> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
@@ -145,6 +150,12 @@ constexpr std::array<OpSig, 18> kOps = {{
      "head_dim <= 1024, ld 0: K. An attention output projection cut along its input by query "
      "heads, each piece merging its heads' chunks itself (no attention_combine step)",
      kCombineSplitkOperands, kCombineSplitkParams},
+    {OpId::gemv_t, "gemv_t",
+     "y[n] += sum_k x[k] * w[k * ld + n] (+ residual[n]) for n < N = extent(y), k < K = "
+     "extent(x), ld 0: N: a gemv whose matrix is stored transposed (K rows of N), added with "
+     "atomics like gemv_splitk, so instructions over different K ranges need no order among "
+     "themselves; each reads whole contiguous rows; f32 accumulate",
+     kGemvTOperands, kGemvTParams},
 }};
 
 }  // namespace

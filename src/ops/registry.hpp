@@ -32,6 +32,7 @@ enum class OpId : uint16_t {
   attention_combine = 15,  // merges attention_decode partials across chunks
   gemv_splitk = 16,        // a K range of a gemv, added into y with atomics
   attention_combine_splitk = 17,  // attention_combine of some query heads, then their gemv_splitk
+  gemv_t = 18,             // x^T w for w stored K rows of N (a transposed gemv), added into y with atomics
 };
 inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
 // attention_combine_splitk stages its x (count * head_dim floats) in shared memory: the verifier

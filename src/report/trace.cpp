@@ -37,9 +37,12 @@ std::string trace_mark_name(const std::string& op, uint32_t m) {
 }
 
 uint64_t instruction_bytes(const Program& program, const Instruction& ins) {
-  // The split-K ops read rows x K of their w span (rows ld apart), not the whole span.
+  // The split-K ops read rows x K of their w span (rows ld apart), not the whole span; gemv_t
+  // K x N of its (K rows of N, ld apart).
   uint64_t strided_k = 0;  // K of such an op, 0 for every other
-  if (ins.op == static_cast<uint16_t>(OpId::gemv_splitk) && ins.operands.size() > 1)
+  if ((ins.op == static_cast<uint16_t>(OpId::gemv_splitk) ||
+       ins.op == static_cast<uint16_t>(OpId::gemv_t)) &&
+      ins.operands.size() > 1)
     strided_k = ins.operands[1].extent;
   if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk) && ins.params.size() > 3) {
     const uint64_t heads = ins.params[1], head0 = std::min<uint64_t>(ins.params[2], heads);

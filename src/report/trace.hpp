@@ -42,7 +42,8 @@ struct TraceSpan {
                                                  std::span<const uint32_t> queue_items);
 
 // Bytes an instruction moves: every operand's extent times its element size; the w of
-// gemv_splitk and attention_combine_splitk counts the rows x K weights it reads, not its span.
+// gemv_splitk and attention_combine_splitk counts the rows x K weights it reads, not its span
+// (gemv_t's the K x N).
 [[nodiscard]] uint64_t instruction_bytes(const Program& program, const Instruction& ins);
 
 // {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}; one track per block,

@@ -374,26 +374,12 @@ private:
                  " must equal group * (head_dim + 2) = " + std::to_string(want));
       break;
     }
-    case OpId::gemv_splitk: { // w, x, y, residual?; ld
-      const uint64_t k = extent(1), rows = extent(2); // both > 0 (check_operands)
-      const uint64_t ld = ins_.params[0] == 0 ? k : ins_.params[0];
-      if (ld < k)
-        fail("verify.param", "/params/ld",
-             "ld = " + std::to_string(ld) + " is less than K = extent(x) = " + std::to_string(k) +
-                 " (rows would overlap)");
-      // w holds rows of K weights, ld apart: [(rows - 1) * ld + K] elements.
-      const uint64_t want = (rows - 1) * ld + k;
-      if (extent(0) != want)
-        fail("verify.shape", operand_where(0),
-             "extent(w) = " + std::to_string(extent(0)) + " must equal (rows - 1) * ld + K = " +
-                 std::to_string(want) + " (rows = extent(y) = " + std::to_string(rows) +
-                 ", ld = " + std::to_string(ld) + ", K = " + std::to_string(k) + ")");
-      if (present(3) && extent(3) != rows)
-        fail("verify.shape", operand_where(3),
-             "extent(residual) = " + std::to_string(extent(3)) +
-                 " must equal rows = extent(y) = " + std::to_string(rows));
+    case OpId::gemv_splitk: // w, x, y, residual?; ld: w rows (one per y element) of K = extent(x)
+      require_strided_w({"rows", "extent(y)", extent(2)}, {"K", "extent(x)", extent(1)}, true);
       break;
-    }
+    case OpId::gemv_t: // w, x, y, residual?; ld: w K = extent(x) rows of N = extent(y)
+      require_strided_w({"K", "extent(x)", extent(1)}, {"N", "extent(y)", extent(2)}, false);
+      break;
     case OpId::attention_combine_splitk: { // w, partials, y, residual?; head_dim, heads, head0, count, ld
       const uint32_t hd = require_head_dim(false);
       const uint32_t heads = ins_.params[1], head0 = ins_.params[2];
@@ -460,6 +446,33 @@ private:
 
   // The rope op's scaling params from index `at`: scaling_factor, low_freq_factor,
   // high_freq_factor, original_max_position (rope: 3, attention_decode: 4).
+  // The split-K gemvs' w (operand 0): `rows` rows of `len` weights, ld (param 0; 0: len) apart,
+  // [(rows - 1) * ld + len] elements; the residual (operand 3) has one element per y element
+  // (the rows when y_is_rows, else the row length).
+  struct Dim {
+    const char *name, *source;
+    uint64_t value;
+    [[nodiscard]] std::string text() const {
+      return std::string(name) + " = " + source + " = " + std::to_string(value);
+    }
+  };
+  void require_strided_w(const Dim &rows, const Dim &len, bool y_is_rows) {
+    const uint64_t ld = ins_.params[0] == 0 ? len.value : ins_.params[0];
+    if (ld < len.value)
+      fail("verify.param", "/params/ld",
+           "ld = " + std::to_string(ld) + " is less than " + len.text() + " (rows would overlap)");
+    const uint64_t want = (rows.value - 1) * ld + len.value;
+    if (extent(0) != want)
+      fail("verify.shape", operand_where(0),
+           "extent(w) = " + std::to_string(extent(0)) + " must equal (" + rows.name +
+               " - 1) * ld + " + len.name + " = " + std::to_string(want) + " (" + rows.text() +
+               ", ld = " + std::to_string(ld) + ", " + len.text() + ")");
+    const Dim &y = y_is_rows ? rows : len;
+    if (present(3) && extent(3) != y.value)
+      fail("verify.shape", operand_where(3),
+           "extent(residual) = " + std::to_string(extent(3)) + " must equal " + y.text());
+  }
+
   void require_rope_scaling(size_t at) {
     const float factor = param_f32(at);
     if (!(std::isfinite(factor) && factor >= 0.0f))

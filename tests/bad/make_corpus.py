@@ -124,6 +124,10 @@ JSON_CASES = [
      P, "verify.param", "/instructions/0/params/ld"),
     ("gemv_splitk_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 512}))),
      P, "verify.shape", "/instructions/0/operands/w"),
+    ("gemv_t_ld", mutate(both(setp(["instructions", 0, "op"], "gemv_t"), setp(["instructions", 0, "params"], {"ld": 32}))),
+     P, "verify.param", "/instructions/0/params/ld"),
+    ("gemv_t_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_t"), setp(["instructions", 0, "params"], {"ld": 65}))),
+     P, "verify.shape", "/instructions/0/operands/w"),
     ("combine_splitk_head0", mutate(setp(["instructions", 0], {
         "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
         "params": {"head_dim": 32, "heads": 4, "head0": 4}, "signals": [{"counter": "done"}]})),

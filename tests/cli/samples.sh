@@ -53,6 +53,7 @@ if [ -n "$py" ]; then
   # 40 chunks a kv head: the combine over more than one round of 32 (the GPU runs it in gpu_check).
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 320 --attn-chunks 40; then ok; else bad "llama tiny --attn-chunks 40 vs numpy"; fi
   # One counter a layer for attention's waits (the default: one per kv head).
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --down transposed --context 17; then ok; else bad "llama tiny --down transposed vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --attn-sync layer; then ok; else bad "llama tiny --attn-sync layer vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --context 17; then ok; else bad "llama tiny --o-proj split vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --rope-ops; then ok; else bad "llama tiny --o-proj split --rope-ops vs numpy"; fi
@@ -79,7 +80,7 @@ PY
 fi
 # The GPU tier's --check programs (weight streams, fusions, TMA, cluster) load, verify and run on
 # the CPU backend too (the GPU run compares against exactly this).
-for n in gemv_stream gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_splitk attention_combine_splitk tma_gemv cluster small_ops; do
+for n in gemv_stream gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_splitk gemv_t attention_combine_splitk tma_gemv cluster small_ops; do
   "$amk" -q run "$root/tests/gpu/programs/$n.json" --backend cpu -o "$tmp/gpu_$n" && ok || bad "$n: cpu run"
 done
 # attention_rope at other block sizes (the GPU tier checks these too; here: they load and run).

@@ -172,6 +172,11 @@ expect_grep "$tmp/err" "at --glu-gemv" "--fused --glu-gemv names the flag"
 expect_rc 0 "gen llama --down split" -- "$amk" -q gen llama --down split -o "$tmp/gs.json"
 [ "$(ops_of "$tmp/gs.json" gemv_splitk)" -gt 0 ] && [ "$(ops_of "$tmp/gl.json" gemv_splitk)" = 0 ] &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down split / the default down projection"; }
+# --down transposed: gemv_t pieces over the stored transpose (tensor '<name>.T').
+expect_rc 0 "gen llama --down transposed" -- "$amk" -q gen llama --down transposed -o "$tmp/gt.json"
+[ "$(ops_of "$tmp/gt.json" gemv_t)" -gt 0 ] && [ "$(ops_of "$tmp/gt.json" gemv_splitk)" = 0 ] &&
+  grep -q '"model.layers.0.mlp.down_proj.weight.T"' "$tmp/gt.json" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down transposed is not gemv_t over the transpose"; }
 expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
 expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
 [ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }

@@ -724,6 +724,26 @@ TEST_CASE("gemv_splitk compiles for sm_90a: the VM and the op's own call without
   }
 }
 
+TEST_CASE("gemv_t compiles for sm_90a: a call of its own, no spills") {
+  const Program program =
+      load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / "gemv_t.json");
+  const Plan plan = make_plan(program);
+  CHECK(vm_source(program, plan, uncached()).find("#define AMK_USE_OP_GEMV_T 1") !=
+        std::string::npos);
+  // The default batch (4 rows, two in flight), then the knob at 8 and 16.
+  for (const int64_t unroll : {int64_t{0}, int64_t{8}, int64_t{16}}) {
+    CAPTURE(unroll);
+    CompileOptions o = uncached();
+    if (unroll != 0) o.tuning = {{"AMK_GEMV_T_UNROLL", unroll}};
+    const CompileOutput out = compile_vm(program, plan, o);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(is_elf(out.cubin));
+    CHECK(out.log.find("amk_op_gemv_t") != std::string::npos);  // a call: its own properties
+    CHECK(amk::test::no_spills(out.log));
+  }
+}
+
 TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no spills") {
   const Program program = load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                             "programs" / "attention_combine_splitk.json");

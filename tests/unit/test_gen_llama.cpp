@@ -331,6 +331,95 @@ TEST_CASE("tiny, fused layer: split-K down matches the row-range down; queues ke
   CHECK(run.in_a("next_token") == run.in_b("next_token"));
 }
 
+TEST_CASE("--down transposed: gemv_t pieces over whole rows of the stored transpose, each "
+          "right behind its gate/up chunk; same step as rows with that matrix; files without "
+          "the transpose refused by name") {
+  gen::LlamaOptions o;
+  o.seed = 5;
+  o.grid = 8;  // queues written by the generator: pieces follow their gate/up chunk
+  o.split_down = true;
+  o.down_t = true;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  const auto ops = count_ops(p);
+  CHECK(ops.count("gemv_splitk") == 0);
+  const auto r = gen::resolve_llama(o);
+  const uint64_t H = r.cfg.hidden, F = r.cfg.ffn;
+  uint32_t pieces = 0, with_residual = 0;
+  uint64_t rows = 0;
+  const uint32_t t0 = CpuPair::find(p, "model.layers.0.mlp.down_proj.weight.T");
+  CHECK(p.buffers[t0].shape == std::vector<uint64_t>{F, H});
+  for (const auto& b : p.buffers)  // no Hugging Face down matrix beside the transposes
+    if (b.name.find("mlp.down_proj.weight") != std::string::npos) CHECK(b.name.ends_with(".T"));
+  for (const Instruction& in : p.instructions) {
+    if (op_name(p, in.op) != "gemv_t") continue;
+    ++pieces;
+    const uint64_t k = in.operands[1].extent;  // its rows of the transpose: K
+    CHECK(in.operands[0].extent == k * H);     // whole rows, contiguous
+    CHECK(in.operands[0].offset % H == 0);
+    CHECK(in.operands[2].extent == H);
+    if (in.operands[0].buffer == t0) rows += k;
+    if (in.operands[3].buffer != AMK_NO_BUFFER) ++with_residual;
+  }
+  CHECK(ops.at("gemv_t") == pieces);
+  CHECK(pieces > 2);
+  CHECK(rows == F);  // layer 0's pieces cover its F rows once
+  CHECK(with_residual == r.cfg.layers);
+  // Each piece sits behind its gate/up chunk, so the planner drops its wait.
+  const Plan plan = make_plan(p);
+  for (uint32_t i = 0; i < p.instructions.size(); ++i)
+    if (op_name(p, p.instructions[i].op) == "gemv_t") CHECK(plan.instructions[i].n_waits == 0);
+
+  // The same step as the row-range layout whose down projection is that transpose.
+  gen::LlamaOptions ro = o;
+  ro.split_down = false;
+  ro.down_t = false;
+  Program q = gen::generate_llama(ro);
+  for (uint32_t l = 0; l < r.cfg.layers; ++l) {
+    const std::string name = "model.layers." + std::to_string(l) + ".mlp.down_proj.weight";
+    const std::vector<std::byte> t = materialize_buffer(p, CpuPair::find(p, name + ".T"));
+    Buffer& b = q.buffers[CpuPair::find(q, name)];
+    REQUIRE(b.dtype == DType::bf16);
+    REQUIRE(t.size() == 2 * F * H);
+    b.init = BufferInit{};
+    b.init.kind = InitKind::values;
+    b.init.data.resize(t.size());
+    for (uint64_t i = 0; i < H; ++i)
+      for (uint64_t j = 0; j < F; ++j)
+        std::memcpy(b.init.data.data() + 2 * (i * F + j), t.data() + 2 * (j * H + i), 2);
+  }
+  verify(q);
+  const CpuPair run(p, q);
+  CHECK(run.rel_diff("act.logits") < 1e-5);
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
+
+  // A file with only the Hugging Face tensor: refused, naming both.
+  TempDir dir;
+  Program hf = q;
+  gen::write_llama_safetensors(hf, r, ro, dir.path / "hf.safetensors", "hf.safetensors", 2);
+  Program pt = p;
+  std::string message;
+  try {
+    gen::use_safetensors(pt, gen::read_safetensors_header(dir.path / "hf.safetensors"),
+                         "hf.safetensors", true);
+    FAIL("a file without the transpose was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == "gen.weights.missing");
+    message = e.message();
+  }
+  CHECK(message.find("down_proj.weight.T") != std::string::npos);
+  CHECK(message.find("--down rows") != std::string::npos);
+  // --write-weights of the transposed layout writes the transpose (and no HF down tensor), and a
+  // program reading it back computes the same numbers.
+  Program pw = p;
+  gen::write_llama_safetensors(pw, r, o, dir.path / "t.safetensors", "t.safetensors", 2);
+  const auto header = gen::read_safetensors_header(dir.path / "t.safetensors");
+  CHECK(header.tensors.count("model.layers.0.mlp.down_proj.weight.T") == 1);
+  CHECK(header.tensors.count("model.layers.0.mlp.down_proj.weight") == 0);
+  pw.base_dir = dir.path.string();
+  CHECK(materialize_buffer(pw, t0) == materialize_buffer(p, t0));
+}
+
 TEST_CASE("--o-proj split: no combine step; each piece waits for exactly its kv head's chunks "
           "and h's zeroing; the pieces tile W_o once; same step on the CPU") {
   for (const bool fused : {true, false}) {

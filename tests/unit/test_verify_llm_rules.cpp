@@ -280,6 +280,38 @@ TEST_CASE("gemv_splitk rules") {
               "/instructions/0/operands/y/extent");
 }
 
+TEST_CASE("gemv_t rules") {
+  Builder b;
+  const uint32_t w = b.buffer("w", DType::bf16, 16 * 64);  // a [16, 64] matrix: K rows of N
+  const uint32_t x = b.buffer("x", DType::f32, 16);
+  const uint32_t y = b.buffer("y", DType::f32, 32);
+  const uint32_t y16 = b.buffer("y16", DType::bf16, 32);
+  const uint32_t res = b.buffer("res", DType::f32, 32);
+  // Columns [8, 40) of rows 4..11 (K = 8): (8 - 1) * 64 + 32 elements from element 4 * 64 + 8.
+  b.add("gemv_t", {slice(w, 4 * 64 + 8, 7 * 64 + 32), slice(x, 4, 8), b.whole(y), b.whole(res)});
+  set_params(b, {64});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  b.last().operands[0] = slice(w, 4 * 64 + 8, 7 * 64 + 33);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  b.last().operands[0] = slice(w, 4 * 64 + 8, 7 * 64 + 32);
+  set_params(b, {31});  // ld < N: rows would overlap
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/ld");
+  set_params(b, {0});  // ld 0 = N = 32: w must then be 8 * 32 elements
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  b.last().operands[0] = slice(w, 0, 8 * 32);
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  b.last().operands[3] = slice(res, 0, 31);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/residual");
+  b.last().operands[3] = none();
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  b.last().operands[2] = b.whole(y16);  // atomics add into f32 only
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/y");
+  b.last().operands[2] = slice(y, 0, 0);  // no columns: refused like any empty operand
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
+              "/instructions/0/operands/y/extent");
+}
+
 TEST_CASE("attention_combine_splitk rules") {
   Builder b;
   const uint32_t hd = 32, heads = 4, chunks = 3, Q = heads * hd;

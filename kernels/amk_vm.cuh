@@ -88,9 +88,10 @@ constexpr uint32_t kAmkNoItem = 0xFFFFFFFFu;
 // alternating: a warp still in the previous staged op reads the other one (two staged steps are
 // separated by the second one's wait barrier, so no warp is two of them behind). The generated
 // source sets 0 unless attention_decode or attention_combine steps wait, and where
-// attention_combine_splitk is compiled in too (that VM spills with it) or the VM has the wide
-// attention tile (the 8B step: 4.512 -> 4.480 ms without the copy once gemv's weights went through
-// the ring; codegen's stage_decode_ins).
+// attention_combine_splitk is compiled in too (that VM spills with it; codegen's
+// stage_decode_ins). With the wide attention tile (the 8B step) it was 0 from the eighteenth
+// session (4.512 -> 4.480 ms without the copy once gemv's weights went through the ring) to the
+// twentieth, which measured the copy faster there three times (4.4232 -> 4.3750 ms, -1.0%).
 #ifndef AMK_STAGE_DECODE_INS
 #define AMK_STAGE_DECODE_INS 1
 #endif

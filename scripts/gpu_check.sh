@@ -491,14 +491,14 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
     # The default step and, in the same process (one fill of its 16 GB of seeded weights, ~40 s of
     # host time), the gemv preload at one batch, the buffer table read from global memory,
-    # attention's instruction copied into shared memory before its wait (off here since the
-    # eighteenth session: the wide tile's VM), the residual's L1 prefetch; gemv's weights in registers
+    # attention's instruction read after its wait (the copy into shared memory was off here from
+    # the eighteenth session to the twentieth), the residual's L1 prefetch; gemv's weights in registers
     # instead of the shared-memory ring (the eighteenth session's default: AMK_GEMV_SMEM_STAGES=0),
     # and attention's new-token reads as three round trips (AMK_ATTN_ONE_TRIP=0).
     $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms8" > "$d/prof8b.json" 2>"$d/prof8b.err"; tail -3 "$d/prof8b.err"

@@ -241,11 +241,11 @@ bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
 
 // AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on where attention_decode or attention_combine
 // steps wait, unless attention_combine_splitk is compiled in too (that VM spills with it: the
-// --o-proj split layout, measured slower anyway) or the VM has the wide attention tile (the 8B
-// step, measured faster without the copy once gemv's weights went through the ring).
-bool stage_decode_ins(const Program& program, const Plan& plan, const CompileOptions& options) {
+// --o-proj split layout, measured slower anyway). With the wide attention tile (the 8B step) it
+// was off from the eighteenth session to the twentieth, which measured it on again three times,
+// -1.0 to -1.1% (README, twentieth session).
+bool stage_decode_ins(const Program&, const Plan& plan, const CompileOptions& options) {
   if (const auto t = tuning_value(options, "AMK_STAGE_DECODE_INS")) return *t != 0;
-  if (attention_wide_tiles(program, plan, options)) return false;
   bool staged = false;
   for (const amk_instruction_t& ins : plan.instructions) {
     if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk)) return false;

@@ -766,22 +766,22 @@ TEST_CASE("attention_combine_splitk compiles for sm_90a: a call of its own, no s
 
 TEST_CASE("attention ops read a copy of their instruction in shared memory; other VMs unchanged") {
   // AMK_STAGE_DECODE_INS (kernels/amk_vm.cuh): on where attention_decode or attention_combine
-  // steps wait (two 256-byte slots of static shared memory), off elsewhere, beside
-  // attention_combine_splitk and with the wide tile (codegen's stage_decode_ins, reported by
-  // vm_choices).
+  // steps wait (two 256-byte slots of static shared memory), with the wide tile too since the
+  // twentieth session; off elsewhere and beside attention_combine_splitk (codegen's
+  // stage_decode_ins, reported by vm_choices).
   auto load = [](const char* name) {
     return load_program_file(fs::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs" / name);
   };
   auto zero_define = [](const std::string& src) {
     return src.find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos;
   };
-  // attention_rope: its combine waits, and its chunks take the wide tile, where the copy is off by
-  // default (the 8B step's VM); with the wide tile turned off it is on.
+  // attention_rope: its combine waits, and its chunks take the wide tile (as the 8B step's VM):
+  // the copy is on, as it is with the wide tile turned off.
   const Program attn = load("attention_rope.json");
   const Plan attn_plan = make_plan(attn);
   CHECK(attention_wide_tiles(attn, attn_plan, uncached()));
-  CHECK(vm_choices(attn, attn_plan, uncached()).stage_decode_ins == 0);
-  CHECK(zero_define(vm_source(attn, attn_plan, uncached())));
+  CHECK(vm_choices(attn, attn_plan, uncached()).stage_decode_ins == 1);
+  CHECK_FALSE(zero_define(vm_source(attn, attn_plan, uncached())));
   CompileOptions narrow = uncached();
   narrow.tuning = {{"AMK_ATTN_TILED_WIDE", 0}};
   CHECK(vm_choices(attn, attn_plan, narrow).stage_decode_ins == 1);

@@ -310,10 +310,9 @@ __device__ __forceinline__ void amk_gemv_t_sum(const amk_vec16 (&v)[kU], const f
 }
 
 // The streaming path: K a multiple of kU, x staged in shared memory (xs) while the first batch
-// loads. This thread's work
-// is its columns (vectors c0, c0 + blockDim, ...) one after the other, each over all K rows, as
-// one sequence of batches of kU rows with two batches in flight, across column boundaries (a
-// batch never straddles one).
+// loads. This thread's work is its columns (vectors c0, c0 + blockDim, ...) one after the other,
+// each over all K rows, as one sequence of batches of kU rows with two batches in flight, across
+// column boundaries (a batch never straddles one).
 template <uint32_t W>
 __device__ __forceinline__ void amk_gemv_t_stream(const unsigned char* w, uint64_t ld_bytes,
                                                   uint32_t k, uint32_t vecs, float* y,

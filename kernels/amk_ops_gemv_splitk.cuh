@@ -309,10 +309,34 @@ __device__ __forceinline__ void amk_gemv_t_sum(const amk_vec16 (&v)[kU], const f
   }
 }
 
+// This thread's share of a gemv_t taken in batches of kU rows: its columns (vectors c0,
+// c0 + blockDim, ...) one after the other, each over all K rows (K a multiple of kU, so a batch
+// never straddles a column).
+template <uint32_t kU>
+struct amk_gemv_t_walk {
+  uint32_t c0, per_col, batches;
+  __device__ __forceinline__ amk_gemv_t_walk(uint32_t vecs, uint32_t k)
+      : c0(threadIdx.x), per_col(k / kU) {
+    const uint32_t ncols = c0 < vecs ? (vecs - c0 + AMK_BLOCK_THREADS - 1) / AMK_BLOCK_THREADS : 0;
+    batches = ncols * per_col;
+  }
+  // Batch b: its vector column and its first row.
+  __device__ __forceinline__ void at(uint32_t b, uint32_t& column, uint32_t& r0) const {
+    const uint32_t col = b / per_col;
+    column = c0 + col * AMK_BLOCK_THREADS;
+    r0 = (b - col * per_col) * kU;
+  }
+};
+
+// x (K values) into shared memory for the whole block.
+__device__ __forceinline__ void amk_gemv_t_stage_x(const amk_view& x, uint32_t k, float* xs) {
+  for (uint32_t i = threadIdx.x; i < k; i += AMK_BLOCK_THREADS) xs[i] = amk_load_f32(x, i);
+  __syncthreads();
+}
+
 // The streaming path: K a multiple of kU, x staged in shared memory (xs) while the first batch
-// loads. This thread's work is its columns (vectors c0, c0 + blockDim, ...) one after the other,
-// each over all K rows, as one sequence of batches of kU rows with two batches in flight, across
-// column boundaries (a batch never straddles one).
+// loads; the thread's batches (amk_gemv_t_walk) as one sequence with two in flight, across
+// column boundaries.
 template <uint32_t W>
 __device__ __forceinline__ void amk_gemv_t_stream(const unsigned char* w, uint64_t ld_bytes,
                                                   uint32_t k, uint32_t vecs, float* y,
@@ -320,13 +344,12 @@ __device__ __forceinline__ void amk_gemv_t_stream(const unsigned char* w, uint64
                                                   float* xs) {
   constexpr uint32_t kPer = amk_ftype<W>::per_vec;
   constexpr uint32_t kU = kAmkGemvTUnroll;
-  const uint32_t c0 = threadIdx.x;
-  const uint32_t ncols = c0 < vecs ? (vecs - c0 + AMK_BLOCK_THREADS - 1) / AMK_BLOCK_THREADS : 0;
-  const uint32_t per_col = k / kU, batches = ncols * per_col;
-  // Batch b: column c0 + (b / per_col) * blockDim, rows (b % per_col) * kU onwards.
+  const amk_gemv_t_walk<kU> walk(vecs, k);
+  const uint32_t batches = walk.batches;
   auto load = [&](amk_vec16 (&v)[kU], uint32_t b) {
-    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU;
-    const unsigned char* p = w + r0 * ld_bytes + 16ull * (c0 + col * AMK_BLOCK_THREADS);
+    uint32_t column, r0;
+    walk.at(b, column, r0);
+    const unsigned char* p = w + r0 * ld_bytes + 16ull * column;
 #pragma unroll
     for (uint32_t u = 0; u < kU; ++u) v[u] = amk_ld16_stream(p + u * ld_bytes);
   };
@@ -334,14 +357,14 @@ __device__ __forceinline__ void amk_gemv_t_stream(const unsigned char* w, uint64
 #pragma unroll
   for (uint32_t i = 0; i < kPer; ++i) acc[i] = 0.0f;
   auto consume = [&](const amk_vec16 (&v)[kU], uint32_t b) {
-    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU;
+    uint32_t column, r0;
+    walk.at(b, column, r0);
     amk_gemv_t_sum<W, kU>(v, xs + r0, acc);
-    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, c0 + col * AMK_BLOCK_THREADS, y, res);
+    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, column, y, res);
   };
   amk_vec16 va[kU], vb[kU];
   if (batches != 0) load(va, 0);  // in flight while x is staged (its own round trip)
-  for (uint32_t i = threadIdx.x; i < k; i += AMK_BLOCK_THREADS) xs[i] = amk_load_f32(x, i);
-  __syncthreads();
+  amk_gemv_t_stage_x(x, k, xs);
   for (uint32_t b = 0; b < batches; b += 2) {
     if (b + 1 < batches) load(vb, b + 1);
     consume(va, b);
@@ -374,9 +397,8 @@ __device__ __forceinline__ void amk_gemv_t_ring(const unsigned char* w, uint64_t
                                                 float* xs) {
   constexpr uint32_t kPer = amk_ftype<W>::per_vec;
   constexpr uint32_t kU = kAmkGemvTRingRows, kS = kAmkGemvTRingSlots;
-  const uint32_t c0 = threadIdx.x;
-  const uint32_t ncols = c0 < vecs ? (vecs - c0 + AMK_BLOCK_THREADS - 1) / AMK_BLOCK_THREADS : 0;
-  const uint32_t per_col = k / kU, batches = ncols * per_col;
+  const amk_gemv_t_walk<kU> walk(vecs, k);
+  const uint32_t batches = walk.batches;
   // Slot s, row u of this thread: a 16-byte vector; consecutive threads side by side.
   const uint32_t base = amk_smem_addr(amk_dynamic_smem) + threadIdx.x * kAmkVectorBytes;
   auto slot_addr = [&](uint32_t s, uint32_t u) {
@@ -386,12 +408,13 @@ __device__ __forceinline__ void amk_gemv_t_ring(const unsigned char* w, uint64_t
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
-  // Batch b (column c0 + (b / per_col) * blockDim, rows (b % per_col) * kU on) into slot b % kS;
-  // one commit group a call, empty past the last batch.
+  // Batch b into slot b % kS; one commit group a call, empty past the last batch.
   auto issue = [&](uint32_t b) {
     if (b < batches) {
-      const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU, s = b % kS;
-      const unsigned char* p = w + r0 * ld_bytes + 16ull * (c0 + col * AMK_BLOCK_THREADS);
+      uint32_t column, r0;
+      walk.at(b, column, r0);
+      const uint32_t s = b % kS;
+      const unsigned char* p = w + r0 * ld_bytes + 16ull * column;
 #pragma unroll
       for (uint32_t u = 0; u < kU; ++u) {
 #if AMK_STREAM_EVICT_FIRST
@@ -406,14 +429,14 @@ __device__ __forceinline__ void amk_gemv_t_ring(const unsigned char* w, uint64_t
     asm volatile("cp.async.commit_group;" ::: "memory");
   };
   for (uint32_t b = 0; b < kS; ++b) issue(b);  // in flight while x is staged
-  for (uint32_t i = threadIdx.x; i < k; i += AMK_BLOCK_THREADS) xs[i] = amk_load_f32(x, i);
-  __syncthreads();
+  amk_gemv_t_stage_x(x, k, xs);
   float acc[kPer];
 #pragma unroll
   for (uint32_t i = 0; i < kPer; ++i) acc[i] = 0.0f;
   for (uint32_t b = 0; b < batches; ++b) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kS - 1) : "memory");  // batch b has landed
-    const uint32_t col = b / per_col, r0 = (b - col * per_col) * kU, s = b % kS;
+    // (walk.at's arithmetic spelled out: the column is wanted only at the flush)
+    const uint32_t col = b / walk.per_col, r0 = (b - col * walk.per_col) * kU, s = b % kS;
     amk_vec16 v[kU];
 #pragma unroll
     for (uint32_t u = 0; u < kU; ++u)
@@ -423,7 +446,7 @@ __device__ __forceinline__ void amk_gemv_t_ring(const unsigned char* w, uint64_t
                    : "memory");
     issue(b + kS);  // into the slot just read
     amk_gemv_t_sum<W, kU>(v, xs + r0, acc);
-    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, c0 + col * AMK_BLOCK_THREADS, y, res);
+    if (r0 + kU == k) amk_gemv_t_flush<kPer>(acc, walk.c0 + col * AMK_BLOCK_THREADS, y, res);
   }
   asm volatile("cp.async.wait_all;" ::: "memory");  // nothing lands after the op is gone
 }

@@ -326,9 +326,8 @@ Program generate_llama(const LlamaOptions& o) {
                   "). bf16 weights and KV caches, f32 activations; " +
                   (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
                              : std::string()) +
-                  (o.fused ? std::string(o.down_t       ? "fused layer, down projection stored "
-                                                                          "transposed and split along K "
-                                                                          "onto the gate/up blocks."
+                  (o.fused ? std::string(o.down_t ? "fused layer, down projection stored transposed "
+                                                    "and split along K onto the gate/up blocks."
                                          : o.split_down ? "fused layer, down projection split along K "
                                                           "onto the gate/up blocks."
                                                         : "fused layer.")

@@ -177,6 +177,14 @@ expect_rc 0 "gen llama --down transposed" -- "$amk" -q gen llama --down transpos
 [ "$(ops_of "$tmp/gt.json" gemv_t)" -gt 0 ] && [ "$(ops_of "$tmp/gt.json" gemv_splitk)" = 0 ] &&
   grep -q '"model.layers.0.mlp.down_proj.weight.T"' "$tmp/gt.json" &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down transposed is not gemv_t over the transpose"; }
+# ... which a file without the transpose (here: the default layout's --write-weights) cannot
+# feed: exit 3 naming the tensor, nothing written; the unfused layer has no such option (exit 2).
+expect_rc 0 "gen llama --write-weights (rows)" -- "$amk" -q gen llama --write-weights "$tmp/gw.safetensors" -o "$tmp/gw.json"
+expect_rc 3 "gen llama --down transposed --weights (no transpose)" -- "$amk" gen llama --down transposed --weights "$tmp/gw.safetensors" -o "$tmp/gtw.json"
+expect_grep "$tmp/err" "gen.weights.missing\] at model.layers.0.mlp.down_proj.weight.T: .*use --down rows" "missing transpose named"
+[ ! -e "$tmp/gtw.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
+expect_rc 2 "gen llama --unfused --down transposed" -- "$amk" gen llama --unfused --down transposed -o "$tmp/gtu.json"
+expect_grep "$tmp/err" "at --down: --down transposed applies to the fused layer only" "--unfused --down transposed names the flag"
 expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
 expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
 [ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }

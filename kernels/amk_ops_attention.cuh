@@ -1091,9 +1091,31 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
 #endif  // AMK_USE_OP_ATTENTION_COMBINE || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 
 #if AMK_USE_OP_ATTENTION_COMBINE
-AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t&, const amk_instruction_t& ins,
-                                        unsigned char*) {
+// With `arrive` (params 2, 3: a counter and the group's size) the instruction is one member of
+// an arrival group, each member right behind one attention chunk on that chunk's block: it adds
+// 1 to the counter (a release, after the VM's barrier has ordered the block's partials before
+// it), and only the member whose add completes a round of `arrivals` merges, after an acquire;
+// the others return having written nothing. The merge then follows the last chunk with no hop
+// and no instruction of its own. The counter counts rounds, not passes (zeroed per launch like
+// every counter): a pass's members arrive after the previous pass's merge wherever the next
+// pass's chunks depend on it, as a decode step's do.
+AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t& prog,
+                                        const amk_instruction_t& ins, unsigned char* scratch) {
   if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  const uint32_t arrive = ins.params[2];
+  if (arrive != 0xFFFFFFFFu) {
+    uint32_t* last = reinterpret_cast<uint32_t*>(scratch);
+    if (threadIdx.x == 0) {
+      uint32_t old;
+      asm volatile("atom.release.gpu.global.add.u32 %0, [%1], 1;"
+                   : "=r"(old) : "l"(prog.counters + arrive) : "memory");
+      const bool done = (old + 1) % max(ins.params[3], 1u) == 0;
+      if (done) amk_fence_acquire();
+      *last = done;
+    }
+    __syncthreads();
+    if (*last == 0) return;
+  }
   const amk_view partials = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
   const uint32_t hd = ins.params[0];

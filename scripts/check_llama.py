@@ -169,6 +169,8 @@ def main():
                     help="attention's dependencies (amk gen llama --attn-sync; default head)")
     ap.add_argument("--o-proj", choices=["split", "rows"],
                     help="the attention output projection (amk gen llama --o-proj; default rows)")
+    ap.add_argument("--combine", choices=["steps", "arrive"],
+                    help="how attention's chunks are merged (amk gen llama --combine; default steps)")
     ap.add_argument("--combine-heads", type=int,
                     help="kv heads a combine merges (amk gen llama --combine-heads)")
     args = ap.parse_args()
@@ -199,6 +201,8 @@ def main():
             gen += ["--attn-sync", args.attn_sync]
         if args.o_proj:
             gen += ["--o-proj", args.o_proj]
+        if args.combine:
+            gen += ["--combine", args.combine]
         if args.combine_heads is not None:
             gen += ["--combine-heads", str(args.combine_heads)]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):

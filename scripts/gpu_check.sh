@@ -168,7 +168,7 @@ tuned=(
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk"
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -189,6 +189,10 @@ for f in $base_programs; do
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
 done
+# The arrival groups over three passes in one launch (each pass one round of every counter).
+$amk run tests/gpu/programs/attention_arrive.json --backend cuda --iterations 3 --check >"$out/run_attention_arrive_3.log" 2>&1
+rc=$?; row "attention_arrive --iterations 3 --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+[ $rc = 0 ] || tail -5 "$out/run_attention_arrive_3.log"
 # attention_rope at 128 and 512 threads a block: the attention and combine paths compiled for
 # other register budgets (the programs above all use 256).
 for bt in 128 512; do
@@ -386,6 +390,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_combine2.log"; row "llama tiny --combine-heads 2 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --down transposed --context 17 >"$out/check_llama_downt.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_downt.log"; row "llama tiny --down transposed on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --combine arrive --context 40 --layers 3 >"$out/check_llama_arrive.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_arrive.log"; row "llama tiny --combine arrive on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
@@ -471,19 +477,20 @@ except Exception as e:
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   fi  # AMK_1B
-  if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these three)
+  if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these four)
   # The 1B step in the other layouts against the CPU backend, on the default step's weights: one
   # op per HF step (--unfused), the down projection split along K (gemv_splitk), the output
   # projection cut by query heads, each piece merging its heads' chunks itself
-  # (attention_combine_splitk, --o-proj split). Each measured slower than the default; ~45 s each.
+  # (attention_combine_splitk, --o-proj split), the merges in the last chunk of each kv head
+  # (arrival groups, --combine arrive). ~45 s each.
   [ -e "$d/llama1b.safetensors" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
-  for lay in unfused "down split" "o-proj split"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive"; do
     f=llama1b_${lay// /_}
     $amk -q gen llama --preset llama-3.2-1b --context 1024 --$lay --weights "$d/llama1b.safetensors" -o "$d/$f.json" || row "gen 1B --$lay" FAIL
     precompile "" "$d/$f.json"
   done
   precompile_run
-  for lay in unfused "down split" "o-proj split"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive"; do
     f=llama1b_${lay// /_}
     $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$out/run_$f.log" 2>&1
     rc=$?; tail -2 "$out/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"

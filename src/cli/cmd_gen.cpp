@@ -35,6 +35,7 @@ struct GenLlamaOptions {
   std::string down;      // --down: "split", "transposed", "rows" or empty (the layout's default)
   std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
   std::string o_proj = "rows";     // --o-proj: "rows" or "split"
+  std::string combine = "steps";   // --combine: "steps" or "arrive"
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -81,6 +82,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   o.gen.down_t = o.gen.fused && o.down == "transposed";
   o.gen.head_sync = o.attn_sync != "layer";
   o.gen.split_o = o.o_proj == "split";
+  o.gen.combine_arrive = o.combine == "arrive";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
@@ -190,6 +192,12 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "kv heads merged by one attention_combine (default 0: one each while the "
                   "blocks no attention chunk runs on can take them, else the fewest that fit "
                   "those blocks, so no combine delays an o_proj block)");
+  cmd->add_option("--combine", o->combine,
+                  "how attention's chunks are merged: steps (the default: attention_combine "
+                  "instructions that wait for their kv head's chunks, see --combine-heads) or "
+                  "arrive (fused layer: each chunk followed on its block by a member of its kv "
+                  "head's arrival group; the last to arrive merges, with no hop)")
+      ->check(CLI::IsMember({"steps", "arrive"}));
   cmd->add_option("--attn-sync", o->attn_sync,
                   "attention's dependencies: head (the default: each attention chunk waits for "
                   "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "

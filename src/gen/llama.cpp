@@ -300,6 +300,10 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
   if (o.combine_heads != 0 && o.split_o)
     usage_error("usage.gen.layout", "--combine-heads",
                 "--combine-heads applies to --o-proj rows only (split has no attention_combine)");
+  if (o.combine_arrive && (!o.fused || o.split_o || o.combine_heads != 0))
+    usage_error("usage.gen.layout", "--combine",
+                "--combine arrive applies to the fused layer with --o-proj rows and no "
+                "--combine-heads (its merges are one a kv head, on the attention blocks)");
   if (o.down_t && !(o.fused && o.split_down))
     usage_error("usage.gen.layout", "--down",
                 "--down transposed applies to the fused layer only (the unfused one has a "
@@ -474,12 +478,14 @@ Program generate_llama(const LlamaOptions& o) {
       auto overlap = [](uint64_t chunk, uint64_t seg) { return (chunk + seg - 2) / seg + 1; };
       return overlap(qkv_chunk, group * hd) <= AMK_MAX_SIGNALS && overlap(qkv_chunk, hd) <= AMK_MAX_SIGNALS;
     }();
+    // Attention's merges as arrival groups (LlamaOptions::combine_arrive): no partials counters.
+    const bool arrive = o.combine_arrive;
     // ... and the layer-wide ones only layer sync uses.
     auto lcounter = [&](const std::string& name) { return head_sync ? kUnused : b.counter(name); };
     const uint32_t c_xn = ucounter(L + "xn"), c_q = lcounter(L + "q"), c_k = lcounter(L + "k"),
                    c_v = lcounter(L + "v"), c_qr = rcounter(L + "q_rope"),
                    c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
-                   c_vc = b.counter(L + "v_cache"), c_parts = lcounter(L + "attn_partials"),
+                   c_vc = b.counter(L + "v_cache"), c_parts = arrive ? kUnused : lcounter(L + "attn_partials"),
                    c_attn = o.split_o ? kUnused : b.counter(L + "attn"), c_h = b.counter(L + "h"),
                    c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
                    c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
@@ -495,7 +501,7 @@ Program generate_llama(const LlamaOptions& o) {
         sq.counters.push_back(b.counter(L + "q.head" + G));
         sk.counters.push_back(b.counter(L + "k.head" + G));
         sv.counters.push_back(b.counter(L + "v.head" + G));
-        parts_g[g] = b.counter(L + "attn_partials.head" + G);
+        if (!arrive) parts_g[g] = b.counter(L + "attn_partials.head" + G);
       }
       sq.need.assign(nkv, 0);
       sk.need = sq.need;
@@ -565,7 +571,8 @@ Program generate_llama(const LlamaOptions& o) {
     auto add_o_proj = [&]() -> uint32_t {
       const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
       if (!o.split_o) {
-        const uint32_t nc = add_combines();
+        // (With arrival groups every chunk's member signals c_attn.)
+        const uint32_t nc = arrive ? static_cast<uint32_t>(nkv * n_chunks) : add_combines();
         return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x},
                          {{c_attn, nc}}, c_h);
       }
@@ -613,7 +620,12 @@ Program generate_llama(const LlamaOptions& o) {
     // the gemvs of qkv_gemvs (counters and counts per kv head in sq / sk / sv).
     auto add_attention_with_rope = [&] {
       for (uint64_t g = 0; g < nkv; ++g) {
+        const uint32_t arrivals_g =
+            arrive ? b.counter(L + "combine.head" + std::to_string(g) + ".arrivals") : kUnused;
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
+          const uint32_t c_chunk =
+              arrive ? b.counter(L + "attn." + std::to_string(g) + "." + std::to_string(ci))
+                     : kUnused;
           const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
           const bool last = t1 == T;
           const uint64_t cached = last ? pos - t0 : t1 - t0;
@@ -624,7 +636,8 @@ Program generate_llama(const LlamaOptions& o) {
             waits.push_back({sv.counters[g], sv.need[g]});
           }
           const Operand none{};
-          b.add(L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
+          const uint32_t chunk = b.add(
+                L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
                 {{"q", slice(q, g * group * hd, group * hd)},
                  {"k", slice(kc, cache_off, cached * hd)},
                  {"v", slice(vc, cache_off, cached * hd)},
@@ -639,7 +652,22 @@ Program generate_llama(const LlamaOptions& o) {
                  {"low_freq_factor", c.rope_low_freq},
                  {"high_freq_factor", c.rope_high_freq},
                  {"original_max_position", static_cast<double>(c.rope_original_max)}},
-                std::move(waits), {{parts_g[g], 1}});
+                std::move(waits), {{arrive ? c_chunk : parts_g[g], 1}});
+          if (arrive) {
+            // The chunk's member of head g's arrival group, on the chunk's block (the scheduler
+            // places a step whose one needed signaler is its block's last behind it and drops
+            // the wait; elsewhere the wait keeps it after the chunk).
+            const uint32_t member = b.add(
+                L + "combine." + std::to_string(g) + "." + std::to_string(ci), "attention_combine",
+                {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
+                 {"out", slice(attn, g * group * hd, group * hd)}},
+                {{"head_dim", static_cast<double>(hd)},
+                 {"kv_heads", 1.0},
+                 {"arrive", static_cast<double>(arrivals_g)},
+                 {"arrivals", static_cast<double>(n_chunks)}},
+                {{c_chunk, 1}}, {{c_attn, 1}});
+            b.follow(member, chunk);
+          }
         }
       }
       // The cache rows at `pos` for the next step, one instruction per kv head writing only

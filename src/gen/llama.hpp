@@ -105,6 +105,12 @@ struct LlamaOptions {
   // step's o_proj phase 4.36 -> 3.05 us a layer; the step 1.0109 -> 1.0065 ms, the 8B one
   // 4.455 -> 4.442.
   uint32_t combine_heads = 0;
+  // Fused layer, o_proj rows: no attention_combine steps of their own. Each attention chunk is
+  // followed on its block by a member of its kv head's arrival group (attention_combine with
+  // `arrive`, one counter a kv head): every member adds 1 to the counter and the last chunk's
+  // block to arrive merges the head's chunks there, with no hop and no instruction start of its
+  // own; o_proj waits for every member.
+  bool combine_arrive = false;
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
   uint32_t attn_chunks = 0;

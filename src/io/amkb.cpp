@@ -750,6 +750,11 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
           (a.params[k] & 0x7F800000u) == 0x7F800000u)
         bad(offsetof(amk_instruction_t, params) + k * 4, "amkb.instruction",
             "param " + std::string(sig->params[k].name) + " is not a finite f32");
+      if (sig && sig->params[k].type == ParamType::counter && a.params[k] != kNoCounter &&
+          a.params[k] >= p.counters.size())
+        bad(offsetof(amk_instruction_t, params) + k * 4, "ref.counter",
+            "param " + std::string(sig->params[k].name) + " names counter " +
+                std::to_string(a.params[k]) + " of " + std::to_string(p.counters.size()));
       in.params.push_back(a.params[k]);
     }
     for (size_t k = a.n_operands; k < slots; ++k) in.operands.push_back(Operand{});

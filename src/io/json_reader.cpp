@@ -1101,6 +1101,10 @@ private:
           ins.params[s] = encode_param(ps.type, *ps.default_value).value_or(0);
           continue;
         }
+        if (ps.type == ParamType::counter) {  // a counter's name
+          ins.params[s] = counter_ref(*v, ploc / name);
+          continue;
+        }
         const double d = get_number(*v, ploc / name);
         const auto word = encode_param(ps.type, d);
         if (!word)
@@ -1143,6 +1147,8 @@ private:
       return "u32";
     case ParamType::i32:
       return "i32";
+    case ParamType::counter:
+      return "counter";
     }
     return "?";
   }

@@ -419,8 +419,10 @@ private:
     out_ += "}, \"params\": {";
     first = true;
     for (size_t s = 0; s < n_params; ++s) {
-      sep(first);
       const uint32_t w = ins.params[s];
+      if (!custom && sig->params[s].type == ParamType::counter && w == kNoCounter)
+        continue; // no counter: the default, left out
+      sep(first);
       if (custom) {
         put_string(custom->params[s], where + "/params");
         out_ += ": ";
@@ -438,6 +440,13 @@ private:
         break;
       case ParamType::i32:
         put_int(static_cast<int32_t>(w));
+        break;
+      case ParamType::counter:
+        if (w >= p_.counters.size())
+          throw_program_error("ref.counter", where + "/params/" + std::string(ps.name),
+                              "param names counter " + std::to_string(w) + " of " +
+                                  std::to_string(p_.counters.size()));
+        put_string(p_.counters[w].name, where + "/params/" + std::string(ps.name));
         break;
       }
     }

@@ -69,8 +69,13 @@ constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std:
                                                {"original_max_position", ParamType::u32, 8192.0}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
+// arrive / arrivals: an arrival group (the combine folded into the attention chunks): every
+// member adds 1 to the counter `arrive`, and only the one that completes a round of `arrivals`
+// merges; the others write nothing (verify/arrivals.cpp).
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                                {"kv_heads", ParamType::u32, 1.0}};
+                                                {"kv_heads", ParamType::u32, 1.0},
+                                                {"arrive", ParamType::counter, 4294967295.0},
+                                                {"arrivals", ParamType::u32, 0.0}};
 constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
                                               {"x", Access::read, kF},
                                               {"y", Access::accumulate, kF32},
@@ -136,7 +141,10 @@ constexpr std::array<OpSig, 19> kOps = {{
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
      "attention_decode partials, M = max_c m_c; partials holds kv_heads kv heads' chunks back "
-     "to back, out their query heads in the same order",
+     "to back, out their query heads in the same order. With `arrive` (a counter), the "
+     "instruction is one of an arrival group of `arrivals` identical ones, each after one "
+     "attention chunk on its block: each adds 1 to the counter and the last to arrive merges "
+     "(no separate combine step, no wait for the chunks)",
      kAttentionCombineOperands, kAttentionCombineParams},
     {OpId::gemv_splitk, "gemv_splitk",
      "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), k < K = extent(x), "
@@ -189,6 +197,7 @@ std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
       return f32_bits(static_cast<float>(value));
     }
     case ParamType::u32:
+    case ParamType::counter:
       if (!(value >= 0.0 && value <= 4294967295.0) || value != std::floor(value)) return std::nullopt;
       return static_cast<uint32_t>(value);
     case ParamType::i32:
@@ -202,7 +211,8 @@ std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
 double decode_param(ParamType type, uint32_t word) noexcept {
   switch (type) {
     case ParamType::f32: return bits_f32(word);
-    case ParamType::u32: return word;
+    case ParamType::u32:
+    case ParamType::counter: return word;
     case ParamType::i32: return static_cast<int32_t>(word);
   }
   return 0.0;

@@ -42,7 +42,10 @@ inline constexpr uint64_t kCombineSplitkMaxK = 1024;
 // accumulate: the op adds into the elements with atomics. Accumulations into the same elements
 // commute, so they need no order among themselves, only against reads and writes.
 enum class Access : uint8_t { read, write, read_write, accumulate };
-enum class ParamType : uint8_t { f32, u32, i32 };
+// counter: a counter of the program, by name in JSON (its index in the binary form);
+// kNoCounter (the default) means none.
+enum class ParamType : uint8_t { f32, u32, i32, counter };
+inline constexpr uint32_t kNoCounter = 0xFFFFFFFFu;
 
 // Bit set of DType values.
 using DTypeSet = uint32_t;

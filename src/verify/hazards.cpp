@@ -10,6 +10,9 @@
 // read after the last writer. If all of those hold, every conflicting pair is ordered by
 // transitivity, so this finds a hazard exactly when one exists.
 //
+// An arrival group (verify/arrivals.cpp) is swept as one access owner: its accesses come after
+// what any member follows and before only what follows every member.
+//
 // Order tests: ancestor bitsets when the graph is small enough, otherwise a backward search
 // from the later instruction that never descends below the earlier one's topological rank.
 #include <algorithm>
@@ -153,7 +156,15 @@ SlotInfo slot_info(const Program &program, const Instruction &ins, size_t slot) 
 class HazardSweep {
 public:
   HazardSweep(const Program &program, const DependencyGraph &g)
-      : program_(program), reach_(g), checked_by_(g.n_instructions, kNone) {
+      : program_(program), reach_(g), groups_(arrival_groups(program)),
+        n_(g.n_instructions), checked_by_(g.n_instructions + groups_.members.size(), kNone) {
+    // An arrival group's accesses are swept once, at its member latest in the topological
+    // order (everything ordered after every member comes later in it), as the group's own.
+    last_member_.assign(groups_.members.size(), kNone);
+    for (uint32_t a = 0; a < groups_.members.size(); ++a)
+      for (uint32_t m : groups_.members[a])
+        if (last_member_[a] == kNone || reach_.rank(m) > reach_.rank(last_member_[a]))
+          last_member_[a] = m;
     // Only buffers that someone writes can have hazards.
     maps_.resize(program.buffers.size());
     written_.assign(program.buffers.size(), 0);
@@ -171,6 +182,12 @@ public:
       if (v >= g.n_instructions)
         continue;
       const Instruction &ins = program_.instructions[v];
+      uint32_t id = v; // who the accesses belong to: the instruction, or its arrival group
+      if (const uint32_t a = groups_.group_of[v]; a != ArrivalGroups::kNoGroup) {
+        if (v != last_member_[a])
+          continue;
+        id = n_ + a;
+      }
       for (int pass = 0; pass < 2; ++pass) { // reads first, so an in-place update is one step
         for (uint32_t s = 0; s < ins.operands.size(); ++s) {
           const Operand &o = ins.operands[s];
@@ -178,11 +195,11 @@ public:
             continue;
           const SlotInfo info = slot_info(program_, ins, s);
           if (pass == 0 && info.reads)
-            read_or_accumulate(o, {v, s}, Verb::reads);
+            read_or_accumulate(o, {id, s}, Verb::reads);
           if (pass == 1 && info.accumulates)
-            read_or_accumulate(o, {v, s}, Verb::accumulates);
+            read_or_accumulate(o, {id, s}, Verb::accumulates);
           else if (pass == 1 && info.writes)
-            write(o, {v, s});
+            write(o, {id, s});
         }
       }
     }
@@ -244,9 +261,45 @@ private:
       return; // already proven
     checked_by_[earlier.instruction] = later.instruction;
     ++pairs_;
-    if (reach_.reaches(earlier.instruction, later.instruction))
+    if (ordered(earlier.instruction, later.instruction))
       return;
     report(earlier, earlier_verb, later, later_verb);
+  }
+
+  // `from` finishes before `to` starts. A group (id n_ + a) starts after any of its members
+  // started and is finished only for what follows all of them.
+  bool ordered(uint32_t from, uint32_t to) {
+    if (to >= n_) {
+      for (uint32_t m : groups_.members[to - n_])
+        if (ordered(from, m))
+          return true;
+      return false;
+    }
+    if (from >= n_) {
+      for (uint32_t m : groups_.members[from - n_])
+        if (!ordered(m, to))
+          return false;
+      return true;
+    }
+    return from != to && reach_.rank(from) < reach_.rank(to) && reach_.reaches(from, to);
+  }
+
+  // The instruction a hazard message names for an access (a group: its member latest in the
+  // sweep), and how.
+  uint32_t shown(uint32_t id) const { return id < n_ ? id : last_member_[id - n_]; }
+  std::string label(uint32_t id) const {
+    const uint32_t i = shown(id);
+    const Instruction &ins = program_.instructions[i];
+    std::string s = "instruction " + std::to_string(i);
+    if (!ins.name.empty())
+      s += " '" + ins.name + "'";
+    s += " (" + op_name(program_, ins.op) + ")";
+    if (id >= n_)
+      s += " of the arrival group on counter '" +
+           program_.counters[groups_.counter[id - n_]].name + "' (" +
+           std::to_string(groups_.members[id - n_].size()) +
+           " instructions; the last to arrive does the work)";
+    return s;
   }
 
   static const char *verb_text(Verb v) {
@@ -254,32 +307,29 @@ private:
   }
 
   [[noreturn]] void report(Acc a, Verb a_verb, Acc b, Verb b_verb) {
-    const Instruction &ia = program_.instructions[a.instruction];
-    const Instruction &ib = program_.instructions[b.instruction];
+    const Instruction &ia = program_.instructions[shown(a.instruction)];
+    const Instruction &ib = program_.instructions[shown(b.instruction)];
     const Operand &oa = ia.operands[a.slot];
     const Operand &ob = ib.operands[b.slot];
     const uint64_t lo = std::max(oa.offset, ob.offset);
     const uint64_t hi = std::min(oa.offset + oa.extent, ob.offset + ob.extent);
-    auto label = [&](uint32_t i, const Instruction &ins) {
-      std::string s = "instruction " + std::to_string(i);
-      if (!ins.name.empty())
-        s += " '" + ins.name + "'";
-      return s + " (" + op_name(program_, ins.op) + ")";
-    };
     const std::string_view slot_b = slot_info(program_, ib, b.slot).name;
-    std::string message = label(a.instruction, ia) + verb_text(a_verb) + " and " +
-                          label(b.instruction, ib) + verb_text(b_verb) +
+    std::string message = label(a.instruction) + verb_text(a_verb) + " and " +
+                          label(b.instruction) + verb_text(b_verb) +
                           " buffer '" + program_.buffers[ob.buffer].name + "' elements [" +
                           std::to_string(lo) + ", " + std::to_string(hi) +
                           ") but neither queue order nor a needed counter signal orders them";
     throw_program_error("verify.hazard",
-                        "/instructions/" + std::to_string(b.instruction) + "/operands/" +
+                        "/instructions/" + std::to_string(shown(b.instruction)) + "/operands/" +
                             std::string(slot_b),
                         std::move(message));
   }
 
   const Program &program_;
   Reachability reach_;
+  ArrivalGroups groups_;
+  uint32_t n_;                       // instructions; group a is access owner n_ + a
+  std::vector<uint32_t> last_member_; // per group
   std::vector<SegmentMap> maps_;
   std::vector<uint8_t> written_;
   std::vector<uint32_t> checked_by_; // last later-instruction each earlier one was tested with

@@ -437,6 +437,19 @@ private:
              "extent(partials) = " + std::to_string(extent(0)) +
                  " is not a multiple of kv_heads * group * (head_dim + 2) = " +
                  std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
+      const uint32_t arrive = ins_.params[2], arrivals = ins_.params[3];
+      if (arrive == kNoCounter) {
+        if (arrivals != 0)
+          fail("verify.param", "/params/arrivals", "arrivals without an arrive counter");
+      } else {
+        if (arrive >= program_.counters.size())
+          fail("ref.counter", "/params/arrive",
+               "names counter " + std::to_string(arrive) + " of " +
+                   std::to_string(program_.counters.size()));
+        if (arrivals == 0)
+          fail("verify.param", "/params/arrivals",
+               "an arrive counter needs arrivals >= 1 (the instructions of its group)");
+      }
       break;
     }
     }

@@ -136,6 +136,22 @@ JSON_CASES = [
         "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
         "params": {"head_dim": 32, "heads": 2}, "signals": [{"counter": "done"}]})),
      P, "verify.shape", "/instructions/0/operands/partials"),
+    ("arrive_unknown_counter", mutate(setp(["instructions", 0], {
+        "name": "g0", "op": "attention_combine",
+        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
+        "params": {"head_dim": 32, "arrive": "nope", "arrivals": 1}, "signals": [{"counter": "done"}]})),
+     P, "ref.counter", "/instructions/0/params/arrive"),
+    ("arrive_count", mutate(both(setp(["counters"], ["done", "arrivals"]), setp(["instructions", 0], {
+        "name": "g0", "op": "attention_combine",
+        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
+        "params": {"head_dim": 32, "arrive": "arrivals", "arrivals": 2}, "signals": [{"counter": "done"}]}))),
+     P, "verify.arrive.count", "/instructions/0/params/arrivals"),
+    ("arrive_counter_waited", mutate(both(setp(["counters"], ["done", "arrivals"]), setp(["instructions", 0], {
+        "name": "g0", "op": "attention_combine",
+        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
+        "params": {"head_dim": 32, "arrive": "arrivals", "arrivals": 1}, "signals": [{"counter": "done"}]}),
+        setp(["instructions", 1, "waits"], [{"counter": "done", "value": 1}, {"counter": "arrivals", "value": 1}]))),
+     P, "verify.arrive.counter", "/instructions/1/waits/1"),
     ("argmax_index_map_extent", mutate(both(
         setp(["buffers"], BASE["buffers"] + [{"name": "idx", "dtype": "i32", "shape": [1], "output": True},
                                              {"name": "map", "dtype": "i32", "shape": [64], "init": {"kind": "random", "seed": 3}}]),

@@ -686,6 +686,70 @@ TEST_CASE("tiny: combines over two kv heads give the same step on the CPU as one
   for (uint32_t l = 0; l < 2; ++l) CHECK(r.rel_diff("act.L" + std::to_string(l) + ".attn") == 0.0);
 }
 
+TEST_CASE("--combine arrive: one arrival group a kv head, each member behind its own chunk; "
+          "same step on the CPU, exactly") {
+  gen::LlamaOptions o;
+  o.seed = 9;
+  o.context = 40;  // 5 chunks of 8 a kv head
+  o.combine_arrive = true;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  // The arrive counter travels by name in JSON, by index in .amkb.
+  const std::string json = program_to_json(p);
+  CHECK(json.find("\"arrive\": \"L1.combine.head1.arrivals\"") != std::string::npos);
+  CHECK(parse_json_program(json) == p);
+  CHECK(parse_amkb_program(program_to_amkb(p)) == p);
+  gen::LlamaOptions r = o;
+  r.combine_arrive = false;
+  const Program q = gen::generate_llama(r);
+  const auto n = count_ops(p);
+  const ArrivalGroups groups = arrival_groups(p);
+  REQUIRE(groups.members.size() == 2 * 2);  // layers x kv heads
+  CHECK(n.at("attention_combine") == n.at("attention_decode"));
+  std::vector<std::vector<uint32_t>> signalers(p.counters.size());
+  for (uint32_t i = 0; i < p.instructions.size(); ++i)
+    for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
+  for (uint32_t a = 0; a < groups.members.size(); ++a) {
+    CHECK(groups.members[a].size() == 5);
+    for (uint32_t m : groups.members[a]) {
+      const Instruction& in = p.instructions[m];
+      CAPTURE(in.name);
+      CHECK(in.params[3] == 5);  // arrivals
+      // Waits for exactly one instruction: the chunk just before it, on that chunk's counter.
+      REQUIRE(in.waits.size() == 1);
+      REQUIRE(signalers[in.waits[0].counter].size() == 1);
+      const Instruction& chunk = p.instructions[signalers[in.waits[0].counter][0]];
+      CHECK(op_name(p, chunk.op) == "attention_decode");
+      CHECK(signalers[in.waits[0].counter][0] + 1 == m);
+      CHECK(chunk.operands[3].buffer == in.operands[0].buffer);
+      CHECK(chunk.operands[3].offset >= in.operands[0].offset);
+      CHECK(chunk.operands[3].offset + chunk.operands[3].extent <=
+            in.operands[0].offset + in.operands[0].extent);
+    }
+  }
+  // The scheduler put every member right behind its chunk, so the planner drops their waits.
+  const auto queues = build_queues(p, 132);
+  std::vector<std::pair<uint32_t, uint32_t>> where(p.instructions.size());
+  for (uint32_t b = 0; b < queues.size(); ++b)
+    for (uint32_t k = 0; k < queues[b].size(); ++k) where[queues[b][k]] = {b, k};
+  for (const auto& members : groups.members)
+    for (uint32_t m : members)
+      CHECK(where[m] == std::make_pair(where[m - 1].first, where[m - 1].second + 1));
+  const CpuPair cpu(p, q);
+  CHECK(cpu.rel_diff("act.logits") == 0.0);
+  for (uint32_t l = 0; l < 2; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".attn") == 0.0);
+  // Refused where it has no meaning.
+  std::string code;
+  for (int bad = 0; bad < 3; ++bad) {
+    gen::LlamaOptions b = o;
+    if (bad == 0) b.fused = false;
+    if (bad == 1) b.split_o = true;
+    if (bad == 2) b.combine_heads = 2;
+    CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
+    CHECK(code == "usage.gen.layout");
+  }
+}
+
 TEST_CASE("tiny with a fixed grid writes queues that verify") {
   if (!have_llama_ops()) {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");

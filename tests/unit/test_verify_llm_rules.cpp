@@ -11,7 +11,13 @@ using namespace amk::test;
 
 namespace {
 
-void set_params(Builder& b, std::vector<uint32_t> params) { b.last().params = std::move(params); }
+// The params given, then the signature's defaults for the rest.
+void set_params(Builder& b, std::vector<uint32_t> params) {
+  const OpSig* sig = find_op(b.last().op);
+  for (size_t k = params.size(); k < sig->params.size(); ++k)
+    params.push_back(*encode_param(sig->params[k].type, sig->params[k].default_value.value_or(0)));
+  b.last().params = std::move(params);
+}
 
 std::vector<uint32_t> rope_params(uint32_t hd, uint32_t pos, float theta = 500000.0f,
                                   float factor = 32.0f, float low = 1.0f, float high = 4.0f,
@@ -246,6 +252,79 @@ TEST_CASE("attention_combine rules") {
   set_params(b, {hd, 1});
   b.last().operands[0] = b.whole(part16);
   CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/partials");
+}
+
+TEST_CASE("attention_combine arrival groups: rules, and the group's order in the hazard sweep") {
+  // Two chunks' partials (fills) of one query head, each followed by a member that waits for
+  // its chunk alone; a consumer reads out once every member has signalled.
+  Builder b;
+  const uint32_t hd = 32, chunks = 2;
+  const uint32_t part = b.buffer("partials", DType::f32, chunks * (hd + 2));
+  const uint32_t out = b.buffer("out", DType::f32, hd);
+  const uint32_t y = b.buffer("y", DType::f32, hd);
+  const uint32_t arr = b.counter("arrivals");
+  const uint32_t c0 = b.counter("chunk0"), c1 = b.counter("chunk1"), done = b.counter("done");
+  const uint32_t chunk_c[2] = {c0, c1};
+  for (uint32_t j = 0; j < chunks; ++j) {
+    b.add("fill", {slice(part, j * (hd + 2), hd + 2)}, {}, {{chunk_c[j], 1}});
+    b.add("attention_combine", {b.whole(part), b.whole(out)}, {{chunk_c[j], 1}}, {{done, 1}},
+          "member" + std::to_string(j));
+    set_params(b, {hd, 1, arr, chunks});
+  }
+  b.add("copy", {b.whole(out), b.whole(y)}, {{done, 2}}, {}, "consumer");
+  CHECK_NOTHROW(verify(b.p));
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}, {2, 3}, {4}};
+  CHECK_NOTHROW(verify(b.p));
+  b.p.queues.reset();
+
+  SUBCASE("the consumer after one member only: it may read out before the merge") {
+    b.p.instructions[4].waits[0].value = 1;
+    auto e = error_of([&] { verify(b.p); });
+    REQUIRE(e);
+    CHECK(e->code() == "verify.hazard");
+    // (The sweep meets the consumer first, so the group's write is the access reported.)
+    CHECK(e->where() == "/instructions/3/operands/out");
+    CHECK(e->message().find("'consumer'") != std::string::npos);
+    CHECK(e->message().find("arrival group on counter 'arrivals'") != std::string::npos);
+  }
+  SUBCASE("a member not ordered after its chunk: the merge may read that chunk's partials early") {
+    b.p.instructions[3].waits[0] = {c0, 1};
+    auto e = error_of([&] { verify(b.p); });
+    REQUIRE(e);
+    CHECK(e->code() == "verify.hazard");
+    CHECK(e->message().find("instruction 2") != std::string::npos);  // the fill of chunk 1
+  }
+  SUBCASE("one chunk's member suffices for reads: the merge runs after every member arrived") {
+    // member1 waits for both chunks, member0 for none: still every partial is written before
+    // the last arrival.
+    b.p.instructions[1].waits.clear();
+    b.p.instructions[3].waits.push_back({c0, 1});
+    CHECK_NOTHROW(verify(b.p));
+  }
+  SUBCASE("arrivals must equal the members") {
+    b.p.instructions[1].params[3] = 3;
+    b.p.instructions[3].params[3] = 3;
+    CHECK_ERROR(verify(b.p), "verify.arrive.count", "/instructions/1/params/arrivals");
+  }
+  SUBCASE("members must be identical") {
+    b.p.instructions[3].params[3] = 1;
+    CHECK_ERROR(verify(b.p), "verify.arrive.members", "/instructions/3");
+  }
+  SUBCASE("the arrive counter is the group's alone") {
+    b.p.instructions[4].waits.push_back({arr, 2});
+    CHECK_ERROR(verify(b.p), "verify.arrive.counter", "/instructions/4/waits/1");
+    b.p.instructions[4].waits.pop_back();
+    b.p.instructions[0].signals.push_back({arr, 1});
+    CHECK_ERROR(verify(b.p), "verify.arrive.counter", "/instructions/0/signals/1");
+  }
+  SUBCASE("arrive and arrivals go together; the counter exists") {
+    b.p.instructions[1].params = {hd, 1, kNoCounter, 2};
+    CHECK_ERROR(check_instruction(b.p, 1), "verify.param", "/instructions/1/params/arrivals");
+    b.p.instructions[1].params = {hd, 1, arr, 0};
+    CHECK_ERROR(check_instruction(b.p, 1), "verify.param", "/instructions/1/params/arrivals");
+    b.p.instructions[1].params = {hd, 1, 99, 2};
+    CHECK_ERROR(check_instruction(b.p, 1), "ref.counter", "/instructions/1/params/arrive");
+  }
 }
 
 TEST_CASE("gemv_splitk rules") {

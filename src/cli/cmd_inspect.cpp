@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
+#include "verify/verify.hpp"
 
 namespace amk::cli {
 namespace {
@@ -99,6 +100,14 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   if (plan.elided_waits + plan.elided_signals != 0)
     t << "              queue order already orders " << plan.elided_waits << " wait(s); they and "
       << plan.elided_signals << " signal(s) nobody else waits for are left out on the device\n";
+  const ArrivalGroups groups = arrival_groups(p);
+  if (!groups.members.empty()) {
+    size_t members = 0;
+    for (const auto& m : groups.members) members += m.size();
+    j["arrival_groups"] = {{"count", groups.members.size()}, {"members", members}};
+    t << "arrival groups " << groups.members.size() << " (" << members
+      << " members; the last of each to arrive does the work)\n";
+  }
   j["critical_path"] = summary.critical_path;
   j["dependency_edges"] = summary.dependency_edges;
   t << "critical path " << summary.critical_path << " instructions ("

@@ -188,6 +188,21 @@ expect_grep "$tmp/err" "at --down: --down transposed applies to the fused layer 
 expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
 expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
 [ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
+# --combine arrive: a member of its kv head's arrival group behind every chunk (tiny: 2 layers x
+# 2 kv heads x 2 chunks), shown by inspect, the same next token on the CPU; refused (exit 2,
+# nothing written) on the unfused layer.
+expect_rc 0 "gen llama --combine arrive" -- "$amk" -q gen llama --combine arrive -o "$tmp/gca.json"
+[ "$(ops_of "$tmp/gca.json" attention_combine)" = 8 ] && grep -q '"arrive": "L0.combine.head0.arrivals"' "$tmp/gca.json" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine arrive: not one member a chunk"; }
+expect_rc 0 "inspect --combine arrive" -- "$amk" inspect "$tmp/gca.json"
+expect_grep "$tmp/out" "^arrival groups 4 (8 members" "inspect counts the arrival groups"
+expect_rc 0 "run --combine arrive on the CPU" -- "$amk" -q run "$tmp/gca.json" --backend cpu -o "$tmp/gca_out"
+expect_rc 0 "run the default layout on the CPU" -- "$amk" -q run "$tmp/gl.json" --backend cpu -o "$tmp/gl_out"
+cmp -s "$tmp/gca_out/next_token.npy" "$tmp/gl_out/next_token.npy" && cmp -s "$tmp/gca_out/act.logits.npy" "$tmp/gl_out/act.logits.npy" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine arrive: not the default layout's logits"; }
+expect_rc 2 "gen llama --unfused --combine arrive" -- "$amk" gen llama --unfused --combine arrive -o "$tmp/gcu.json"
+expect_grep "$tmp/err" "at --combine: --combine arrive applies to the fused layer" "--unfused --combine arrive names the flag"
+[ ! -e "$tmp/gcu.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
 # --attn-chunks N: N attention_decode instructions per kv head (tiny: 16 positions, so the default
 # is 2 chunks of 8 and 1 asks for one of 16); 0 is refused (exit 2).
 expect_rc 0 "gen llama --attn-chunks 1" -- "$amk" -q gen llama --attn-chunks 1 -o "$tmp/ga.json"

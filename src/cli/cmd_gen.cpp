@@ -196,7 +196,7 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "how attention's chunks are merged: steps (the default: attention_combine "
                   "instructions that wait for their kv head's chunks, see --combine-heads) or "
                   "arrive (fused layer: each chunk followed on its block by a member of its kv "
-                  "head's arrival group; the last to arrive merges, with no hop)")
+                  "head's arrival group; the last to arrive merges, with no hop; measured slower, README)")
       ->check(CLI::IsMember({"steps", "arrive"}));
   cmd->add_option("--attn-sync", o->attn_sync,
                   "attention's dependencies: head (the default: each attention chunk waits for "

@@ -287,6 +287,20 @@ TEST_CASE("attention_combine arrival groups: rules, and the group's order in the
     CHECK(e->message().find("'consumer'") != std::string::npos);
     CHECK(e->message().find("arrival group on counter 'arrivals'") != std::string::npos);
   }
+  SUBCASE("a reader after the last member on its block but not after the other member") {
+    // Queue order puts the consumer behind member1, which also waits for chunk 0 (so the sweep
+    // meets the group there, before the consumer); member0 may still be the one that merges.
+    b.p.instructions[3].waits.push_back({c0, 1});
+    b.p.instructions[4].waits.clear();
+    b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}, {2, 3, 4}};
+    auto e = error_of([&] { verify(b.p); });
+    REQUIRE(e);
+    CHECK(e->code() == "verify.hazard");
+    CHECK(e->where() == "/instructions/4/operands/x");
+    CHECK(e->message().find("arrival group on counter 'arrivals'") != std::string::npos);
+    b.p.instructions[4].waits.push_back({done, 2});  // after both members: ordered
+    CHECK_NOTHROW(verify(b.p));
+  }
   SUBCASE("a member not ordered after its chunk: the merge may read that chunk's partials early") {
     b.p.instructions[3].waits[0] = {c0, 1};
     auto e = error_of([&] { verify(b.p); });

@@ -34,9 +34,6 @@ constexpr uint64_t kHeaderBytes = 64;
 constexpr uint64_t kEntryBytes = 32;
 constexpr uint32_t kMaxSections = 16;
 constexpr uint64_t kDataAlign = 256;  // every inline-values blob starts on this file alignment
-// Same bounds as the JSON reader (the two encodings accept the same programs).
-constexpr uint64_t kMaxTimeoutMs = UINT32_MAX;
-constexpr uint64_t kMaxTmaDim = uint64_t{1} << 32;
 
 // Header field offsets.
 constexpr size_t kHdrVersion = 8;

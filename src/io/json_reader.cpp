@@ -26,9 +26,7 @@ using json = nlohmann::json;
 
 constexpr uint64_t kU32Max = std::numeric_limits<uint32_t>::max();
 constexpr uint64_t kU64Max = std::numeric_limits<uint64_t>::max();
-constexpr uint64_t kMaxTimeoutMs = kU32Max; // ~49 days; keeps timeout_ms * 1e6 ns in range
 constexpr uint64_t kMaxTmaRank = 5;
-constexpr uint64_t kMaxTmaDim = uint64_t{1} << 32; // cuTensorMapEncodeTiled's globalDim limit
 
 // ---- JSON pointers, built only when an error is thrown ----
 

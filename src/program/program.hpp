@@ -29,6 +29,8 @@ inline constexpr uint64_t kMaxTmaDescriptors = 64;
 inline constexpr uint64_t kMaxCustomOps = 64;
 inline constexpr uint64_t kMaxCustomSourceBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;      // program file itself
+inline constexpr uint64_t kMaxTimeoutMs = UINT32_MAX;  // ~49 days; timeout_ms * 1e6 ns stays in range
+inline constexpr uint64_t kMaxTmaDim = uint64_t{1} << 32;  // cuTensorMapEncodeTiled's globalDim limit
 
 // ---- element types ----
 enum class DType : uint8_t {

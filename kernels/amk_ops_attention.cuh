@@ -1091,6 +1091,80 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
 #endif  // AMK_USE_OP_ATTENTION_COMBINE || AMK_USE_OP_ATTENTION_COMBINE_SPLITK
 
 #if AMK_USE_OP_ATTENTION_COMBINE
+// AMK_COMBINE_SMEM (the generated source sets it: 1 where the VM's dynamic shared memory is
+// gemv's ring, which nothing keeps across instructions; codegen's combine_staged): the op copies
+// its whole partials region (kv x chunks x group rows, contiguous) into dynamic shared memory with
+// cp.async from a short loop, computes each head's chunk weights once into shared memory, then
+// merges from there. The register path above unrolls a batch of 16 chunks' loads (~35 KiB of
+// code); on the Llama-3.2-1B step its first (m, l) arrived 2.2 us after the operands were decoded
+// at batch 16 and 1.0 us at batch 4 (one round trip either way), so most of that was the op's
+// code arriving, not its data. Measured on the H200 (twenty-second session, `amk profile
+// --events --tuning-arms`, three rounds): the combine 4.08 -> 3.12 us a layer (trace mean), the
+// 1B step 1.0010 -> 0.9953 ms, the 8B step 4.377 -> 4.380 (a tie); recomputing each weight in the
+// merge loop instead (expf per chunk per output) had made both slower (+1.9%, +2.4%). Results are
+// the same to the bit for up to 32 chunks (the same max, weights, fmaf order and sum). A region
+// larger than the launch's dynamic shared memory takes the register path.
+#ifndef AMK_COMBINE_SMEM
+#define AMK_COMBINE_SMEM 0
+#endif
+#if AMK_COMBINE_SMEM && !AMK_WEIGHT_STREAMS && !AMK_TMA_GEMV
+template <class Store>
+__device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, uint32_t chunks,
+                                                   uint32_t block, uint32_t hd, uint32_t ng,
+                                                   uint32_t per_kv, uint32_t kv_stride,
+                                                   Store&& store) {
+  const uint32_t base = amk_smem_addr(amk_dynamic_smem);
+  if ((reinterpret_cast<uint64_t>(p) & 15u) == 0 && n % 4 == 0) {
+#pragma unroll 1
+    for (uint32_t i = threadIdx.x; i < n / 4; i += AMK_BLOCK_THREADS)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16 * i),
+                   "l"(p + 4 * static_cast<uint64_t>(i)) : "memory");
+  } else {
+#pragma unroll 1
+    for (uint32_t i = threadIdx.x; i < n; i += AMK_BLOCK_THREADS)
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(base + 4 * i), "l"(p + i)
+                   : "memory");
+  }
+  asm volatile("cp.async.commit_group;" ::: "memory");
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  __syncthreads();
+  AMK_TRACE_MARK(AMK_TRACE_MARKS_EARLY ? 1 : 0);  // the partials ((m, l) too) in shared memory
+  const float* s = reinterpret_cast<const float*>(amk_dynamic_smem);
+  // Each head's chunk weights, computed once (a lane a chunk) and read back by every lane.
+  float* wts = reinterpret_cast<float*>(amk_dynamic_smem) + (n + 3) / 4 * 4;
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  const uint32_t row = hd + 2;
+#pragma unroll 1
+  for (uint32_t i = warp; i < ng; i += kAmkWarps) {
+    const uint32_t kv = i / per_kv;
+    const float* head = s + kv * kv_stride + (i - kv * per_kv) * row;  // chunk c at c * block
+    float* w = wts + i * chunks;
+    float big = amk_neg_inf();
+    for (uint32_t c = lane; c < chunks; c += kAmkWarpSize) big = fmaxf(big, head[c * block + hd]);
+    big = amk_warp_max(big);
+    float total = 0.0f;
+    for (uint32_t c = lane; c < chunks; c += kAmkWarpSize) {
+      const float mc = head[c * block + hd];
+      w[c] = mc == amk_neg_inf() ? 0.0f : head[c * block + hd + 1] * expf(mc - big);
+      total += w[c];
+    }
+    total = amk_warp_sum(total);
+    __syncwarp();  // every lane's weights written
+    const float inv = 1.0f / total;
+    for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+      float acc = 0.0f;
+#pragma unroll 8
+      for (uint32_t c = 0; c < chunks; ++c) acc = fmaf(w[c], head[c * block + d], acc);
+      store(static_cast<uint64_t>(i) * hd + d, acc * inv);
+    }
+    if (!AMK_TRACE_MARKS_EARLY && i == warp) AMK_TRACE_MARK(1);  // the first head merged
+  }
+}
+#define AMK_COMBINE_STAGED 1
+#else
+#define AMK_COMBINE_STAGED 0
+#endif
+
 // With `arrive` (params 2, 3: a counter and the group's size) the instruction is one member of
 // an arrival group, each member right behind one attention chunk on that chunk's block: it adds
 // 1 to the counter (a release, after the VM's barrier has ordered the block's partials before
@@ -1132,6 +1206,17 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t& prog,
   const float* p = reinterpret_cast<const float*>(partials.ptr);
   // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
   if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
+#if AMK_COMBINE_STAGED
+  // The partials, then a weight for each of their rows (codegen's combine_smem_bytes).
+  const uint64_t n = static_cast<uint64_t>(kv) * chunks * block;  // <= partials.n
+  if (((n + 3) / 4 * 4 + n / row) * sizeof(float) <= amk_dynamic_smem_size() &&
+      prog.stream_slots == 0) {
+    amk_combine_staged(p, static_cast<uint32_t>(n), chunks, static_cast<uint32_t>(block), hd,
+                       group * kv, group, static_cast<uint32_t>(chunks * block),
+                       [&](uint64_t at, float v) { amk_store_f32(out, at, v); });
+    return;
+  }
+#endif
   amk_combine_heads(p, chunks, block, hd, 0, group * kv, group, chunks * block,
                     [&](uint64_t at, float v) { amk_store_f32(out, at, v); });
 }

@@ -563,6 +563,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   vj["weight_streams"] = vm.weight_streams;
   if (vm.gemv_smem_stages >= 0) vj["gemv_smem_stages"] = vm.gemv_smem_stages;
   vj["prefetch_ahead"] = vm.prefetch_ahead;
+  if (vm.combine_smem >= 0) vj["combine_partials_in_shared_memory"] = vm.combine_smem != 0;
   j["vm"] = vj;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
@@ -584,6 +585,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   if (vm.gemv_smem_stages > 0)
     text << ", gemv weights through " << vm.gemv_smem_stages << " shared-memory stages a warp";
   if (vm.prefetch_ahead == 0) text << ", no L2 prefetch of the next streaming step";
+  if (vm.combine_smem == 1) text << ", attention_combine's partials staged in shared memory";
   text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);

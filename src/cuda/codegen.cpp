@@ -279,6 +279,22 @@ uint32_t gemv_ring_bytes(const Program& program, const Plan& plan, const Compile
          kGemvSlotBytes;
 }
 
+// AMK_COMBINE_SMEM (kernels/amk_ops_attention.cuh): attention_combine stages its partials in
+// the launch's dynamic shared memory where the VM has gemv's ring there (the decode steps), which
+// no instruction keeps across instructions (gemv_smem_stages: no TMA gemv, no weight streams, no
+// dynamic shared memory the program declares for itself). vm_dynamic_smem_bytes grows the ring
+// to the largest combine's partials up to the ring's cap; a larger combine runs the register path.
+uint64_t combine_smem_bytes(const amk_instruction_t& ins) {
+  const uint64_t n = ins.operands[0].extent, row = uint64_t{ins.params[0]} + 2;
+  return ((n + 3) / 4 * 4 + n / row) * 4;  // the partials (16-byte aligned end), a weight a row
+}
+
+bool combine_staged(const Program& program, const Plan& plan, const CompileOptions& options) {
+  if (!used_ops(plan).count(static_cast<uint16_t>(OpId::attention_combine))) return false;
+  if (gemv_ring_bytes(program, plan, options) == 0) return false;
+  return tuning_value(options, "AMK_COMBINE_SMEM").value_or(1) != 0;
+}
+
 VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOptions& options) {
   constexpr int kGemvPreloadDefault = 2;  // AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh
   const std::set<uint16_t> ops = used_ops(plan);
@@ -308,6 +324,8 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
                                                         : kPrefetchAheadDefault));
   if (ops.count(static_cast<uint16_t>(OpId::gemv)))
     c.gemv_smem_stages = static_cast<int>(gemv_smem_stages(program, plan, options));
+  if (ops.count(static_cast<uint16_t>(OpId::attention_combine)))
+    c.combine_smem = combine_staged(program, plan, options) ? 1 : 0;
   return c;
 }
 
@@ -315,8 +333,18 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
                                const CompileOptions& options) {
   const std::set<uint16_t> ops = used_ops(plan);
   if (!ops.count(static_cast<uint16_t>(OpId::gemv))) return 0;
-  // The gemv ring (only where no TMA gemv is: gemv_smem_stages).
-  if (const uint32_t ring = gemv_ring_bytes(program, plan, options); ring != 0) return ring;
+  // The gemv ring (only where no TMA gemv is: gemv_smem_stages), grown to the largest staged
+  // attention_combine's partials up to the ring's cap (the Llama-3.1-8B step's 65 KiB against a
+  // 64 KiB ring; such a VM runs one block an SM either way).
+  if (const uint32_t ring = gemv_ring_bytes(program, plan, options); ring != 0) {
+    uint64_t partials = 0;
+    if (combine_staged(program, plan, options))
+      for (const amk_instruction_t& ins : plan.instructions)
+        if (ins.op == static_cast<uint16_t>(OpId::attention_combine) &&
+            combine_smem_bytes(ins) <= kGemvRingCap)
+          partials = std::max(partials, combine_smem_bytes(ins));
+    return std::max(ring, static_cast<uint32_t>(partials));
+  }
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)))
@@ -386,6 +414,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
     {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from smem)"},
     {"AMK_GEMV_SMEM_STAGES", 0, 4, "0 (off) or 2-4 gemv weight batches a warp in shared memory"},
+    {"AMK_COMBINE_SMEM", 0, 1, "0 or 1 (attention_combine stages its partials in shared memory)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table
@@ -528,7 +557,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_TMA_COUNT " + std::to_string(program.tma.size()) + "\n";
   if (options.trace) s += "#define AMK_TRACE 1\n";
   for (const auto& [name, value] : options.tuning)
-    if (name != "AMK_SMEM_BUFFERS" && name != "AMK_GEMV_SMEM_STAGES")  // (decided below)
+    if (name != "AMK_SMEM_BUFFERS" && name != "AMK_GEMV_SMEM_STAGES" &&
+        name != "AMK_COMBINE_SMEM")  // (decided below)
       s += "#define " + name + " " + std::to_string(value) + "\n";
   // The program-dependent choices (vm_choices, which `amk compile` reports); a tuning that names
   // one was copied above and decides it.
@@ -563,6 +593,8 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (vm.gemv_smem_stages > 0)
     s += "#define AMK_GEMV_SMEM_STAGES " + std::to_string(vm.gemv_smem_stages) +
          "\n#define AMK_GEMV_RING_SLOT_BYTES " + std::to_string(kGemvSlotBytes) + "\n";
+  // attention_combine stages its partials in dynamic shared memory (combine_staged).
+  if (vm.combine_smem == 1) s += "#define AMK_COMBINE_SMEM 1\n";
   for (uint16_t id : ops)
     if (id > 0 && id < kOpMacros.size())
       s += "#define AMK_USE_OP_" + std::string(kOpMacros[id]) + " 1\n";

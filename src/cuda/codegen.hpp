@@ -111,7 +111,15 @@ struct VmChoices {
   bool weight_streams = false;
   int gemv_smem_stages = -1;     // with gemv: weight batches a warp in shared memory (0: registers)
   int prefetch_ahead = -1;       // streaming steps ahead whose first bytes a step asks L2 for
+  int combine_smem = -1;         // 0 / 1 with attention_combine: partials staged in shared memory
 };
+// Whether attention_combine stages its partials in the launch's dynamic shared memory
+// (AMK_COMBINE_SMEM; the tuning decides where the VM could).
+[[nodiscard]] bool combine_staged(const Program& program, const Plan& plan,
+                                  const CompileOptions& options);
+// Dynamic shared memory an attention_combine instruction stages (its partials, then a weight for
+// each of their head_dim + 2 rows).
+[[nodiscard]] uint64_t combine_smem_bytes(const amk_instruction_t& ins);
 [[nodiscard]] VmChoices vm_choices(const Program& program, const Plan& plan,
                                    const CompileOptions& options);
 

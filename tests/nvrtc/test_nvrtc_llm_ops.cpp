@@ -385,6 +385,64 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
   CHECK(amk::test::no_spills(out.log));
 }
 
+// The largest attention_combine's staging in bytes: its partials and a float for each of their
+// rows of head_dim + 2 (the weights).
+uint64_t largest_partials(const Plan& plan) {
+  uint64_t most = 0;
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::attention_combine)) {
+      const uint64_t n = ins.operands[0].extent;
+      CHECK(combine_smem_bytes(ins) >= (n + n / (ins.params[0] + 2)) * 4);
+      most = std::max(most, combine_smem_bytes(ins));
+    }
+  return most;
+}
+
+TEST_CASE("attention_combine stages its partials in shared memory exactly where gemv's ring is") {
+  CompileOptions options;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const Program p = llama_step(preset, 1);
+    const Plan plan = make_plan(p);
+    REQUIRE(gemv_ring_bytes(p, plan, options) != 0);
+    CHECK(combine_staged(p, plan, options));
+    CHECK(vm_choices(p, plan, options).combine_smem == 1);
+    CHECK(vm_source(p, plan, options).find("#define AMK_COMBINE_SMEM 1\n") != std::string::npos);
+    // The launch's dynamic shared memory holds every combine's staging: the 8B step's 66 KiB
+    // grow its 64 KiB ring.
+    const uint64_t partials = largest_partials(plan);
+    CHECK(partials > 0);
+    CHECK(vm_dynamic_smem_bytes(p, plan, 232448, options) >= partials);
+    CHECK(vm_dynamic_smem_bytes(p, plan, 232448, options) >= gemv_ring_bytes(p, plan, options));
+    // Turned off by the tuning: no macro, the ring's size alone.
+    CompileOptions off;
+    off.tuning = {{"AMK_COMBINE_SMEM", 0}};
+    CHECK_FALSE(combine_staged(p, plan, off));
+    CHECK(vm_choices(p, plan, off).combine_smem == 0);
+    CHECK(vm_source(p, plan, off).find("AMK_COMBINE_SMEM") == std::string::npos);
+    CHECK(vm_dynamic_smem_bytes(p, plan, 232448, off) == gemv_ring_bytes(p, plan, off));
+    // No ring (gemv's weights in registers): the register path, and the tuning cannot force it.
+    CompileOptions no_ring;
+    no_ring.tuning = {{"AMK_GEMV_SMEM_STAGES", 0}, {"AMK_COMBINE_SMEM", 1}};
+    CHECK_FALSE(combine_staged(p, plan, no_ring));
+    CHECK(vm_source(p, plan, no_ring).find("AMK_COMBINE_SMEM") == std::string::npos);
+  }
+  // The GPU test program: a ring from its waiting gemvs; the 141 KB combine is past the ring's
+  // cap, so the launch is sized for the others and that one takes the register path.
+  const std::filesystem::path dir = std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" / "programs";
+  const Program staged = load_program_file(dir / "attention_combine_staged.json");
+  const Plan plan = make_plan(staged);
+  CHECK(combine_staged(staged, plan, options));
+  CHECK(largest_partials(plan) > kGemvRingCap);
+  CHECK(vm_dynamic_smem_bytes(staged, plan, 232448, options) ==
+        gemv_ring_bytes(staged, plan, options));
+  // Without a gemv (attention_rope.json): no ring, the register path.
+  const Program rope = load_program_file(dir / "attention_rope.json");
+  const Plan rope_plan = make_plan(rope);
+  CHECK_FALSE(combine_staged(rope, rope_plan, options));
+  CHECK(vm_choices(rope, rope_plan, options).combine_smem == 0);
+}
+
 TEST_CASE("the 1B step with the output projection split by query heads (--o-proj split) "
           "compiles without spills") {
   gen::LlamaOptions o;

@@ -119,7 +119,7 @@ ordered_json resources_json(const GpuExecutable& ex) {
   j["arch"] = ex.compiled().arch;
   j["registers_per_thread"] = k.regs_per_thread;
   j["static_smem_bytes"] = k.static_smem;
-  j["dynamic_smem_bytes"] = 0;
+  j["dynamic_smem_bytes"] = ex.dynamic_smem();  // as launched (blocks_per_sm counts it)
   j["local_bytes"] = k.local_bytes;
   j["const_bytes"] = k.const_bytes;
   j["max_threads_per_block"] = k.max_threads;
@@ -492,12 +492,12 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   opts.compile.trust_custom_ops = load.trust_custom_ops;
   GpuExecutable ex = GpuExecutable::open(program, plan, initial, opts);
   ordered_json j = resources_json(ex);
-  j["dynamic_smem_bytes"] = program.launch.dynamic_smem;
   text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
        << ex.device().name << "\n"
        << "  registers/thread " << j["registers_per_thread"].get<uint32_t>() << ", static smem "
        << j["static_smem_bytes"].get<uint64_t>() << " B, dynamic smem "
-       << program.launch.dynamic_smem << " B, local " << j["local_bytes"].get<uint64_t>()
+       << ex.dynamic_smem() << " B (program " << program.launch.dynamic_smem << "), local "
+       << j["local_bytes"].get<uint64_t>()
        << " B, const " << j["const_bytes"].get<uint64_t>() << " B, max threads "
        << j["max_threads_per_block"].get<uint32_t>() << "\n"
        << "  blocks/SM " << j["blocks_per_sm"].get<uint32_t>() << " x SMs "

@@ -595,6 +595,7 @@ const KernelResources& GpuExecutable::kernel() const { return impl().kernel; }
 const CompileOutput& GpuExecutable::compiled() const { return impl().compiled; }
 uint32_t GpuExecutable::grid() const { return impl().grid; }
 uint32_t GpuExecutable::block() const { return impl().block; }
+uint32_t GpuExecutable::dynamic_smem() const { return impl().dynamic_smem; }
 const Plan* GpuExecutable::replanned() const {
   const Impl& m = impl();
   return m.replanned ? &*m.replanned : nullptr;

@@ -83,6 +83,9 @@ public:
   [[nodiscard]] const CompileOutput& compiled() const;
   [[nodiscard]] uint32_t grid() const;
   [[nodiscard]] uint32_t block() const;
+  // Dynamic shared memory amk_vm launches with: the program's own, or what the VM needs (gemv's
+  // ring, the TMA gemv's stages, the weight streams), whichever is larger.
+  [[nodiscard]] uint32_t dynamic_smem() const;
   // The plan built for `grid: auto`, or null when the caller's plan ran as given.
   [[nodiscard]] const Plan* replanned() const;
   [[nodiscard]] std::vector<uint64_t> trace() const; // raw words; empty unless options.trace

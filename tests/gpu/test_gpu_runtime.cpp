@@ -16,8 +16,10 @@
 #include "backend/cpu_backend.hpp"
 #include "backend/host_data.hpp"
 #include "core/error.hpp"
+#include "cuda/codegen.hpp"
 #include "cuda/executor.hpp"
 #include "gpu_support.hpp"
+#include "io/load.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
@@ -131,6 +133,8 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   // grid auto: the executable replans for every co-resident block.
   REQUIRE(exe.replanned() != nullptr);
   CHECK(exe.grid() == exe.kernel().blocks_per_sm * exe.device().sm_count);
+  // No gemv: the launch's dynamic shared memory is the program's (none).
+  CHECK(exe.dynamic_smem() == program.launch.dynamic_smem);
 
   for (int round = 0; round < 2; ++round) {
     CAPTURE(round);
@@ -168,6 +172,22 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   exe.close();
   exe.close(); // idempotent
   CHECK(!exe.is_open());
+}
+
+TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv's stages; gemv's ring grown for a staged combine)") {
+  REQUIRE(amk::test::g_have_gpu);
+  for (const char* name : {"gemv_waits.json", "attention_combine_staged.json"}) {
+    CAPTURE(name);
+    const Program program =
+        load_program_file(std::string(AMK_SOURCE_DIR) + "/tests/gpu/programs/" + name);
+    const Plan plan = make_plan(program);
+    GpuExecutable exe = GpuExecutable::open(program, plan, materialize_all(program), GpuOptions{});
+    const uint32_t want = vm_dynamic_smem_bytes(
+        program, plan, static_cast<uint32_t>(exe.device().smem_per_block_optin), CompileOptions{});
+    CHECK(want >= gemv_ring_bytes(program, plan, CompileOptions{}));
+    CHECK(want > 0);
+    CHECK(exe.dynamic_smem() == want);
+  }
 }
 
 TEST_CASE("a grid past co-residency is refused before launching") {

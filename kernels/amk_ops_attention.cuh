@@ -1107,6 +1107,8 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
 #ifndef AMK_COMBINE_SMEM
 #define AMK_COMBINE_SMEM 0
 #endif
+// (Never with the weight streams or the TMA gemv, whose dynamic shared memory outlives an
+// instruction; codegen does not set it there either.)
 #if AMK_COMBINE_SMEM && !AMK_WEIGHT_STREAMS && !AMK_TMA_GEMV
 template <class Store>
 __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, uint32_t chunks,
@@ -1209,8 +1211,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t& prog,
 #if AMK_COMBINE_STAGED
   // The partials, then a weight for each of their rows (codegen's combine_smem_bytes).
   const uint64_t n = static_cast<uint64_t>(kv) * chunks * block;  // <= partials.n
-  if (((n + 3) / 4 * 4 + n / row) * sizeof(float) <= amk_dynamic_smem_size() &&
-      prog.stream_slots == 0) {
+  if (((n + 3) / 4 * 4 + n / row) * sizeof(float) <= amk_dynamic_smem_size()) {
     amk_combine_staged(p, static_cast<uint32_t>(n), chunks, static_cast<uint32_t>(block), hd,
                        group * kv, group, static_cast<uint32_t>(chunks * block),
                        [&](uint64_t at, float v) { amk_store_f32(out, at, v); });

@@ -279,16 +279,16 @@ uint32_t gemv_ring_bytes(const Program& program, const Plan& plan, const Compile
          kGemvSlotBytes;
 }
 
-// AMK_COMBINE_SMEM (kernels/amk_ops_attention.cuh): attention_combine stages its partials in
-// the launch's dynamic shared memory where the VM has gemv's ring there (the decode steps), which
-// no instruction keeps across instructions (gemv_smem_stages: no TMA gemv, no weight streams, no
-// dynamic shared memory the program declares for itself). vm_dynamic_smem_bytes grows the ring
-// to the largest combine's partials up to the ring's cap; a larger combine runs the register path.
 uint64_t combine_smem_bytes(const amk_instruction_t& ins) {
   const uint64_t n = ins.operands[0].extent, row = uint64_t{ins.params[0]} + 2;
   return ((n + 3) / 4 * 4 + n / row) * 4;  // the partials (16-byte aligned end), a weight a row
 }
 
+// AMK_COMBINE_SMEM (kernels/amk_ops_attention.cuh): attention_combine stages its partials in
+// the launch's dynamic shared memory where the VM has gemv's ring there (the decode steps), which
+// no instruction keeps across instructions (gemv_smem_stages: no TMA gemv, no weight streams, no
+// dynamic shared memory the program declares for itself). vm_dynamic_smem_bytes grows the ring
+// to the largest combine's staging up to the ring's cap; a larger combine runs the register path.
 bool combine_staged(const Program& program, const Plan& plan, const CompileOptions& options) {
   if (!used_ops(plan).count(static_cast<uint16_t>(OpId::attention_combine))) return false;
   if (gemv_ring_bytes(program, plan, options) == 0) return false;
@@ -340,9 +340,9 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
     uint64_t partials = 0;
     if (combine_staged(program, plan, options))
       for (const amk_instruction_t& ins : plan.instructions)
-        if (ins.op == static_cast<uint16_t>(OpId::attention_combine) &&
-            combine_smem_bytes(ins) <= kGemvRingCap)
-          partials = std::max(partials, combine_smem_bytes(ins));
+        if (ins.op == static_cast<uint16_t>(OpId::attention_combine))
+          if (const uint64_t need = combine_smem_bytes(ins); need <= kGemvRingCap)
+            partials = std::max(partials, need);
     return std::max(ring, static_cast<uint32_t>(partials));
   }
   uint32_t best = 0;

@@ -88,6 +88,9 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // last ran a non-gemv op, i.e. o_proj after attention, so that the combine's reads do not queue
 // behind it: the combine gained 0.6 us a layer, o_proj lost 2 us; 1B +2.6% (+3.5% without the
 // prefetch too), 8B +1.2% (+1.5%).
+// Where the weights go through the ring the generated source sets 1 (codegen's kGemvPreloadRing:
+// measured on the H200 in the twenty-third session, Llama-3.2-1B step -1.0%, 8B -0.2%: half the
+// bytes in flight at each phase boundary, where the latency-bound steps' round trips queue).
 // A program with no such step (codegen's gemv_preload_needed) gets 0: the preload's registers
 // took the GEMV benchmark's VM from 128 to 150 a thread, from two blocks an SM to one, and its
 // 8 x 4096^2 from 73 to 98.5 us.

@@ -150,9 +150,10 @@ tuned=(
   # quarter of the code; the 40-chunk tiny step below covers its rounds).
   "AMK_COMBINE_BATCH=4|combine4|attention_rope"
   # The gemv preload (by default a gemv whose weights no instruction writes requests its first
-  # two weight batches, then waits inside the op; gemv_waits.json has every gemv form behind a
-  # wait): the default rows run it; here one batch (AMK_GEMV_PRELOAD=1) and none (0).
-  "AMK_GEMV_PRELOAD=1|preload1|gemv_waits gemv_fused gemv_stream"
+  # weight batches, one through the ring and two in registers, then waits inside the op;
+  # gemv_waits.json has every gemv form behind a wait): the default rows run it; here two
+  # batches (AMK_GEMV_PRELOAD=2, the ring's default before the twenty-third session) and none (0).
+  "AMK_GEMV_PRELOAD=2|preload2|gemv_waits gemv_fused gemv_stream"
   "AMK_GEMV_PRELOAD=0|preload0|gemv_waits tma_gemv gemv_splitk"
   # A program whose steps wait holds the buffer table in shared memory by default; programs with
   # waits with the global table (AMK_SMEM_BUFFERS=0), and ones without waits with the shared one.
@@ -396,8 +397,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
   # executable per arm, two interleaved rounds): gemv's weights in registers (AMK_GEMV_SMEM_STAGES=0,
-  # the default before the eighteenth session) or through 3 ring stages, the gemv preload at one
-  # batch (AMK_GEMV_PRELOAD=1),
+  # the default before the eighteenth session) or through 3 ring stages, the gemv preload at two
+  # batches (AMK_GEMV_PRELOAD=2, the default before the twenty-third session),
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
   # step's own weights (AMK_PREFETCH_OWN_BYTES=0), attention's instruction read from global memory
   # after its wait (AMK_STAGE_DECODE_INS=0), attention's new-token reads as three round trips
@@ -407,7 +408,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_COMBINE_SMEM=0, the default before the twenty-second): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -499,7 +500,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=1;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

@@ -230,6 +230,16 @@ bool smem_buffer_table(const Program& program, const Plan& plan, const CompileOp
                      [](const amk_instruction_t& ins) { return ins.n_waits != 0; });
 }
 
+// AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh (two batches), and the level the generated
+// source sets where gemv's weights go through the ring. Measured on the H200 (`amk profile
+// --events --tuning-arms`, one process, twenty-third session): one batch before the wait instead
+// of two, Llama-3.2-1B step 0.9876 -> 0.9780 ms (three rounds, every one lower), Llama-3.1-8B
+// 4.3330 -> 4.3249 (two). Half the bytes each block puts in flight at a phase boundary, where the
+// latency-bound steps' round trips queue behind them (an L2 round trip under 32 KiB a block in
+// flight: ~525 ns; under 64 KiB: ~820 ns, the seventeenth session's probe).
+constexpr int kGemvPreloadDefault = 2;
+constexpr int kGemvPreloadRing = 1;
+
 bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
   if (const auto t = tuning_value(options, "AMK_GEMV_PRELOAD")) return *t != 0;
   for (const amk_instruction_t& ins : plan.instructions)
@@ -296,14 +306,17 @@ bool combine_staged(const Program& program, const Plan& plan, const CompileOptio
 }
 
 VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOptions& options) {
-  constexpr int kGemvPreloadDefault = 2;  // AMK_GEMV_PRELOAD's default in kernels/amk_sync.cuh
   const std::set<uint16_t> ops = used_ops(plan);
   VmChoices c;
-  if (ops.count(static_cast<uint16_t>(OpId::gemv)))
+  if (ops.count(static_cast<uint16_t>(OpId::gemv))) {
+    c.gemv_smem_stages = static_cast<int>(gemv_smem_stages(program, plan, options));
+    // Batches a waiting gemv requests before its wait: two in registers (the kernel's default),
+    // one through the ring (kGemvPreloadRing).
+    const int level = c.gemv_smem_stages > 0 ? kGemvPreloadRing : kGemvPreloadDefault;
     c.gemv_preload = static_cast<int>(tuning_value(options, "AMK_GEMV_PRELOAD")
-                                          .value_or(gemv_preload_needed(plan, options)
-                                                        ? kGemvPreloadDefault
-                                                        : 0));
+                                          .value_or(gemv_preload_needed(plan, options) ? level
+                                                                                       : 0));
+  }
   c.smem_buffer_table = smem_buffer_table(program, plan, options);
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
     c.attention_wide_tile = attention_wide_tiles(program, plan, options) ? 1 : 0;
@@ -322,8 +335,6 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
                                           .value_or(gemv_preload_needed(plan, options)
                                                         ? 0
                                                         : kPrefetchAheadDefault));
-  if (ops.count(static_cast<uint16_t>(OpId::gemv)))
-    c.gemv_smem_stages = static_cast<int>(gemv_smem_stages(program, plan, options));
   if (ops.count(static_cast<uint16_t>(OpId::attention_combine)))
     c.combine_smem = combine_staged(program, plan, options) ? 1 : 0;
   return c;
@@ -580,6 +591,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // from 128 to 150 a thread, from two blocks an SM to one (measured 73 -> 98.5 us for 8 x 4096^2).
   if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_GEMV_PRELOAD"))
     s += "#define AMK_GEMV_PRELOAD 0\n";
+  // Gemvs that wait and preload through the ring: one batch before the wait (vm_choices).
+  if (vm.gemv_preload > 0 && vm.gemv_preload != kGemvPreloadDefault &&
+      !tuning_value(options, "AMK_GEMV_PRELOAD"))
+    s += "#define AMK_GEMV_PRELOAD " + std::to_string(vm.gemv_preload) + "\n";
   // Gemvs that wait and preload: no L2 prefetch of the next streaming step (vm_choices).
   if (vm.prefetch_ahead == 0 && !tuning_value(options, "AMK_PREFETCH_AHEAD"))
     s += "#define AMK_PREFETCH_AHEAD 0\n";

@@ -328,7 +328,22 @@ TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gem
   CHECK(free_src.find("#define AMK_GEMV_PRELOAD 0\n") != std::string::npos);
   CHECK(defines(free_src, "AMK_SMEM_BUFFERS") == 0);
   const std::string chained_src = vm_source(chained.program, chained.plan, o);
-  CHECK(defines(chained_src, "AMK_GEMV_PRELOAD") == 0);  // the header's default, two batches
+  // Through the ring (the default where gemvs wait): one batch before the wait, defined once;
+  // weights in registers: the header's default, two batches.
+  CHECK(defines(chained_src, "AMK_GEMV_PRELOAD") == 1);
+  CHECK(chained_src.find("#define AMK_GEMV_PRELOAD 1\n") != std::string::npos);
+  CHECK(chained_src.find("#define AMK_GEMV_SMEM_STAGES 2\n") != std::string::npos);
+  {
+    CompileOptions regs = o;
+    regs.tuning = {{"AMK_GEMV_SMEM_STAGES", 0}};
+    const std::string regs_src = vm_source(chained.program, chained.plan, regs);
+    CHECK(defines(regs_src, "AMK_GEMV_PRELOAD") == 0);
+    CHECK(vm_choices(chained.program, chained.plan, regs).gemv_preload == 2);
+    CompileOptions three = o;
+    three.tuning = {{"AMK_GEMV_PRELOAD", 3}};  // a tuning that names it decides, ring or not
+    CHECK(vm_choices(chained.program, chained.plan, three).gemv_preload == 3);
+    CHECK(defines(vm_source(chained.program, chained.plan, three), "AMK_GEMV_PRELOAD") == 1);
+  }
   CHECK(chained_src.find("#define AMK_SMEM_BUFFERS 1\n#define AMK_SMEM_BUFFER_CAP 5\n") !=
         std::string::npos);
   // Waits on gemvs whose weights some instruction writes: no preload, but the table.
@@ -368,7 +383,8 @@ TEST_CASE("steps without waits: no gemv preload, no shared buffer table; the gem
     CHECK(f.attention_pass == -1);
     CHECK_FALSE(f.weight_streams);
     const VmChoices c = vm_choices(chained.program, chained.plan, o);
-    CHECK(c.gemv_preload == 2);
+    CHECK(c.gemv_preload == 1);
+    CHECK(c.gemv_smem_stages == 2);
     CHECK(c.smem_buffer_table);
     CompileOptions named = o;
     named.tuning = {{"AMK_GEMV_PRELOAD", c.gemv_preload}};

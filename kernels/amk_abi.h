@@ -58,8 +58,9 @@ typedef struct amk_operand {
   uint32_t buffer;  // index into the buffer table, or AMK_NO_BUFFER
 } amk_operand_t;
 
-// amk_instruction_t::flags, set by the planner: the op's weight operands (gemv w, w2) are written
-// by no instruction of the program, so the op may read them before its waits are met.
+// amk_instruction_t::flags, set by the planner: the op's streamed operands (gemv w and w2;
+// attention_decode's k and v views) are written by no instruction of the program, so the op may
+// read them before its waits are met.
 #define AMK_INS_CONST_WEIGHTS 1u
 
 // Wait until counters[counter] >= value (monotonic within a launch).

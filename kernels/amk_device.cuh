@@ -76,9 +76,17 @@ struct amk_block_state {
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
 #ifdef AMK_TRACE
   uint64_t* marks;                // the running instruction's two op marks in the trace, or null
+  uint64_t wait_end;              // when the waits an op ran itself ended (amk_step_wait)
 #endif
 };
 __shared__ amk_block_state amk_state;
+
+// The waits of a step whose op does not run them itself (the VM ran them first; amk_sync.cuh's
+// amk_step_wait is the other kind).
+struct amk_no_wait {
+  __device__ static constexpr bool active() { return false; }
+  __device__ __forceinline__ constexpr bool operator()() const { return false; }
+};
 
 // Positions in amk_diag_t::detail for failures that are not about a data value.
 constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;       // | op: op not compiled in

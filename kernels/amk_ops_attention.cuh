@@ -631,12 +631,26 @@ __device__ __forceinline__ float amk_attn_lds_elem(uint32_t addr) {
 #else
 #define AMK_ATTN_TILED_FN __device__ __noinline__
 #endif
-template <uint32_t DT>
+// `wait`: the step's waits when the op runs them (AMK_ATTN_PRELOAD: the K/V copies and the RoPE
+// table come first, then the waits, then the reads of q and the new row), else amk_no_wait. A
+// copy (a call's argument in registers, not a stack object): when the launch is stopping the op
+// writes nothing and raises the block's stop flag, which the VM checks before any signal.
+// Nothing reads the instruction after the wait (whose fence drops L1).
+template <uint32_t DT, class Wait>
 AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_view q,
                                             const amk_view k, const amk_view v, float* out,
                                             uint32_t hd, uint32_t group, float scale,
-                                            bool with_new) {
+                                            bool with_new, Wait wait) {
   const uint32_t len = k.n / hd;
+  // The new row's operands: decoded here when the wait follows, else where they are read.
+  const float* kn = nullptr;
+  const float* vn = nullptr;
+  if constexpr (Wait::active()) {
+    if (with_new) {
+      kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
+      vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    }
+  }
   const uint32_t row_bytes = 2 * hd;
   const uint32_t kv_bytes = len * row_bytes;  // a multiple of 16 (hd % 8 == 0)
   const uint32_t ks = amk_smem_addr(amk_attn_merge), vs = ks + kv_bytes;
@@ -656,6 +670,11 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   const float* rope = amk_attn_rotates(ins) ? amk_attn_rope_table(ins) : nullptr;
   const uint32_t half = hd / 2;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
+  if (wait()) {  // (every thread; K and V may be landing: nothing may land after the op is gone)
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    if (threadIdx.x == 0) *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
+    return;
+  }
   if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
 #if AMK_ATTN_ONE_TRIP
   // Every global read of the new token's rows (q, k_new, v_new: written by the step this one
@@ -674,8 +693,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   const bool new_lane = with_new && threadIdx.x < hd;
   float kx = 0.0f, ky = 0.0f, vx = 0.0f;
   if (new_lane) {
-    const float* kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
-    const float* vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    if constexpr (!Wait::active()) {
+      kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
+      vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    }
     kx = kn[threadIdx.x];
     ky = rope != nullptr ? kn[partner(threadIdx.x)] : 0.0f;
     vx = vn[threadIdx.x];
@@ -707,8 +728,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
         amk_attn_rotated_f32(qf + g * hd, d, half, rope) * scale;
   }
   if (with_new) {  // the new token's score per head (a warp each) and its v row
-    const float* kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
-    const float* vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    if constexpr (!Wait::active()) {
+      kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
+      vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
+    }
     for (uint32_t d = threadIdx.x; d < hd; d += AMK_BLOCK_THREADS) amk_attn_new_v[d] = vn[d];
     const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
     for (uint32_t g = warp; g < group; g += kAmkWarps) {
@@ -837,8 +860,17 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 #ifndef AMK_ATTN_PASS
 #define AMK_ATTN_PASS 1
 #endif
+//
+// AMK_ATTN_PRELOAD (0, the default until measured; 1: on): a step whose K and V no instruction writes (the planner's
+// AMK_INS_CONST_WEIGHTS on attention_decode: no written range of the program overlaps them) and
+// that waits runs its waits inside the op, as gemv's preload does (amk_step_wait): the operands
+// are decoded, the tiled path's K/V copies issued and the RoPE table checked before the wait, so
+// only the reads of q and the new row and the arithmetic follow it. `wait`: those waits, or
+// amk_no_wait where the VM ran them first (every return path runs them before the VM signals).
+// (The macro's default is in amk_sync.cuh.)
+template <class Wait>
 AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, const amk_instruction_t& ins,
-                                       unsigned char* scratch) {
+                                       unsigned char* scratch, Wait& wait) {
   if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view q = amk_operand(ins, 0);
   const amk_view k = amk_operand(ins, 1);
@@ -847,7 +879,10 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
   const uint32_t hd = ins.params[0];
   const bool cached = k.n >= hd;
   const bool has_new = amk_attn_has_new_row(ins, hd);
-  if (hd == 0 || hd > kAmkAttnMaxHeadDim || !(cached || has_new)) return;
+  if (hd == 0 || hd > kAmkAttnMaxHeadDim || !(cached || has_new)) {
+    wait();
+    return;
+  }
   float scale = __uint_as_float(ins.params[1]);
   if (scale == 0.0f) scale = 1.0f / sqrtf(static_cast<float>(hd));
   float* o = reinterpret_cast<float*>(out.ptr);
@@ -860,16 +895,17 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
     if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(0);  // (diagnostic) operands decoded, tile chosen
 #if AMK_ATTN_KV_BF16
     if (k.dtype == AMK_DTYPE_BF16) {
-      amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new);
+      amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new, wait);
       return;
     }
 #endif
 #if AMK_ATTN_KV_F16
-    amk_attn_tiled<AMK_DTYPE_F16>(ins, q, k, v, o, hd, group, scale, with_new);
+    amk_attn_tiled<AMK_DTYPE_F16>(ins, q, k, v, o, hd, group, scale, with_new, wait);
     return;
 #endif
   }
 #endif
+  if (wait()) return;  // the streaming pass and its failure path wait first
 #if !AMK_ATTN_PASS
   if (threadIdx.x == 0) amk_fail_operand(prog, ins, kAmkDetailUnknownOp | ins.op);
   (void)scratch;
@@ -999,6 +1035,12 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
     }
   }
 #endif  // AMK_ATTN_PASS
+}
+// The VM ran the step's waits (or it has none).
+AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog,
+                                             const amk_instruction_t& ins, unsigned char* scratch) {
+  amk_no_wait none;
+  amk_op_attention_decode(prog, ins, scratch, none);
 }
 #endif  // AMK_USE_OP_ATTENTION_DECODE
 

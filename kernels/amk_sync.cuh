@@ -101,6 +101,14 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #error "AMK_GEMV_PRELOAD is 0 to 4 (3 and 4: with the ring, AMK_GEMV_SMEM_STAGES; else as 2)"
 #endif
 
+// AMK_ATTN_PRELOAD (0: off, the default; 1: on): attention_decode steps whose K and V no
+// instruction writes run their waits inside the op too, after issuing their K/V copies
+// (amk_ops_attention.cuh). Needs the preload's machinery (AMK_GEMV_PRELOAD != 0). Built in the
+// twenty-third session and not yet run on a GPU (its device time ran out): off until measured.
+#ifndef AMK_ATTN_PRELOAD
+#define AMK_ATTN_PRELOAD 0
+#endif
+
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of
 // the block calls it at the same point; only the first call waits. true: the launch is stopping
 // (the op returns without writing anything, and the VM exits).
@@ -110,9 +118,6 @@ struct amk_step_wait {
   const amk_instruction_t* ins;
   uint32_t n_waits, pass, queue_pos;
   bool done, stop;
-#ifdef AMK_TRACE
-  uint64_t* t_start = nullptr;  // thread 0's trace start, restamped when the wait ends
-#endif
   __device__ __forceinline__ bool operator()() {
     if (done) return stop;
     done = true;
@@ -125,15 +130,13 @@ struct amk_step_wait {
     }
     stop = __syncthreads_or(s) != 0;
 #ifdef AMK_TRACE
-    if (threadIdx.x == 0 && t_start != nullptr) *t_start = amk_globaltimer();
+    // The step's trace start is when its wait ends (the VM reads it back after the op: the
+    // object may be a copy in a call, so no pointer into the VM's registers).
+    if (threadIdx.x == 0) amk_state.wait_end = amk_globaltimer();
 #endif
     return stop;
   }
 };
-// For ops whose waits the VM already ran.
-struct amk_no_wait {
-  __device__ static constexpr bool active() { return false; }
-  __device__ __forceinline__ constexpr bool operator()() const { return false; }
-};
+// (amk_no_wait, for ops whose waits the VM already ran, is in amk_device.cuh.)
 
 #endif  // AMK_SYNC_CUH

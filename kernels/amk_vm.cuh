@@ -200,7 +200,11 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
     case 13: amk_op_kv_append(prog, ins, amk_scratch); break;
 #endif
 #if AMK_USE_OP_ATTENTION_DECODE
+#if AMK_ATTN_PRELOAD
+    case 14: amk_op_attention_decode(prog, ins, amk_scratch, wait); break;
+#else
     case 14: amk_op_attention_decode(prog, ins, amk_scratch); break;
+#endif
 #endif
 #if AMK_USE_OP_ATTENTION_COMBINE
     case 15: amk_op_attention_combine(prog, ins, amk_scratch); break;
@@ -389,8 +393,14 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
 #if AMK_GEMV_PRELOAD
       // A gemv whose weights no instruction writes runs its waits itself, once its first weight
-      // batch is requested (amk_step_wait; header bit 24: the planner's AMK_INS_CONST_WEIGHTS).
+      // batch is requested, and so does an attention_decode whose K and V none writes, once its
+      // K/V copies are issued (AMK_ATTN_PRELOAD) (amk_step_wait; header bit 24: the planner's
+      // AMK_INS_CONST_WEIGHTS).
+#if AMK_ATTN_PRELOAD
+      const bool preload = (op == 9 || op == 14) && n_waits != 0 && ((h >> 24) & 1u) != 0
+#else
       const bool preload = op == 9 && n_waits != 0 && ((h >> 24) & 1u) != 0
+#endif
 #if AMK_WEIGHT_STREAMS
                            && !streamed
 #endif
@@ -429,9 +439,6 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       }
 #ifdef AMK_TRACE
       uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;
-#if AMK_GEMV_PRELOAD
-      step_wait.t_start = &t_start;  // a step that waits inside its op starts when the wait ends
-#endif
       if (threadIdx.x == 0)  // (read and written by thread 0 only)
         amk_state.marks = prog.trace != nullptr
                               ? prog.trace + static_cast<uint64_t>(trace_index) * kAmkTraceWords + 2
@@ -461,6 +468,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #ifdef AMK_TRACE
       if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) AMK_VM_EXIT();
       dirty = false;
+#if AMK_GEMV_PRELOAD
+      if (preload && threadIdx.x == 0) t_start = amk_state.wait_end;  // it starts when its wait ends
+#endif
       if (threadIdx.x == 0 && prog.trace != nullptr) {
         prog.trace[static_cast<uint64_t>(trace_index) * kAmkTraceWords] = t_start;
         prog.trace[static_cast<uint64_t>(trace_index) * kAmkTraceWords + 1] = amk_globaltimer();

@@ -426,6 +426,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from smem)"},
     {"AMK_GEMV_SMEM_STAGES", 0, 4, "0 (off) or 2-4 gemv weight batches a warp in shared memory"},
     {"AMK_COMBINE_SMEM", 0, 1, "0 or 1 (attention_combine stages its partials in shared memory)"},
+    {"AMK_ATTN_PRELOAD", 0, 1, "0 or 1 (attention_decode copies its K/V before its waits)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table

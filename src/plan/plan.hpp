@@ -64,7 +64,10 @@ void plan_weight_streams(const Program& program, Plan& plan);
 
 // Sets AMK_INS_CONST_WEIGHTS on every gemv whose w (and w2) buffers no instruction of the
 // program writes (custom ops count as writing every operand): such a gemv may request its
-// weights before its waits are met (AMK_GEMV_PRELOAD). make_plan calls it.
+// weights before its waits are met (AMK_GEMV_PRELOAD). And on every attention_decode whose k and
+// v views overlap no range any instruction writes (the cache rows an append writes elsewhere in
+// the same buffer do not count; a custom op writes its operands' whole buffers): such a step may
+// copy its K and V before its waits are met (AMK_ATTN_PRELOAD). make_plan calls it.
 void mark_const_weights(const Program& program, Plan& plan);
 
 // Lowers a verified program. When the program has no queues they are built first (and the

@@ -329,7 +329,8 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
     const VmChoices vm = vm_choices(p, make_plan(p), options);
     CHECK(vm.attention_pass == 0);
     CHECK(vm.attention_wide_tile == (std::string_view(preset) == "llama-3.1-8b" ? 1 : 0));
-    CHECK(vm.gemv_preload == 2);
+    CHECK(vm.gemv_preload == 1);  // through the ring: one batch before the wait
+    CHECK(vm.gemv_smem_stages == 2);
     CHECK(vm.smem_buffer_table);
     // The tiled path off, or (8B) its wide tile off: the pass is needed.
     CompileOptions untiled = options;
@@ -487,5 +488,41 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), and the global buf
     INFO(out.log);
     CHECK(out.ok);
     CHECK(amk::test::no_spills(out.log));
+  }
+}
+
+TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD=1) compiles without spills, traced too; "
+          "off by default") {
+  CompileOptions options;
+  options.use_cache = false;
+  const Program one_b = llama_step("llama-3.2-1b", 2);
+  const Program eight_b = llama_step("llama-3.1-8b", 2);
+  // The planner marks every chunk: the appends write the new position, which no chunk's view holds.
+  const Plan plan_1b = make_plan(one_b);
+  uint32_t chunks = 0, marked = 0;
+  for (const amk_instruction_t& ins : plan_1b.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::attention_decode)) {
+      ++chunks;
+      if ((ins.flags & AMK_INS_CONST_WEIGHTS) != 0 && ins.n_waits != 0) ++marked;
+    }
+  CHECK(chunks > 0);
+  CHECK(marked == chunks);
+  // Off by default: the generated source leaves the kernel's default, 0, alone.
+  CHECK(vm_source(one_b, plan_1b, options).find("AMK_ATTN_PRELOAD") == std::string::npos);
+  for (const Program* p : {&one_b, &eight_b}) {
+    for (bool trace : {false, true}) {
+      CAPTURE(trace);
+      CompileOptions co = options;
+      co.trace = trace;
+      co.tuning = {{"AMK_ATTN_PRELOAD", 1}};
+      const CompileOutput on = compile_vm(*p, make_plan(*p), co);
+      INFO(on.log);
+      REQUIRE(on.ok);
+      CHECK(amk::test::no_spills(on.log));
+      co.tuning = {{"AMK_ATTN_PRELOAD", 0}};
+      const CompileOutput off = compile_vm(*p, make_plan(*p), co);
+      REQUIRE(off.ok);
+      CHECK(on.cubin != off.cubin);  // the knob reaches the VM
+    }
   }
 }

@@ -945,3 +945,18 @@ TEST_CASE("fused layer, attention synced per kv head: each wait names exactly th
     }
   }
 }
+
+TEST_CASE("const-weights flag: every attention chunk of the generated decode step") {
+  gen::LlamaOptions o;
+  o.preset = "tiny";
+  const Program p = gen::generate_llama(o);
+  const Plan plan = make_plan(p);
+  uint32_t chunks = 0, flagged = 0;
+  for (uint32_t i = 0; i < p.instructions.size(); ++i) {
+    if (p.instructions[i].op != static_cast<uint16_t>(OpId::attention_decode)) continue;
+    ++chunks;
+    if ((plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0) ++flagged;
+  }
+  CHECK(chunks > 0);
+  CHECK(flagged == chunks);  // the appends write the new position, which no chunk's view holds
+}

@@ -395,6 +395,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_arrive.log"; row "llama tiny --combine arrive on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  # attention_decode copying its K/V before its waits (AMK_ATTN_PRELOAD=1, built in the
+  # twenty-third session, off until measured): the tiny step against numpy and the 1B step
+  # against the CPU backend with it on; its timing is an arm below.
+  AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_attnpreload.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_attnpreload.log"; row "llama tiny AMK_ATTN_PRELOAD=1 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_attnpreload" >"$out/run1b_attnpreload.log" 2>&1
+  rc=$?; tail -2 "$out/run1b_attnpreload.log"; row "llama-3.2-1b AMK_ATTN_PRELOAD=1 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
   # executable per arm, two interleaved rounds): gemv's weights in registers (AMK_GEMV_SMEM_STAGES=0,
   # the default before the eighteenth session) or through 3 ring stages, the gemv preload at two
@@ -405,10 +412,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
   # eighteenth session), the L2 prefetch of the next streaming step (AMK_PREFETCH_AHEAD=1, off in
   # the decode steps since the nineteenth), attention_combine's register path
-  # (AMK_COMBINE_SMEM=0, the default before the twenty-second): each default's margin, measured again. The
+  # (AMK_COMBINE_SMEM=0, the default before the twenty-second), attention's K/V before its waits
+  # (AMK_ATTN_PRELOAD=1, off until measured): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_PRELOAD=1"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -500,7 +508,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_PRELOAD=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

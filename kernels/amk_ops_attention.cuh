@@ -861,9 +861,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 #define AMK_ATTN_PASS 1
 #endif
 //
-// AMK_ATTN_PRELOAD (0, the default until measured; 1: on): a step whose K and V no instruction writes (the planner's
-// AMK_INS_CONST_WEIGHTS on attention_decode: no written range of the program overlaps them) and
-// that waits runs its waits inside the op, as gemv's preload does (amk_step_wait): the operands
+// AMK_ATTN_PRELOAD (0, the default until measured; 1: on): a step whose K and V no instruction
+// writes (the planner's AMK_INS_CONST_WEIGHTS on attention_decode: no written range of the
+// program overlaps them) and that waits runs its waits inside the op, as gemv's preload does
+// (amk_step_wait): the operands
 // are decoded, the tiled path's K/V copies issued and the RoPE table checked before the wait, so
 // only the reads of q and the new row and the arithmetic follow it. `wait`: those waits, or
 // amk_no_wait where the VM ran them first (every return path runs them before the VM signals).

@@ -13,19 +13,55 @@ namespace {
 
 constexpr uint64_t kAlign = 16;
 
-// Buffers some instruction may write (custom op slots count as writes: they declare no access).
-std::vector<bool> written_buffers(const Program& program) {
-  std::vector<bool> written(program.buffers.size(), false);
+// The element ranges [begin, end) of each buffer that some instruction may write, sorted and
+// merged: every operand an op writes, and the whole buffer of every operand of a custom op (custom
+// op slots declare no access).
+using WrittenRanges = std::vector<std::vector<std::pair<uint64_t, uint64_t>>>;  // per buffer
+WrittenRanges written_ranges(const Program& program) {
+  WrittenRanges ranges(program.buffers.size());
   for (const Instruction& in : program.instructions) {
     const OpSig* sig = in.op < kCustomOpBase ? find_op(in.op) : nullptr;
     for (size_t k = 0; k < in.operands.size(); ++k) {
-      const uint32_t b = in.operands[k].buffer;
-      if (b >= written.size()) continue;
-      const bool writes = sig == nullptr || k >= sig->operands.size() ||
-                          sig->operands[k].access != Access::read;
-      if (writes) written[b] = true;
+      const Operand& o = in.operands[k];
+      if (o.buffer >= ranges.size()) continue;
+      if (sig == nullptr || k >= sig->operands.size())
+        ranges[o.buffer].emplace_back(0, UINT64_MAX);
+      else if (sig->operands[k].access != Access::read)
+        ranges[o.buffer].emplace_back(o.offset, o.offset + o.extent);
     }
   }
+  for (auto& r : ranges) {
+    std::sort(r.begin(), r.end());
+    std::vector<std::pair<uint64_t, uint64_t>> merged;
+    for (const auto& x : r) {
+      if (!merged.empty() && x.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, x.second);
+      else
+        merged.push_back(x);
+    }
+    r = std::move(merged);
+  }
+  return ranges;
+}
+
+// Whether some written range of o's buffer overlaps o's view.
+bool view_written(const WrittenRanges& ranges, const Operand& o) {
+  if (o.buffer >= ranges.size()) return true;
+  const auto& r = ranges[o.buffer];
+  const uint64_t begin = o.offset, end = o.offset + o.extent;
+  // the first range that ends after the view begins
+  auto it = std::upper_bound(r.begin(), r.end(), begin,
+                             [](uint64_t b, const std::pair<uint64_t, uint64_t>& x) {
+                               return b < x.second;
+                             });
+  return it != r.end() && it->first < end;
+}
+
+// Buffers some instruction may write.
+std::vector<bool> written_buffers(const Program& program) {
+  const WrittenRanges ranges = written_ranges(program);
+  std::vector<bool> written(ranges.size());
+  for (size_t b = 0; b < ranges.size(); ++b) written[b] = !ranges[b].empty();
   return written;
 }
 
@@ -100,56 +136,11 @@ std::optional<amk_stream_entry_t> stream_entry(const Program& program,
 
 }  // namespace
 
-namespace {
-
-// The element ranges [begin, end) of each buffer that some instruction may write, sorted and
-// merged: every operand an op writes, and the whole buffer of every operand of a custom op.
-std::vector<std::vector<std::pair<uint64_t, uint64_t>>> written_ranges(const Program& program) {
-  std::vector<std::vector<std::pair<uint64_t, uint64_t>>> ranges(program.buffers.size());
-  for (const Instruction& in : program.instructions) {
-    const OpSig* sig = in.op < kCustomOpBase ? find_op(in.op) : nullptr;
-    for (size_t k = 0; k < in.operands.size(); ++k) {
-      const Operand& o = in.operands[k];
-      if (o.buffer >= ranges.size()) continue;
-      if (sig == nullptr || k >= sig->operands.size())
-        ranges[o.buffer].emplace_back(0, UINT64_MAX);
-      else if (sig->operands[k].access != Access::read)
-        ranges[o.buffer].emplace_back(o.offset, o.offset + o.extent);
-    }
-  }
-  for (auto& r : ranges) {
-    std::sort(r.begin(), r.end());
-    std::vector<std::pair<uint64_t, uint64_t>> merged;
-    for (const auto& x : r) {
-      if (!merged.empty() && x.first <= merged.back().second)
-        merged.back().second = std::max(merged.back().second, x.second);
-      else
-        merged.push_back(x);
-    }
-    r = std::move(merged);
-  }
-  return ranges;
-}
-
-// Whether some written range of o's buffer overlaps o's view.
-bool view_written(const std::vector<std::vector<std::pair<uint64_t, uint64_t>>>& ranges,
-                  const Operand& o) {
-  if (o.buffer >= ranges.size()) return true;
-  const auto& r = ranges[o.buffer];
-  const uint64_t begin = o.offset, end = o.offset + o.extent;
-  // the first range that ends after the view begins
-  auto it = std::upper_bound(r.begin(), r.end(), begin,
-                             [](uint64_t b, const std::pair<uint64_t, uint64_t>& x) {
-                               return b < x.second;
-                             });
-  return it != r.end() && it->first < end;
-}
-
-}  // namespace
-
 void mark_const_weights(const Program& program, Plan& plan) {
-  const std::vector<bool> written = written_buffers(program);
-  std::optional<std::vector<std::vector<std::pair<uint64_t, uint64_t>>>> ranges;
+  const WrittenRanges ranges = written_ranges(program);
+  auto buffer_written = [&](const Operand& o) {
+    return o.buffer >= ranges.size() || !ranges[o.buffer].empty();
+  };
   for (uint32_t i = 0; i < program.instructions.size() && i < plan.instructions.size(); ++i) {
     const Instruction& in = program.instructions[i];
     if (in.op == static_cast<uint16_t>(OpId::attention_decode)) {
@@ -158,16 +149,15 @@ void mark_const_weights(const Program& program, Plan& plan) {
       const Operand* k = present(in, 1);
       const Operand* v = present(in, 2);
       if (k == nullptr || v == nullptr || k->extent == 0) continue;
-      if (!ranges) ranges = written_ranges(program);
-      if (!view_written(*ranges, *k) && !view_written(*ranges, *v))
+      if (!view_written(ranges, *k) && !view_written(ranges, *v))
         plan.instructions[i].flags |= AMK_INS_CONST_WEIGHTS;
       continue;
     }
     if (in.op != static_cast<uint16_t>(OpId::gemv)) continue;
     const Operand* w = present(in, 0);
     const Operand* w2 = present(in, 5);
-    if (w == nullptr || w->buffer >= written.size() || written[w->buffer]) continue;
-    if (w2 != nullptr && (w2->buffer >= written.size() || written[w2->buffer])) continue;
+    if (w == nullptr || buffer_written(*w)) continue;
+    if (w2 != nullptr && buffer_written(*w2)) continue;
     plan.instructions[i].flags |= AMK_INS_CONST_WEIGHTS;
   }
 }

@@ -588,6 +588,29 @@ __shared__ float amk_attn_tm[kAmkAttnNewHeads];
 __shared__ float amk_attn_tl[kAmkAttnNewHeads];
 __shared__ float amk_attn_tn[kAmkAttnNewHeads];
 
+// AMK_ATTN_BULK (1): thread 0 copies the chunk's K and V rows (each one contiguous run) into
+// shared memory with two bulk copies (cp.async.bulk, completing on amk_attn_kv_bar), where every
+// thread otherwise issues its share of 16-byte cp.async copies (8 a thread for a 1B chunk: the
+// issue stalls while the block's requests queue, and the barrier of the RoPE table check that
+// follows waits for the slowest warp). 0: the 16-byte copies. Measured on the H200 (same runs
+// as AMK_ATTN_SPLIT's): the 1B step 0.9919x of the 16-byte copies' time (three rounds, each
+// lower), the 8B step 0.9983x (two); in the 1B trace K and V land 2.41 us after the op starts
+// instead of 2.67.
+#ifndef AMK_ATTN_BULK
+#define AMK_ATTN_BULK 1
+#endif
+#if AMK_ATTN_BULK
+__shared__ __align__(8) uint64_t amk_attn_kv_bar;
+__shared__ uint32_t amk_attn_kv_parity;  // the phase the next copy completes
+// (thread 0, at the block's start, before its first barrier)
+__device__ __forceinline__ void amk_attn_block_init() {
+  amk_mbar_init(amk_smem_addr(&amk_attn_kv_bar), 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  amk_attn_kv_parity = 0;
+}
+#define AMK_ATTN_HAS_BLOCK_INIT 1
+#endif
+
 // Whether the chunk takes the tiled path (q, and k_new / v_new when present, in f32: the
 // decode step's activations; other dtypes take the pass, which reads any).
 __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins, const amk_view& q,
@@ -610,6 +633,34 @@ __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins,
          amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
          group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
          group * hd <= kAmkAttnTileQFloats;
+}
+
+// AMK_ATTN_SPLIT (1): the tiled path's score and output stages split each dot product over
+// several threads so that one shared-memory load feeds up to four heads:
+//   scores: a K row over S adjacent lanes (S a power of two dividing head_dim / 8, S * positions
+//     <= 256 where it can), each lane taking every S-th 16-byte vector of the row for four heads
+//     at a time, the S sums joined with shuffles;
+//   outputs: warp w takes positions [w * per, (w + 1) * per), each lane two adjacent elements of
+//     every 64 (one 4-byte load of a V row for four heads), the warps' partial sums through
+//     shared memory (where K was), then one thread an output adds the eight.
+// 0: one thread a score and one an output, each walking the whole row or column (the path's
+// first form, ~4.5 instructions a multiply-add in its output loop). Measured on the H200
+// (`amk profile --events --tuning-arms`, one process, with the bulk copies below): the 1B step
+// 0.9868 / 0.9895 / 0.9980 ms split against 0.9800 / 0.9821 / 0.9881 not (its op is ~0.25 us
+// slower from K/V landed to the end in a trace, though a standalone chunk is 0.1 us faster: more
+// code to arrive cold, one barrier more); the 8B step (head_dim 128, the wide tile) 4.3529 /
+// 4.3636 split against 4.3688 / 4.3738. So on by default exactly where the wide tile is.
+#ifndef AMK_ATTN_SPLIT
+#define AMK_ATTN_SPLIT AMK_ATTN_TILED_WIDE
+#endif
+// Heads a thread carries at once in the split stages (registers: 2 accumulators a head).
+constexpr uint32_t kAmkAttnSplitHeads = 4;
+// The lanes a K row is split over: the largest power of two that divides the row's vectors
+// (head_dim / 8), is at most 32 and keeps S * len within the block.
+__device__ __forceinline__ uint32_t amk_attn_score_split(uint32_t nv, uint32_t len) {
+  uint32_t s = 1;
+  while (s < 32 && nv % (2 * s) == 0 && 2 * s * len <= AMK_BLOCK_THREADS) s *= 2;
+  return s;
 }
 
 // One 16-bit element of K or V in shared memory as f32.
@@ -653,7 +704,30 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   }
   const uint32_t row_bytes = 2 * hd;
   const uint32_t kv_bytes = len * row_bytes;  // a multiple of 16 (hd % 8 == 0)
-  const uint32_t ks = amk_smem_addr(amk_attn_merge), vs = ks + kv_bytes;
+  // V first: K's place is free once the scores are taken, and holds the split outputs'
+  // partial sums (8 warps x group x hd floats <= half the tile, where K starts at most).
+  const uint32_t vs = amk_smem_addr(amk_attn_merge), ks = vs + kv_bytes;
+#if AMK_ATTN_BULK
+  const uint32_t kv_bar = amk_smem_addr(&amk_attn_kv_bar);
+  const uint32_t kv_parity = amk_attn_kv_parity;  // (thread 0 flips it after the block's barrier)
+  if (threadIdx.x == 0) {
+    // The tile's earlier generic writes (ordered before this thread by the last barrier) before
+    // the copy engine's.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    amk_mbar_expect_tx(kv_bar, 2 * kv_bytes);
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(vs), "l"(v.ptr), "r"(kv_bytes), "r"(kv_bar) : "memory");
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+        ::"r"(ks), "l"(k.ptr), "r"(kv_bytes), "r"(kv_bar) : "memory");
+  }
+  // Every thread waits for the copies (both paths below), then thread 0 flips the phase.
+  auto kv_landed = [&]() {
+    while (!amk_mbar_try_wait(kv_bar, kv_parity)) {
+    }
+  };
+#else
   const uint32_t vecs = kv_bytes / 16;
   for (uint32_t i = threadIdx.x; i < 2 * vecs; i += AMK_BLOCK_THREADS) {
     const bool is_v = i >= vecs;
@@ -663,6 +737,8 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
                  : "memory");
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
+  auto kv_landed = [&]() { asm volatile("cp.async.wait_all;" ::: "memory"); };
+#endif
   if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(1);  // (diagnostic) copies issued
 
   // q rotated (theta != 0) and scaled, in two planes: element d at plane (d & 4), 4 (d / 8) + d % 4.
@@ -671,8 +747,13 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   const uint32_t half = hd / 2;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
   if (wait()) {  // (every thread; K and V may be landing: nothing may land after the op is gone)
-    asm volatile("cp.async.wait_all;" ::: "memory");
-    if (threadIdx.x == 0) *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
+    kv_landed();
+    if (threadIdx.x == 0) {
+#if AMK_ATTN_BULK
+      amk_attn_kv_parity = kv_parity ^ 1u;  // (every thread has waited: the barrier in wait())
+#endif
+      *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
+    }
     return;
   }
   if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
@@ -745,12 +826,68 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   }
 #endif
   if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
-  asm volatile("cp.async.wait_all;" ::: "memory");
+  kv_landed();
   __syncthreads();
+#if AMK_ATTN_BULK
+  if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
+#endif
   if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(1);  // K and V in shared memory
 
-  // Scores: thread i is (head g, position t).
   const uint32_t nv = hd / 8;
+#if AMK_ATTN_SPLIT
+  {
+    // Scores: lane s of position t's S lanes takes vectors j = s, s + S, ... of K row t (rotated
+    // by S t, so that the 8 lanes of a quarter warp read 8 different 16-byte bank groups), for
+    // kAmkAttnSplitHeads heads at a time. Every lane runs the same trip counts (the shuffles).
+    const uint32_t S = amk_attn_score_split(nv, len);
+    const uint32_t s_lane = threadIdx.x & (S - 1);
+    for (uint32_t base = 0; base < len * S; base += AMK_BLOCK_THREADS) {
+      const uint32_t t = (base + threadIdx.x) / S;
+      const uint32_t tr = t < len ? t : len - 1;  // (rows past the chunk: read row len - 1, unused)
+      const uint32_t krow = ks + tr * row_bytes;
+      for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnSplitHeads) {
+        float a0[kAmkAttnSplitHeads], a1[kAmkAttnSplitHeads];
+#pragma unroll
+        for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) a0[h] = a1[h] = 0.0f;
+        uint32_t c = (s_lane + S * tr) % nv;
+        for (uint32_t j = s_lane; j < nv; j += S) {
+          amk_vec16 kv;
+          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                       : "=r"(kv.w[0]), "=r"(kv.w[1]), "=r"(kv.w[2]), "=r"(kv.w[3])
+                       : "r"(krow + 16 * c));
+          float kf[8];
+          amk_ftype<DT>::unpack(kv, kf);
+#pragma unroll
+          for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) {
+            const uint32_t g = min(g0 + h, group - 1);  // (past the group: a real row, unused)
+            const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd) + 16 * c, q1 = q0 + 4 * half;
+            float x0, x1, x2, x3, x4, x5, x6, x7;
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0));
+            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                         : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1));
+            a0[h] = fmaf(kf[0], x0, a0[h]);
+            a1[h] = fmaf(kf[1], x1, a1[h]);
+            a0[h] = fmaf(kf[2], x2, a0[h]);
+            a1[h] = fmaf(kf[3], x3, a1[h]);
+            a0[h] = fmaf(kf[4], x4, a0[h]);
+            a1[h] = fmaf(kf[5], x5, a1[h]);
+            a0[h] = fmaf(kf[6], x6, a0[h]);
+            a1[h] = fmaf(kf[7], x7, a1[h]);
+          }
+          c = c + S >= nv ? c + S - nv : c + S;
+        }
+#pragma unroll
+        for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) {
+          float sum = a0[h] + a1[h];
+          for (uint32_t o = S / 2; o > 0; o /= 2) sum += __shfl_xor_sync(kAmkFullMask, sum, o);
+          if (s_lane == 0 && t < len && g0 + h < group) amk_attn_tp[(g0 + h) * len + t] = sum;
+        }
+      }
+    }
+  }
+#else
+  // Scores: thread i is (head g, position t).
   for (uint32_t i = threadIdx.x; i < group * len; i += AMK_BLOCK_THREADS) {
     const uint32_t g = i / len, t = i - g * len;
     const uint32_t krow = ks + t * row_bytes;
@@ -782,6 +919,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     }
     amk_attn_tp[i] = a0 + a1;
   }
+#endif
   __syncthreads();
 
   // Softmax of each head on one warp; the scores become the weights p = exp(s - m).
@@ -819,6 +957,62 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   }
   __syncthreads();
 
+#if AMK_ATTN_SPLIT
+  {
+    // Outputs: warp w sums positions [w * per, (w + 1) * per) for every head and element, lane l
+    // elements (2 l, 2 l + 1) of each 64, kAmkAttnSplitHeads heads at a time, into its partial
+    // row in K's place (8 x group x hd floats); then thread i adds the 8 partials of (head g,
+    // element d), normalizes, and writes the row and (m, l).
+    float* part = reinterpret_cast<float*>(amk_attn_merge) + kv_bytes / 4;
+    const uint32_t per = (len + kAmkWarps - 1) / kAmkWarps;
+    const uint32_t t0 = min(len, warp * per), t1 = min(len, t0 + per);
+    const uint32_t gh = group * hd;
+    for (uint32_t e = 2 * lane; e < hd; e += 2 * kAmkWarpSize) {
+      for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnSplitHeads) {
+        float a0[kAmkAttnSplitHeads], a1[kAmkAttnSplitHeads];
+#pragma unroll
+        for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) a0[h] = a1[h] = 0.0f;
+        uint32_t addr = vs + t0 * row_bytes + 2 * e;
+#pragma unroll 2
+        for (uint32_t t = t0; t < t1; ++t, addr += row_bytes) {
+          uint32_t w2;
+          asm volatile("ld.shared.u32 %0, [%1];" : "=r"(w2) : "r"(addr));
+          float lo, hi;
+          if constexpr (DT == AMK_DTYPE_BF16) {
+            amk_unpack_bf16x2(w2, lo, hi);
+          } else {
+            amk_unpack_f16x2(w2, lo, hi);
+          }
+#pragma unroll
+          for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) {
+            const float pw = amk_attn_tp[min(g0 + h, group - 1) * len + t];
+            a0[h] = fmaf(pw, lo, a0[h]);
+            a1[h] = fmaf(pw, hi, a1[h]);
+          }
+        }
+#pragma unroll
+        for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h)
+          if (g0 + h < group)
+            *reinterpret_cast<float2*>(part + warp * gh + (g0 + h) * hd + e) = make_float2(a0[h], a1[h]);
+      }
+    }
+    __syncthreads();
+    for (uint32_t i = threadIdx.x; i < gh; i += AMK_BLOCK_THREADS) {
+      const uint32_t g = i / hd, d = i - g * hd;
+      float acc = 0.0f;
+#pragma unroll
+      for (uint32_t w = 0; w < kAmkWarps; ++w) acc += part[w * gh + i];
+      if (with_new) acc = fmaf(amk_attn_tn[g], amk_attn_new_v[d], acc);
+      const float l = amk_attn_tl[g];
+      float* row = out + static_cast<uint64_t>(g) * (hd + 2);
+      row[d] = acc / l;
+      if (d == 0) {
+        row[hd] = amk_attn_tm[g];
+        row[hd + 1] = l;
+      }
+    }
+  }
+#else
   // Outputs: thread i is (head g, element d); the chunk-normalized sum, then (m, l).
   for (uint32_t i = threadIdx.x; i < group * hd; i += AMK_BLOCK_THREADS) {
     const uint32_t g = i / hd, d = i - g * hd;
@@ -842,6 +1036,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       row[hd + 1] = l;
     }
   }
+#endif
 }
 #else
 #define AMK_ATTN_TILE 0
@@ -861,9 +1056,9 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 #define AMK_ATTN_PASS 1
 #endif
 //
-// AMK_ATTN_PRELOAD (0, the default until measured; 1: on): a step whose K and V no instruction
-// writes (the planner's AMK_INS_CONST_WEIGHTS on attention_decode: no written range of the
-// program overlaps them) and that waits runs its waits inside the op, as gemv's preload does
+// AMK_ATTN_PRELOAD (0, the default: measured no faster, amk_sync.cuh; 1: on): a step whose K
+// and V no instruction writes (the planner's AMK_INS_CONST_WEIGHTS on attention_decode: no
+// written range of the program overlaps them) and that waits runs its waits inside the op, as gemv's preload does
 // (amk_step_wait): the operands
 // are decoded, the tiled path's K/V copies issued and the RoPE table checked before the wait, so
 // only the reads of q and the new row and the arithmetic follow it. `wait`: those waits, or

@@ -27,6 +27,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
     amk_state.rope_valid = 0;
+    amk_attn_block_init();  // (attention's K/V copy barrier, where the tiled path has one)
     amk_state.block_start = amk_globaltimer();
 #ifdef AMK_TRACE
     amk_state.marks = nullptr;  // one launch an instruction: no trace

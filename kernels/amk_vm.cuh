@@ -31,6 +31,12 @@
 #include "amk_ops_gemv_splitk.cuh"
 #include "amk_stream.cuh"
 
+// A VM whose attention has no block state to set up (no tiled path with bulk copies, or no
+// attention ops at all: the generated source then leaves amk_ops_attention.cuh out).
+#ifndef AMK_ATTN_HAS_BLOCK_INIT
+__device__ __forceinline__ void amk_attn_block_init() {}
+#endif
+
 // Sub-windows of 32 steps held per lane (lookahead of a load: one window).
 #ifndef AMK_VM_SUBS
 #define AMK_VM_SUBS 2
@@ -246,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
     amk_state.rope_valid = 0;
+    amk_attn_block_init();  // (attention's K/V copy barrier, where the tiled path has one)
     amk_state.block_start = amk_globaltimer();
   }
   amk_buffers_init(prog);

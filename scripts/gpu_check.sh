@@ -166,6 +166,12 @@ tuned=(
   "AMK_GEMV_SMEM_STAGES=3|ring3|gemv_waits gemv_fused gemv_stream gemv_splitk gemv_t small_ops"
   "AMK_GEMV_SMEM_STAGES=4,AMK_GEMV_PRELOAD=4|ring4|gemv_waits"
   "AMK_ATTN_ONE_TRIP=0|onetrip0|attention_rope attention_tiled attention_tiled_wide"
+  # The tiled attention's split score and output stages (by default on with the wide tile only)
+  # forced on for the narrow tile's programs and off for the wide one's; its K/V through
+  # 16-byte cp.async copies instead of two bulk copies (AMK_ATTN_BULK=0).
+  "AMK_ATTN_SPLIT=1|split|attention_tiled attention_rope attention_combine_staged attention_arrive"
+  "AMK_ATTN_SPLIT=0|nosplit|attention_tiled_wide attention_rope"
+  "AMK_ATTN_BULK=0|bulk0|attention_tiled attention_tiled_wide attention_rope"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -396,8 +402,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # attention_decode copying its K/V before its waits (AMK_ATTN_PRELOAD=1, built in the
-  # twenty-third session, off until measured): the tiny step against numpy and the 1B step
-  # against the CPU backend with it on; its timing is an arm below.
+  # twenty-third session; measured no faster in the twenty-fourth, so off): the tiny step against
+  # numpy and the 1B step against the CPU backend with it on.
   AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_attnpreload.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_attnpreload.log"; row "llama tiny AMK_ATTN_PRELOAD=1 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_attnpreload" >"$out/run1b_attnpreload.log" 2>&1
@@ -412,11 +418,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
   # eighteenth session), the L2 prefetch of the next streaming step (AMK_PREFETCH_AHEAD=1, off in
   # the decode steps since the nineteenth), attention_combine's register path
-  # (AMK_COMBINE_SMEM=0, the default before the twenty-second), attention's K/V before its waits
-  # (AMK_ATTN_PRELOAD=1, off until measured): each default's margin, measured again. The
+  # (AMK_COMBINE_SMEM=0, the default before the twenty-second), the tiled attention's split
+  # stages (AMK_ATTN_SPLIT=1: the 8B step's default, slower on the 1B's narrow tile in the
+  # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
+  # default before the twenty-fourth): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_PRELOAD=1"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -508,7 +516,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_PRELOAD=1"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

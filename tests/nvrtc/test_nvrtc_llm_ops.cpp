@@ -526,3 +526,41 @@ TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD=1) compiles without
     }
   }
 }
+
+TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactly with the wide "
+          "tile) and its K/V bulk copies (AMK_ATTN_BULK, on by default) compile without spills") {
+  CompileOptions options;
+  options.use_cache = false;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const bool wide = std::string_view(preset) == "llama-3.1-8b";
+    const Program p = llama_step(preset, 2);
+    const Plan plan = make_plan(p);
+    // The generated source leaves both to the kernel's defaults.
+    const std::string src = vm_source(p, plan, options);
+    CHECK(src.find("AMK_ATTN_SPLIT") == std::string::npos);
+    CHECK(src.find("AMK_ATTN_BULK") == std::string::npos);
+    CHECK((src.find("#define AMK_ATTN_TILED_WIDE 1") != std::string::npos) == wide);
+    CompileOptions co = options;
+    const CompileOutput def = compile_vm(p, plan, co);
+    INFO(def.log);
+    REQUIRE(def.ok);
+    CHECK(amk::test::no_spills(def.log));
+    std::vector<std::vector<std::byte>> cubins;
+    for (const char* knob : {"AMK_ATTN_SPLIT", "AMK_ATTN_BULK"})
+      for (int64_t value : {0, 1}) {
+        CAPTURE(knob);
+        CAPTURE(value);
+        co.tuning = {{knob, value}};
+        const CompileOutput out = compile_vm(p, plan, co);
+        INFO(out.log);
+        REQUIRE(out.ok);
+        CHECK(amk::test::no_spills(out.log));
+        cubins.push_back(out.cubin);
+      }
+    CHECK(cubins[0] != cubins[1]);  // each knob reaches the VM
+    CHECK(cubins[2] != cubins[3]);
+    CHECK(def.cubin == cubins[wide ? 1 : 0]);  // split: the wide tile's default only
+    CHECK(def.cubin == cubins[3]);             // bulk copies: the default
+  }
+}

@@ -611,6 +611,47 @@ __device__ __forceinline__ void amk_attn_block_init() {
 #define AMK_ATTN_HAS_BLOCK_INIT 1
 #endif
 
+// The 8 elements of K at shared address addr (16 bytes) as f32.
+template <uint32_t DT>
+__device__ __forceinline__ void amk_attn_lds_k8(uint32_t addr, float (&kf)[8]) {
+  amk_vec16 kv;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(kv.w[0]), "=r"(kv.w[1]), "=r"(kv.w[2]), "=r"(kv.w[3])
+               : "r"(addr));
+  amk_ftype<DT>::unpack(kv, kf);
+}
+// a0 += the even products, a1 += the odd ones, of kf and the staged q's matching 8 elements (4
+// in each plane, at shared addresses q0 and q1).
+__device__ __forceinline__ void amk_attn_fma8(const float (&kf)[8], uint32_t q0, uint32_t q1,
+                                              float& a0, float& a1) {
+  float x0, x1, x2, x3, x4, x5, x6, x7;
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0));
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1));
+  a0 = fmaf(kf[0], x0, a0);
+  a1 = fmaf(kf[1], x1, a1);
+  a0 = fmaf(kf[2], x2, a0);
+  a1 = fmaf(kf[3], x3, a1);
+  a0 = fmaf(kf[4], x4, a0);
+  a1 = fmaf(kf[5], x5, a1);
+  a0 = fmaf(kf[6], x6, a0);
+  a1 = fmaf(kf[7], x7, a1);
+}
+// Output element d of query head g of a tiled chunk, from acc (its sum over the chunk's cached
+// positions): plus the new row's share, normalized by the head's l; element 0 also writes (m, l).
+__device__ __forceinline__ void amk_attn_tile_out(float* out, uint32_t g, uint32_t d, uint32_t hd,
+                                                  float acc, bool with_new) {
+  if (with_new) acc = fmaf(amk_attn_tn[g], amk_attn_new_v[d], acc);
+  const float l = amk_attn_tl[g];
+  float* row = out + static_cast<uint64_t>(g) * (hd + 2);
+  row[d] = acc / l;
+  if (d == 0) {
+    row[hd] = amk_attn_tm[g];
+    row[hd + 1] = l;
+  }
+}
+
 // Whether the chunk takes the tiled path (q, and k_new / v_new when present, in f32: the
 // decode step's activations; other dtypes take the pass, which reads any).
 __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins, const amk_view& q,
@@ -851,29 +892,13 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
         for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) a0[h] = a1[h] = 0.0f;
         uint32_t c = (s_lane + S * tr) % nv;
         for (uint32_t j = s_lane; j < nv; j += S) {
-          amk_vec16 kv;
-          asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                       : "=r"(kv.w[0]), "=r"(kv.w[1]), "=r"(kv.w[2]), "=r"(kv.w[3])
-                       : "r"(krow + 16 * c));
           float kf[8];
-          amk_ftype<DT>::unpack(kv, kf);
+          amk_attn_lds_k8<DT>(krow + 16 * c, kf);
 #pragma unroll
           for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h) {
             const uint32_t g = min(g0 + h, group - 1);  // (past the group: a real row, unused)
-            const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd) + 16 * c, q1 = q0 + 4 * half;
-            float x0, x1, x2, x3, x4, x5, x6, x7;
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0));
-            asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1));
-            a0[h] = fmaf(kf[0], x0, a0[h]);
-            a1[h] = fmaf(kf[1], x1, a1[h]);
-            a0[h] = fmaf(kf[2], x2, a0[h]);
-            a1[h] = fmaf(kf[3], x3, a1[h]);
-            a0[h] = fmaf(kf[4], x4, a0[h]);
-            a1[h] = fmaf(kf[5], x5, a1[h]);
-            a0[h] = fmaf(kf[6], x6, a0[h]);
-            a1[h] = fmaf(kf[7], x7, a1[h]);
+            const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd) + 16 * c;
+            amk_attn_fma8(kf, q0, q0 + 4 * half, a0[h], a1[h]);
           }
           c = c + S >= nv ? c + S - nv : c + S;
         }
@@ -896,25 +921,9 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     uint32_t c = t % nv;
 #pragma unroll 2
     for (uint32_t j = 0; j < nv; ++j) {
-      amk_vec16 kv;
-      asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-                   : "=r"(kv.w[0]), "=r"(kv.w[1]), "=r"(kv.w[2]), "=r"(kv.w[3])
-                   : "r"(krow + 16 * c));
       float kf[8];
-      amk_ftype<DT>::unpack(kv, kf);
-      float x0, x1, x2, x3, x4, x5, x6, x7;
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                   : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0 + 16 * c));
-      asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                   : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1 + 16 * c));
-      a0 = fmaf(kf[0], x0, a0);
-      a1 = fmaf(kf[1], x1, a1);
-      a0 = fmaf(kf[2], x2, a0);
-      a1 = fmaf(kf[3], x3, a1);
-      a0 = fmaf(kf[4], x4, a0);
-      a1 = fmaf(kf[5], x5, a1);
-      a0 = fmaf(kf[6], x6, a0);
-      a1 = fmaf(kf[7], x7, a1);
+      amk_attn_lds_k8<DT>(krow + 16 * c, kf);
+      amk_attn_fma8(kf, q0 + 16 * c, q1 + 16 * c, a0, a1);
       c = c + 1 == nv ? 0u : c + 1;
     }
     amk_attn_tp[i] = a0 + a1;
@@ -1002,14 +1011,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       float acc = 0.0f;
 #pragma unroll
       for (uint32_t w = 0; w < kAmkWarps; ++w) acc += part[w * gh + i];
-      if (with_new) acc = fmaf(amk_attn_tn[g], amk_attn_new_v[d], acc);
-      const float l = amk_attn_tl[g];
-      float* row = out + static_cast<uint64_t>(g) * (hd + 2);
-      row[d] = acc / l;
-      if (d == 0) {
-        row[hd] = amk_attn_tm[g];
-        row[hd + 1] = l;
-      }
+      amk_attn_tile_out(out, g, d, hd, acc, with_new);
     }
   }
 #else
@@ -1026,15 +1028,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       a1 = fmaf(p[t + 1], amk_attn_lds_elem<DT>(col + (t + 1) * row_bytes), a1);
     }
     if (t < len) a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
-    float acc = a0 + a1;
-    if (with_new) acc = fmaf(amk_attn_tn[g], amk_attn_new_v[d], acc);
-    const float l = amk_attn_tl[g];
-    float* row = out + static_cast<uint64_t>(g) * (hd + 2);
-    row[d] = acc / l;
-    if (d == 0) {
-      row[hd] = amk_attn_tm[g];
-      row[hd + 1] = l;
-    }
+    amk_attn_tile_out(out, g, d, hd, a0 + a1, with_new);
   }
 #endif
 }

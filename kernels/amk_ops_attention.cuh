@@ -593,9 +593,10 @@ __shared__ float amk_attn_tn[kAmkAttnNewHeads];
 // thread otherwise issues its share of 16-byte cp.async copies (8 a thread for a 1B chunk: the
 // issue stalls while the block's requests queue, and the barrier of the RoPE table check that
 // follows waits for the slowest warp). 0: the 16-byte copies. Measured on the H200 (same runs
-// as AMK_ATTN_SPLIT's): the 1B step 0.9919x of the 16-byte copies' time (three rounds, each
-// lower), the 8B step 0.9983x (two); in the 1B trace K and V land 2.41 us after the op starts
-// instead of 2.67.
+// as AMK_ATTN_SPLIT's): the 1B step 0.9919x of the 16-byte copies' time in one call (three
+// rounds, each lower) and 1.003x in the next, the 8B step 0.998x and 0.999x: a tie within the
+// spread between calls; in the 1B trace K and V land 2.41 us after the op starts instead of
+// 2.67 and the op's mean falls 5.41 -> 5.12 us. On.
 #ifndef AMK_ATTN_BULK
 #define AMK_ATTN_BULK 1
 #endif

@@ -37,6 +37,18 @@
 __device__ __forceinline__ void amk_attn_block_init() {}
 #endif
 
+// AMK_SIGNAL_WARP (0): the warp whose lanes release a step's signals. Warp 0 also polls the
+// next step's waits, so with 0 a block whose step ends last in its phase pays the release (it
+// waits for the step's stores, ~0.5 us under load) and then the next wait's poll one after the
+// other; 1 lets warp 1 release while warp 0 goes on (the next step's first barrier then waits
+// for whichever is later). The traces of the twenty-fourth session: a gate/up step's wait ended
+// 2.40 us (median) after the last o_proj when its own block's o_proj ended within 0.3 us of the
+// last, 0.96 us on the blocks that ran no o_proj. Built in that session, not measured: 0.
+#ifndef AMK_SIGNAL_WARP
+#define AMK_SIGNAL_WARP 0
+#endif
+constexpr uint32_t kAmkSignalWarp = AMK_SIGNAL_WARP < kAmkWarps ? AMK_SIGNAL_WARP : 0u;
+
 // Sub-windows of 32 steps held per lane (lookahead of a load: one window).
 #ifndef AMK_VM_SUBS
 #define AMK_VM_SUBS 2
@@ -395,7 +407,7 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       if (n_waits != 0 && amk_op_streams(op) && warp == kAmkWarps - 1 && lane == 0)
         amk_prefetch_streams(prog, item, op, AMK_PREFETCH_OWN_BYTES);
 #endif
-      const bool signaller = warp == 0 && lane < n_signals;
+      const bool signaller = warp == kAmkSignalWarp && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
 #if AMK_GEMV_PRELOAD

@@ -172,6 +172,9 @@ tuned=(
   "AMK_ATTN_SPLIT=1|split|attention_tiled attention_rope attention_combine_staged attention_arrive"
   "AMK_ATTN_SPLIT=0|nosplit|attention_tiled_wide attention_rope"
   "AMK_ATTN_BULK=0|bulk0|attention_tiled attention_tiled_wide attention_rope"
+  # A step's signals released by warp 1 instead of warp 0 (AMK_SIGNAL_WARP=1, built in the
+  # twenty-fourth session, off until measured): the programs whose steps wait and signal.
+  "AMK_SIGNAL_WARP=1|signal1|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -421,10 +424,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_COMBINE_SMEM=0, the default before the twenty-second), the tiled attention's split
   # stages (AMK_ATTN_SPLIT=1: the 8B step's default, slower on the 1B's narrow tile in the
   # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
-  # default before the twenty-fourth): each default's margin, measured again. The
+  # default before the twenty-fourth), a step's signals released by warp 1 (AMK_SIGNAL_WARP=1,
+  # off until measured): each default's margin, measured again. The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0"
+  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=1"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -516,7 +520,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0"
+    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=1"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

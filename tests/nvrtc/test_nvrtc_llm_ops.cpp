@@ -564,3 +564,32 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
     CHECK(def.cubin == cubins[3]);             // bulk copies: the default
   }
 }
+
+TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP=1, off by default) compile without "
+          "spills for the 1B and 8B steps, traced too") {
+  CompileOptions options;
+  options.use_cache = false;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const Program p = llama_step(preset, 2);
+    const Plan plan = make_plan(p);
+    CHECK(vm_source(p, plan, options).find("AMK_SIGNAL_WARP") == std::string::npos);
+    for (bool trace : {false, true}) {
+      CAPTURE(trace);
+      CompileOptions co = options;
+      co.trace = trace;
+      const CompileOutput def = compile_vm(p, plan, co);
+      REQUIRE(def.ok);
+      co.tuning = {{"AMK_SIGNAL_WARP", 1}};
+      const CompileOutput on = compile_vm(p, plan, co);
+      INFO(on.log);
+      REQUIRE(on.ok);
+      CHECK(amk::test::no_spills(on.log));
+      CHECK(on.cubin != def.cubin);  // the knob reaches the VM
+      co.tuning = {{"AMK_SIGNAL_WARP", 0}};
+      const CompileOutput off = compile_vm(p, plan, co);
+      REQUIRE(off.ok);
+      CHECK(off.cubin == def.cubin);  // 0 is the default
+    }
+  }
+}

@@ -166,6 +166,11 @@ extern __shared__ __align__(128) unsigned char amk_dynamic_smem[];
 __device__ __forceinline__ void amk_mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
+// Makes the mbarriers this thread just initialized visible to the copy engine and the block's
+// other threads (before their first use, after a barrier).
+__device__ __forceinline__ void amk_mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 __device__ __forceinline__ void amk_mbar_inval(uint32_t bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
@@ -194,6 +199,16 @@ __device__ __forceinline__ bool amk_mbar_test_wait(uint32_t bar, uint32_t parity
 }
 __device__ __forceinline__ void amk_mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// One bulk copy global -> shared of `bytes` (a multiple of 16, both ends 16-byte aligned) that
+// completes `bytes` of the transaction of the mbarrier at `bar`.
+__device__ __forceinline__ void amk_bulk_g2s(uint32_t dst, const void* src, uint32_t bytes,
+                                             uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
 }
 
 // ---- element conversions (cvt.rn, like the host's numeric.cpp) ----

@@ -606,7 +606,7 @@ __shared__ uint32_t amk_attn_kv_parity;  // the phase the next copy completes
 // (thread 0, at the block's start, before its first barrier)
 __device__ __forceinline__ void amk_attn_block_init() {
   amk_mbar_init(amk_smem_addr(&amk_attn_kv_bar), 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  amk_mbar_init_fence();
   amk_attn_kv_parity = 0;
 }
 #define AMK_ATTN_HAS_BLOCK_INIT 1
@@ -757,12 +757,8 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     // the copy engine's.
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     amk_mbar_expect_tx(kv_bar, 2 * kv_bytes);
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(vs), "l"(v.ptr), "r"(kv_bytes), "r"(kv_bar) : "memory");
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-        ::"r"(ks), "l"(k.ptr), "r"(kv_bytes), "r"(kv_bar) : "memory");
+    amk_bulk_g2s(vs, v.ptr, kv_bytes, kv_bar);
+    amk_bulk_g2s(ks, k.ptr, kv_bytes, kv_bar);
   }
   // Every thread waits for the copies (both paths below), then thread 0 flips the phase.
   auto kv_landed = [&]() {
@@ -1053,10 +1049,10 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 //
 // AMK_ATTN_PRELOAD (0, the default: measured no faster, amk_sync.cuh; 1: on): a step whose K
 // and V no instruction writes (the planner's AMK_INS_CONST_WEIGHTS on attention_decode: no
-// written range of the program overlaps them) and that waits runs its waits inside the op, as gemv's preload does
-// (amk_step_wait): the operands
-// are decoded, the tiled path's K/V copies issued and the RoPE table checked before the wait, so
-// only the reads of q and the new row and the arithmetic follow it. `wait`: those waits, or
+// written range of the program overlaps them) and that waits runs its waits inside the op, as
+// gemv's preload does (amk_step_wait): the operands are decoded, the tiled path's K/V copies
+// issued and the RoPE table checked before the wait, so only the reads of q and the new row and
+// the arithmetic follow it. `wait`: those waits, or
 // amk_no_wait where the VM ran them first (every return path runs them before the VM signals).
 // (The macro's default is in amk_sync.cuh.)
 template <class Wait>

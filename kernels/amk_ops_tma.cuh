@@ -58,7 +58,7 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
 
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < stages; ++s) amk_mbar_init(bars + 8 * s, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    amk_mbar_init_fence();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   for (uint32_t j = threadIdx.x; j < g.box_rows; j += AMK_BLOCK_THREADS) acc[j] = 0.0f;

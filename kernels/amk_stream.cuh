@@ -170,11 +170,7 @@ __device__ __forceinline__ void amk_bulk_copy(uint32_t dst, uint64_t src, uint32
       : "memory");
 #else
   (void)policy;
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
+  amk_bulk_g2s(dst, reinterpret_cast<const void*>(src), bytes, bar);
 #endif
 }
 
@@ -273,7 +269,7 @@ __device__ __forceinline__ amk_stream_cursor amk_stream_init(const amk_device_pr
     r.xs = acc + kAmkStreamAccFloats;
     r.slot0 = amk_smem_addr(acc + kAmkStreamAccFloats) + kAmkStreamXBytes;
     for (uint32_t i = 0; i < slots; ++i) amk_mbar_init(r.bars + 8 * i, 1);  // the owner's arrival
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    amk_mbar_init_fence();
   }
   c.next_step = amk_ldg_nc(&prog.stream_entries[first].step);
   return c;

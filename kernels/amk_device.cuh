@@ -85,6 +85,7 @@ __shared__ amk_block_state amk_state;
 // amk_step_wait is the other kind).
 struct amk_no_wait {
   __device__ static constexpr bool active() { return false; }
+  __device__ __forceinline__ constexpr void prime() const {}
   __device__ __forceinline__ constexpr bool operator()() const { return false; }
 };
 
@@ -119,10 +120,16 @@ constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWor
 // ready); the combine's mark 0 when it is entered and mark 1 when the first (m, l) arrived.
 // 2: attention's mark 0 once its operands are decoded and the tiled path chosen (before the call)
 // and mark 1 once the K/V copies are issued (before the RoPE table); the combine's mark 0 once
-// its operands are decoded, mark 1 as with 1.
+// its operands are decoded, mark 1 as with 1. 3: the turn-around of a gemv step that runs its own
+// wait (amk_step_wait) instead (attention and the combine mark as with 0): the step's start is
+// when the op is entered (not when its wait ends), mark 0 when its wait starts polling, mark 1
+// when the wait is over, so a trace splits the time from the block's previous step to this
+// one's wait end into the release and dispatch, the decode and preload, and the poll.
 #ifndef AMK_TRACE_MARKS_EARLY
 #define AMK_TRACE_MARKS_EARLY 0
 #endif
+constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY == 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
+constexpr bool kAmkMarksTurn = AMK_TRACE_MARKS_EARLY == 3;  // gemv's turn-around marks
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

@@ -777,7 +777,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   asm volatile("cp.async.commit_group;" ::: "memory");
   auto kv_landed = [&]() { asm volatile("cp.async.wait_all;" ::: "memory"); };
 #endif
-  if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(1);  // (diagnostic) copies issued
+  if (kAmkMarksAttn == 2) AMK_TRACE_MARK(1);  // (diagnostic) copies issued
 
   // q rotated (theta != 0) and scaled, in two planes: element d at plane (d & 4), 4 (d / 8) + d % 4.
   // f32 rows read directly (amk_attn_tile_fits): no dtype switch, little code.
@@ -794,7 +794,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     }
     return;
   }
-  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
+  if (kAmkMarksAttn == 1) AMK_TRACE_MARK(1);  // (diagnostic) copies issued, table ready
 #if AMK_ATTN_ONE_TRIP
   // Every global read of the new token's rows (q, k_new, v_new: written by the step this one
   // waited for, so L2 round trips under load) is issued before any is used: one round trip, not
@@ -863,13 +863,13 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     }
   }
 #endif
-  if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
+  if (!kAmkMarksAttn) AMK_TRACE_MARK(0);  // q staged (and the new row's scores): K and V may still be landing
   kv_landed();
   __syncthreads();
 #if AMK_ATTN_BULK
   if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
 #endif
-  if (!AMK_TRACE_MARKS_EARLY) AMK_TRACE_MARK(1);  // K and V in shared memory
+  if (!kAmkMarksAttn) AMK_TRACE_MARK(1);  // K and V in shared memory
 
   const uint32_t nv = hd / 8;
 #if AMK_ATTN_SPLIT
@@ -1058,7 +1058,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
 template <class Wait>
 AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, const amk_instruction_t& ins,
                                        unsigned char* scratch, Wait& wait) {
-  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  if (kAmkMarksAttn == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const amk_view q = amk_operand(ins, 0);
   const amk_view k = amk_operand(ins, 1);
   const amk_view v = amk_operand(ins, 2);
@@ -1079,7 +1079,7 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
 #if AMK_ATTN_TILE
   if (cached && amk_attn_tile_fits(ins, q, k, v, hd, group, has_new)) {
     const bool with_new = has_new;  // group <= kAmkAttnNewHeads: the tile's condition
-    if (AMK_TRACE_MARKS_EARLY == 2) AMK_TRACE_MARK(0);  // (diagnostic) operands decoded, tile chosen
+    if (kAmkMarksAttn == 2) AMK_TRACE_MARK(0);  // (diagnostic) operands decoded, tile chosen
 #if AMK_ATTN_KV_BF16
     if (k.dtype == AMK_DTYPE_BF16) {
       amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new, wait);
@@ -1287,7 +1287,7 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
       };
       load_batch(0);
       const float round_max = amk_warp_max(mc);
-      if (item == warp && c0 == 0) AMK_TRACE_MARK(AMK_TRACE_MARKS_EARLY ? 1 : 0);  // the first item's (m, l) arrived
+      if (item == warp && c0 == 0) AMK_TRACE_MARK(kAmkMarksAttn ? 1 : 0);  // the first item's (m, l) arrived
       if (round_max > big) {  // uniform: rescale what earlier rounds summed
         const float r = big == amk_neg_inf() ? 0.0f : expf(big - round_max);
         total *= r;
@@ -1306,7 +1306,7 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
           for (uint32_t e = 0; e < kAmkCombineDims; ++e) acc[e] = fmaf(wj, val[j][e], acc[e]);
         }
       }
-      if (!AMK_TRACE_MARKS_EARLY && item == warp && c0 == 0) AMK_TRACE_MARK(1);  // and its first round of values
+      if (!kAmkMarksAttn && item == warp && c0 == 0) AMK_TRACE_MARK(1);  // and its first round of values
     }
     total = amk_warp_sum(total);
     const float inv = 1.0f / total;
@@ -1359,7 +1359,7 @@ __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, u
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("cp.async.wait_all;" ::: "memory");
   __syncthreads();
-  AMK_TRACE_MARK(AMK_TRACE_MARKS_EARLY ? 1 : 0);  // the partials ((m, l) too) in shared memory
+  AMK_TRACE_MARK(kAmkMarksAttn ? 1 : 0);  // the partials ((m, l) too) in shared memory
   const float* s = reinterpret_cast<const float*>(amk_dynamic_smem);
   // Each head's chunk weights, computed once (a lane a chunk) and read back by every lane.
   float* wts = reinterpret_cast<float*>(amk_dynamic_smem) + (n + 3) / 4 * 4;
@@ -1388,7 +1388,7 @@ __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, u
       for (uint32_t c = 0; c < chunks; ++c) acc = fmaf(w[c], head[c * block + d], acc);
       store(static_cast<uint64_t>(i) * hd + d, acc * inv);
     }
-    if (!AMK_TRACE_MARKS_EARLY && i == warp) AMK_TRACE_MARK(1);  // the first head merged
+    if (!kAmkMarksAttn && i == warp) AMK_TRACE_MARK(1);  // the first head merged
   }
 }
 #define AMK_COMBINE_STAGED 1
@@ -1409,7 +1409,7 @@ __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, u
 // steps by default (--combine arrive: this form).
 AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t& prog,
                                         const amk_instruction_t& ins, unsigned char* scratch) {
-  if (AMK_TRACE_MARKS_EARLY == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
+  if (kAmkMarksAttn == 1) AMK_TRACE_MARK(0);  // (diagnostic) entered
   const uint32_t arrive = ins.params[2];
   if (arrive != 0xFFFFFFFFu) {
     uint32_t* last = reinterpret_cast<uint32_t*>(scratch);
@@ -1436,7 +1436,7 @@ AMK_OP_FN void amk_op_attention_combine(const amk_device_program_t& prog,
   const uint32_t chunks = static_cast<uint32_t>(partials.n / kv / block);
   const float* p = reinterpret_cast<const float*>(partials.ptr);
   // (diagnostic) operands decoded: the test makes the mark wait for the buffer table's load
-  if (AMK_TRACE_MARKS_EARLY == 2 && p != nullptr) AMK_TRACE_MARK(0);
+  if (kAmkMarksAttn == 2 && p != nullptr) AMK_TRACE_MARK(0);
 #if AMK_COMBINE_STAGED
   // The partials, then a weight for each of their rows (codegen's combine_smem_bytes).
   const uint64_t n = static_cast<uint64_t>(kv) * chunks * block;  // <= partials.n

@@ -350,7 +350,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
   for (uint32_t s = pre; s < kStages; ++s) issue_next();
-  AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
+  if (!kAmkMarksTurn) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
   uint32_t slot_out = 0;
   for (uint32_t b = 0; b < batches; ++b) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
@@ -363,7 +363,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
                    : "r"(src + u * kAmkWarpSize * kAmkVectorBytes)
                    : "memory");
     reduce(use);
-    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    if (b == 0 && !kAmkMarksTurn) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
     issue_next();  // batch b + kStages into the slot just read (its values are consumed above)
     slot_out = slot_out + 1 == kStages ? 0u : slot_out + 1;
   }
@@ -395,7 +395,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if (!kNorm && batches == 0) return;
   }
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
-  AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
+  if (!kAmkMarksTurn) AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
   // One batch: start loading the next one into `fill` (if any), reduce `use`.
   auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
                   uint32_t b) {
@@ -409,13 +409,13 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   // Two batches an iteration, the buffers swapping roles: no register copies between batches.
   for (uint32_t b = 0; b < batches; b += 2) {
     step(cur, nxt, b);
-    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    if (b == 0 && !kAmkMarksTurn) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
     if (b + 1 < batches) step(nxt, cur, b + 1);
   }
 #else
   for (uint32_t b = 0; b < batches; ++b) {
     step(cur, nxt, b);
-    if (b == 0) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    if (b == 0 && !kAmkMarksTurn) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) cur[u] = nxt[u];
   }
@@ -557,6 +557,7 @@ template <class Wait>
 AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruction_t& ins,
                            unsigned char*, Wait& wait) {
 #endif
+  wait.prime();  // (AMK_EARLY_POLL: the first poll of the step's waits, if the op runs them)
   const amk_view w = amk_operand(ins, 0);
   const amk_view x = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);

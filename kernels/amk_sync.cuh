@@ -113,6 +113,18 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #define AMK_ATTN_PRELOAD 0
 #endif
 
+// AMK_EARLY_POLL (0): a gemv that runs its own waits reads each wait's counter once when the op
+// starts (prime(), relaxed, as the first poll), and the wait, after the first weight batches are
+// issued, takes that value if it already suffices (then only the acquire fence) instead of
+// starting to poll there. The twenty-fifth session's turn-around traces (AMK_TRACE_MARKS_EARLY=3,
+// Llama-3.2-1B step): a gemv step spends ~1.5 us (median) from entering its op to its first poll
+// (decoding, issuing its first batch), then ~0.6 us polling even when the counter was reached
+// before it started; on gate/up, whose blocks end their o_proj ~0.4 us before the last one,
+// the wait ends 2.1 us after that last o_proj (o_proj's own, on blocks that were idle: 0.8).
+#ifndef AMK_EARLY_POLL
+#define AMK_EARLY_POLL 0
+#endif
+
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of
 // the block calls it at the same point; only the first call waits. true: the launch is stopping
 // (the op returns without writing anything, and the VM exits).
@@ -122,6 +134,18 @@ struct amk_step_wait {
   const amk_instruction_t* ins;
   uint32_t n_waits, pass, queue_pos;
   bool done, stop;
+  uint32_t early = 0;  // AMK_EARLY_POLL: the counter as prime() read it (warp 0's wait lanes)
+  // AMK_EARLY_POLL: the first poll, issued when the op starts (its value is used by the wait).
+  __device__ __forceinline__ void prime() {
+#if AMK_EARLY_POLL
+    const uint32_t lane = threadIdx.x % kAmkWarpSize;
+    if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
+      uint32_t counter, value;
+      amk_ldg_nc2(&ins->waits[lane], counter, value);
+      early = amk_ld_relaxed(prog->counters + counter);
+    }
+#endif
+  }
   __device__ __forceinline__ bool operator()() {
     if (done) return stop;
     done = true;
@@ -130,9 +154,17 @@ struct amk_step_wait {
     if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
       uint32_t counter, value;
       amk_ldg_nc2(&ins->waits[lane], counter, value);
+      if (kAmkMarksTurn) AMK_TRACE_MARK(0);  // (diagnostic) polling starts (thread 0: lane 0)
+#if AMK_EARLY_POLL
+      // (the relaxed read that saw the value, then the acquire fence: amk_wait's fast path)
+      if (early >= value * pass)
+        amk_fence_acquire();
+      else
+#endif
       if (!amk_wait(*prog, *ins, counter, value * pass, queue_pos)) s = true;
     }
     stop = __syncthreads_or(s) != 0;
+    if (kAmkMarksTurn) AMK_TRACE_MARK(1);  // (diagnostic) the wait is over
 #ifdef AMK_TRACE
     // The step's trace start is when its wait ends (the VM reads it back after the op: the
     // object may be a copy in a call, so no pointer into the VM's registers).

@@ -37,15 +37,21 @@
 __device__ __forceinline__ void amk_attn_block_init() {}
 #endif
 
-// AMK_SIGNAL_WARP (0): the warp whose lanes release a step's signals. Warp 0 also polls the
+// AMK_SIGNAL_WARP (1): the warp whose lanes release a step's signals. Warp 0 also polls the
 // next step's waits, so with 0 a block whose step ends last in its phase pays the release (it
 // waits for the step's stores, ~0.5 us under load) and then the next wait's poll one after the
 // other; 1 lets warp 1 release while warp 0 goes on (the next step's first barrier then waits
 // for whichever is later). The traces of the twenty-fourth session: a gate/up step's wait ended
 // 2.40 us (median) after the last o_proj when its own block's o_proj ended within 0.3 us of the
-// last, 0.96 us on the blocks that ran no o_proj. Built in that session, not measured: 0.
+// last, 0.96 us on the blocks that ran no o_proj. Measured on the H200 (twenty-fifth session,
+// `amk profile --events --tuning-arms`, same process): Llama-3.2-1B step 0.9819 / 0.9837 /
+// 0.9819 ms with 0, 0.9812 / 0.9785 / 0.9786 with 1 (0.997x, each round lower), and 1.0027x
+// for 0 in a second call; Llama-3.1-8B 0.998x, then 1.0009x for 0. Predicted -1 to -2%: the
+// release was not most of that turn-around (AMK_TRACE_MARKS_EARLY=3 traces: a gate/up step
+// spends ~1.5 us from entering its op to polling, issuing its first weight batch). A one-warp
+// block releases on warp 0.
 #ifndef AMK_SIGNAL_WARP
-#define AMK_SIGNAL_WARP 0
+#define AMK_SIGNAL_WARP 1
 #endif
 constexpr uint32_t kAmkSignalWarp = AMK_SIGNAL_WARP < kAmkWarps ? AMK_SIGNAL_WARP : 0u;
 
@@ -488,7 +494,8 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) AMK_VM_EXIT();
       dirty = false;
 #if AMK_GEMV_PRELOAD
-      if (preload && threadIdx.x == 0) t_start = amk_state.wait_end;  // it starts when its wait ends
+      // It starts when its wait ends (with the turn-around marks, when the op is entered).
+      if (preload && threadIdx.x == 0 && !kAmkMarksTurn) t_start = amk_state.wait_end;
 #endif
       if (threadIdx.x == 0 && prog.trace != nullptr) {
         prog.trace[static_cast<uint64_t>(trace_index) * kAmkTraceWords] = t_start;

@@ -13,7 +13,9 @@
 # other layouts against the CPU backend, then the 8B rows; 127 s in the seventeenth). The 1B
 # checks' logs (run1b.log, run_llama1b_*.log: phase timings) come back in logs.tar.gz. A call the
 # device stops still returns what was packed so far (each section packs on entry; TERM packs
-# too). Each section's start prints the seconds elapsed.
+# too). Each section's start prints the seconds elapsed. In the decode section, $AMK_ARMS_1B /
+# $AMK_ARMS_8B replace the tuning arms timed beside the default, $AMK_ROUNDS_1B the 1B step's
+# rounds (2), and AMK_TORCH=0 leaves the PyTorch baseline out.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
@@ -172,9 +174,12 @@ tuned=(
   "AMK_ATTN_SPLIT=1|split|attention_tiled attention_rope attention_combine_staged attention_arrive"
   "AMK_ATTN_SPLIT=0|nosplit|attention_tiled_wide attention_rope"
   "AMK_ATTN_BULK=0|bulk0|attention_tiled attention_tiled_wide attention_rope"
-  # A step's signals released by warp 1 instead of warp 0 (AMK_SIGNAL_WARP=1, built in the
-  # twenty-fourth session, off until measured): the programs whose steps wait and signal.
-  "AMK_SIGNAL_WARP=1|signal1|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
+  # A step's signals released by warp 0 (AMK_SIGNAL_WARP=0; warp 1 by default since the
+  # twenty-fifth session): the programs whose steps wait and signal. A preloading gemv's first
+  # poll when it starts (AMK_EARLY_POLL=1, built in the twenty-fifth session, off): the programs
+  # whose gemvs wait.
+  "AMK_SIGNAL_WARP=0|signal0|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
+  "AMK_EARLY_POLL=1|earlypoll|gemv_waits gemv_fused gemv_t small_ops attention_rope"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -411,6 +416,14 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_attnpreload.log"; row "llama tiny AMK_ATTN_PRELOAD=1 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_attnpreload" >"$out/run1b_attnpreload.log" 2>&1
   rc=$?; tail -2 "$out/run1b_attnpreload.log"; row "llama-3.2-1b AMK_ATTN_PRELOAD=1 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  # The same for a preloading gemv's first poll when it starts (AMK_EARLY_POLL=1, twenty-fifth
+  # session, off until measured faster), and for the signals released by warp 0.
+  for tn in AMK_EARLY_POLL=1 AMK_SIGNAL_WARP=0; do
+    AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
+    rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+    AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
+    rc=$?; tail -2 "$out/run1b_$tn.log"; row "llama-3.2-1b $tn --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
+  done
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
   # executable per arm, two interleaved rounds): gemv's weights in registers (AMK_GEMV_SMEM_STAGES=0,
   # the default before the eighteenth session) or through 3 ring stages, the gemv preload at two
@@ -424,15 +437,16 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_COMBINE_SMEM=0, the default before the twenty-second), the tiled attention's split
   # stages (AMK_ATTN_SPLIT=1: the 8B step's default, slower on the 1B's narrow tile in the
   # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
-  # default before the twenty-fourth), a step's signals released by warp 1 (AMK_SIGNAL_WARP=1,
-  # off until measured): each default's margin, measured again. The
+  # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
+  # default before the twenty-fifth), a preloading gemv's first poll when it starts
+  # (AMK_EARLY_POLL=1): each default's margin, measured again ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=1"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=1}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
-  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
+  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds "${AMK_ROUNDS_1B:-2}" --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
 try:
@@ -483,6 +497,7 @@ PY
       row "gemv inner loop in SASS, $f" "${n:-not found (see $d/$f.loops.txt)}"
     done
   fi
+  if [ "${AMK_TORCH:-1}" = 1 ]; then  # (AMK_TORCH=0: no PyTorch baseline)
   PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$d/torch.err"
   rc=$?; tail -5 "$d/torch.err"; tail -20 "$d/torch.json"
   row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && echo "pass (token $tok)" || echo "FAIL (exit $rc)")"
@@ -498,6 +513,7 @@ except Exception as e:
     print(f"PyTorch rows|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
+  fi  # AMK_TORCH
   fi  # AMK_1B
   if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these four)
   # The 1B step in the other layouts against the CPU backend, on the default step's weights: one
@@ -520,7 +536,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=1"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=1}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

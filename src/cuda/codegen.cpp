@@ -428,6 +428,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_COMBINE_SMEM", 0, 1, "0 or 1 (attention_combine stages its partials in shared memory)"},
     {"AMK_ATTN_PRELOAD", 0, 1, "0 or 1 (attention_decode copies its K/V before its waits)"},
     {"AMK_SIGNAL_WARP", 0, 1, "0 or 1 (the warp that releases a step's signals)"},
+    {"AMK_EARLY_POLL", 0, 1, "0 or 1 (a preloading gemv reads its counters when it starts)"},
     {"AMK_ATTN_BULK", 0, 1, "0 or 1 (the tiled attention's K/V through two bulk copies)"},
     {"AMK_ATTN_SPLIT", 0, 1, "0 or 1 (the tiled attention's score and output stages split over lanes)"},
 };

@@ -466,7 +466,7 @@ TEST_CASE("the 1B step with the output projection split by query heads (--o-proj
   CHECK(amk::test::no_spills(out.log));
 }
 
-TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), and the global buffer table compile without spills") {
+TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global buffer table compile without spills") {
   CompileOptions options;
   options.use_cache = false;
   const Program tiny = llama_step("tiny", 2, 16);
@@ -479,6 +479,7 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2), and the global buf
   };
   for (const Case& c : {Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 1}}},
                         Case{&rope, true, {{"AMK_TRACE_MARKS_EARLY", 2}}},
+                        Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 3}}},
                         Case{&tiny, false, {{"AMK_SMEM_BUFFERS", 0}}}}) {
     CAPTURE(c.tuning[0].first);
     CompileOptions co = options;
@@ -565,8 +566,8 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
   }
 }
 
-TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP=1, off by default) compile without "
-          "spills for the 1B and 8B steps, traced too") {
+TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and by warp 0 compile "
+          "without spills for the 1B and 8B steps, traced too") {
   CompileOptions options;
   options.use_cache = false;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
@@ -580,13 +581,43 @@ TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP=1, off by default) co
       co.trace = trace;
       const CompileOutput def = compile_vm(p, plan, co);
       REQUIRE(def.ok);
+      CHECK(amk::test::no_spills(def.log));
+      co.tuning = {{"AMK_SIGNAL_WARP", 0}};
+      const CompileOutput w0 = compile_vm(p, plan, co);
+      INFO(w0.log);
+      REQUIRE(w0.ok);
+      CHECK(amk::test::no_spills(w0.log));
+      CHECK(w0.cubin != def.cubin);  // the knob reaches the VM
       co.tuning = {{"AMK_SIGNAL_WARP", 1}};
+      const CompileOutput w1 = compile_vm(p, plan, co);
+      REQUIRE(w1.ok);
+      CHECK(w1.cubin == def.cubin);  // 1 is the default
+    }
+  }
+}
+
+TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL=1, off by default) "
+          "compiles without spills for the 1B and 8B steps, traced too") {
+  CompileOptions options;
+  options.use_cache = false;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const Program p = llama_step(preset, 2);
+    const Plan plan = make_plan(p);
+    CHECK(vm_source(p, plan, options).find("AMK_EARLY_POLL") == std::string::npos);
+    for (bool trace : {false, true}) {
+      CAPTURE(trace);
+      CompileOptions co = options;
+      co.trace = trace;
+      const CompileOutput def = compile_vm(p, plan, co);
+      REQUIRE(def.ok);
+      co.tuning = {{"AMK_EARLY_POLL", 1}};
       const CompileOutput on = compile_vm(p, plan, co);
       INFO(on.log);
       REQUIRE(on.ok);
       CHECK(amk::test::no_spills(on.log));
       CHECK(on.cubin != def.cubin);  // the knob reaches the VM
-      co.tuning = {{"AMK_SIGNAL_WARP", 0}};
+      co.tuning = {{"AMK_EARLY_POLL", 0}};
       const CompileOutput off = compile_vm(p, plan, co);
       REQUIRE(off.ok);
       CHECK(off.cubin == def.cubin);  // 0 is the default

@@ -15,7 +15,8 @@
 # device stops still returns what was packed so far (each section packs on entry; TERM packs
 # too). Each section's start prints the seconds elapsed. In the decode section, $AMK_ARMS_1B /
 # $AMK_ARMS_8B replace the tuning arms timed beside the default, $AMK_ROUNDS_1B the 1B step's
-# rounds (2), and AMK_TORCH=0 leaves the PyTorch baseline out.
+# rounds (2), AMK_TORCH=0 leaves the PyTorch baseline out and AMK_DIAG=0 the diagnostics (the
+# attention chunk programs, the traces with early marks, the gemv loop in SASS).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
@@ -472,7 +473,7 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/bench_rows.txt"
   # attention_decode with its code cold (first of a pair on a block) and warm (second), with and
   # without the RoPE table to compute first (scripts/bench_programs.py: attn_pairs*).
-  for f in attn_pairs attn_pairs_plain; do
+  for f in $([ "${AMK_DIAG:-1}" = 1 ] && echo attn_pairs attn_pairs_plain); do  # (AMK_DIAG=0: none)
     $amk profile "$out/bench/$f.json" --trace "$d/trace_$f.json" > /dev/null 2>&1
     n=$($py scripts/trace_phases.py "$d/trace_$f.json" --warm | awk '$1 == "attn" && NF == 5 { print "cold " $3 " us, warm " $5 " us"; exit }')
     row "attention chunk (1B-shaped), $f" "${n:-unavailable}"
@@ -482,13 +483,13 @@ PY
   # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
   # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
   # logs.tar.gz.
-  for lv in 1 2; do
+  for lv in $([ "${AMK_DIAG:-1}" = 1 ] && echo 1 2); do
     AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
     $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
   done
   # The plain gemv's inner loop (bf16 weights, f32 x: 64 FFMA, 24 128-bit loads an iteration) in
   # SASS, in the VM of each layout: its length moves with what else the one kernel holds.
-  if command -v nvdisasm >/dev/null; then
+  if [ "${AMK_DIAG:-1}" = 1 ] && command -v nvdisasm >/dev/null; then
     [ -e "$d/llama1b_unfused.json" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --unfused -o "$d/llama1b_unfused.json"
     for f in llama1b llama1b_unfused; do
       $amk -q compile "$d/$f.json" -o "$d/$f.cubin" >/dev/null 2>&1 && nvdisasm -c "$d/$f.cubin" > "$d/$f.sass" 2>/dev/null

@@ -113,7 +113,7 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #define AMK_ATTN_PRELOAD 0
 #endif
 
-// AMK_EARLY_POLL (0): a gemv that runs its own waits reads each wait's counter once when the op
+// AMK_EARLY_POLL (1): a gemv that runs its own waits reads each wait's counter once when the op
 // starts (prime(), relaxed, as the first poll), and the wait, after the first weight batches are
 // issued, takes that value if it already suffices (then only the acquire fence) instead of
 // starting to poll there. The twenty-fifth session's turn-around traces (AMK_TRACE_MARKS_EARLY=3,
@@ -121,8 +121,12 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // (decoding, issuing its first batch), then ~0.6 us polling even when the counter was reached
 // before it started; on gate/up, whose blocks end their o_proj ~0.4 us before the last one,
 // the wait ends 2.1 us after that last o_proj (o_proj's own, on blocks that were idle: 0.8).
+// Measured on the H200 (twenty-fifth session, `amk profile --events --tuning-arms`, one
+// process): Llama-3.2-1B step 0.9900 / 0.9925 / 0.9892 ms without, 0.9892 / 0.9878 / 0.9881 with
+// (0.997x, each round lower); Llama-3.1-8B 4.3555 / 4.3597 -> 4.3466 / 4.3493 (0.998x).
+// Predicted ~-1% (up to -0.6 us on gate/up's hop a layer).
 #ifndef AMK_EARLY_POLL
-#define AMK_EARLY_POLL 0
+#define AMK_EARLY_POLL 1
 #endif
 
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of

@@ -176,11 +176,11 @@ tuned=(
   "AMK_ATTN_SPLIT=0|nosplit|attention_tiled_wide attention_rope"
   "AMK_ATTN_BULK=0|bulk0|attention_tiled attention_tiled_wide attention_rope"
   # A step's signals released by warp 0 (AMK_SIGNAL_WARP=0; warp 1 by default since the
-  # twenty-fifth session): the programs whose steps wait and signal. A preloading gemv's first
-  # poll when it starts (AMK_EARLY_POLL=1, built in the twenty-fifth session, off): the programs
-  # whose gemvs wait.
+  # twenty-fifth session): the programs whose steps wait and signal. A preloading gemv's waits
+  # polled only after its first batches are issued (AMK_EARLY_POLL=0; an early first poll by
+  # default since the twenty-fifth session): the programs whose gemvs wait.
   "AMK_SIGNAL_WARP=0|signal0|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
-  "AMK_EARLY_POLL=1|earlypoll|gemv_waits gemv_fused gemv_t small_ops attention_rope"
+  "AMK_EARLY_POLL=0|earlypoll0|gemv_waits gemv_fused gemv_t small_ops attention_rope"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -417,9 +417,9 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_attnpreload.log"; row "llama tiny AMK_ATTN_PRELOAD=1 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_attnpreload" >"$out/run1b_attnpreload.log" 2>&1
   rc=$?; tail -2 "$out/run1b_attnpreload.log"; row "llama-3.2-1b AMK_ATTN_PRELOAD=1 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  # The same for a preloading gemv's first poll when it starts (AMK_EARLY_POLL=1, twenty-fifth
-  # session, off until measured faster), and for the signals released by warp 0.
-  for tn in AMK_EARLY_POLL=1 AMK_SIGNAL_WARP=0; do
+  # The same without the early first poll of a preloading gemv (AMK_EARLY_POLL=0) and with the
+  # signals released by warp 0 (the defaults before the twenty-fifth session).
+  for tn in AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
     AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
@@ -439,11 +439,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # stages (AMK_ATTN_SPLIT=1: the 8B step's default, slower on the 1B's narrow tile in the
   # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
   # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
-  # default before the twenty-fifth), a preloading gemv's first poll when it starts
-  # (AMK_EARLY_POLL=1): each default's margin, measured again ($AMK_ARMS_1B: other arms). The
+  # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
+  # (AMK_EARLY_POLL=0, likewise): each default's margin, measured again ($AMK_ARMS_1B: other
+  # arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=1}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -537,7 +538,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=1}"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

@@ -596,8 +596,8 @@ TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and b
   }
 }
 
-TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL=1, off by default) "
-          "compiles without spills for the 1B and 8B steps, traced too") {
+TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by default) and "
+          "without it compile without spills for the 1B and 8B steps, traced too") {
   CompileOptions options;
   options.use_cache = false;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
@@ -611,16 +611,17 @@ TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL=1, off 
       co.trace = trace;
       const CompileOutput def = compile_vm(p, plan, co);
       REQUIRE(def.ok);
-      co.tuning = {{"AMK_EARLY_POLL", 1}};
-      const CompileOutput on = compile_vm(p, plan, co);
-      INFO(on.log);
-      REQUIRE(on.ok);
-      CHECK(amk::test::no_spills(on.log));
-      CHECK(on.cubin != def.cubin);  // the knob reaches the VM
+      CHECK(amk::test::no_spills(def.log));
       co.tuning = {{"AMK_EARLY_POLL", 0}};
       const CompileOutput off = compile_vm(p, plan, co);
+      INFO(off.log);
       REQUIRE(off.ok);
-      CHECK(off.cubin == def.cubin);  // 0 is the default
+      CHECK(amk::test::no_spills(off.log));
+      CHECK(off.cubin != def.cubin);  // the knob reaches the VM
+      co.tuning = {{"AMK_EARLY_POLL", 1}};
+      const CompileOutput on = compile_vm(p, plan, co);
+      REQUIRE(on.ok);
+      CHECK(on.cubin == def.cubin);  // 1 is the default
     }
   }
 }

@@ -566,15 +566,18 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
   }
 }
 
-TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and by warp 0 compile "
-          "without spills for the 1B and 8B steps, traced too") {
+// A 0/1 VM tuning whose default is 1, on the 1B and 8B steps, traced and untraced: the generated
+// source leaves it to the kernel's default, both values compile without spills, 0 reaches the
+// VM and 1 is the default's cubin.
+namespace {
+void check_default_on_knob(const char* knob) {
   CompileOptions options;
   options.use_cache = false;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
     CAPTURE(preset);
     const Program p = llama_step(preset, 2);
     const Plan plan = make_plan(p);
-    CHECK(vm_source(p, plan, options).find("AMK_SIGNAL_WARP") == std::string::npos);
+    CHECK(vm_source(p, plan, options).find(knob) == std::string::npos);
     for (bool trace : {false, true}) {
       CAPTURE(trace);
       CompileOptions co = options;
@@ -582,46 +585,27 @@ TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and b
       const CompileOutput def = compile_vm(p, plan, co);
       REQUIRE(def.ok);
       CHECK(amk::test::no_spills(def.log));
-      co.tuning = {{"AMK_SIGNAL_WARP", 0}};
-      const CompileOutput w0 = compile_vm(p, plan, co);
-      INFO(w0.log);
-      REQUIRE(w0.ok);
-      CHECK(amk::test::no_spills(w0.log));
-      CHECK(w0.cubin != def.cubin);  // the knob reaches the VM
-      co.tuning = {{"AMK_SIGNAL_WARP", 1}};
-      const CompileOutput w1 = compile_vm(p, plan, co);
-      REQUIRE(w1.ok);
-      CHECK(w1.cubin == def.cubin);  // 1 is the default
-    }
-  }
-}
-
-TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by default) and "
-          "without it compile without spills for the 1B and 8B steps, traced too") {
-  CompileOptions options;
-  options.use_cache = false;
-  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
-    CAPTURE(preset);
-    const Program p = llama_step(preset, 2);
-    const Plan plan = make_plan(p);
-    CHECK(vm_source(p, plan, options).find("AMK_EARLY_POLL") == std::string::npos);
-    for (bool trace : {false, true}) {
-      CAPTURE(trace);
-      CompileOptions co = options;
-      co.trace = trace;
-      const CompileOutput def = compile_vm(p, plan, co);
-      REQUIRE(def.ok);
-      CHECK(amk::test::no_spills(def.log));
-      co.tuning = {{"AMK_EARLY_POLL", 0}};
+      co.tuning = {{knob, 0}};
       const CompileOutput off = compile_vm(p, plan, co);
       INFO(off.log);
       REQUIRE(off.ok);
       CHECK(amk::test::no_spills(off.log));
       CHECK(off.cubin != def.cubin);  // the knob reaches the VM
-      co.tuning = {{"AMK_EARLY_POLL", 1}};
+      co.tuning = {{knob, 1}};
       const CompileOutput on = compile_vm(p, plan, co);
       REQUIRE(on.ok);
       CHECK(on.cubin == def.cubin);  // 1 is the default
     }
   }
+}
+}  // namespace
+
+TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and by warp 0 compile "
+          "without spills for the 1B and 8B steps, traced too") {
+  check_default_on_knob("AMK_SIGNAL_WARP");
+}
+
+TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by default) and "
+          "without it compile without spills for the 1B and 8B steps, traced too") {
+  check_default_on_knob("AMK_EARLY_POLL");
 }

@@ -410,16 +410,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_arrive.log"; row "llama tiny --combine arrive on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  # attention_decode copying its K/V before its waits (AMK_ATTN_PRELOAD=1, built in the
-  # twenty-third session; measured no faster in the twenty-fourth, so off): the tiny step against
-  # numpy and the 1B step against the CPU backend with it on.
-  AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_attnpreload.log" 2>&1
-  rc=$?; tail -2 "$out/check_llama_attnpreload.log"; row "llama tiny AMK_ATTN_PRELOAD=1 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-  AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_attnpreload" >"$out/run1b_attnpreload.log" 2>&1
-  rc=$?; tail -2 "$out/run1b_attnpreload.log"; row "llama-3.2-1b AMK_ATTN_PRELOAD=1 --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
-  # The same without the early first poll of a preloading gemv (AMK_EARLY_POLL=0) and with the
+  # The tiny step against numpy and the 1B step against the CPU backend under tunings the
+  # checks above do not cover: attention_decode copying its K/V before its waits
+  # (AMK_ATTN_PRELOAD=1, built in the twenty-third session; measured no faster in the
+  # twenty-fourth, so off), no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
   # signals released by warp 0 (the defaults before the twenty-fifth session).
-  for tn in AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0; do
+  for tn in AMK_ATTN_PRELOAD=1 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
     AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1

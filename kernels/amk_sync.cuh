@@ -129,6 +129,28 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 #define AMK_EARLY_POLL 1
 #endif
 
+// AMK_NEXT_INS_L1 (1): a step that waits has the two lines of its block's next step's
+// instruction prefetched into L1 by the last warp right after the wait (whose acquire fence drops
+// L1), so the next step decodes from L1 instead of from L2 under load (the twenty-fifth session's
+// traces: ~1.5 us from a gemv step's entry to its first poll, on the critical path of the block
+// that ends a phase last). The lookup of the next step (a shuffle from the window registers)
+// covers the current sub-window and the next one while its registers are fresh. Measured on the
+// H200 (twenty-sixth session, `amk profile --events --tuning-arms`, one process): Llama-3.2-1B
+// step 0.9842 / 0.9848 / 0.9823 ms without, 0.9723 / 0.9756 / 0.9781 with (0.991x, each round
+// lower; 0.991x again in another call), Llama-3.1-8B 0.997x in both calls. 0: off (what the
+// generated source sets where no gemv waits and preloads; codegen's vm_source).
+#ifndef AMK_NEXT_INS_L1
+#define AMK_NEXT_INS_L1 1
+#endif
+#if AMK_NEXT_INS_L1
+__device__ __forceinline__ void amk_prefetch_next_ins(const amk_device_program_t& prog,
+                                                      uint32_t item) {
+  const uint32_t lane = threadIdx.x % kAmkWarpSize;
+  if (item != 0xFFFFFFFFu && threadIdx.x / kAmkWarpSize == kAmkWarps - 1 && lane < 2)
+    amk_prefetch_l1(reinterpret_cast<const unsigned char*>(prog.instructions + item) + 128 * lane);
+}
+#endif
+
 // A step's waits, run by the op at the point where it must read what they guard. Every thread of
 // the block calls it at the same point; only the first call waits. true: the launch is stopping
 // (the op returns without writing anything, and the VM exits).
@@ -139,6 +161,9 @@ struct amk_step_wait {
   uint32_t n_waits, pass, queue_pos;
   bool done, stop;
   uint32_t early = 0;  // AMK_EARLY_POLL: the counter as prime() read it (warp 0's wait lanes)
+#if AMK_NEXT_INS_L1
+  uint32_t next_ins = 0xFFFFFFFFu;  // the block's next step with work (AMK_NEXT_INS_L1)
+#endif
   // AMK_EARLY_POLL: the first poll, issued when the op starts (its value is used by the wait).
   __device__ __forceinline__ void prime() {
 #if AMK_EARLY_POLL
@@ -168,6 +193,9 @@ struct amk_step_wait {
       if (!amk_wait(*prog, *ins, counter, value * pass, queue_pos)) s = true;
     }
     stop = __syncthreads_or(s) != 0;
+#if AMK_NEXT_INS_L1
+    amk_prefetch_next_ins(*prog, next_ins);
+#endif
     if (kAmkMarksTurn) AMK_TRACE_MARK(1);  // (diagnostic) the wait is over
 #ifdef AMK_TRACE
     // The step's trace start is when its wait ends (the VM reads it back after the op: the

@@ -416,6 +416,24 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
       const bool signaller = warp == kAmkSignalWarp && lane < n_signals;
       uint32_t sig_counter = 0, sig_add = 0;
       if (signaller) amk_ldg_nc2(&ins.signals[lane], sig_counter, sig_add);
+#if AMK_NEXT_INS_L1
+      // A step that waits looks up the block's next step with work (this sub-window's later
+      // bits, else the next sub-window's while its registers are fresh), whose instruction the
+      // wait's end pulls into L1 (amk_sync.cuh).
+      uint32_t next_item = kAmkNoItem;
+      if (n_waits != 0) {
+        constexpr uint32_t j1 = kAmkSubs > 1 ? 1 : 0;
+        const uint32_t sub = (p / kAmkWarpSize) % kAmkSubs;
+        uint32_t bits = l + 1 < n ? m[0] & (~0u << (l + 1)) & (n < 32 ? (1u << n) - 1 : ~0u) : 0u;
+        uint32_t src_item = itc[0];
+        if (bits == 0 && kAmkSubs > 1 && sub == 0 && n == kAmkWarpSize && p + n < total) {
+          const uint32_t n1 = min(kAmkWarpSize, total - p - n);
+          bits = m[j1] & (n1 < 32 ? (1u << n1) - 1 : ~0u);
+          src_item = itc[j1];
+        }
+        if (bits != 0) next_item = __shfl_sync(kAmkFullMask, src_item, __ffs(bits) - 1);
+      }
+#endif
 #if AMK_GEMV_PRELOAD
       // A gemv whose weights no instruction writes runs its waits itself, once its first weight
       // batch is requested, and so does an attention_decode whose K and V none writes, once its
@@ -431,6 +449,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
 #endif
           ;
       amk_step_wait step_wait{&prog, &ins, n_waits, pass, qpos, !preload, false};
+#if AMK_NEXT_INS_L1
+      if (preload) step_wait.next_ins = next_item;
+#endif
 #else
       constexpr bool preload = false;
       amk_no_wait step_wait;
@@ -461,6 +482,9 @@ extern "C" __global__ void __launch_bounds__(AMK_BLOCK_THREADS, 1)
         }
         if (__syncthreads_or(stop)) AMK_VM_EXIT();
         dirty = false;
+#if AMK_NEXT_INS_L1
+        amk_prefetch_next_ins(prog, next_item);
+#endif
       }
 #ifdef AMK_TRACE
       uint64_t t_start = threadIdx.x == 0 ? amk_globaltimer() : 0;

@@ -431,6 +431,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_EARLY_POLL", 0, 1, "0 or 1 (a preloading gemv reads its counters when it starts)"},
     {"AMK_ATTN_BULK", 0, 1, "0 or 1 (the tiled attention's K/V through two bulk copies)"},
     {"AMK_ATTN_SPLIT", 0, 1, "0 or 1 (the tiled attention's score and output stages split over lanes)"},
+    {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table
@@ -603,6 +604,12 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // Gemvs that wait and preload: no L2 prefetch of the next streaming step (vm_choices).
   if (vm.prefetch_ahead == 0 && !tuning_value(options, "AMK_PREFETCH_AHEAD"))
     s += "#define AMK_PREFETCH_AHEAD 0\n";
+  // The next step's instruction prefetched into L1 after each wait (AMK_NEXT_INS_L1, the kernel's
+  // default) where gemvs wait and preload: the decode steps, where it was measured faster. Elsewhere
+  // it is left out: its lookup costs registers (the GEMV benchmark's VM, whose steps never wait,
+  // would go past 128 a thread and lose its second block an SM).
+  if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_NEXT_INS_L1"))
+    s += "#define AMK_NEXT_INS_L1 0\n";
   // Attention steps read their instruction from shared memory where they wait (the kernel's
   // default); elsewhere the copy is left out.
   if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))

@@ -566,11 +566,11 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
   }
 }
 
-// A 0/1 VM tuning whose default is 1, on the 1B and 8B steps, traced and untraced: the generated
-// source leaves it to the kernel's default, both values compile without spills, 0 reaches the
-// VM and 1 is the default's cubin.
+// A 0/1 VM tuning whose default is `def_value`, on the 1B and 8B steps, traced and untraced: the
+// generated source leaves it to the kernel's default, both values compile without spills, the
+// other value reaches the VM and `def_value` gives the default's cubin.
 namespace {
-void check_default_on_knob(const char* knob) {
+void check_knob(const char* knob, int64_t def_value) {
   CompileOptions options;
   options.use_cache = false;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
@@ -585,16 +585,16 @@ void check_default_on_knob(const char* knob) {
       const CompileOutput def = compile_vm(p, plan, co);
       REQUIRE(def.ok);
       CHECK(amk::test::no_spills(def.log));
-      co.tuning = {{knob, 0}};
-      const CompileOutput off = compile_vm(p, plan, co);
-      INFO(off.log);
-      REQUIRE(off.ok);
-      CHECK(amk::test::no_spills(off.log));
-      CHECK(off.cubin != def.cubin);  // the knob reaches the VM
-      co.tuning = {{knob, 1}};
-      const CompileOutput on = compile_vm(p, plan, co);
-      REQUIRE(on.ok);
-      CHECK(on.cubin == def.cubin);  // 1 is the default
+      co.tuning = {{knob, 1 - def_value}};
+      const CompileOutput other = compile_vm(p, plan, co);
+      INFO(other.log);
+      REQUIRE(other.ok);
+      CHECK(amk::test::no_spills(other.log));
+      CHECK(other.cubin != def.cubin);  // the knob reaches the VM
+      co.tuning = {{knob, def_value}};
+      const CompileOutput same = compile_vm(p, plan, co);
+      REQUIRE(same.ok);
+      CHECK(same.cubin == def.cubin);  // the kernel's default
     }
   }
 }
@@ -602,10 +602,15 @@ void check_default_on_knob(const char* knob) {
 
 TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and by warp 0 compile "
           "without spills for the 1B and 8B steps, traced too") {
-  check_default_on_knob("AMK_SIGNAL_WARP");
+  check_knob("AMK_SIGNAL_WARP", 1);
 }
 
 TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by default) and "
           "without it compile without spills for the 1B and 8B steps, traced too") {
-  check_default_on_knob("AMK_EARLY_POLL");
+  check_knob("AMK_EARLY_POLL", 1);
+}
+
+TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT_INS_L1, on by "
+          "default) and without it compile without spills for the 1B and 8B steps, traced too") {
+  check_knob("AMK_NEXT_INS_L1", 1);
 }

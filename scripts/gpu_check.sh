@@ -181,6 +181,9 @@ tuned=(
   # default since the twenty-fifth session): the programs whose gemvs wait.
   "AMK_SIGNAL_WARP=0|signal0|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
   "AMK_EARLY_POLL=0|earlypoll0|gemv_waits gemv_fused gemv_t small_ops attention_rope"
+  # The next step's instruction not prefetched into L1 after a wait (AMK_NEXT_INS_L1=0; on by
+  # default since the twenty-sixth session where gemvs wait and preload): programs whose steps wait.
+  "AMK_NEXT_INS_L1=0|nextins0|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -414,8 +417,9 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # checks above do not cover: attention_decode copying its K/V before its waits
   # (AMK_ATTN_PRELOAD=1, built in the twenty-third session; measured no faster in the
   # twenty-fourth, so off), no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
-  # signals released by warp 0 (the defaults before the twenty-fifth session).
-  for tn in AMK_ATTN_PRELOAD=1 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0; do
+  # signals released by warp 0 (the defaults before the twenty-fifth session), and no L1
+  # prefetch of the next step's instruction (AMK_NEXT_INS_L1=0, before the twenty-sixth).
+  for tn in AMK_ATTN_PRELOAD=1 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
     AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
@@ -436,11 +440,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
   # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
   # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
-  # (AMK_EARLY_POLL=0, likewise): each default's margin, measured again ($AMK_ARMS_1B: other
-  # arms). The
+  # (AMK_EARLY_POLL=0, likewise), no prefetch of the next step's instruction into L1 after a
+  # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth): each default's margin,
+  # measured again ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -534,7 +539,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0}"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

@@ -154,13 +154,29 @@ constexpr uint32_t kAmkAttnWarps = kAmkWarps < 8 ? kAmkWarps : 8;
 // generated source sets it when some chunk of the program needs it (attention_wide_tiles in
 // src/cuda/codegen.cpp); measured on the H200 (`amk profile --events`): Llama-3.1-8B step 5.453
 // -> 5.299 ms; the 1B step, whose chunks fit the default tile, 1.279 -> 1.281 ms with it forced on.
+// AMK_ATTN_TILED_WIDE=2: the large tile, 64 KiB of K+V (one query head of 64 over 256 positions:
+// `amk gen llama --combine oproj`'s chunks), the merge buffer grown to 64 KiB.
 #ifndef AMK_ATTN_TILED_WIDE
 #define AMK_ATTN_TILED_WIDE 0
+#endif
+#if AMK_ATTN_TILED_WIDE < 0 || AMK_ATTN_TILED_WIDE > 2
+#error "AMK_ATTN_TILED_WIDE is 0 (16 KiB tile), 1 (32 KiB) or 2 (64 KiB)"
+#endif
+// AMK_ATTN_TILE_DYNAMIC=1 (set by the generated source with the large tile where gemv's ring
+// gives the launch at least 64 KiB of dynamic shared memory): the tile lives there, which no
+// instruction keeps across instructions (as attention_combine's staging does), instead of in a
+// 64 KiB static merge buffer. Measured on the H200 (twenty-seventh session, `amk profile
+// --tuning-arms`, the 1B step with --combine oproj, three rounds): the tile static 1.017x slower.
+#ifndef AMK_ATTN_TILE_DYNAMIC
+#define AMK_ATTN_TILE_DYNAMIC 0
 #endif
 // The merge buffer: 8 warps x 4 heads x (128 + 2) floats (16.25 KiB; wide: 32 KiB. Counted by
 // kAttentionMergeBytes / kAttentionWideMergeBytes in src/cuda/codegen.cpp), so a pass of 4 heads
 // of up to 128 dims merges in one round.
-constexpr uint32_t kAmkAttnMergeFloats = AMK_ATTN_TILED_WIDE ? 8192 : 8 * 4 * (128 + 2);
+constexpr uint32_t kAmkAttnMergeFloats =
+    AMK_ATTN_TILED_WIDE == 2 ? (AMK_ATTN_TILE_DYNAMIC ? 8 * 4 * (128 + 2) : 16384)
+    : AMK_ATTN_TILED_WIDE   ? 8192
+                            : 8 * 4 * (128 + 2);
 static_assert(kAmkAttnMergeFloats >= kAmkAttnWarps * (kAmkAttnMaxHeadDim + 2),
               "the merge must hold at least one head of every streaming warp");
 
@@ -561,8 +577,18 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
 #if AMK_ATTN_TILED && AMK_BLOCK_THREADS == 256 && (AMK_ATTN_KV_BF16 || AMK_ATTN_KV_F16)
 #define AMK_ATTN_TILE 1
 // K and V of a chunk in amk_attn_merge (the pass's merge buffer, unused by this path).
-constexpr uint32_t kAmkAttnTileBytes = AMK_ATTN_TILED_WIDE ? 32768 : 16384;
-static_assert(kAmkAttnMergeFloats * sizeof(float) >= kAmkAttnTileBytes, "the tile fits the merge buffer");
+constexpr uint32_t kAmkAttnTileBytes =
+    AMK_ATTN_TILED_WIDE == 2 ? 65536 : AMK_ATTN_TILED_WIDE ? 32768 : 16384;
+static_assert(AMK_ATTN_TILE_DYNAMIC || kAmkAttnMergeFloats * sizeof(float) >= kAmkAttnTileBytes,
+              "the tile fits the merge buffer");
+// Where the tile is: the merge buffer, or (AMK_ATTN_TILE_DYNAMIC) the launch's dynamic shared memory.
+__device__ __forceinline__ unsigned char* amk_attn_tile_base() {
+#if AMK_ATTN_TILE_DYNAMIC
+  return amk_dynamic_smem;
+#else
+  return reinterpret_cast<unsigned char*>(amk_attn_merge);
+#endif
+}
 // Scores (group x positions), at most this many floats, and staged q (group x head_dim).
 constexpr uint32_t kAmkAttnTileFloats = 256;
 constexpr uint32_t kAmkAttnTileQFloats = AMK_ATTN_TILED_WIDE ? 512 : 256;
@@ -673,6 +699,9 @@ __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins,
   const uint32_t len = k.n / hd;
   return dtype_ok && k.dtype == v.dtype && hd % 8 == 0 && len >= 1 && v.n / hd >= len &&
          amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
+#if AMK_ATTN_TILE_DYNAMIC
+         4ull * len * hd <= amk_dynamic_smem_size() &&
+#endif
          group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
          group * hd <= kAmkAttnTileQFloats;
 }
@@ -696,7 +725,12 @@ __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins,
 #define AMK_ATTN_SPLIT AMK_ATTN_TILED_WIDE
 #endif
 // Heads a thread carries at once in the split stages (registers: 2 accumulators a head).
-constexpr uint32_t kAmkAttnSplitHeads = 4;
+// AMK_ATTN_SPLIT_HEADS: 4, or 1 where every chunk has one query head (the generated source sets
+// it: `amk gen llama --combine oproj`), so no lane repeats its one head's work four times.
+#ifndef AMK_ATTN_SPLIT_HEADS
+#define AMK_ATTN_SPLIT_HEADS 4
+#endif
+constexpr uint32_t kAmkAttnSplitHeads = AMK_ATTN_SPLIT_HEADS;
 // The lanes a K row is split over: the largest power of two that divides the row's vectors
 // (head_dim / 8), is at most 32 and keeps S * len within the block.
 __device__ __forceinline__ uint32_t amk_attn_score_split(uint32_t nv, uint32_t len) {
@@ -748,7 +782,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   const uint32_t kv_bytes = len * row_bytes;  // a multiple of 16 (hd % 8 == 0)
   // V first: K's place is free once the scores are taken, and holds the split outputs'
   // partial sums (8 warps x group x hd floats <= half the tile, where K starts at most).
-  const uint32_t vs = amk_smem_addr(amk_attn_merge), ks = vs + kv_bytes;
+  const uint32_t vs = amk_smem_addr(amk_attn_tile_base()), ks = vs + kv_bytes;
 #if AMK_ATTN_BULK
   const uint32_t kv_bar = amk_smem_addr(&amk_attn_kv_bar);
   const uint32_t kv_parity = amk_attn_kv_parity;  // (thread 0 flips it after the block's barrier)
@@ -969,7 +1003,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     // elements (2 l, 2 l + 1) of each 64, kAmkAttnSplitHeads heads at a time, into its partial
     // row in K's place (8 x group x hd floats); then thread i adds the 8 partials of (head g,
     // element d), normalizes, and writes the row and (m, l).
-    float* part = reinterpret_cast<float*>(amk_attn_merge) + kv_bytes / 4;
+    float* part = reinterpret_cast<float*>(amk_attn_tile_base()) + kv_bytes / 4;
     const uint32_t per = (len + kAmkWarps - 1) / kAmkWarps;
     const uint32_t t0 = min(len, warp * per), t1 = min(len, t0 + per);
     const uint32_t gh = group * hd;

@@ -51,6 +51,13 @@
 #define AMK_GEMV_FUSE_NORM 1
 #define AMK_GEMV_FUSE_GLU 1
 #define AMK_GEMV_FUSE_NORM_GLU 1
+#define AMK_GEMV_FUSE_COMBINE 1
+#endif
+// AMK_GEMV_FUSE_COMBINE (only where the generated source lists it: a gemv whose x is attention
+// partials, params head_dim / heads, `amk gen llama --combine oproj`): x' is their merge, staged
+// like the norm's x'. Without it such an instruction stops the launch (bad_operand).
+#ifndef AMK_GEMV_FUSE_COMBINE
+#define AMK_GEMV_FUSE_COMBINE 0
 #endif
 
 // AMK_GEMV_CLAMPED_LOADS=1 (the default): every lane loads all kAmkGemvUnroll vectors of a
@@ -102,6 +109,18 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 #ifndef AMK_GEMV_SMEM_STAGES
 #define AMK_GEMV_SMEM_STAGES 0
 #endif
+// AMK_GEMV_X_BATCH (0 in the kernel; the generated source sets 1 where gemvs wait and preload,
+// the decode steps): the unfused gemv issues all of a batch's x loads before its first
+// multiply-add instead of each vector's before its own, so that they are in flight together
+// whatever else the VM holds. Without it ptxas's scheduling of those loads moved with the rest of
+// the VM: the merge of `--combine oproj` compiled into the 1B step's VM took its down projection
+// from 9.5 to 14.1 us a layer, the gemv's own code unchanged. Measured on the H200 (twenty-seventh
+// session, `amk profile --events --tuning-arms`, three rounds): the 1B step (combine steps)
+// 0.9854 / 0.9784 / 0.9787 ms without, 0.9751 / 0.9758 / 0.9748 with (down 9.5 -> 8.7 us); with
+// the merge, 1.0447 / 1.0406 / 1.0417 without, 0.9515 / 0.9519 / 0.9502 with.
+#ifndef AMK_GEMV_X_BATCH
+#define AMK_GEMV_X_BATCH 0
+#endif
 // 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
 // session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
 // sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
@@ -112,7 +131,7 @@ constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors pe
 // Staged x' of the norm-fused instantiations (16 KiB: a Llama-3.1-8B hidden state), and the
 // per-warp sums of x^2 (kGemvStageBytes in src/cuda/codegen.cpp).
 constexpr uint32_t kAmkGemvStageFloats = 4096;
-#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU
+#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU || AMK_GEMV_FUSE_COMBINE
 __shared__ __align__(16) float amk_gemv_xs[kAmkGemvStageFloats];
 __shared__ float amk_gemv_ss[kAmkWarps];
 #endif
@@ -130,6 +149,11 @@ struct amk_gemv_fuse {
   uint32_t norm_dtype;
   float eps;                  // rmsnorm epsilon (with norm)
   const unsigned char* w2;    // GLU up matrix, same row range and dtype as w, or null
+#if AMK_GEMV_FUSE_COMBINE
+  uint32_t combine_hd;        // x is attention partials (0: not): head_dim,
+  uint32_t combine_heads;     // query heads a chunk,
+  uint32_t combine_chunks;    // chunks
+#endif
 };
 
 // silu(a) * b, as the silu_mul op computes it.
@@ -164,13 +188,100 @@ __device__ __forceinline__ float amk_gemv_inv_rms(const amk_view& x, float eps) 
   return 1.0f / sqrtf(ss / static_cast<float>(x.n) + eps);
 }
 
-#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU
+#if AMK_GEMV_FUSE_COMBINE
+// Chunks whose (m, l) and values a thread loads before it uses any (one round trip per batch).
+constexpr uint32_t kAmkGemvCombineBatch = 4;
+// x' = the merge of attention partials p (chunk-major: `chunks` blocks of `heads` rows of hd + 2
+// floats: hd values normalized within the chunk, max score m, sum of weights l), the
+// attention_combine op's formula sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M), into
+// amk_gemv_xs in the vector path's kPer / 4 planes (kPer 4: one plane, in order). A thread takes
+// 4 elements of one head at a time, two such quads together so that their loads share a round
+// trip, the running sums rescaled when the max grows. Every thread calls it; one barrier.
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t k,
+                                                       const amk_gemv_fuse& fuse) {
+  constexpr uint32_t kPlanes = kPer / 4;
+  constexpr uint32_t kB = kAmkGemvCombineBatch;
+  const uint32_t plane_len = k / kPlanes;
+  const uint32_t hd = fuse.combine_hd, row = hd + 2, block = fuse.combine_heads * row;
+  const uint32_t chunks = fuse.combine_chunks, quads = k / 4;
+  for (uint32_t q0 = threadIdx.x; q0 < quads; q0 += 2 * AMK_BLOCK_THREADS) {
+    float big[2], total[2], acc[2][4];
+    uint32_t at[2], dd[2];
+#pragma unroll
+    for (uint32_t i = 0; i < 2; ++i) {
+      const uint32_t q = min(q0 + i * AMK_BLOCK_THREADS, quads - 1);  // (past the end: unused)
+      const uint32_t g = 4 * q / hd;
+      dd[i] = 4 * q - g * hd;
+      at[i] = g * row + dd[i];
+      big[i] = -__int_as_float(0x7f800000);
+      total[i] = 0.0f;
+#pragma unroll
+      for (uint32_t e = 0; e < 4; ++e) acc[i][e] = 0.0f;
+    }
+    for (uint32_t c0 = 0; c0 < chunks; c0 += kB) {
+      float m[2][kB], l[2][kB], o[2][kB][4];
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i) {
+#pragma unroll
+        for (uint32_t j = 0; j < kB; ++j) {
+          const uint32_t c = min(c0 + j, chunks - 1);  // (past the last chunk: weight 0 below)
+          const float* r = p + c * block + at[i];
+          m[i][j] = r[hd - dd[i]];
+          l[i][j] = r[hd - dd[i] + 1];
+#pragma unroll
+          for (uint32_t e = 0; e < 4; ++e) o[i][j][e] = r[e];
+        }
+      }
+#pragma unroll
+      for (uint32_t i = 0; i < 2; ++i) {
+        float mx = big[i];
+#pragma unroll
+        for (uint32_t j = 0; j < kB; ++j)
+          if (c0 + j < chunks && l[i][j] != 0.0f) mx = fmaxf(mx, m[i][j]);
+        const float keep = big[i] == mx ? 1.0f : expf(big[i] - mx);  // (-inf - finite: 0)
+        total[i] *= keep;
+#pragma unroll
+        for (uint32_t e = 0; e < 4; ++e) acc[i][e] *= keep;
+#pragma unroll
+        for (uint32_t j = 0; j < kB; ++j) {
+          const float wt =
+              c0 + j < chunks && l[i][j] != 0.0f ? l[i][j] * expf(m[i][j] - mx) : 0.0f;
+          total[i] += wt;
+#pragma unroll
+          for (uint32_t e = 0; e < 4; ++e) acc[i][e] = fmaf(wt, o[i][j][e], acc[i][e]);
+        }
+        big[i] = mx;
+      }
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < 2; ++i) {
+      const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
+      if (q < quads) {
+        const float inv = 1.0f / total[i];
+        const uint32_t v = 4 * q / kPer, plane = q % kPlanes;
+        *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
+            make_float4(acc[i][0] * inv, acc[i][1] * inv, acc[i][2] * inv, acc[i][3] * inv);
+      }
+    }
+  }
+  __syncthreads();
+}
+#endif
+
+#if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU || AMK_GEMV_FUSE_COMBINE
 // Stages x' = x * norm (f32, kPer/4 planes of k * 4 / kPer floats) into amk_gemv_xs and returns
 // 1 / sqrt(mean(x^2) + eps). Every thread of the block calls it (one barrier). k is a multiple of
 // kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned.
 template <uint32_t X, uint32_t kPer>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uint32_t k,
                                                      const amk_gemv_fuse& fuse) {
+#if AMK_GEMV_FUSE_COMBINE
+  if (fuse.combine_hd != 0) {  // (X is f32: amk_gemv_combine) x' is the partials' merge
+    amk_gemv_stage_combine<kPer>(reinterpret_cast<const float*>(x), k, fuse);
+    return 1.0f;
+  }
+#endif
   constexpr uint32_t kPlanes = kPer / 4;
   const uint32_t plane_len = k / kPlanes;
   float ss = 0.0f;
@@ -263,6 +374,17 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   // Reduces the batch at the reduce cursor (row, mat, col), held in `use`, and advances the cursor.
   auto reduce = [&](const amk_vec16 (&use)[kAmkGemvUnroll]) {
+#if AMK_GEMV_X_BATCH
+    // (AMK_GEMV_X_BATCH) every x load of the batch before its first multiply-add: clamped past
+    // the row's end like the weights' (those vectors are never used).
+    float xb[kNorm ? 1 : kAmkGemvUnroll][kPer];
+    if constexpr (!kNorm) {
+#pragma unroll
+      for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
+        amk_load_elems<X, kPer>(
+            x, min(col * kAmkGemvBatch + u * kAmkWarpSize + lane, vecs_per_row - 1) * kPer, xb[u]);
+    }
+#endif
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
@@ -272,7 +394,12 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
         if (kNorm) {
           amk_gemv_staged_x<kPer>(k, v, xf);
         } else {
+#if AMK_GEMV_X_BATCH
+#pragma unroll
+          for (uint32_t e = 0; e < kPer; ++e) xf[e] = xb[kNorm ? 0 : u][e];
+#else
           amk_load_elems<X, kPer>(x, v * kPer, xf);
+#endif
         }
 #pragma unroll
         for (uint32_t e = 0; e < kPer; e += 2) {
@@ -501,6 +628,9 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
   fuse.norm_dtype = norm.dtype;
   fuse.eps = eps;
   fuse.w2 = w2.ptr;
+#if AMK_GEMV_FUSE_COMBINE
+  fuse.combine_hd = 0;
+#endif
   // The vector loads of norm follow x's pattern, w2's follow w's (the verifier makes w2's dtype
   // w's), and x' must fit the stage; the scalar path takes anything else.
   const bool fuse_aligned =
@@ -542,6 +672,50 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
 }
 #undef AMK_GEMV_CASE
 
+#if AMK_GEMV_FUSE_COMBINE
+// A gemv whose x is attention partials (params head_dim, heads): K = heads * head_dim, the
+// partials merged into the staged x' (amk_gemv_stage_combine), then the norm instantiation's
+// loop with bf16 weights (the decode steps'), else the scalar path over the merge staged in order.
+// Inlined like every heavy op. Measured on the H200 (twenty-seventh session, `amk profile
+// --events --tuning-arms`, the 1B step with --combine oproj, three rounds): as a call of its own
+// (its views through a 104-byte stack frame) 0.9813 / 0.9864 / 0.9812 ms, inlined 0.9515 /
+// 0.9519 / 0.9502.
+template <class Wait>
+__device__ __forceinline__ void amk_gemv_combine(const amk_view& w, const amk_view& x,
+                                                 const amk_view& y, const amk_view& res,
+                                                 uint32_t hd, uint32_t heads, Wait& wait) {
+  const uint32_t k = heads * hd;  // (the verifier: hd a multiple of 4, x whole chunks, k <= 4096)
+  const uint32_t rows = w.n / k;
+  amk_gemv_fuse fuse;
+  fuse.norm = nullptr;
+  fuse.norm_dtype = 0;
+  fuse.eps = 0.0f;
+  fuse.w2 = nullptr;
+  fuse.combine_hd = hd;
+  fuse.combine_heads = heads;
+  fuse.combine_chunks = x.n / (heads * (hd + 2));
+#if AMK_GEMV_BF16_F32
+  if (w.dtype == AMK_DTYPE_BF16 && amk_aligned16(w.ptr) && amk_aligned16(x.ptr) &&
+      (2ull * k) % kAmkVectorBytes == 0) {
+    amk_gemv_vector<AMK_DTYPE_BF16, AMK_DTYPE_F32, true, false>(w.ptr, x.ptr, k, rows, y, res,
+                                                                 fuse, wait);
+    return;
+  }
+#endif
+  if (wait()) return;
+  amk_gemv_stage_combine<4>(reinterpret_cast<const float*>(x.ptr), k, fuse);
+  amk_view xs = x;
+  xs.ptr = reinterpret_cast<unsigned char*>(amk_gemv_xs);
+  xs.n = k;
+  xs.dtype = AMK_DTYPE_F32;
+  amk_view none;
+  none.ptr = nullptr;
+  none.n = 0;
+  none.dtype = 0;
+  amk_gemv_scalar(w, xs, k, rows, y, res, none, none, 1.0f);
+}
+#endif
+
 #if AMK_TMA_GEMV
 #include "amk_ops_tma.cuh"
 #endif
@@ -570,9 +744,21 @@ AMK_HEAVY_OP_FN void amk_op_gemv(const amk_device_program_t&, const amk_instruct
 #if AMK_TMA_GEMV
   // The TMA pipeline has no fusions: fused instructions take the plain path. (It waits first.)
   if (wait()) return;
+#if AMK_GEMV_FUSE_COMBINE
+  if (ins.params[1] == 0 && !norm.present() && !w2.present() &&
+      amk_gemv_tma(prog, ins, w, x, y, res, tma))
+    return;
+#else
   if (!norm.present() && !w2.present() && amk_gemv_tma(prog, ins, w, x, y, res, tma)) return;
 #endif
+#endif
   const float eps = norm.present() ? __uint_as_float(ins.params[0]) : 0.0f;
+#if AMK_GEMV_FUSE_COMBINE
+  if (ins.params[1] != 0) {  // x is attention partials (codegen lists the macro where one is)
+    amk_gemv_combine(w, x, y, res, ins.params[1], ins.params[2], wait);
+    return;
+  }
+#endif
   amk_gemv_plain(w, x, y, res, norm, w2, eps, wait);
 }
 

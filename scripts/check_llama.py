@@ -169,7 +169,7 @@ def main():
                     help="attention's dependencies (amk gen llama --attn-sync; default head)")
     ap.add_argument("--o-proj", choices=["split", "rows"],
                     help="the attention output projection (amk gen llama --o-proj; default rows)")
-    ap.add_argument("--combine", choices=["steps", "arrive"],
+    ap.add_argument("--combine", choices=["steps", "arrive", "oproj"],
                     help="how attention's chunks are merged (amk gen llama --combine; default steps)")
     ap.add_argument("--combine-heads", type=int,
                     help="kv heads a combine merges (amk gen llama --combine-heads)")

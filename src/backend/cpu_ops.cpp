@@ -293,10 +293,14 @@ double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const f
 // y[r] = v[r] (+ residual[r]); v = W x' or, with w2, silu(W x') * (W2 x'); x' = x or, with
 // norm, rmsnorm(x) * norm computed as run_rmsnorm does (x' rounded to f32, like an f32 buffer
 // between the two ops would hold it).
+void combine_head(const std::vector<float>& pv, uint64_t chunks, uint64_t block, uint64_t hd,
+                  uint64_t g, std::vector<double>& acc);
+
 void run_gemv(const Context& c) {
   const View w = c.operand(0), x = c.operand(1), y = c.operand(2), res = c.operand(3),
              norm = c.operand(4), w2 = c.operand(5);
-  const uint64_t k = x.extent;
+  const uint32_t combine_hd = c.param_word(1), heads = c.param_word(2);
+  const uint64_t k = gemv_k(x.extent, combine_hd, heads);
   c.require(k > 0 && w.extent % k == 0,
             "extent(w) " + n(w.extent) + " is not a multiple of extent(x) " + n(k));
   const uint64_t rows = w.extent / k;
@@ -308,6 +312,21 @@ void run_gemv(const Context& c) {
   c.require(!w2.present || w2.extent == w.extent,
             "extent(w2) " + n(w2.extent) + " != extent(w) " + n(w.extent));
   std::vector<float> xv = to_floats(x);
+  if (combine_hd != 0) {
+    // x' = attention_combine(x), rounded to f32 as the device stages it.
+    const uint64_t block = uint64_t{heads} * (combine_hd + 2);
+    c.require(heads > 0 && x.extent % block == 0,
+              "extent(x) " + n(x.extent) + " is not a multiple of heads * (head_dim + 2) " +
+                  n(block));
+    std::vector<float> merged(k);
+    std::vector<double> acc;
+    for (uint64_t g = 0; g < heads; ++g) {
+      combine_head(xv, x.extent / block, block, combine_hd, g, acc);
+      for (uint64_t d = 0; d < combine_hd; ++d)
+        merged[g * combine_hd + d] = static_cast<float>(acc[d]);
+    }
+    xv = std::move(merged);
+  }
   if (norm.present) {
     const double eps = c.param_f32(0);
     const std::vector<float> nv = to_floats(norm);

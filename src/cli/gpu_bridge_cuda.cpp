@@ -577,7 +577,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
          << (vm.gemv_preload > 1 ? "es" : "");
   if (vm.gemv_preload == 0) text << ", no gemv preload";
   if (vm.attention_wide_tile >= 0)
-    text << ", attention tile " << (vm.attention_wide_tile != 0 ? "wide" : "default")
+    text << ", attention tile "
+         << (vm.attention_wide_tile == 2 ? "large" : vm.attention_wide_tile != 0 ? "wide" : "default")
          << (vm.attention_pass != 0 ? " with" : " without") << " the streaming pass";
   if (vm.stage_decode_ins >= 0)
     text << ", attention's instruction read from "

@@ -45,6 +45,8 @@ constexpr uint32_t kAttentionMergeBytes = 8 * 4 * 130 * 4 + (16 + 256) * 4 + (3 
 // and V) and the staged q 512 floats.
 constexpr uint32_t kAttentionWideMergeBytes =
     8192 * 4 + (16 + 256) * 4 + (512 + 2 * 256 + 3 * 16) * 4;
+// The large tile (AMK_ATTN_TILED_WIDE=2): 64 KiB.
+constexpr uint32_t kAttentionLargeMergeBytes = kAttentionWideMergeBytes + 8192 * 4;
 // Static shared memory the norm-fused gemv adds (amk_gemv_xs: kAmkGemvStageFloats floats, and
 // amk_gemv_ss: one float per warp, at most 32 warps).
 constexpr uint32_t kGemvStageBytes = 4096 * 4 + 32 * 4;
@@ -54,10 +56,11 @@ constexpr uint32_t kCombineSplitkBytes = 4 * static_cast<uint32_t>(kCombineSplit
 // AMK_SMEM_BUFFERS: the most buffers whose table a block holds in shared memory (8 bytes each).
 constexpr size_t kSmemBufferCap = 1024;
 
+// A gemv that stages x' in shared memory: the norm-fused ones and the merging ones (param head_dim).
 bool has_norm_gemv(const Plan& plan) {
   for (const amk_instruction_t& ins : plan.instructions)
-    if (ins.op == static_cast<uint16_t>(OpId::gemv) && ins.n_operands > 4 &&
-        ins.operands[4].buffer != AMK_NO_BUFFER)
+    if (ins.op == static_cast<uint16_t>(OpId::gemv) &&
+        ((ins.n_operands > 4 && ins.operands[4].buffer != AMK_NO_BUFFER) || ins.params[1] != 0))
       return true;
   return false;
 }
@@ -159,7 +162,7 @@ std::optional<int64_t> tuning_value(const CompileOptions& options, std::string_v
 // Which path an attention_decode instruction takes in the VM at 256 threads a block, mirroring
 // amk_op_attention_decode and amk_attn_tile_fits (kernels/amk_ops_attention.cuh): no work, the
 // tiled path at the default tile, the tiled path only at the wide tile, or the streaming pass.
-enum class AttnPath { none, tile, wide_tile, pass };
+enum class AttnPath { none, tile, wide_tile, large_tile, pass };
 
 AttnPath attention_path(const Program& program, const amk_instruction_t& ins) {
   constexpr uint32_t kMaxHeadDim = 256;  // kAmkAttnMaxHeadDim
@@ -193,20 +196,43 @@ AttnPath attention_path(const Program& program, const amk_instruction_t& ins) {
   const uint64_t kv = 4ull * len * hd, gh = uint64_t{group} * hd;
   if (kv <= 16384 && gh <= 256) return AttnPath::tile;
   if (kv <= 32768 && gh <= 512) return AttnPath::wide_tile;
+  if (kv <= 65536 && gh <= 512) return AttnPath::large_tile;
   return AttnPath::pass;
+}
+
+// AMK_ATTN_TILED_WIDE's level: 2 where some chunk needs the large tile (64 KiB), 1 the wide one
+// (32 KiB), else 0.
+int attention_tile_level(const Program& program, const Plan& plan, const CompileOptions& options) {
+  if (const auto t = tuning_value(options, "AMK_ATTN_TILED_WIDE"))
+    return static_cast<int>(std::clamp<int64_t>(*t, 0, 2));
+  if (block_threads(program, plan) != 256) return 0;  // the tiled path's block
+  int level = 0;
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::attention_decode)) {
+      const AttnPath path = attention_path(program, ins);
+      if (path == AttnPath::large_tile) level = 2;
+      if (path == AttnPath::wide_tile) level = std::max(level, 1);
+    }
+  return level;
+}
+
+// Every attention_decode chunk has one query head (`amk gen llama --combine oproj`).
+bool attention_single_heads(const Plan& plan) {
+  bool any = false;
+  for (const amk_instruction_t& ins : plan.instructions)
+    if (ins.op == static_cast<uint16_t>(OpId::attention_decode)) {
+      if (ins.params[0] == 0 || ins.n_operands < 1 || ins.operands[0].extent != ins.params[0])
+        return false;
+      any = true;
+    }
+  return any;
 }
 
 }  // namespace
 
 bool attention_wide_tiles(const Program& program, const Plan& plan,
                           const CompileOptions& options) {
-  if (const auto t = tuning_value(options, "AMK_ATTN_TILED_WIDE")) return *t != 0;
-  if (block_threads(program, plan) != 256) return false;  // the tiled path's block
-  for (const amk_instruction_t& ins : plan.instructions)
-    if (ins.op == static_cast<uint16_t>(OpId::attention_decode) &&
-        attention_path(program, ins) == AttnPath::wide_tile)
-      return true;
-  return false;
+  return attention_tile_level(program, plan, options) != 0;
 }
 
 bool attention_pass_needed(const Program& program, const Plan& plan,
@@ -214,11 +240,13 @@ bool attention_pass_needed(const Program& program, const Plan& plan,
   if (const auto t = tuning_value(options, "AMK_ATTN_PASS")) return *t != 0;
   if (tuning_value(options, "AMK_ATTN_TILED").value_or(1) == 0) return true;
   if (block_threads(program, plan) != 256) return true;
-  const bool wide = attention_wide_tiles(program, plan, options);
+  const int level = attention_tile_level(program, plan, options);
   for (const amk_instruction_t& ins : plan.instructions) {
     if (ins.op != static_cast<uint16_t>(OpId::attention_decode)) continue;
     const AttnPath path = attention_path(program, ins);
-    if (path == AttnPath::pass || (path == AttnPath::wide_tile && !wide)) return true;
+    if (path == AttnPath::pass || (path == AttnPath::wide_tile && level < 1) ||
+        (path == AttnPath::large_tile && level < 2))
+      return true;
   }
   return false;
 }
@@ -319,7 +347,7 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
   }
   c.smem_buffer_table = smem_buffer_table(program, plan, options);
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
-    c.attention_wide_tile = attention_wide_tiles(program, plan, options) ? 1 : 0;
+    c.attention_wide_tile = attention_tile_level(program, plan, options);
     c.attention_pass = attention_pass_needed(program, plan, options) ? 1 : 0;
   }
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) ||
@@ -359,8 +387,9 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)))
-    slack += attention_wide_tiles(program, plan, options) ? kAttentionWideMergeBytes
-                                                          : kAttentionMergeBytes;
+    slack += attention_tile_level(program, plan, options) == 2 ? kAttentionLargeMergeBytes
+             : attention_wide_tiles(program, plan, options)    ? kAttentionWideMergeBytes
+                                                               : kAttentionMergeBytes;
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
   if (ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
     slack += kCombineSplitkBytes;
@@ -420,7 +449,9 @@ struct TuningRange {
 constexpr TuningRange kTuningRanges[] = {
     {"AMK_COMBINE_BATCH", 1, 32, "attention_combine's chunks loaded at once"},
     {"AMK_GEMV_PRELOAD", 0, 4, "0 (off) or the gemv weight batches requested before the wait"},
-    {"AMK_ATTN_TILED_WIDE", 0, 1, "0 or 1 (the wide tiled attention)"},
+    {"AMK_ATTN_TILED_WIDE", 0, 2, "0, 1 or 2 (the tiled attention's 16, 32 or 64 KiB tile)"},
+    {"AMK_ATTN_TILE_DYNAMIC", 0, 1, "0 or 1 (the 64 KiB attention tile in dynamic shared memory)"},
+    {"AMK_ATTN_SPLIT_HEADS", 1, 4, "1 to 4 (query heads a lane carries in the split attention stages)"},
     {"AMK_ATTN_PASS", 0, 1, "0 or 1 (attention's streaming pass compiled in)"},
     {"AMK_SMEM_BUFFERS", 0, 1, "0 or 1 (the buffer table in shared memory, up to 1024 buffers)"},
     {"AMK_STAGE_DECODE_INS", 0, 1, "0 or 1 (attention ops read their instruction from smem)"},
@@ -432,6 +463,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_ATTN_BULK", 0, 1, "0 or 1 (the tiled attention's K/V through two bulk copies)"},
     {"AMK_ATTN_SPLIT", 0, 1, "0 or 1 (the tiled attention's score and output stages split over lanes)"},
     {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
+    {"AMK_GEMV_X_BATCH", 0, 1, "0 or 1 (the unfused gemv loads a batch's x before its multiply-adds)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table
@@ -542,7 +574,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // dtype pairs of gemv (w, x) and stored dtypes of the arithmetic elementwise ops.
   std::set<std::pair<DType, DType>> gemv_pairs;
   std::set<DType> elt_dtypes;
-  std::set<int> gemv_fusions;  // bit 0: norm, bit 1: w2 (GLU)
+  std::set<int> gemv_fusions;  // bit 0: norm, bit 1: w2 (GLU); 4: x merged from attention partials
   std::set<DType> attn_kv;     // K (= V) dtypes of attention_decode's vector paths
   for (const amk_instruction_t& ins : plan.instructions) {
     const auto id = static_cast<OpId>(ins.op);
@@ -551,7 +583,10 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
       if (w && x && dtype_is_float(*w) && dtype_is_float(*x)) gemv_pairs.insert({*w, *x});
       const bool norm = ins.n_operands > 4 && ins.operands[4].buffer != AMK_NO_BUFFER;
       const bool glu = ins.n_operands > 5 && ins.operands[5].buffer != AMK_NO_BUFFER;
-      if (norm || glu) gemv_fusions.insert((norm ? 1 : 0) | (glu ? 2 : 0));
+      if (ins.params[1] != 0)
+        gemv_fusions.insert(4);  // (the verifier: no norm, no w2 with it)
+      else if (norm || glu)
+        gemv_fusions.insert((norm ? 1 : 0) | (glu ? 2 : 0));
     }
     if (id == OpId::attention_decode)
       if (auto k = operand_dtype(program, ins, 1); k && dtype_is_float(*k)) attn_kv.insert(*k);
@@ -586,8 +621,18 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
          std::to_string(program.buffers.size()) + "\n";
   // Attention chunks too large for the tiled path's default tile but within its wide one (the
   // Llama-3.1-8B step's 64 positions of 4 heads of 128): the VM gets the wide tile.
-  if (vm.attention_wide_tile == 1 && !tuning_value(options, "AMK_ATTN_TILED_WIDE"))
-    s += "#define AMK_ATTN_TILED_WIDE 1\n";
+  // (2: chunks of 64 KiB, `amk gen llama --combine oproj`'s one query head over 256 positions.)
+  if (vm.attention_wide_tile >= 1 && !tuning_value(options, "AMK_ATTN_TILED_WIDE"))
+    s += "#define AMK_ATTN_TILED_WIDE " + std::to_string(vm.attention_wide_tile) + "\n";
+  // The large tile in the launch's dynamic shared memory, where gemv's ring makes it 64 KiB
+  // (vm_dynamic_smem_bytes): a 64 KiB static tile measured slower (kernels/amk_ops_attention.cuh).
+  if (vm.attention_wide_tile == 2 && gemv_ring_bytes(program, plan, options) >= 65536 &&
+      !tuning_value(options, "AMK_ATTN_TILE_DYNAMIC"))
+    s += "#define AMK_ATTN_TILE_DYNAMIC 1\n";
+  // Chunks of one query head each: the split stages carry one head, not four.
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
+      !tuning_value(options, "AMK_ATTN_SPLIT_HEADS"))
+    s += "#define AMK_ATTN_SPLIT_HEADS 1\n";
   // Every attention chunk takes the tiled path (the 1B and 8B steps): the VM leaves the
   // streaming pass out (~190 KiB of code, and the VM loop's spills with it).
   if (vm.attention_pass == 0 && !tuning_value(options, "AMK_ATTN_PASS"))
@@ -610,6 +655,11 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // would go past 128 a thread and lose its second block an SM).
   if (vm.gemv_preload == 0 && !tuning_value(options, "AMK_NEXT_INS_L1"))
     s += "#define AMK_NEXT_INS_L1 0\n";
+  // The unfused gemv's x loads of a batch issued together (AMK_GEMV_X_BATCH) where gemvs wait and
+  // preload: there the VM holds the most code, and ptxas's own scheduling of those loads moved
+  // with the rest of it (kernels/amk_ops_gemv.cuh).
+  if (vm.gemv_preload > 0 && !tuning_value(options, "AMK_GEMV_X_BATCH"))
+    s += "#define AMK_GEMV_X_BATCH 1\n";
   // Attention steps read their instruction from shared memory where they wait (the kernel's
   // default); elsewhere the copy is left out.
   if (vm.stage_decode_ins != 1 && !tuning_value(options, "AMK_STAGE_DECODE_INS"))
@@ -636,7 +686,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   s += "#define AMK_GEMV_FUSIONS_LISTED 1\n";
   for (int f : gemv_fusions)
     s += std::string("#define AMK_GEMV_FUSE_") +
-         (f == 1 ? "NORM" : f == 2 ? "GLU" : "NORM_GLU") + " 1\n";
+         (f == 1 ? "NORM" : f == 2 ? "GLU" : f == 4 ? "COMBINE" : "NORM_GLU") + " 1\n";
   // attention_decode's vector loaders for the K/V dtypes the program uses (others: the
   // element-by-element loader). Each one is a large unrolled body in the one VM kernel.
   s += "#define AMK_ATTN_KV_LISTED 1\n";

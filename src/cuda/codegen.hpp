@@ -105,7 +105,7 @@ inline constexpr uint32_t kGemvRingCap = 128 * 1024;
 struct VmChoices {
   int gemv_preload = -1;         // weight batches a waiting gemv requests first (0: off)
   bool smem_buffer_table = false;
-  int attention_wide_tile = -1;  // 0 / 1
+  int attention_wide_tile = -1;  // 0 / 1 / 2 (AMK_ATTN_TILED_WIDE: default, wide, large tile)
   int attention_pass = -1;       // 0 / 1: attention's streaming pass compiled in
   int stage_decode_ins = -1;     // 0 / 1 with attention ops: instruction read from shared memory
   bool weight_streams = false;

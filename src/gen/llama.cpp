@@ -304,6 +304,24 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     usage_error("usage.gen.layout", "--combine",
                 "--combine arrive applies to the fused layer with --o-proj rows and no "
                 "--combine-heads (its merges are one a kv head, on the attention blocks)");
+  const bool oproj_allowed = o.fused && !o.split_o && o.combine_heads == 0 && !o.combine_arrive;
+  if (o.combine_oproj.value_or(false) && !oproj_allowed)
+    usage_error("usage.gen.layout", "--combine",
+                "--combine oproj applies to the fused layer with --o-proj rows and no "
+                "--combine-heads (the o_proj gemvs merge every chunk themselves)");
+  if (o.combine_oproj) {
+    r.combine_oproj = *o.combine_oproj;
+  } else if (oproj_allowed) {
+    // auto: where each (query head, chunk) fits the VM's 64 KiB tile (codegen's large tile) and
+    // the chunks are at most the split target (the chunking generate_llama uses).
+    const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
+    const uint64_t T = r.context, hd = r.cfg.head_dim;
+    const uint64_t chunks =
+        o.attn_chunks != 0 ? o.attn_chunks : std::max<uint64_t>(1, target / r.cfg.heads);
+    const uint64_t len = std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks), 8)));
+    r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * len * hd <= 65536 &&
+                      uint64_t{r.cfg.heads} * ceil_div(T, len) <= target;
+  }
   if (o.down_t && !(o.fused && o.split_down))
     usage_error("usage.gen.layout", "--down",
                 "--down transposed applies to the fused layer only (the unfused one has a "
@@ -329,7 +347,9 @@ Program generate_llama(const LlamaOptions& o) {
                   " (new token at position " + std::to_string(pos) +
                   "). bf16 weights and KV caches, f32 activations; " +
                   (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
-                             : std::string()) +
+                   : r.combine_oproj
+                       ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
+                       : std::string()) +
                   (o.fused ? std::string(o.down_t ? "fused layer, down projection stored transposed "
                                                     "and split along K onto the gate/up blocks."
                                          : o.split_down ? "fused layer, down projection split along K "
@@ -371,8 +391,10 @@ Program generate_llama(const LlamaOptions& o) {
   // (y = silu(w x) * (w2 x)). Signals: `signal` (unless kUnused), and with `seg` the counter of
   // every segment of `seg_rows` rows the instruction's rows overlap, `need[s]` counting those
   // instructions (so a consumer of one segment waits for its writers only).
+  // combine_hd / combine_heads: x is attention partials the gemv merges (gemv's head_dim / heads).
   struct GemvExtras {
     std::optional<uint32_t> residual, norm, w2;
+    uint32_t combine_hd = 0, combine_heads = 0;
   };
   constexpr uint32_t kUnused = 0xFFFFFFFFu;  // a buffer or counter a layout does not use
   struct Segments {
@@ -402,17 +424,25 @@ Program generate_llama(const LlamaOptions& o) {
              {"residual", e.residual ? slice(*e.residual, r0, nr) : none},
              {"norm", e.norm ? b.whole(*e.norm) : none},
              {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
-            {{"eps", c.rms_eps}}, waits, std::move(signals));
+            {{"eps", c.rms_eps},
+             {"head_dim", static_cast<double>(e.combine_hd)},
+             {"heads", static_cast<double>(e.combine_heads)}},
+            waits, std::move(signals));
     }
     return n;
   };
 
   // Attention chunking: about `target` (kv head, chunk) instructions, chunks a multiple of 8.
-  const uint64_t chunks_per_head_target = o.attn_chunks != 0 ? o.attn_chunks : ceil_div(target, nkv);
+  // combine_oproj: (query head, chunk) instructions, at most `target` of them by default.
+  const uint64_t chunks_per_head_target =
+      o.attn_chunks != 0 ? o.attn_chunks
+      : r.combine_oproj  ? std::max<uint64_t>(1, target / c.heads)
+                         : ceil_div(target, nkv);
   const uint64_t chunk_len =
       std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks_per_head_target), 8)));
   const uint64_t n_chunks = ceil_div(T, chunk_len);
-  const uint64_t part = group * (hd + 2);
+  // Floats of one chunk's partials: its query heads' rows of hd + 2 (combine_oproj: one head).
+  const uint64_t part = (r.combine_oproj ? 1 : group) * (hd + 2);
   // kv heads per attention_combine: 1 while the blocks no attention chunk runs on can take one
   // combine each; else the fewest that fit them (a divisor of the kv heads, at most 8 query heads
   // a combine: one warp each at 256 threads).
@@ -463,8 +493,12 @@ Program generate_llama(const LlamaOptions& o) {
     auto gcounter = [&](const std::string& name) { return split_mlp ? b.counter(name) : kUnused; };
     const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
                    v = act(L + "v", KV), qr = ract(L + "q_rope", Q), kr = ract(L + "k_rope", KV),
-                   parts = b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
-                   attn = o.split_o ? kUnused : act(L + "attn", Q), h = act(L + "h", H),
+                   parts = r.combine_oproj
+                               ? b.buffer("act." + L + "attn_partials", DType::f32,
+                                          {n_chunks, uint64_t{c.heads}, hd + 2})
+                               : b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
+                   attn = o.split_o || r.combine_oproj ? kUnused : act(L + "attn", Q),
+                   h = act(L + "h", H),
                    hn = uact(L + "hn", H),
                    gate = gact(L + "gate", F), up = gact(L + "up", F), mlp = act(L + "mlp", F),
                    x_next = act("x." + std::to_string(l + 1), H);
@@ -480,12 +514,15 @@ Program generate_llama(const LlamaOptions& o) {
     }();
     // Attention's merges as arrival groups (LlamaOptions::combine_arrive): no partials counters.
     const bool arrive = o.combine_arrive;
+    // The o_proj gemvs merge the partials (LlamaOptions::combine_oproj): every chunk signals c_attn.
+    const bool oproj_merge = r.combine_oproj;
     // ... and the layer-wide ones only layer sync uses.
     auto lcounter = [&](const std::string& name) { return head_sync ? kUnused : b.counter(name); };
     const uint32_t c_xn = ucounter(L + "xn"), c_q = lcounter(L + "q"), c_k = lcounter(L + "k"),
                    c_v = lcounter(L + "v"), c_qr = rcounter(L + "q_rope"),
                    c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
-                   c_vc = b.counter(L + "v_cache"), c_parts = arrive ? kUnused : lcounter(L + "attn_partials"),
+                   c_vc = b.counter(L + "v_cache"),
+                   c_parts = arrive || oproj_merge ? kUnused : lcounter(L + "attn_partials"),
                    c_attn = o.split_o ? kUnused : b.counter(L + "attn"), c_h = b.counter(L + "h"),
                    c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
                    c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
@@ -501,7 +538,7 @@ Program generate_llama(const LlamaOptions& o) {
         sq.counters.push_back(b.counter(L + "q.head" + G));
         sk.counters.push_back(b.counter(L + "k.head" + G));
         sv.counters.push_back(b.counter(L + "v.head" + G));
-        if (!arrive) parts_g[g] = b.counter(L + "attn_partials.head" + G);
+        if (!arrive && !oproj_merge) parts_g[g] = b.counter(L + "attn_partials.head" + G);
       }
       sq.need.assign(nkv, 0);
       sk.need = sq.need;
@@ -570,6 +607,11 @@ Program generate_llama(const LlamaOptions& o) {
     // into h; the first slice adds the residual.
     auto add_o_proj = [&]() -> uint32_t {
       const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
+      if (oproj_merge)  // every chunk signals c_attn; x is the partials, merged in the gemv
+        return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, parts, h,
+                         {.residual = x, .combine_hd = static_cast<uint32_t>(hd),
+                          .combine_heads = c.heads},
+                         {{c_attn, static_cast<uint32_t>(uint64_t{c.heads} * n_chunks)}}, c_h);
       if (!o.split_o) {
         // (With arrival groups every chunk's member signals c_attn.)
         const uint32_t nc = arrive ? static_cast<uint32_t>(nkv * n_chunks) : add_combines();
@@ -636,23 +678,43 @@ Program generate_llama(const LlamaOptions& o) {
             waits.push_back({sv.counters[g], sv.need[g]});
           }
           const Operand none{};
-          const uint32_t chunk = b.add(
-                L + "attn." + std::to_string(g) + "." + std::to_string(ci), "attention_decode",
-                {{"q", slice(q, g * group * hd, group * hd)},
-                 {"k", slice(kc, cache_off, cached * hd)},
-                 {"v", slice(vc, cache_off, cached * hd)},
-                 {"out", slice(parts, (g * n_chunks + ci) * part, part)},
-                 {"k_new", last ? slice(k, g * hd, hd) : none},
-                 {"v_new", last ? slice(v, g * hd, hd) : none}},
-                {{"head_dim", static_cast<double>(hd)},
-                 {"scale", 0.0},
-                 {"position", static_cast<double>(pos)},
-                 {"theta", c.rope_theta},
-                 {"scaling_factor", c.rope_factor},
-                 {"low_freq_factor", c.rope_low_freq},
-                 {"high_freq_factor", c.rope_high_freq},
-                 {"original_max_position", static_cast<double>(c.rope_original_max)}},
-                std::move(waits), {{arrive ? c_chunk : parts_g[g], 1}});
+          // One attention_decode over this chunk of kv head g's rows: q (its group of query heads,
+          // or one of them) into `out`.
+          auto add_chunk = [&](const std::string& name, const Operand& q_op, const Operand& out_op,
+                               std::vector<Wait> w, std::vector<Signal> sg) {
+            return b.add(name, "attention_decode",
+                         {{"q", q_op},
+                          {"k", slice(kc, cache_off, cached * hd)},
+                          {"v", slice(vc, cache_off, cached * hd)},
+                          {"out", out_op},
+                          {"k_new", last ? slice(k, g * hd, hd) : none},
+                          {"v_new", last ? slice(v, g * hd, hd) : none}},
+                         {{"head_dim", static_cast<double>(hd)},
+                          {"scale", 0.0},
+                          {"position", static_cast<double>(pos)},
+                          {"theta", c.rope_theta},
+                          {"scaling_factor", c.rope_factor},
+                          {"low_freq_factor", c.rope_low_freq},
+                          {"high_freq_factor", c.rope_high_freq},
+                          {"original_max_position", static_cast<double>(c.rope_original_max)}},
+                         std::move(w), std::move(sg));
+          };
+          if (oproj_merge) {
+            // One instruction per query head j of kv head g, its partials at (ci, head) of the
+            // chunk-major buffer the o_proj gemvs merge; all signal c_attn.
+            for (uint64_t j = 0; j < group; ++j) {
+              const uint64_t head = g * group + j;
+              add_chunk(L + "attn." + std::to_string(head) + "." + std::to_string(ci),
+                        slice(q, head * hd, hd), slice(parts, (ci * c.heads + head) * part, part),
+                        waits, {{c_attn, 1}});
+            }
+            continue;
+          }
+          const uint32_t chunk =
+              add_chunk(L + "attn." + std::to_string(g) + "." + std::to_string(ci),
+                        slice(q, g * group * hd, group * hd),
+                        slice(parts, (g * n_chunks + ci) * part, part), std::move(waits),
+                        {{arrive ? c_chunk : parts_g[g], 1}});
           if (arrive) {
             // The chunk's member of head g's arrival group, on the chunk's block (the scheduler
             // places a step whose one needed signaler is its block's last behind it and drops

@@ -114,6 +114,19 @@ struct LlamaOptions {
   // member's atomic add is a full L2 round trip under the o_proj preloads' traffic, slower than
   // the hop it replaces.
   bool combine_arrive = false;
+  // Fused layer, o_proj rows: no attention_combine steps. Each attention chunk holds one query
+  // head (a kv head's K/V read by each of its query heads' chunks) over about split target /
+  // heads chunks of the KV length (1B: 4 of 256 positions, 64 KiB of K+V, the VM's large tile),
+  // and every o_proj gemv merges all the partials itself while it stages x (gemv's head_dim /
+  // heads params): one dependent phase and one hop fewer a layer, each o_proj block reading
+  // chunks x heads x (head_dim + 2) floats of partials (1B: 33 KiB) instead of the 8 KiB merged row.
+  // nullopt (the default, `--combine auto`): on where the layer allows it (fused, o_proj rows,
+  // no --combine-heads or arrival groups) and each (query head, chunk) fits the VM's 64 KiB
+  // attention tile with at most the split target's worth of chunks (Llama-3.2-1B: 32 heads x 4
+  // chunks of 256 positions of 64); else off (Llama-3.1-8B's 256 positions of 128 would not fit).
+  // Measured on the H200 (twenty-seventh session, `amk profile --events`, three rounds each):
+  // the 1B step 0.9515 / 0.9519 / 0.9502 ms with it, 0.9751 / 0.9758 / 0.9748 with combine steps.
+  std::optional<bool> combine_oproj;
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
   uint32_t attn_chunks = 0;
@@ -143,6 +156,7 @@ struct TensorSpec {
 struct ResolvedLlama {
   LlamaConfig cfg;
   uint32_t context = 0;
+  bool combine_oproj = false;  // LlamaOptions::combine_oproj, auto resolved
 };
 [[nodiscard]] ResolvedLlama resolve_llama(const LlamaOptions& options);
 

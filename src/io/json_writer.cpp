@@ -422,6 +422,8 @@ private:
       const uint32_t w = ins.params[s];
       if (!custom && sig->params[s].type == ParamType::counter && w == kNoCounter)
         continue; // no counter: the default, left out
+      if (!custom && sig->id == OpId::gemv && s >= 1 && w == 0)
+        continue; // gemv's merge params (head_dim, heads) off: the default, left out
       sep(first);
       if (custom) {
         put_string(custom->params[s], where + "/params");

@@ -29,7 +29,10 @@ constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
                                         {"residual", Access::read, kF, true},
                                         {"norm", Access::read, kF, true},
                                         {"w2", Access::read, kF, true}};
-constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5}};
+// head_dim / heads (0: off): x is attention_decode partials merged into x' first (gemv_k).
+constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5},
+                                    {"head_dim", ParamType::u32, 0.0},
+                                    {"heads", ParamType::u32, 0.0}};
 constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
                                           {"index", Access::write, kIndexTypes},
                                           {"value", Access::write, kF, true},
@@ -112,7 +115,9 @@ constexpr std::array<OpSig, 19> kOps = {{
     {OpId::gemv, "gemv",
      "y[r] = v[r] (+ residual[r]), v[r] = a[r] = sum_k w[r, k] * x'[k], or with w2 v[r] = "
      "silu(a[r]) * sum_k w2[r, k] * x'[k]; x' = x, or with norm x' = x / sqrt(mean(x^2) + eps) "
-     "* norm (rmsnorm fused); rows = extent(w) / extent(x), f32 accumulate",
+     "* norm (rmsnorm fused), or with head_dim != 0 x' = attention_combine of x (f32 chunk-major "
+     "attention_decode partials of `heads` query heads); rows = extent(w) / K, K = extent(x) "
+     "(merged: heads * head_dim), f32 accumulate",
      kGemvOperands, kGemvParams},
     {OpId::argmax, "argmax",
      "i = first position of the maximum of x (NaN never wins; none: 0); index = base + i, or "

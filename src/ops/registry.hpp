@@ -38,6 +38,14 @@ inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOp
 // attention_combine_splitk stages its x (count * head_dim floats) in shared memory: the verifier
 // refuses more, codegen sizes the kernel's array with it (AMK_COMBINE_SPLITK_MAX_K).
 inline constexpr uint64_t kCombineSplitkMaxK = 1024;
+// gemv's K: extent(x), or where the gemv merges attention partials (param head_dim != 0, the
+// o_proj of `amk gen llama --combine oproj`) heads * head_dim, x then holding chunk-major
+// attention_decode partials of `heads` query heads (rows of head_dim + 2 floats).
+[[nodiscard]] constexpr uint64_t gemv_k(uint64_t x_extent, uint32_t combine_hd, uint32_t heads) {
+  return combine_hd == 0 ? x_extent : uint64_t{heads} * combine_hd;
+}
+// Chunks a merging gemv may read per head (the device merges them in one pass of registers).
+inline constexpr uint32_t kGemvCombineMaxChunks = 64;
 
 // accumulate: the op adds into the elements with atomics. Accumulations into the same elements
 // commute, so they need no order among themselves, only against reads and writes.

@@ -86,6 +86,7 @@ std::optional<amk_stream_entry_t> stream_entry(const Program& program,
                                                const std::vector<bool>& written,
                                                const Instruction& in, uint32_t item) {
   if (in.op != static_cast<uint16_t>(OpId::gemv)) return std::nullopt;
+  if (in.params.size() > 1 && in.params[1] != 0) return std::nullopt;  // x is merged partials
   const Operand* w = present(in, 0);
   const Operand* x = present(in, 1);
   const Operand* norm = present(in, 4);

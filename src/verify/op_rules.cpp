@@ -229,8 +229,10 @@ private:
       require_equal_extent(1, 0);
       break;
     }
-    case OpId::gemv: { // w, x, y, residual?, norm?, w2?; eps
-      const uint64_t k = extent(1);
+    case OpId::gemv: { // w, x, y, residual?, norm?, w2?; eps, head_dim, heads
+      const uint32_t combine_hd = ins_.params[1], heads = ins_.params[2];
+      if (combine_hd != 0) require_gemv_combine(combine_hd, heads);
+      const uint64_t k = gemv_k(extent(1), combine_hd, heads);
       if (extent(0) % k != 0)
         fail("verify.shape", operand_where(0),
              "extent(w) = " + std::to_string(extent(0)) +
@@ -505,6 +507,36 @@ private:
   }
 
   // Param 0 of the attention-family ops: > 0, and even where the op pairs halves of a head.
+  // gemv merging attention partials (params head_dim, heads != 0): x f32 chunk-major blocks of
+  // heads rows of head_dim + 2, at most kGemvCombineMaxChunks of them; no norm, no w2 (x' is the
+  // merge); K = heads * head_dim staged in shared memory like the norm's x' (4096 floats).
+  void require_gemv_combine(uint32_t hd, uint32_t heads) {
+    if (hd % 4 != 0)
+      fail("verify.param", "/params/head_dim",
+           "head_dim = " + std::to_string(hd) + " must be a multiple of 4 for a merging gemv");
+    if (heads == 0)
+      fail("verify.param", "/params/heads", "heads must be > 0 when head_dim is set (merging gemv)");
+    if (uint64_t{heads} * hd > 4096)
+      fail("verify.param", "/params/heads",
+           "heads * head_dim = " + std::to_string(uint64_t{heads} * hd) +
+               " must be <= 4096 (the merged x is staged in shared memory)");
+    if (dtype(1) != DType::f32)
+      fail("verify.dtype", operand_where(1),
+           "dtype(x) = " + std::string(dtype_name(dtype(1))) +
+               " must be f32: a merging gemv reads attention_decode partials");
+    const uint64_t block = uint64_t{heads} * (uint64_t{hd} + 2);
+    if (extent(1) % block != 0 || extent(1) / block > kGemvCombineMaxChunks)
+      fail("verify.shape", operand_where(1),
+           "extent(x) = " + std::to_string(extent(1)) + " must be 1 to " +
+               std::to_string(kGemvCombineMaxChunks) + " chunks of heads * (head_dim + 2) = " +
+               std::to_string(block) + " partials");
+    for (uint32_t slot : {4u, 5u})
+      if (present(slot))
+        fail("verify.shape", operand_where(slot),
+             std::string(slot == 4 ? "norm" : "w2") +
+                 " cannot be fused into a merging gemv (head_dim set: x' is the merged attention)");
+  }
+
   uint32_t require_head_dim(bool even) {
     const uint32_t hd = ins_.params[0];
     if (hd == 0 || (even && hd % 2 != 0))

@@ -241,6 +241,8 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
   CHECK(amk::parse_vm_tuning("AMK_GEMV_PRELOAD=0,AMK_GEMV_PRELOAD=4", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_GEMV_SMEM_STAGES=0,AMK_GEMV_SMEM_STAGES=4", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_ATTN_TILED_WIDE=0,AMK_ATTN_TILED_WIDE=1", "x").size() == 2);
+  CHECK(amk::parse_vm_tuning("AMK_ATTN_TILED_WIDE=2,AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=1",
+                             "x").size() == 3);
   CHECK(amk::parse_vm_tuning("AMK_ATTN_PASS=0,AMK_ATTN_PASS=1", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_SMEM_BUFFERS=0,AMK_SMEM_BUFFERS=1", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_STAGE_DECODE_INS=0,AMK_STAGE_DECODE_INS=1", "x").size() == 2);
@@ -258,7 +260,10 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
                           "AMK_X=1;rm", "AMK_=1", "AMK_STREAM_SLOTS=1", "AMK_STREAM_SLOTS=65",
                           "AMK_STREAM_SLOTS=-2", "AMK_COMBINE_BATCH=0", "AMK_COMBINE_BATCH=33",
                           "AMK_GEMV_PRELOAD=5", "AMK_GEMV_PRELOAD=-1",
-                          "AMK_GEMV_SMEM_STAGES=5", "AMK_GEMV_SMEM_STAGES=-1", "AMK_ATTN_TILED_WIDE=2",
+                          "AMK_GEMV_SMEM_STAGES=5", "AMK_GEMV_SMEM_STAGES=-1", "AMK_ATTN_TILED_WIDE=3",
+                          "AMK_ATTN_TILED_WIDE=-1", "AMK_ATTN_TILE_DYNAMIC=2",
+                          "AMK_ATTN_TILE_DYNAMIC=-1", "AMK_ATTN_SPLIT_HEADS=0",
+                          "AMK_ATTN_SPLIT_HEADS=5", "AMK_GEMV_FUSE_COMBINE=1",
                           "AMK_ATTN_PASS=2", "AMK_ATTN_PASS=-1", "AMK_SMEM_BUFFERS=2",
                           "AMK_SMEM_BUFFERS=-1", "AMK_STAGE_DECODE_INS=2",
                           "AMK_STAGE_DECODE_INS=-1", "AMK_COMBINE_SMEM=2", "AMK_COMBINE_SMEM=-1",

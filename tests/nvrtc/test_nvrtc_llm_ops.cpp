@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -193,13 +194,19 @@ bool embedded_vm_dispatches_attention() {
 }
 
 // A generated decode step (`amk gen llama`) of `layers` layers at `context` positions.
-Program llama_step(const char* preset, uint32_t layers = 1, uint32_t context = 1024) {
+// `tweak` sets the layout options (default: the generator's own choices).
+Program llama_step(const char* preset, uint32_t layers = 1, uint32_t context = 1024,
+                   const std::function<void(gen::LlamaOptions&)>& tweak = {}) {
   gen::LlamaOptions o;
   o.preset = preset;
   o.layers = layers;
   o.context = context;
+  if (tweak) tweak(o);
   return gen::generate_llama(o);
 }
+// The layout with attention_combine steps (`--combine steps`; the 1B step's default before the
+// twenty-seventh session, still the 8B step's), where a test is about those steps' VM choices.
+void combine_steps(gen::LlamaOptions& o) { o.combine_oproj = false; }
 
 }  // namespace
 
@@ -287,11 +294,11 @@ TEST_CASE("the wide tiled attention is compiled in exactly for programs whose ch
     return on;
   };
   // Llama-3.1-8B: 64-position chunks of 4 heads of 128 (K+V 32 KiB, group x head_dim 512).
-  // Llama-3.2-1B and tiny: their chunks fit the default tile.
+  // Llama-3.2-1B and tiny with combine steps: their chunks fit the default tile.
   for (const auto& [preset, want] : {std::pair{"llama-3.1-8b", true}, {"llama-3.2-1b", false},
                                      {"tiny", false}}) {
     CAPTURE(preset);
-    const Program p = llama_step(preset);
+    const Program p = llama_step(preset, 1, 1024, combine_steps);
     CHECK(wide_in(p, options) == want);
     // The tuning decides when it names the macro (and the source defines it once).
     CompileOptions off = options, on = options;
@@ -320,10 +327,11 @@ TEST_CASE("attention's streaming pass is left out exactly when no chunk of the p
     CHECK(out != attention_pass_needed(program, plan, o));
     return !out;
   };
-  // The Llama steps' chunks all fit the tiled path (the 8B's at the wide tile).
+  // The Llama steps' chunks all fit the tiled path (the 8B's at the wide tile; with combine
+  // steps, the 1B's and tiny's at the default one).
   for (const char* preset : {"llama-3.1-8b", "llama-3.2-1b", "tiny"}) {
     CAPTURE(preset);
-    const Program p = llama_step(preset);
+    const Program p = llama_step(preset, 1, 1024, combine_steps);
     CHECK_FALSE(pass_in(p, options));
     // What `amk compile` reports for the step.
     const VmChoices vm = vm_choices(p, make_plan(p), options);
@@ -403,7 +411,7 @@ TEST_CASE("attention_combine stages its partials in shared memory exactly where 
   CompileOptions options;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
     CAPTURE(preset);
-    const Program p = llama_step(preset, 1);
+    const Program p = llama_step(preset, 1, 1024, combine_steps);
     const Plan plan = make_plan(p);
     REQUIRE(gemv_ring_bytes(p, plan, options) != 0);
     CHECK(combine_staged(p, plan, options));
@@ -446,11 +454,7 @@ TEST_CASE("attention_combine stages its partials in shared memory exactly where 
 
 TEST_CASE("the 1B step with the output projection split by query heads (--o-proj split) "
           "compiles without spills") {
-  gen::LlamaOptions o;
-  o.preset = "llama-3.2-1b";
-  o.layers = 2;
-  o.split_o = true;
-  const Program p = gen::generate_llama(o);
+  const Program p = llama_step("llama-3.2-1b", 2, 1024, [](gen::LlamaOptions& o) { o.split_o = true; });
   const Plan plan = make_plan(p);
   CompileOptions options;
   options.use_cache = false;
@@ -464,6 +468,37 @@ TEST_CASE("the 1B step with the output projection split by query heads (--o-proj
   INFO(out.log);
   CHECK(out.ok);
   CHECK(amk::test::no_spills(out.log));
+}
+
+TEST_CASE("the 1B step with the o_proj gemvs merging the partials (--combine oproj): the large "
+          "tile, one head a split stage, the merge compiled in; no spills, traced too") {
+  const Program p =
+      llama_step("llama-3.2-1b", 2, 1024, [](gen::LlamaOptions& o) { o.combine_oproj = true; });
+  const Plan plan = make_plan(p);
+  CompileOptions options;
+  options.use_cache = false;
+  const std::string src = vm_source(p, plan, options);
+  CHECK(src.find("#define AMK_ATTN_TILED_WIDE 2\n") != std::string::npos);
+  CHECK(src.find("#define AMK_ATTN_SPLIT_HEADS 1\n") != std::string::npos);
+  CHECK(src.find("#define AMK_GEMV_FUSE_COMBINE 1\n") != std::string::npos);
+  CHECK(src.find("#define AMK_ATTN_PASS 0\n") != std::string::npos);  // every chunk tiled
+  CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
+  CHECK(vm_choices(p, plan, options).attention_wide_tile == 2);
+  // Combine steps have none of the three.
+  const Program d =
+      llama_step("llama-3.2-1b", 2, 1024, combine_steps);
+  const std::string dsrc = vm_source(d, make_plan(d), options);
+  CHECK(dsrc.find("AMK_ATTN_TILED_WIDE") == std::string::npos);
+  CHECK(dsrc.find("AMK_ATTN_SPLIT_HEADS") == std::string::npos);
+  CHECK(dsrc.find("AMK_GEMV_FUSE_COMBINE") == std::string::npos);
+  for (bool trace : {false, true}) {
+    CAPTURE(trace);
+    options.trace = trace;
+    const CompileOutput out = compile_vm(p, plan, options);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(amk::test::no_spills(out.log));
+  }
 }
 
 TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global buffer table compile without spills") {
@@ -535,7 +570,7 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
     CAPTURE(preset);
     const bool wide = std::string_view(preset) == "llama-3.1-8b";
-    const Program p = llama_step(preset, 2);
+    const Program p = llama_step(preset, 2, 1024, combine_steps);
     const Plan plan = make_plan(p);
     // The generated source leaves both to the kernel's defaults.
     const std::string src = vm_source(p, plan, options);
@@ -613,4 +648,31 @@ TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by 
 TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT_INS_L1, on by "
           "default) and without it compile without spills for the 1B and 8B steps, traced too") {
   check_knob("AMK_NEXT_INS_L1", 1);
+}
+
+TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "
+          "exactly where gemvs wait and preload; both values compile without spills") {
+  CompileOptions options;
+  options.use_cache = false;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const Program p = llama_step(preset, 2);
+    const Plan plan = make_plan(p);
+    CHECK(vm_source(p, plan, options).find("#define AMK_GEMV_X_BATCH 1\n") != std::string::npos);
+    const CompileOutput def = compile_vm(p, plan, options);
+    REQUIRE(def.ok);
+    CHECK(amk::test::no_spills(def.log));
+    CompileOptions off = options;
+    off.tuning = {{"AMK_GEMV_X_BATCH", 0}};
+    CHECK(vm_source(p, plan, off).find("AMK_GEMV_X_BATCH 1") == std::string::npos);
+    const CompileOutput other = compile_vm(p, plan, off);
+    INFO(other.log);
+    REQUIRE(other.ok);
+    CHECK(amk::test::no_spills(other.log));
+    CHECK(other.cubin != def.cubin);  // the knob reaches the VM
+  }
+  // No gemv that waits (gemv_fused.json, like the GEMV benchmarks): the kernel's default, off.
+  const Program fused = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                          "programs" / "gemv_fused.json");
+  CHECK(vm_source(fused, make_plan(fused), options).find("AMK_GEMV_X_BATCH") == std::string::npos);
 }

@@ -259,3 +259,46 @@ TEST_CASE("gemv_t: K pieces of a transposed matrix add up to x^T w, residual onc
           }) == "run.operand.shape");
   }
 }
+
+// gemv with head_dim / heads (the o_proj of `amk gen llama --combine oproj`): x is chunk-major
+// attention partials, merged into x' as attention_combine merges them, then the gemv; equal to
+// attention_combine then gemv, and different when a chunk is left out.
+TEST_CASE("gemv merging attention partials equals attention_combine then gemv") {
+  constexpr uint32_t hd = 8, heads = 4, chunks = 3, k = heads * hd, rows = 11;
+  constexpr uint32_t row = hd + 2;
+  Fixture f;
+  std::vector<float> pv = nonzero_floats(chunks * heads * row, 301, -1.0f, 1.0f);
+  const std::vector<float> ms = nonzero_floats(chunks * heads, 302, -3.0f, 3.0f);
+  const std::vector<float> ls = nonzero_floats(chunks * heads, 303, 1.0f, 5.0f);
+  for (uint32_t i = 0; i < chunks * heads; ++i) {
+    pv[i * row + hd] = ms[i];
+    pv[i * row + hd + 1] = ls[i];
+  }
+  const uint32_t parts = f.add("parts", DType::f32, pv);
+  const uint32_t w = f.add("w", DType::bf16, nonzero_floats((rows + 2) * k, 304, -0.1f, 0.1f));
+  const uint32_t res = f.add("res", DType::f32, nonzero_floats(rows, 305));
+  const uint32_t attn = f.add("attn", DType::f32, k);
+  const uint32_t want = f.add("want", DType::f32, rows);
+  const uint32_t got = f.add("got", DType::f32, rows);
+  const uint32_t two = f.add("two", DType::f32, rows);
+  const OperandSpec w_op{w, 2 * k, rows * k};  // rows [2, 13) of a [13, K] matrix
+  f.run(make_ins(id(OpId::attention_combine), 0, {{parts, 0, chunks * heads * row}, {attn, 0, k}},
+                 {hd, 1, kNoCounter, 0}));
+  f.run(make_ins(id(OpId::gemv), 1, {w_op, {attn, 0, k}, {want, 0, rows}, {res, 0, rows}},
+                 {f32_bits(1e-5f), 0, 0}));
+  f.run(make_ins(id(OpId::gemv), 2,
+                 {w_op, {parts, 0, chunks * heads * row}, {got, 0, rows}, {res, 0, rows}},
+                 {f32_bits(1e-5f), hd, heads}));
+  CHECK(normalized_error(f.all(got), f.all(want)) < 1e-6);
+  // The first two chunks only: another x', another y.
+  f.run(make_ins(id(OpId::gemv), 3,
+                 {w_op, {parts, 0, 2 * heads * row}, {two, 0, rows}, {res, 0, rows}},
+                 {f32_bits(1e-5f), hd, heads}));
+  CHECK(normalized_error(f.all(two), f.all(want)) > 1e-3);
+  // Partials that are not whole chunks are refused by the reference too.
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::gemv), 4,
+                         {w_op, {parts, 0, chunks * heads * row - 1}, {got, 0, rows}},
+                         {f32_bits(1e-5f), hd, heads}));
+        }) == "run.operand.shape");
+}

@@ -228,6 +228,7 @@ TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
 TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused layer on the CPU") {
   gen::LlamaOptions o;
   o.fused = true;
+  o.combine_oproj = false;  // combine steps (auto picks the o_proj merge for tiny: see below)
   o.seed = 3;
   o.context = 17;  // chunks of 8 positions: the third holds only the new token (pos 16)
   const Program p = gen::generate_llama(o);
@@ -433,6 +434,7 @@ TEST_CASE("--o-proj split: no combine step; each piece waits for exactly its kv 
     verify(p);
     gen::LlamaOptions r = o;
     r.split_o = false;
+    r.combine_oproj = false;  // combine steps
     const Program q = gen::generate_llama(r);
     const auto n = count_ops(p), nq = count_ops(q);
     CHECK(n.count("attention_combine") == 0);
@@ -632,6 +634,7 @@ TEST_CASE("llama-3.2-1b: the combines fit the blocks no attention chunk runs on,
   o.preset = "llama-3.2-1b";
   o.context = 1024;
   o.layers = 2;
+  o.combine_oproj = false;  // combine steps (auto: the o_proj gemvs merge, no combines)
   const Program p = gen::generate_llama(o);
   uint32_t combines = 0;
   for (const auto& in : p.instructions) {
@@ -675,7 +678,7 @@ TEST_CASE("tiny: combines over two kv heads give the same step on the CPU as one
   }
   gen::LlamaOptions o;
   o.context = 40;
-  o.combine_heads = 1;
+  o.combine_heads = 1;  // (combine steps: auto falls back to them with --combine-heads)
   const Program one = gen::generate_llama(o);
   o.combine_heads = 2;
   const Program two = gen::generate_llama(o);
@@ -701,6 +704,7 @@ TEST_CASE("--combine arrive: one arrival group a kv head, each member behind its
   CHECK(parse_amkb_program(program_to_amkb(p)) == p);
   gen::LlamaOptions r = o;
   r.combine_arrive = false;
+  r.combine_oproj = false;  // combine steps
   const Program q = gen::generate_llama(r);
   const auto n = count_ops(p);
   const ArrivalGroups groups = arrival_groups(p);
@@ -748,6 +752,126 @@ TEST_CASE("--combine arrive: one arrival group a kv head, each member behind its
     CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
     CHECK(code == "usage.gen.layout");
   }
+}
+
+TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj gemvs merge "
+          "every chunk; same step on the CPU") {
+  gen::LlamaOptions o;
+  o.seed = 9;
+  o.context = 40;
+  o.combine_oproj = true;
+  const Program p = gen::generate_llama(o);
+  verify(p);
+  const std::string json = program_to_json(p);
+  CHECK(parse_json_program(json) == p);
+  CHECK(parse_amkb_program(program_to_amkb(p)) == p);
+  gen::LlamaOptions r = o;
+  r.combine_oproj = false;
+  const Program q = gen::generate_llama(r);
+  // gemv's merge params are left out of the JSON where off (the default layout has none).
+  const std::string plain = program_to_json(q);
+  CHECK(plain.find("\"heads\":") == std::string::npos);
+  CHECK(json.find("\"heads\":") != std::string::npos);
+  const gen::ResolvedLlama rl = gen::resolve_llama(o);
+  const uint32_t hd = rl.cfg.head_dim, heads = rl.cfg.heads, layers = rl.cfg.layers;
+  const auto n = count_ops(p);
+  CHECK(n.count("attention_combine") == 0);
+  REQUIRE(n.at("attention_decode") % (layers * heads) == 0);
+  const uint64_t chunks = n.at("attention_decode") / (layers * heads);
+  CHECK(chunks > 1);
+  std::vector<std::vector<uint32_t>> signalers(p.counters.size());
+  for (uint32_t i = 0; i < p.instructions.size(); ++i)
+    for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
+  uint32_t merging = 0;
+  for (const Instruction& in : p.instructions) {
+    CAPTURE(in.name);
+    if (op_name(p, in.op) == "attention_decode") CHECK(in.operands[0].extent == hd);
+    if (op_name(p, in.op) != "gemv" || in.params[1] == 0) continue;
+    ++merging;
+    CHECK(in.name.find("o_proj") != std::string::npos);
+    CHECK(in.params[1] == hd);
+    CHECK(in.params[2] == heads);
+    CHECK(in.operands[1].extent == chunks * heads * (hd + 2));
+    // Waits for exactly every attention chunk of its layer.
+    REQUIRE(in.waits.size() == 1);
+    const auto& who = signalers[in.waits[0].counter];
+    CHECK(in.waits[0].value == who.size());
+    CHECK(who.size() == chunks * heads);
+    for (uint32_t w : who) {
+      CHECK(op_name(p, p.instructions[w].op) == "attention_decode");
+      CHECK(p.instructions[w].operands[3].buffer == in.operands[1].buffer);
+      CHECK(p.instructions[w].name.substr(0, 3) == in.name.substr(0, 3));  // "L0." / "L1."
+    }
+  }
+  uint32_t o_proj_rows = 0;  // the default layout's o_proj row ranges: as many merge
+  for (const Instruction& in : q.instructions)
+    if (in.name.find("o_proj") != std::string::npos) ++o_proj_rows;
+  CHECK(merging == o_proj_rows);
+  CHECK(merging > 0);
+  const CpuPair cpu(p, q);
+  CHECK(cpu.rel_diff("act.logits") < 1e-6);
+  for (uint32_t l = 0; l < layers; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".h") < 1e-6);
+  // Refused where it has no meaning.
+  std::string code;
+  for (int bad = 0; bad < 4; ++bad) {
+    gen::LlamaOptions b = o;
+    if (bad == 0) b.fused = false;
+    if (bad == 1) b.split_o = true;
+    if (bad == 2) b.combine_heads = 2;
+    if (bad == 3) b.combine_arrive = true;
+    CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
+    CHECK(code == "usage.gen.layout");
+  }
+}
+
+TEST_CASE("--combine auto (the default): the o_proj merge where a query head's chunk fits the "
+          "VM's 64 KiB tile, combine steps elsewhere") {
+  gen::LlamaOptions o;
+  CHECK(gen::resolve_llama(o).combine_oproj);  // tiny
+  o.preset = "llama-3.2-1b";
+  o.context = 1024;
+  CHECK(gen::resolve_llama(o).combine_oproj);  // 4 chunks of 256 positions of 64: 64 KiB
+  o.attn_chunks = 2;                            // 512 positions: 128 KiB
+  CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
+  o.attn_chunks = 0;
+  o.combine_heads = 2;  // a steps option: steps
+  CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
+  o.combine_heads = 0;
+  o.split_o = true;
+  CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
+  o.split_o = false;
+  o.fused = false;
+  CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
+  gen::LlamaOptions e;
+  e.preset = "llama-3.1-8b";
+  e.context = 1024;  // 256 positions of 128: 128 KiB
+  CHECK_FALSE(gen::resolve_llama(e).combine_oproj);
+  e.combine_oproj = true;  // asked for: given (its chunks then take attention's streaming pass)
+  CHECK(gen::resolve_llama(e).combine_oproj);
+  // The generated default 1B step has no attention_combine step.
+  o.fused = true;
+  o.layers = 1;
+  CHECK(count_ops(gen::generate_llama(o)).count("attention_combine") == 0);
+}
+
+TEST_CASE("llama-3.2-1b --combine oproj: 128 attention chunks a layer of one head over 256 "
+          "positions; 84 steps on the critical path against 100") {
+  gen::LlamaOptions o;
+  o.preset = "llama-3.2-1b";
+  o.context = 1024;
+  o.combine_oproj = true;
+  const Program p = gen::generate_llama(o);
+  const auto n = count_ops(p);
+  CHECK(n.at("attention_decode") == 16 * 128);
+  CHECK(n.count("attention_combine") == 0);
+  for (const Instruction& in : p.instructions)
+    if (op_name(p, in.op) == "attention_decode") {
+      CHECK(in.operands[0].extent == 64);
+      CHECK(in.operands[1].extent <= 256 * 64);
+    }
+  CHECK(verify(p).critical_path == 84);
+  o.combine_oproj = false;
+  CHECK(verify(gen::generate_llama(o)).critical_path == 100);
 }
 
 TEST_CASE("tiny with a fixed grid writes queues that verify") {
@@ -870,6 +994,10 @@ TEST_CASE("fused layer, attention synced per kv head: each wait names exactly th
     o.seed = 5;
     o.layers = 1;
     if (std::string(preset) == "tiny") o.context = 17;
+    // Combine steps: with --combine oproj (the default where it fits) a chunk of one query head
+    // waits for its kv head's q segment, a superset of its head's writers (see the README's
+    // twenty-seventh session).
+    o.combine_oproj = false;
     REQUIRE(o.head_sync);  // the default
     const Program p = gen::generate_llama(o);
     verify(p);

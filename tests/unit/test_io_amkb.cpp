@@ -146,11 +146,12 @@ Program rich_program() {
   ins("soft", op(OpId::softmax), {whole(0, 16), whole(14, 16)}, {8, f32_bits(0.125f)});
   Instruction& g = ins("gemv", op(OpId::gemv),
                        {whole(1, 64), whole(0, 16), {14, 0, 4}, none(), none(), none()},
-                       {f32_bits(1e-5f)});
+                       {f32_bits(1e-5f), 0, 0});  // eps; head_dim, heads 0: no merge
   g.waits = {{0, 1}, {1, 2}, {2, 0}, {0, 4000000000u}};
   g.signals = {{1, 1}, {2, 3}, {0, 1}, {2, 0xFFFFFFFFu}};
   ins("gemv_res", op(OpId::gemv),
-      {whole(1, 64), whole(0, 16), {14, 4, 4}, {14, 8, 4}, none(), none()}, {f32_bits(1e-5f)});
+      {whole(1, 64), whole(0, 16), {14, 4, 4}, {14, 8, 4}, none(), none()},
+      {f32_bits(1e-5f), 0, 0});
   ins("argmax", op(OpId::argmax), {whole(14, 16), whole(15, 1), none(), none()}, {0});
   ins("embed", op(OpId::embedding), {whole(1, 64), whole(15, 1), whole(14, 16)});
   ins("custom0", kCustomOpBase + 0, {whole(0, 16), whole(14, 16)}, {0xFFFFFFFFu, f32_bits(1.0f)});
@@ -367,7 +368,7 @@ TEST_CASE("layout: header, ABI instruction table, aligned data") {
   CHECK(a.n_operands == 6);
   CHECK(a.n_waits == 4);
   CHECK(a.n_signals == 4);
-  CHECK(a.n_params == 1);
+  CHECK(a.n_params == 3);
   CHECK(a.operands[0].buffer == 1);
   CHECK(a.operands[0].extent == 64);
   CHECK(a.operands[2].extent == 4);
@@ -812,7 +813,7 @@ TEST_CASE("files from before gemv grew norm/w2/eps still load, with the new slot
   REQUIRE(a.op == op(OpId::gemv));
   a.n_operands = 4;
   a.n_params = 0;
-  a.params[0] = 0;
+  for (uint32_t k = 0; k < 3; ++k) a.params[k] = 0;
   std::memcpy(b.data() + instr + 9 * 256, &a, sizeof a);
   fix_checksums(b);
   const Program back = parse_amkb_program(b, trusted());

@@ -263,7 +263,7 @@ TEST_CASE("the rich program parses to the expected model") {
   REQUIRE(g1.operands.size() == 6);
   for (size_t s : {3, 4, 5}) // optional slots (residual, norm, w2) left out
     CHECK(g1.operands[s] == Operand{AMK_NO_BUFFER, 0, 0});
-  CHECK(g1.params == std::vector<uint32_t>{f32_bits(1e-5f)}); // eps, default
+  CHECK(g1.params == std::vector<uint32_t>{f32_bits(1e-5f), 0, 0}); // eps, head_dim, heads: defaults
   CHECK(g1.operands[0] == Operand{2, 0, 512});
   CHECK(g1.waits == std::vector<Wait>{{1, 2}, {2, 1}});
 

@@ -373,6 +373,56 @@ TEST_CASE("gemv_splitk rules") {
               "/instructions/0/operands/y/extent");
 }
 
+// gemv with head_dim / heads: x is chunk-major attention partials (chunks x heads x (head_dim + 2)
+// f32), merged into x' of K = heads * head_dim before the row dot products.
+TEST_CASE("gemv merging attention partials: rules") {
+  Builder b;
+  const uint32_t hd = 64, heads = 4, chunks = 3, k = heads * hd;
+  const uint32_t w = b.buffer("w", DType::bf16, 20 * k);
+  const uint32_t parts = b.buffer("parts", DType::f32, chunks * heads * (hd + 2));
+  const uint32_t parts16 = b.buffer("parts16", DType::bf16, chunks * heads * (hd + 2));
+  const uint32_t y = b.buffer("y", DType::f32, 20);
+  const uint32_t norm = b.buffer("norm", DType::f32, k);
+  b.add("gemv", {b.whole(w), b.whole(parts), b.whole(y), none(), none(), none()});
+  set_params(b, {f32_bits(1e-5f), hd, heads});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  // The same operands without the merge: K would be extent(x), which does not divide w.
+  set_params(b, {f32_bits(1e-5f), 0, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w");
+  // Two chunks are as good as three (any whole number of them, 1 to 64).
+  set_params(b, {f32_bits(1e-5f), hd, heads});
+  b.last().operands[1] = slice(parts, 0, 2 * heads * (hd + 2));
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  b.last().operands[1] = slice(parts, 0, 2 * heads * (hd + 2) + 1);  // not whole chunks
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/x");
+  b.last().operands[1] = b.whole(parts16);  // partials are f32
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/x");
+  b.last().operands[1] = b.whole(parts);
+  set_params(b, {f32_bits(1e-5f), 62, heads});  // head_dim a multiple of 4
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+  set_params(b, {f32_bits(1e-5f), hd, 0});
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/heads");
+  set_params(b, {f32_bits(1e-5f), 128, 33});  // K = 4224 > the 4096 staged floats
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/heads");
+  set_params(b, {f32_bits(1e-5f), hd, heads});
+  b.last().operands[4] = b.whole(norm);  // no rmsnorm of a merged x
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/norm");
+  b.last().operands[4] = none();
+  b.last().operands[5] = b.whole(w);  // no GLU either
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/w2");
+  b.last().operands[5] = none();
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  // More than kGemvCombineMaxChunks chunks.
+  const uint32_t many = b.buffer("many", DType::f32, 65 * 1 * (4 + 2));
+  const uint32_t w4 = b.buffer("w4", DType::bf16, 3 * 4);
+  const uint32_t y3 = b.buffer("y3", DType::f32, 3);
+  b.add("gemv", {b.whole(w4), b.whole(many), b.whole(y3), none(), none(), none()});
+  set_params(b, {f32_bits(1e-5f), 4, 1});
+  CHECK_ERROR(check_instruction(b.p, 1), "verify.shape", "/instructions/1/operands/x");
+  b.last().operands[1] = slice(many, 0, 64 * 6);
+  CHECK_NOTHROW(check_instruction(b.p, 1));
+}
+
 TEST_CASE("gemv_t rules") {
   Builder b;
   const uint32_t w = b.buffer("w", DType::bf16, 16 * 64);  // a [16, 64] matrix: K rows of N

@@ -30,8 +30,10 @@ TEST_CASE("encode and decode an instruction") {
   CHECK(e.n_operands == 6);
   CHECK(e.n_waits == 2);
   CHECK(e.n_signals == 1);
-  CHECK(e.n_params == 1);
+  CHECK(e.n_params == 3);
   CHECK(e.params[0] == f32_bits(1e-5f));  // eps, default
+  CHECK(e.params[1] == 0);                // head_dim, heads: no merge
+  CHECK(e.params[2] == 0);
   CHECK(e.flags == 0);
   CHECK(e.reserved0 == 0);
   CHECK(e.operands[0].offset == 16);

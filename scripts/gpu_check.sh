@@ -184,10 +184,16 @@ tuned=(
   # The next step's instruction not prefetched into L1 after a wait (AMK_NEXT_INS_L1=0; on by
   # default since the twenty-sixth session where gemvs wait and preload): programs whose steps wait.
   "AMK_NEXT_INS_L1=0|nextins0|gemv_waits attention_rope attention_arrive attention_combine_staged small_ops"
+  # The unfused gemv's x loads each before its own multiply-adds (AMK_GEMV_X_BATCH=0; a batch's
+  # together by default since the twenty-seventh session where gemvs wait and preload); the
+  # merging gemv's programs through registers and with the large tile static.
+  "AMK_GEMV_X_BATCH=0|xbatch0|gemv_waits attention_oproj small_ops"
+  "AMK_GEMV_SMEM_STAGES=0|oprojring0|attention_oproj"
+  "AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=4|oprojstatic|attention_oproj"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged"
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged attention_oproj"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -409,6 +415,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_combine2.log"; row "llama tiny --combine-heads 2 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --down transposed --context 17 >"$out/check_llama_downt.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_downt.log"; row "llama tiny --down transposed on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --combine steps --context 40 --layers 3 >"$out/check_llama_steps.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_steps.log"; row "llama tiny --combine steps on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --combine arrive --context 40 --layers 3 >"$out/check_llama_arrive.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_arrive.log"; row "llama tiny --combine arrive on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
@@ -435,9 +443,10 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
   # eighteenth session), the L2 prefetch of the next streaming step (AMK_PREFETCH_AHEAD=1, off in
   # the decode steps since the nineteenth), attention_combine's register path
-  # (AMK_COMBINE_SMEM=0, the default before the twenty-second), the tiled attention's split
-  # stages (AMK_ATTN_SPLIT=1: the 8B step's default, slower on the 1B's narrow tile in the
-  # twenty-fourth) and its 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
+  # (AMK_COMBINE_SMEM=0, the 8B step's arm: the 1B step has no combine steps since the
+  # twenty-seventh session), the large attention tile static (AMK_ATTN_TILE_DYNAMIC=0), the
+  # unfused gemv's x loads one vector at a time (AMK_GEMV_X_BATCH=0, the default before the
+  # twenty-seventh), the tiled attention's 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
   # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
   # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
   # (AMK_EARLY_POLL=0, likewise), no prefetch of the next step's instruction into L1 after a
@@ -445,7 +454,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # measured again ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -462,6 +471,24 @@ except Exception as e:
     print(f"1B profile --tuning-arms|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/prof_rows.txt"
+  # The default layout (attention chunks of one query head merged by the o_proj gemvs, since the
+  # twenty-seventh session) against combine steps (the default before), in alternating processes.
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps -o "$d/llama1b_steps.json"
+  for r in 1 2; do
+    for f in llama1b llama1b_steps; do
+      $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
+    done
+  done
+  $py - "$d" <<'PY' > "$d/layout_rows.txt"
+import json, os, sys
+try:
+    for f, label in (("llama1b", "default layout"), ("llama1b_steps", "--combine steps")):
+        ms = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))["median_ms"] for r in (1, 2)]
+        print(f"1B decode ({label}), alternating processes|median " + " / ".join(f"{m:.4f}" for m in ms) + " ms")
+except Exception as e:
+    print(f"1B layouts|unavailable ({e})")
+PY
+  while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/layout_rows.txt"
   $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$d/bench1b.err"; tail -3 "$d/bench1b.err"
   $py - "$d/bench1b.json" <<'PY' > "$d/bench_rows.txt"
 import json, sys
@@ -525,13 +552,13 @@ PY
   # (attention_combine_splitk, --o-proj split), the merges in the last chunk of each kv head
   # (arrival groups, --combine arrive). ~45 s each.
   [ -e "$d/llama1b.safetensors" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
-  for lay in unfused "down split" "o-proj split" "combine arrive"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps"; do
     f=llama1b_${lay// /_}
     $amk -q gen llama --preset llama-3.2-1b --context 1024 --$lay --weights "$d/llama1b.safetensors" -o "$d/$f.json" || row "gen 1B --$lay" FAIL
     precompile "" "$d/$f.json"
   done
   precompile_run
-  for lay in unfused "down split" "o-proj split" "combine arrive"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps"; do
     f=llama1b_${lay// /_}
     $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$out/run_$f.log" 2>&1
     rc=$?; tail -2 "$out/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
@@ -539,7 +566,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_GEMV_X_BATCH=0}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

@@ -386,10 +386,12 @@ uint32_t vm_dynamic_smem_bytes(const Program& program, const Plan& plan, uint32_
   }
   uint32_t best = 0;
   uint32_t slack = kVmStaticSmemSlack;
-  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)))
-    slack += attention_tile_level(program, plan, options) == 2 ? kAttentionLargeMergeBytes
-             : attention_wide_tiles(program, plan, options)    ? kAttentionWideMergeBytes
-                                                               : kAttentionMergeBytes;
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
+    const int level = attention_tile_level(program, plan, options);
+    slack += level == 2 ? kAttentionLargeMergeBytes
+             : level == 1 ? kAttentionWideMergeBytes
+                          : kAttentionMergeBytes;
+  }
   if (has_norm_gemv(plan)) slack += kGemvStageBytes;
   if (ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
     slack += kCombineSplitkBytes;

@@ -22,6 +22,23 @@ namespace {
 uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 uint64_t round_up(uint64_t a, uint64_t m) { return ceil_div(a, m) * m; }
 
+// Attention chunking of a context of T positions: about `target` instructions, chunks a multiple
+// of 8 positions; one a (kv head, chunk), or with one_head (combine_oproj) one a (query head,
+// chunk), at most `target` of them. attn_chunks (--attn-chunks) != 0 sets the chunks a head.
+struct Chunking {
+  uint64_t len = 0, count = 0;  // positions a chunk, chunks a head
+};
+Chunking attention_chunking(const LlamaConfig& c, uint64_t T, uint64_t target, uint32_t attn_chunks,
+                            bool one_head) {
+  const uint64_t per_head = attn_chunks != 0 ? attn_chunks
+                            : one_head       ? std::max<uint64_t>(1, target / c.heads)
+                                             : ceil_div(target, c.kv_heads);
+  Chunking k;
+  k.len = std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, per_head), 8)));
+  k.count = ceil_div(T, k.len);
+  return k;
+}
+
 // Rows per instruction: about `target` instructions over `rows` rows, a multiple of 4.
 uint64_t chunk_rows(uint64_t rows, uint64_t target) {
   return std::min<uint64_t>(rows, round_up(ceil_div(rows, std::max<uint64_t>(target, 1)), 4));
@@ -315,12 +332,10 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     // auto: where each (query head, chunk) fits the VM's 64 KiB tile (codegen's large tile) and
     // the chunks are at most the split target (the chunking generate_llama uses).
     const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
-    const uint64_t T = r.context, hd = r.cfg.head_dim;
-    const uint64_t chunks =
-        o.attn_chunks != 0 ? o.attn_chunks : std::max<uint64_t>(1, target / r.cfg.heads);
-    const uint64_t len = std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks), 8)));
-    r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * len * hd <= 65536 &&
-                      uint64_t{r.cfg.heads} * ceil_div(T, len) <= target;
+    const uint64_t hd = r.cfg.head_dim;
+    const Chunking k = attention_chunking(r.cfg, r.context, target, o.attn_chunks, true);
+    r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * k.len * hd <= 65536 &&
+                      uint64_t{r.cfg.heads} * k.count <= target;
   }
   if (o.down_t && !(o.fused && o.split_down))
     usage_error("usage.gen.layout", "--down",
@@ -432,15 +447,10 @@ Program generate_llama(const LlamaOptions& o) {
     return n;
   };
 
-  // Attention chunking: about `target` (kv head, chunk) instructions, chunks a multiple of 8.
-  // combine_oproj: (query head, chunk) instructions, at most `target` of them by default.
-  const uint64_t chunks_per_head_target =
-      o.attn_chunks != 0 ? o.attn_chunks
-      : r.combine_oproj  ? std::max<uint64_t>(1, target / c.heads)
-                         : ceil_div(target, nkv);
-  const uint64_t chunk_len =
-      std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, chunks_per_head_target), 8)));
-  const uint64_t n_chunks = ceil_div(T, chunk_len);
+  // Attention chunking (attention_chunking): (kv head, chunk) or (query head, chunk) instructions.
+  const Chunking chunking = attention_chunking(c, T, target, o.attn_chunks, r.combine_oproj);
+  const uint64_t chunk_len = chunking.len;
+  const uint64_t n_chunks = chunking.count;
   // Floats of one chunk's partials: its query heads' rows of hd + 2 (combine_oproj: one head).
   const uint64_t part = (r.combine_oproj ? 1 : group) * (hd + 2);
   // kv heads per attention_combine: 1 while the blocks no attention chunk runs on can take one

@@ -422,8 +422,9 @@ private:
       const uint32_t w = ins.params[s];
       if (!custom && sig->params[s].type == ParamType::counter && w == kNoCounter)
         continue; // no counter: the default, left out
-      if (!custom && sig->id == OpId::gemv && s >= 1 && w == 0)
-        continue; // gemv's merge params (head_dim, heads) off: the default, left out
+      if (!custom && sig->params[s].omit_default &&
+          encode_param(sig->params[s].type, sig->params[s].default_value.value_or(0)) == w)
+        continue; // a later param at its default: left out
       sep(first);
       if (custom) {
         put_string(custom->params[s], where + "/params");

@@ -31,8 +31,8 @@ constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
                                         {"w2", Access::read, kF, true}};
 // head_dim / heads (0: off): x is attention_decode partials merged into x' first (gemv_k).
 constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5},
-                                    {"head_dim", ParamType::u32, 0.0},
-                                    {"heads", ParamType::u32, 0.0}};
+                                    {"head_dim", ParamType::u32, 0.0, true},
+                                    {"heads", ParamType::u32, 0.0, true}};
 constexpr OperandSig kArgmaxOperands[] = {{"x", Access::read, kF},
                                           {"index", Access::write, kIndexTypes},
                                           {"value", Access::write, kF, true},

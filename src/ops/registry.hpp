@@ -75,6 +75,9 @@ struct ParamSig {
   std::string_view name;
   ParamType type;
   std::optional<double> default_value;  // nullopt: required
+  // Left out of written JSON while at its default (params added to an op later, so that programs
+  // not using them are written as before).
+  bool omit_default = false;
 };
 
 struct OpSig {

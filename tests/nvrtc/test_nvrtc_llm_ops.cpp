@@ -605,14 +605,20 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
 // generated source leaves it to the kernel's default, both values compile without spills, the
 // other value reaches the VM and `def_value` gives the default's cubin.
 namespace {
-void check_knob(const char* knob, int64_t def_value) {
+// `emitted`: the generated source defines it to `def_value` for these steps (codegen's choice)
+// instead of leaving it to the kernel.
+void check_knob(const char* knob, int64_t def_value, bool emitted = false) {
   CompileOptions options;
   options.use_cache = false;
   for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
     CAPTURE(preset);
     const Program p = llama_step(preset, 2);
     const Plan plan = make_plan(p);
-    CHECK(vm_source(p, plan, options).find(knob) == std::string::npos);
+    const std::string define = "#define " + std::string(knob) + " " + std::to_string(def_value) + "\n";
+    if (emitted)
+      CHECK(vm_source(p, plan, options).find(define) != std::string::npos);
+    else
+      CHECK(vm_source(p, plan, options).find(knob) == std::string::npos);
     for (bool trace : {false, true}) {
       CAPTURE(trace);
       CompileOptions co = options;
@@ -652,25 +658,9 @@ TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT
 
 TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "
           "exactly where gemvs wait and preload; both values compile without spills") {
+  check_knob("AMK_GEMV_X_BATCH", 1, /*emitted=*/true);
   CompileOptions options;
   options.use_cache = false;
-  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
-    CAPTURE(preset);
-    const Program p = llama_step(preset, 2);
-    const Plan plan = make_plan(p);
-    CHECK(vm_source(p, plan, options).find("#define AMK_GEMV_X_BATCH 1\n") != std::string::npos);
-    const CompileOutput def = compile_vm(p, plan, options);
-    REQUIRE(def.ok);
-    CHECK(amk::test::no_spills(def.log));
-    CompileOptions off = options;
-    off.tuning = {{"AMK_GEMV_X_BATCH", 0}};
-    CHECK(vm_source(p, plan, off).find("AMK_GEMV_X_BATCH 1") == std::string::npos);
-    const CompileOutput other = compile_vm(p, plan, off);
-    INFO(other.log);
-    REQUIRE(other.ok);
-    CHECK(amk::test::no_spills(other.log));
-    CHECK(other.cubin != def.cubin);  // the knob reaches the VM
-  }
   // No gemv that waits (gemv_fused.json, like the GEMV benchmarks): the kernel's default, off.
   const Program fused = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                           "programs" / "gemv_fused.json");

@@ -152,6 +152,10 @@ JSON_CASES = [
         "params": {"head_dim": 32, "arrive": "arrivals", "arrivals": 1}, "signals": [{"counter": "done"}]}),
         setp(["instructions", 1, "waits"], [{"counter": "done", "value": 1}, {"counter": "arrivals", "value": 1}]))),
      P, "verify.arrive.counter", "/instructions/1/waits/1"),
+    ("gemv_merge_head_dim", mutate(setp(["instructions", 0, "params"], {"head_dim": 6, "heads": 1})),
+     P, "verify.param", "/instructions/0/params/head_dim"),
+    ("gemv_merge_partials_shape", mutate(setp(["instructions", 0, "params"], {"head_dim": 64, "heads": 4})),
+     P, "verify.shape", "/instructions/0/operands/x"),
     ("argmax_index_map_extent", mutate(both(
         setp(["buffers"], BASE["buffers"] + [{"name": "idx", "dtype": "i32", "shape": [1], "output": True},
                                              {"name": "map", "dtype": "i32", "shape": [64], "init": {"kind": "random", "seed": 3}}]),

@@ -121,6 +121,18 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 #ifndef AMK_GEMV_X_BATCH
 #define AMK_GEMV_X_BATCH 0
 #endif
+// AMK_GEMV_COMBINE_LD8 (1): the o_proj merge (amk_gemv_stage_combine) reads a chunk's (m, l) and
+// each half of a quad's values with one 8-byte load each (a partials row is hd + 2 floats, hd a
+// multiple of 4: 8-byte aligned) instead of six 4-byte loads; 0: the 4-byte loads. Measured on
+// the H200 (twenty-eighth session, `amk profile --events --tuning-arms`, the 1B step, three
+// rounds): 0.9487 / 0.9511 / 0.9518 ms with the 4-byte loads, 0.9449 / 0.9457 / 0.9483 with these
+// (0.996x); in the next call, beside attention's K/V before its wait, the 4-byte loads 1.0009x (a
+// tie; the two together 1.0054x). Asked in the first call: the merging gemv's whole ring (its 16 rows a block) requested
+// before its wait instead of one batch, 1.007x slower though o_proj's own span fell 0.34 us (the
+// 64 KiB a block in flight while the attention chunks stream their K/V), so not kept.
+#ifndef AMK_GEMV_COMBINE_LD8
+#define AMK_GEMV_COMBINE_LD8 1
+#endif
 // 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
 // session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
 // sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
@@ -227,10 +239,22 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
         for (uint32_t j = 0; j < kB; ++j) {
           const uint32_t c = min(c0 + j, chunks - 1);  // (past the last chunk: weight 0 below)
           const float* r = p + c * block + at[i];
+#if AMK_GEMV_COMBINE_LD8
+          const float2 ml = *reinterpret_cast<const float2*>(r + hd - dd[i]);
+          const float2 o01 = *reinterpret_cast<const float2*>(r);
+          const float2 o23 = *reinterpret_cast<const float2*>(r + 2);
+          m[i][j] = ml.x;
+          l[i][j] = ml.y;
+          o[i][j][0] = o01.x;
+          o[i][j][1] = o01.y;
+          o[i][j][2] = o23.x;
+          o[i][j][3] = o23.y;
+#else
           m[i][j] = r[hd - dd[i]];
           l[i][j] = r[hd - dd[i] + 1];
 #pragma unroll
           for (uint32_t e = 0; e < 4; ++e) o[i][j][e] = r[e];
+#endif
         }
       }
 #pragma unroll

@@ -108,7 +108,13 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // 0.9830 / 0.9809 / 0.9853 ms against 0.9845 / 0.9825 / 0.9838 (0.9995x), correct. The op's
 // time after its wait fell 5.41 -> 3.12 us, but its wait now ended 3.2 us after the q/k/v steps
 // it waits for instead of 1.15 (median): the chunks' blocks run those gemvs right before, so
-// the work before the wait cannot start earlier than it did after it. Off.
+// the work before the wait cannot start earlier than it did after it. Off, except where the
+// generated source sets it: chunks of one query head on the large tile (`amk gen llama --combine
+// oproj`, the 1B step's default layout), whose 64 KiB copies are four times the old chunks'.
+// There, twenty-eighth session (same command, three rounds): 0.9487 / 0.9511 / 0.9518 ms without,
+// 0.9421 / 0.9435 / 0.9444 with (0.993x); in the next call, as the default, 0.9536 / 0.9519 /
+// 0.9535 against 0.9567 / 0.9574 / 0.9587 without (1.0048x). In the trace the op's mean 5.67 ->
+// 3.48 us (q staged 2.54 -> 0.46 us after its start) and the phase's span 7.20 -> 6.66.
 #ifndef AMK_ATTN_PRELOAD
 #define AMK_ATTN_PRELOAD 0
 #endif

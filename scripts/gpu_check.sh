@@ -190,6 +190,9 @@ tuned=(
   "AMK_GEMV_X_BATCH=0|xbatch0|gemv_waits attention_oproj small_ops"
   "AMK_GEMV_SMEM_STAGES=0|oprojring0|attention_oproj"
   "AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=4|oprojstatic|attention_oproj"
+  # Its attention chunks copying K/V after their waits and the merge's 4-byte loads (the
+  # defaults before the twenty-eighth session).
+  "AMK_ATTN_PRELOAD=0,AMK_GEMV_COMBINE_LD8=0|oprojold|attention_oproj"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -424,10 +427,11 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # The tiny step against numpy and the 1B step against the CPU backend under tunings the
   # checks above do not cover: attention_decode copying its K/V before its waits
   # (AMK_ATTN_PRELOAD=1, built in the twenty-third session; measured no faster in the
-  # twenty-fourth, so off), no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
+  # twenty-fourth, so off, except for the 1B step's one-head chunks since the twenty-eighth, where
+  # the row with it off and the merge's 4-byte loads is that step's previous VM), no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
   # signals released by warp 0 (the defaults before the twenty-fifth session), and no L1
   # prefetch of the next step's instruction (AMK_NEXT_INS_L1=0, before the twenty-sixth).
-  for tn in AMK_ATTN_PRELOAD=1 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
+  for tn in AMK_ATTN_PRELOAD=1 AMK_ATTN_PRELOAD=0,AMK_GEMV_COMBINE_LD8=0 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
     AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
@@ -450,11 +454,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
   # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
   # (AMK_EARLY_POLL=0, likewise), no prefetch of the next step's instruction into L1 after a
-  # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth): each default's margin,
+  # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth), the one-head attention chunks'
+  # K/V copied after their waits (AMK_ATTN_PRELOAD=0) and the o_proj merge's 4-byte loads
+  # (AMK_GEMV_COMBINE_LD8=0), both the defaults before the twenty-eighth: each default's margin,
   # measured again ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run

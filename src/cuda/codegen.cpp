@@ -349,6 +349,13 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
     c.attention_wide_tile = attention_tile_level(program, plan, options);
     c.attention_pass = attention_pass_needed(program, plan, options) ? 1 : 0;
+    // AMK_ATTN_PRELOAD (kernels/amk_sync.cuh; 0 there): chunks of one query head on the large
+    // tile copy 64 KiB of K/V each, and where the preload's machinery is in (gemvs that wait and
+    // preload) they issue those copies before their waits, measured faster there.
+    const bool preload = c.attention_wide_tile == 2 && c.gemv_preload > 0 &&
+                         attention_single_heads(plan);
+    c.attention_preload =
+        static_cast<int>(tuning_value(options, "AMK_ATTN_PRELOAD").value_or(preload ? 1 : 0) != 0);
   }
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) ||
       ops.count(static_cast<uint16_t>(OpId::attention_combine)) ||
@@ -466,6 +473,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_ATTN_SPLIT", 0, 1, "0 or 1 (the tiled attention's score and output stages split over lanes)"},
     {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
     {"AMK_GEMV_X_BATCH", 0, 1, "0 or 1 (the unfused gemv loads a batch's x before its multiply-adds)"},
+    {"AMK_GEMV_COMBINE_LD8", 0, 1, "0 or 1 (the o_proj merge reads its partials with 8-byte loads)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table
@@ -635,6 +643,9 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
       !tuning_value(options, "AMK_ATTN_SPLIT_HEADS"))
     s += "#define AMK_ATTN_SPLIT_HEADS 1\n";
+  // Attention chunks that copy their K/V before their waits (vm_choices).
+  if (vm.attention_preload == 1 && !tuning_value(options, "AMK_ATTN_PRELOAD"))
+    s += "#define AMK_ATTN_PRELOAD 1\n";
   // Every attention chunk takes the tiled path (the 1B and 8B steps): the VM leaves the
   // streaming pass out (~190 KiB of code, and the VM loop's spills with it).
   if (vm.attention_pass == 0 && !tuning_value(options, "AMK_ATTN_PASS"))

@@ -112,6 +112,7 @@ struct VmChoices {
   int gemv_smem_stages = -1;     // with gemv: weight batches a warp in shared memory (0: registers)
   int prefetch_ahead = -1;       // streaming steps ahead whose first bytes a step asks L2 for
   int combine_smem = -1;         // 0 / 1 with attention_combine: partials staged in shared memory
+  int attention_preload = -1;    // 0 / 1 with attention_decode: K/V copies issued before the waits
 };
 // Whether attention_combine stages its partials in the launch's dynamic shared memory
 // (AMK_COMBINE_SMEM; the tuning decides where the VM could).

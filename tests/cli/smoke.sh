@@ -82,7 +82,11 @@ else
   expect_rc 0 "compile reports the attention copy" -- env AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=0 "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
   expect_grep "$tmp/out" "attention's instruction read from shared memory" "compile names the attention copy"
   expect_rc 0 "compile --json reports the attention copy" -- "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
-  [ "$(json_field "$tmp/out" "str(j['vm']['attention_instruction_in_shared_memory']) + ' ' + str(j['vm']['attention_wide_tile'])")" = "True True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention copy"; }
+  [ "$(json_field "$tmp/out" "str(j['vm']['attention_instruction_in_shared_memory']) + ' ' + str(j['vm']['attention_wide_tile']) + ' ' + str(j['vm']['attention_kv_before_wait'])")" = "True True False" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention copy"; }
+  # Its chunks copy their K/V after their waits unless a tuning says otherwise (by default only
+  # chunks of one query head on the large tile copy them before).
+  expect_rc 0 "compile reports attention's K/V before its waits" -- env AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
+  expect_grep "$tmp/out" "its K/V copied before its waits" "compile names attention's K/V before its waits"
 fi
 # Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
 expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"

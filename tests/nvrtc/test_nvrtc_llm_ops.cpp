@@ -484,6 +484,19 @@ TEST_CASE("the 1B step with the o_proj gemvs merging the partials (--combine opr
   CHECK(src.find("#define AMK_ATTN_PASS 0\n") != std::string::npos);  // every chunk tiled
   CHECK(src.find("#define AMK_USE_OP_ATTENTION_COMBINE 1") == std::string::npos);
   CHECK(vm_choices(p, plan, options).attention_wide_tile == 2);
+  // The merge's 8-byte loads (AMK_GEMV_COMBINE_LD8, the kernel's default) and its 4-byte ones
+  // compile without spills, the knob reaching the VM.
+  {
+    CompileOptions co = options;
+    const CompileOutput on = compile_vm(p, plan, co);
+    co.tuning = {{"AMK_GEMV_COMBINE_LD8", 0}};
+    const CompileOutput off = compile_vm(p, plan, co);
+    INFO(off.log);
+    REQUIRE(on.ok);
+    REQUIRE(off.ok);
+    CHECK(amk::test::no_spills(off.log));
+    CHECK(on.cubin != off.cubin);
+  }
   // Combine steps have none of the three.
   const Program d =
       llama_step("llama-3.2-1b", 2, 1024, combine_steps);
@@ -527,11 +540,13 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global 
   }
 }
 
-TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD=1) compiles without spills, traced too; "
-          "off by default") {
+TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD): set by the generated source for "
+          "chunks of one query head on the large tile only; both values compile without spills, "
+          "traced too") {
   CompileOptions options;
   options.use_cache = false;
-  const Program one_b = llama_step("llama-3.2-1b", 2);
+  const Program one_b = llama_step("llama-3.2-1b", 2);  // --combine auto: one-head chunks
+  const Program one_b_steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
   const Program eight_b = llama_step("llama-3.1-8b", 2);
   // The planner marks every chunk: the appends write the new position, which no chunk's view holds.
   const Plan plan_1b = make_plan(one_b);
@@ -543,8 +558,19 @@ TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD=1) compiles without
     }
   CHECK(chunks > 0);
   CHECK(marked == chunks);
-  // Off by default: the generated source leaves the kernel's default, 0, alone.
-  CHECK(vm_source(one_b, plan_1b, options).find("AMK_ATTN_PRELOAD") == std::string::npos);
+  // On for the one-head chunks (64 KiB copies), reported by vm_choices; elsewhere the generated
+  // source leaves the kernel's default, 0, alone.
+  CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_ATTN_PRELOAD 1\n") != std::string::npos);
+  CHECK(vm_choices(one_b, plan_1b, options).attention_preload == 1);
+  for (const Program* p : {&one_b_steps, &eight_b}) {
+    CHECK(vm_source(*p, make_plan(*p), options).find("AMK_ATTN_PRELOAD") == std::string::npos);
+    CHECK(vm_choices(*p, make_plan(*p), options).attention_preload == 0);
+  }
+  // A tuning decides it either way.
+  CompileOptions tuned = options;
+  tuned.tuning = {{"AMK_ATTN_PRELOAD", 0}};
+  CHECK(vm_choices(one_b, plan_1b, tuned).attention_preload == 0);
+  CHECK(vm_source(one_b, plan_1b, tuned).find("#define AMK_ATTN_PRELOAD 1\n") == std::string::npos);
   for (const Program* p : {&one_b, &eight_b}) {
     for (bool trace : {false, true}) {
       CAPTURE(trace);

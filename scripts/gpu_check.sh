@@ -464,17 +464,23 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
-  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds "${AMK_ROUNDS_1B:-2}" --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$d/prof_arms.err"; tail -3 "$d/prof_arms.err"
+  $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds "${AMK_ROUNDS_1B:-2}" --tuning-arms "$arms" > "$d/prof_arms.json" 2>"$out/prof_arms.err"; tail -3 "$out/prof_arms.err"
   $py - "$d" <<'PY' > "$d/prof_rows.txt"
 import json, os, sys
+def why(path):
+    try:
+        e = json.load(open(path))["error"]
+        return f"{e.get('code')} at {e.get('where')}: {e.get('message')}"
+    except Exception:
+        return "no error report"
 try:
     for a in json.load(open(os.path.join(sys.argv[1], "prof_arms.json")))["arms"]:
         label = "fused layer (default)" if a["name"] == "default" else f"default, {a['name']}"
         print(f"1B decode ({label}), amk profile --events|median " +
               " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) +
               f" ms ({a['ratio_to_first']:.3f}x)")
-except Exception as e:
-    print(f"1B profile --tuning-arms|unavailable ({e})")
+except Exception as e:  # (amk's own error, when it gave one: which arm, and why)
+    print(f"1B profile --tuning-arms|unavailable ({e}): {why(os.path.join(sys.argv[1], 'prof_arms.json'))}")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/prof_rows.txt"
   # The default layout (attention chunks of one query head merged by the o_proj gemvs, since the
@@ -572,7 +578,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_GEMV_X_BATCH=0}"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_GEMV_X_BATCH=1}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run
@@ -590,6 +596,12 @@ PY
       $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$group" > "$d/prof8b_$g.json" 2>"$out/prof8b_$g.err"; tail -3 "$out/prof8b_$g.err"
       $py - "$d/prof8b_$g.json" "$g" <<'PY' >> "$d/rows8b.txt"
 import json, sys
+def why(path):
+    try:
+        e = json.load(open(path))["error"]
+        return f"{e.get('code')} at {e.get('where')}: {e.get('message')}"
+    except Exception:
+        return "no error report"
 try:
     for a in json.load(open(sys.argv[1]))["arms"]:
         if a["name"] == "default" and sys.argv[2] != "0":
@@ -598,8 +610,8 @@ try:
         print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {a['median_ms']:.3f} ms (rounds " +
               " / ".join(f"{m:.3f}" for m in a["round_medians_ms"]) + f"), spread {100 * a['rel_spread']:.1f}%" +
               ("" if a["name"] == "default" else f", {a['ratio_to_first']:.3f}x its group's default"))
-except Exception as e:
-    print(f"8B decode arms group {sys.argv[2]}|unavailable ({e})")
+except Exception as e:  # (amk's own error, when it gave one: which arm, and why)
+    print(f"8B decode arms group {sys.argv[2]}|unavailable ({e}): {why(sys.argv[1])}")
 PY
     done
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"

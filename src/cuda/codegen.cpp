@@ -670,8 +670,11 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
     s += "#define AMK_NEXT_INS_L1 0\n";
   // The unfused gemv's x loads of a batch issued together (AMK_GEMV_X_BATCH) where gemvs wait and
   // preload: there the VM holds the most code, and ptxas's own scheduling of those loads moved
-  // with the rest of it (kernels/amk_ops_gemv.cuh).
-  if (vm.gemv_preload > 0 && !tuning_value(options, "AMK_GEMV_X_BATCH"))
+  // with the rest of it (kernels/amk_ops_gemv.cuh). Not with the wide attention tile (the 8B
+  // step, whose VM is at the 255-register limit): measured there 0.4% slower with it (twenty-eighth
+  // session, `amk profile --tuning-arms`, two rounds: 4.361 / 4.364 ms against 4.347 / 4.347).
+  if (vm.gemv_preload > 0 && vm.attention_wide_tile != 1 &&
+      !tuning_value(options, "AMK_GEMV_X_BATCH"))
     s += "#define AMK_GEMV_X_BATCH 1\n";
   // Attention steps read their instruction from shared memory where they wait (the kernel's
   // default); elsewhere the copy is left out.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -633,10 +634,11 @@ TEST_CASE("the tiled attention's split stages (AMK_ATTN_SPLIT: by default exactl
 namespace {
 // `emitted`: the generated source defines it to `def_value` for these steps (codegen's choice)
 // instead of leaving it to the kernel.
-void check_knob(const char* knob, int64_t def_value, bool emitted = false) {
+void check_knob(const char* knob, int64_t def_value, bool emitted = false,
+                std::initializer_list<const char*> presets = {"llama-3.2-1b", "llama-3.1-8b"}) {
   CompileOptions options;
   options.use_cache = false;
-  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+  for (const char* preset : presets) {
     CAPTURE(preset);
     const Program p = llama_step(preset, 2);
     const Plan plan = make_plan(p);
@@ -683,8 +685,11 @@ TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT
 }
 
 TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "
-          "exactly where gemvs wait and preload; both values compile without spills") {
-  check_knob("AMK_GEMV_X_BATCH", 1, /*emitted=*/true);
+          "where gemvs wait and preload, except with the wide attention tile (the 8B step); both "
+          "values compile without spills") {
+  check_knob("AMK_GEMV_X_BATCH", 1, /*emitted=*/true, {"llama-3.2-1b"});
+  // The 8B step's VM is the one measured as its AMK_GEMV_X_BATCH=0 arm, byte for byte.
+  check_knob("AMK_GEMV_X_BATCH", 0, /*emitted=*/false, {"llama-3.1-8b"});
   CompileOptions options;
   options.use_cache = false;
   // No gemv that waits (gemv_fused.json, like the GEMV benchmarks): the kernel's default, off.

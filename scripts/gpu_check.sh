@@ -54,6 +54,47 @@ precompile_run() {
   echo "precompiled ${#pc_jobs[@]} kernels in $(( $(date +%s) - t0 )) s"
   pc_jobs=()
 }
+# arm_groups KIND PROGRAM SIZE ROUNDS ARM...: `amk profile --events --tuning-arms` of PROGRAM's
+# default beside the arms, SIZE arms a process (amk takes at most 16 arms, and every arm holds
+# its own copy of the program's buffers), and a row per arm (KIND 1b or 8b: the rows' wording).
+# A failed group's row carries amk's own error. With no arms, the default is timed alone (twice).
+arm_groups() {
+  local kind="$1" prog="$2" size="$3" rounds="$4" g group; shift 4
+  local others=(); for a in "$@"; do [ "$a" = default ] || others+=("$a"); done
+  for ((g = 0; g == 0 || g < ${#others[@]}; g += size)); do
+    group="default$([ ${#others[@]} = 0 ] && echo ';default' || printf ';%s' "${others[@]:g:size}")"
+    $amk --json profile "$prog" --events --warmup 3 --iterations 20 --rounds "$rounds" --tuning-arms "$group" > "$scratch/arms_${kind}_$g.json" 2>"$out/arms_${kind}_$g.err"; tail -3 "$out/arms_${kind}_$g.err"
+    $py - "$scratch/arms_${kind}_$g.json" "$g" "$kind" <<'PY' > "$scratch/arm_rows.txt"
+import json, sys
+path, group, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+def why():
+    try:
+        e = json.load(open(path))["error"]
+        return f"{e.get('code')} at {e.get('where')}: {e.get('message')}"
+    except Exception:
+        return "no error report"
+try:
+    seen_default = False
+    for a in json.load(open(path))["arms"]:
+        default = a["name"] == "default"
+        if default and (group != "0" or seen_default):
+            continue  # (each group's own default: only its ratios below use it)
+        seen_default = seen_default or default
+        rounds = " / ".join(f"{m:.4f}" for m in a["round_medians_ms"])
+        ratio = "" if default else f", {a['ratio_to_first']:.3f}x" + ("" if group == "0" else " its group's default")
+        if kind == "1b":
+            label = "fused layer (default)" if default else f"default, {a['name']}"
+            print(f"1B decode ({label}), amk profile --events|median {rounds} ms{ratio}")
+        else:
+            label = "" if default else f", {a['name']}"
+            print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median "
+                  f"{a['median_ms']:.3f} ms (rounds {rounds}), spread {100 * a['rel_spread']:.1f}%{ratio}")
+except Exception as e:  # (amk's own error, when it gave one: which arm, and why)
+    print(f"{kind.upper()} profile --tuning-arms group {group}|unavailable ({e}): {why()}")
+PY
+    while IFS='|' read -r k v; do row "$k" "$v"; done < "$scratch/arm_rows.txt"
+  done
+}
 
 sec "build"
 cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
@@ -464,34 +505,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
-  # `amk profile` compares at most 16 arms at once (kMaxTuningArms): the arms go in groups of 15
-  # beside the default, each group its own process.
-  others=(); for a in "${arm_list[@]}"; do [ "$a" = default ] || others+=("$a"); done
-  : > "$d/prof_rows.txt"
-  for ((g = 0; g < ${#others[@]}; g += 15)); do
-    group="default$(printf ';%s' "${others[@]:g:15}")"
-    $amk --json profile "$d/llama1b.json" --events --warmup 3 --iterations 20 --rounds "${AMK_ROUNDS_1B:-2}" --tuning-arms "$group" > "$d/prof_arms_$g.json" 2>"$out/prof_arms_$g.err"; tail -3 "$out/prof_arms_$g.err"
-    $py - "$d/prof_arms_$g.json" "$g" <<'PY' >> "$d/prof_rows.txt"
-import json, sys
-def why(path):
-    try:
-        e = json.load(open(path))["error"]
-        return f"{e.get('code')} at {e.get('where')}: {e.get('message')}"
-    except Exception:
-        return "no error report"
-try:
-    for a in json.load(open(sys.argv[1]))["arms"]:
-        if a["name"] == "default" and sys.argv[2] != "0":
-            continue  # (each group's own default: only its ratios below use it)
-        label = "fused layer (default)" if a["name"] == "default" else f"default, {a['name']}"
-        print(f"1B decode ({label}), amk profile --events|median " +
-              " / ".join(f"{m:.4f}" for m in a["round_medians_ms"]) +
-              f" ms ({a['ratio_to_first']:.3f}x" + ("" if a["name"] == "default" or sys.argv[2] == "0" else " its group's default") + ")")
-except Exception as e:  # (amk's own error, when it gave one: which arm, and why)
-    print(f"1B profile --tuning-arms group {sys.argv[2]}|unavailable ({e}): {why(sys.argv[1])}")
-PY
-  done
-  while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/prof_rows.txt"
+  # (amk profile compares at most 16 arms at once: groups of 15 beside the default.)
+  arm_groups 1b "$d/llama1b.json" 15 "${AMK_ROUNDS_1B:-2}" "${arm_list[@]}"
   # The default layout (attention chunks of one query head merged by the o_proj gemvs, since the
   # twenty-seventh session) against combine steps (the default before), in alternating processes.
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps -o "$d/llama1b_steps.json"
@@ -598,34 +613,7 @@ PY
     # GB of buffers and `amk profile` refuses more than 90% of the device's memory (exit 5,
     # device.memory): seven arms at most a process, so the arms go in groups of six beside the
     # default, each group its own process (and fill of the seeded weights, ~40 s of host time).
-    others=(); for a in "${arm_list[@]}"; do [ "$a" = default ] || others+=("$a"); done
-    : > "$d/rows8b.txt"
-    for ((g = 0; g == 0 || g < ${#others[@]}; g += 6)); do  # (the default alone: twice)
-      group="default$([ ${#others[@]} = 0 ] && echo ';default' || printf ';%s' "${others[@]:g:6}")"
-      $amk --json profile "$d/llama8b.json" --events --warmup 3 --iterations 20 --rounds 2 --tuning-arms "$group" > "$d/prof8b_$g.json" 2>"$out/prof8b_$g.err"; tail -3 "$out/prof8b_$g.err"
-      $py - "$d/prof8b_$g.json" "$g" <<'PY' >> "$d/rows8b.txt"
-import json, sys
-def why(path):
-    try:
-        e = json.load(open(path))["error"]
-        return f"{e.get('code')} at {e.get('where')}: {e.get('message')}"
-    except Exception:
-        return "no error report"
-try:
-    seen_default = False
-    for a in json.load(open(sys.argv[1]))["arms"]:
-        if a["name"] == "default" and (sys.argv[2] != "0" or seen_default):
-            continue  # (each group's own default: only its ratios below use it)
-        seen_default = seen_default or a["name"] == "default"
-        label = "" if a["name"] == "default" else f", {a['name']}"
-        print(f"8B decode ctx 1024, megakernel{label} (roofline 3.36 ms; target within 12%)|median {a['median_ms']:.3f} ms (rounds " +
-              " / ".join(f"{m:.3f}" for m in a["round_medians_ms"]) + f"), spread {100 * a['rel_spread']:.1f}%" +
-              ("" if a["name"] == "default" else f", {a['ratio_to_first']:.3f}x its group's default"))
-except Exception as e:  # (amk's own error, when it gave one: which arm, and why)
-    print(f"8B decode arms group {sys.argv[2]}|unavailable ({e}): {why(sys.argv[1])}")
-PY
-    done
-    while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/rows8b.txt"
+    arm_groups 8b "$d/llama8b.json" 6 2 "${arm_list[@]}"
   fi
 fi
 

@@ -544,7 +544,7 @@ PY
     row "attention chunk (1B-shaped), $f" "${n:-unavailable}"
   done
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
-  $py scripts/trace_phases.py "$d/trace1b.json" | tee "$out/phases1b.txt" | cut -c1-100
+  $py scripts/trace_phases.py "$d/trace1b.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj | tee "$out/phases1b.txt" | cut -c1-100
   # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
   # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
   # logs.tar.gz.

@@ -12,11 +12,19 @@ With --warm, a second table splits each phase's instruction times by what the bl
 before: "cold" when its previous instruction was another op (code and constants may have left the
 caches in between), "warm" when it was an instruction of the same op.
 
+With --chain=A,B,...: the layers' chain of dependent phases A, B, ... (names without the L<n>.
+prefix, in the order each waits for the one before; the first waits for the previous layer's
+last): for each, its step (its last instruction's end minus the previous phase's last end), and
+its first and median instruction ends from that same point, each the median over the layers
+after the first; then the median layer. A phase's step is its hop, its start-up and its stream up
+to its slowest instruction: where a dependent step's time goes. Phases off the chain (a decode
+step's cache appends, which nothing in the step waits for) are left out by naming the chain.
+
 When the trace carries op marks (`amk profile --trace` stamps them inside gemv, the tiled
 attention and the combine: see README, "profile --trace"), a last table gives each phase's mean
 time from an instruction's start to each mark, beside its mean duration.
 
-usage: trace_phases.py TRACE.json [--layers] [--warm]   (--layers: one row per layer phase)
+usage: trace_phases.py TRACE.json [--layers] [--warm] [--chain=A,B,...]   (--layers: one row per layer phase)
 """
 import json
 import re
@@ -59,6 +67,47 @@ def warm_table(events, fold):
               f"{mean(s['warm']):>9.2f}")
 
 
+def median(v):
+    v = sorted(v)
+    n = len(v)
+    return float("nan") if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
+
+
+def chain_table(events, chain):
+    """The layers' chain of dependent phases `chain`: each one's step from the one before."""
+    layers = OrderedDict()  # layer -> phase -> [instruction ends]
+    for e in events:
+        m = re.match(r"L(\d+)\.(.+)$", phase_key(e["name"], False))
+        if m and m.group(2) in chain:
+            layers.setdefault(int(m.group(1)), {}).setdefault(m.group(2), []).append(
+                e["ts"] + e["dur"])
+    full = [n for n in sorted(layers) if len(layers[n]) == len(chain)]
+    if len(full) < 2:
+        print(f"chain: fewer than two layers hold every phase of {','.join(chain)}")
+        return
+    rows = {name: {"step": [], "first": [], "mid": []} for name in chain}
+    totals = []
+    for prev, n in zip(full, full[1:]):
+        if n != prev + 1:
+            continue
+        before = max(layers[prev][chain[-1]])
+        start = before
+        for name in chain:
+            ends = layers[n][name]
+            r = rows[name]
+            r["step"].append(max(ends) - before)
+            r["first"].append(min(ends) - before)
+            r["mid"].append(median(ends) - before)
+            before = max(ends)
+        totals.append(before - start)
+    print(f"{'layer chain (L*.)':<28}{'layers':>7}{'step us':>9}{'first end':>11}{'median end':>12}")
+    for name in chain:
+        r = rows[name]
+        print(f"{name:<28}{len(r['step']):>7}{median(r['step']):>9.2f}{median(r['first']):>11.2f}"
+              f"{median(r['mid']):>12.2f}")
+    print(f"{'a layer':<28}{len(totals):>7}{median(totals):>9.2f}")
+
+
 def marks_table(events, fold):
     """Mean microseconds from an instruction's start to each of its op's marks, per phase."""
     rows = OrderedDict()
@@ -83,9 +132,16 @@ def marks_table(events, fold):
 
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    unknown = [a for a in sys.argv[1:] if a.startswith("--") and a not in ("--layers", "--warm")]
+    known = ("--layers", "--warm", "--chain=A,B,...")
+    chain = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--chain=")]
+    unknown = [a for a in sys.argv[1:] if a.startswith("--") and a not in known[:2] and
+               not a.startswith("--chain=")]
+    if chain and not all(chain[-1].split(",")):
+        print(f"trace_phases.py: --chain wants phase names A,B,... (got '{chain[-1]}')",
+              file=sys.stderr)
+        return 2
     if unknown:
-        print(f"trace_phases.py: unknown option {unknown[0]} (options: --layers, --warm)",
+        print(f"trace_phases.py: unknown option {unknown[0]} (options: {', '.join(known)})",
               file=sys.stderr)
         return 2
     fold = "--layers" not in sys.argv
@@ -130,6 +186,8 @@ def main():
               f"{r['mean'] / n:>9.2f}{r['max'] / n:>9.2f}{rate:>8.0f}{r['gap'] + r['span']:>14.1f}")
     if "--warm" in sys.argv:
         warm_table(events, fold)
+    if chain:
+        chain_table(events, chain[-1].split(","))
     marks_table(events, fold)
     t0 = min(e["ts"] for e in events)
     t1 = max(e["ts"] + e["dur"] for e in events)

@@ -291,6 +291,24 @@ fi
 # scripts/trace_phases.py: an unknown option is refused (exit 2), named.
 expect_rc 2 "trace_phases.py --wram refused" -- "$py" "$root/scripts/trace_phases.py" t.json --wram
 expect_grep "$tmp/err" "unknown option --wram" "trace_phases names the option"
+# --chain=a,b on a hand-made trace of three layers: a ends 3 us after the previous layer's b
+# (instructions ending at +1 and +3), b 5 us after a (+4, +5), c (off the chain) much later.
+"$py" - "$tmp/chain.json" <<'PY'
+import json, sys
+ev, t = [], 0.0
+for n in range(3):
+    for name, ends in (("a", (1.0, 3.0)), ("b", (4.0, 5.0))):
+        for i, d in enumerate(ends):
+            ev.append({"name": f"gemv #{len(ev)} L{n}.{name}.{i}", "ph": "X", "tid": i, "ts": t, "dur": d, "args": {}})
+        t += ends[-1]
+    ev.append({"name": f"copy #{len(ev)} L{n}.c.0", "ph": "X", "tid": 5, "ts": t + 100.0, "dur": 1.0, "args": {}})
+json.dump({"traceEvents": ev}, open(sys.argv[1], "w"))
+PY
+expect_rc 0 "trace_phases.py --chain" -- "$py" "$root/scripts/trace_phases.py" "$tmp/chain.json" --chain=a,b
+expect_grep "$tmp/out" "^a  *2  *3.00  *1.00  *2.00$" "trace_phases --chain: a's step, first and median end"
+expect_grep "$tmp/out" "^b  *2  *5.00  *4.00  *4.50$" "trace_phases --chain: b's step, first and median end"
+expect_grep "$tmp/out" "^a layer  *2  *8.00$" "trace_phases --chain: a layer"
+expect_rc 2 "trace_phases.py --chain= refused" -- "$py" "$root/scripts/trace_phases.py" "$tmp/chain.json" --chain=
 # scripts/sass_loops.py on a hand-written `nvdisasm -c` excerpt: one inner loop of 2 FFMA, 1
 # 128-bit load, 1 IMAD (3 instructions + the branch back), inside an outer loop; an empty listing
 # and an unknown option are refused.

@@ -125,11 +125,16 @@ constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWor
 // when the op is entered (not when its wait ends), mark 0 when its wait starts polling, mark 1
 // when the wait is over, so a trace splits the time from the block's previous step to this
 // one's wait end into the release and dispatch, the decode and preload, and the poll.
+// 4: a gemv through the shared-memory ring stamps mark 0 when its first weight batch has landed
+// (its cp.async group complete: after x' is staged and the rest of the ring issued), instead of
+// when the rest of the ring is issued; mark 1 as with 0. With the first batch requested before
+// the wait, a trace then tells whether it was in when the staging ended, or how long after.
 #ifndef AMK_TRACE_MARKS_EARLY
 #define AMK_TRACE_MARKS_EARLY 0
 #endif
-constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY == 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
+constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY >= 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
 constexpr bool kAmkMarksTurn = AMK_TRACE_MARKS_EARLY == 3;  // gemv's turn-around marks
+constexpr bool kAmkMarksLanded = AMK_TRACE_MARKS_EARLY == 4;  // gemv's first batch landed
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");

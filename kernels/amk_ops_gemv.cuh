@@ -501,10 +501,11 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
   for (uint32_t s = pre; s < kStages; ++s) issue_next();
-  if (!kAmkMarksTurn) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
+  if (!kAmkMarksTurn && !kAmkMarksLanded) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
   uint32_t slot_out = 0;
   for (uint32_t b = 0; b < batches; ++b) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
+    if (b == 0 && kAmkMarksLanded) AMK_TRACE_MARK(0);  // (diagnostic) the first batch has landed
     amk_vec16 use[kAmkGemvUnroll];
     const uint32_t src = ring + slot_out * kSlotBytes;
 #pragma unroll

@@ -546,9 +546,9 @@ PY
   $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" 2>&1 | tail -16
   $py scripts/trace_phases.py "$d/trace1b.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj | tee "$out/phases1b.txt" | cut -c1-100
   # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
-  # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued), in
-  # logs.tar.gz.
-  for lv in $([ "${AMK_DIAG:-1}" = 1 ] && echo 1 2); do
+  # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued; =4:
+  # a gemv's first weight batch landed, in place of its loads issued), in logs.tar.gz.
+  for lv in $([ "${AMK_DIAG:-1}" = 1 ] && echo 1 2 4); do
     AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
     $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
   done

@@ -515,7 +515,7 @@ TEST_CASE("the 1B step with the o_proj gemvs merging the partials (--combine opr
   }
 }
 
-TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global buffer table compile without spills") {
+TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3, 4), and the global buffer table compile without spills") {
   CompileOptions options;
   options.use_cache = false;
   const Program tiny = llama_step("tiny", 2, 16);
@@ -529,6 +529,7 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global 
   for (const Case& c : {Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 1}}},
                         Case{&rope, true, {{"AMK_TRACE_MARKS_EARLY", 2}}},
                         Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 3}}},
+                        Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 4}}},
                         Case{&tiny, false, {{"AMK_SMEM_BUFFERS", 0}}}}) {
     CAPTURE(c.tuning[0].first);
     CompileOptions co = options;
@@ -538,6 +539,12 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3), and the global 
     INFO(out.log);
     CHECK(out.ok);
     CHECK(amk::test::no_spills(out.log));
+    // Each level moves a mark: its traced VM is not the default traced one.
+    if (c.trace) {
+      CompileOptions plain = co;
+      plain.tuning.clear();
+      CHECK(compile_vm(*c.program, make_plan(*c.program), plain).cubin != out.cubin);
+    }
   }
 }
 

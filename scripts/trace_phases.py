@@ -148,8 +148,16 @@ def main():
     if len(args) != 1:
         print(__doc__, file=sys.stderr)
         return 2
-    with open(args[0]) as f:
-        events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    try:
+        with open(args[0]) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        print(f"trace_phases.py: {args[0]}: not a readable `amk profile --trace` file ({e})",
+              file=sys.stderr)
+        return 1
+    if not events:
+        print(f"trace_phases.py: {args[0]}: the trace has no instruction events", file=sys.stderr)
+        return 1
     # occurrences: consecutive runs of one unfolded phase name (a layer's q_proj, ...)
     occ = OrderedDict()
     for e in events:

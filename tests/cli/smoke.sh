@@ -309,6 +309,11 @@ expect_grep "$tmp/out" "^a  *2  *3.00  *1.00  *2.00$" "trace_phases --chain: a's
 expect_grep "$tmp/out" "^b  *2  *5.00  *4.00  *4.50$" "trace_phases --chain: b's step, first and median end"
 expect_grep "$tmp/out" "^a layer  *2  *8.00$" "trace_phases --chain: a layer"
 expect_rc 2 "trace_phases.py --chain= refused" -- "$py" "$root/scripts/trace_phases.py" "$tmp/chain.json" --chain=
+# A missing or malformed trace: one line naming the file, exit 1 (no traceback).
+expect_rc 1 "trace_phases.py on a missing file" -- "$py" "$root/scripts/trace_phases.py" "$tmp/no_such_trace.json"
+expect_grep "$tmp/err" "no_such_trace.json: not a readable" "trace_phases names the missing file"
+echo '{"traceEvents": 3}' > "$tmp/bad_trace.json"
+expect_rc 1 "trace_phases.py on a malformed trace" -- "$py" "$root/scripts/trace_phases.py" "$tmp/bad_trace.json"
 # scripts/sass_loops.py on a hand-written `nvdisasm -c` excerpt: one inner loop of 2 FFMA, 1
 # 128-bit load, 1 IMAD (3 instructions + the branch back), inside an outer loop; an empty listing
 # and an unknown option are refused.

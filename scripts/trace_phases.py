@@ -28,6 +28,7 @@ usage: trace_phases.py TRACE.json [--layers] [--warm] [--chain=A,B,...]   (--lay
 """
 import json
 import re
+import statistics
 import sys
 from collections import OrderedDict
 
@@ -68,9 +69,7 @@ def warm_table(events, fold):
 
 
 def median(v):
-    v = sorted(v)
-    n = len(v)
-    return float("nan") if n == 0 else (v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2)
+    return statistics.median(v) if v else float("nan")
 
 
 def chain_table(events, chain):

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -101,6 +102,18 @@ ErrorKind kind_of(const std::function<void()>& f, std::string* code = nullptr) {
   }
   FAIL("no error thrown");
   return ErrorKind::internal;
+}
+
+// Each change of `o` gives a layout without meaning beside o's: refused as usage.gen.layout.
+void check_layout_refused(const gen::LlamaOptions& o,
+                          std::initializer_list<std::function<void(gen::LlamaOptions&)>> changes) {
+  for (const auto& change : changes) {
+    gen::LlamaOptions b = o;
+    change(b);
+    std::string code;
+    CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
+    CHECK(code == "usage.gen.layout");
+  }
 }
 
 struct TempDir {
@@ -743,15 +756,9 @@ TEST_CASE("--combine arrive: one arrival group a kv head, each member behind its
   CHECK(cpu.rel_diff("act.logits") == 0.0);
   for (uint32_t l = 0; l < 2; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".attn") == 0.0);
   // Refused where it has no meaning.
-  std::string code;
-  for (int bad = 0; bad < 3; ++bad) {
-    gen::LlamaOptions b = o;
-    if (bad == 0) b.fused = false;
-    if (bad == 1) b.split_o = true;
-    if (bad == 2) b.combine_heads = 2;
-    CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
-    CHECK(code == "usage.gen.layout");
-  }
+  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; },
+                           [](gen::LlamaOptions& b) { b.split_o = true; },
+                           [](gen::LlamaOptions& b) { b.combine_heads = 2; }});
 }
 
 TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj gemvs merge "
@@ -812,16 +819,10 @@ TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj 
   CHECK(cpu.rel_diff("act.logits") < 1e-6);
   for (uint32_t l = 0; l < layers; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".h") < 1e-6);
   // Refused where it has no meaning.
-  std::string code;
-  for (int bad = 0; bad < 4; ++bad) {
-    gen::LlamaOptions b = o;
-    if (bad == 0) b.fused = false;
-    if (bad == 1) b.split_o = true;
-    if (bad == 2) b.combine_heads = 2;
-    if (bad == 3) b.combine_arrive = true;
-    CHECK(kind_of([&] { (void)gen::resolve_llama(b); }, &code) == ErrorKind::usage);
-    CHECK(code == "usage.gen.layout");
-  }
+  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; },
+                           [](gen::LlamaOptions& b) { b.split_o = true; },
+                           [](gen::LlamaOptions& b) { b.combine_heads = 2; },
+                           [](gen::LlamaOptions& b) { b.combine_arrive = true; }});
 }
 
 TEST_CASE("--combine auto (the default): the o_proj merge where a query head's chunk fits the "

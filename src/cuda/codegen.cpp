@@ -281,15 +281,23 @@ bool gemv_preload_needed(const Plan& plan, const CompileOptions& options) {
 // steps wait, unless attention_combine_splitk is compiled in too (that VM spills with it: the
 // --o-proj split layout, measured slower anyway). With the wide attention tile (the 8B step) it
 // was off from the eighteenth session to the twentieth, which measured it on again three times,
-// -1.0 to -1.1% (README, twentieth session).
-bool stage_decode_ins(const Program&, const Plan& plan, const CompileOptions& options) {
+// -1.0 to -1.1% (README, twentieth session). An attention_decode that runs its own waits
+// (attention_preload: AMK_ATTN_PRELOAD with gemv's preload machinery, on its steps whose K/V no
+// instruction writes) is never staged, so where every waiting attention step is such a one (the
+// 1B step's `--combine oproj` layout) the copy is left out: the ops then read their instruction
+// through one path, measured 0.994x and 0.995x of the staging VM's time there (twenty-ninth
+// session, two calls, `amk profile --events --tuning-arms`).
+bool stage_decode_ins(const Program&, const Plan& plan, const CompileOptions& options,
+                      bool attention_preload) {
   if (const auto t = tuning_value(options, "AMK_STAGE_DECODE_INS")) return *t != 0;
   bool staged = false;
   for (const amk_instruction_t& ins : plan.instructions) {
     if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk)) return false;
+    const bool runs_own_wait = ins.op == static_cast<uint16_t>(OpId::attention_decode) &&
+                               attention_preload && (ins.flags & AMK_INS_CONST_WEIGHTS) != 0;
     if ((ins.op == static_cast<uint16_t>(OpId::attention_decode) ||
          ins.op == static_cast<uint16_t>(OpId::attention_combine)) &&
-        ins.n_waits != 0)
+        ins.n_waits != 0 && !runs_own_wait)
       staged = true;
   }
   return staged;
@@ -360,7 +368,10 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) ||
       ops.count(static_cast<uint16_t>(OpId::attention_combine)) ||
       ops.count(static_cast<uint16_t>(OpId::attention_combine_splitk)))
-    c.stage_decode_ins = stage_decode_ins(program, plan, options) ? 1 : 0;
+    c.stage_decode_ins =
+        stage_decode_ins(program, plan, options, c.attention_preload == 1 && c.gemv_preload > 0)
+            ? 1
+            : 0;
   c.weight_streams = streams_compiled(plan, options);
   // AMK_PREFETCH_AHEAD (kernels/amk_vm.cuh): the L2 prefetch of the next streaming step's first
   // bytes pays where steps stream independently (the GEMV benchmarks); where gemvs wait and
@@ -474,6 +485,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
     {"AMK_GEMV_X_BATCH", 0, 1, "0 or 1 (the unfused gemv loads a batch's x before its multiply-adds)"},
     {"AMK_GEMV_COMBINE_LD8", 0, 1, "0 or 1 (the o_proj merge reads its partials with 8-byte loads)"},
+    {"AMK_TRACE_MARKS_EARLY", 0, 8, "0 to 8 (a traced VM's diagnostic mark points)"},
 };
 
 // Macros the generated source derives from the program (block size, ops and dtypes used, table

@@ -76,9 +76,11 @@ struct TmaGemvSpec {
 // wide one (attention_wide_tiles: the Llama-3.1-8B step, which measured faster without the copy on
 // the H200, `amk profile --events --tuning-arms`, two calls: 4.512 -> 4.480 and 4.510 -> 4.477
 // ms, while the 1B step measured slower without it, 1.034 -> 1.040). Without it the source sets
-// the macro to 0.
+// the macro to 0. attention_preload: the VM's attention_decode steps whose K/V no instruction
+// writes run their own waits (vm_choices' attention_preload with gemv's preload), so are never
+// staged; where those are all the waiting attention steps, nothing is staged and the copy is out.
 [[nodiscard]] bool stage_decode_ins(const Program& program, const Plan& plan,
-                                    const CompileOptions& options);
+                                    const CompileOptions& options, bool attention_preload);
 
 // gemv's weight ring (AMK_GEMV_SMEM_STAGES, kernels/amk_ops_gemv.cuh): each warp streams its
 // weight batches (kGemvSlotBytes each) through this many slots of dynamic shared memory with

@@ -813,6 +813,17 @@ TEST_CASE("attention ops read a copy of their instruction in shared memory; othe
   const Plan tiled_plan = make_plan(tiled);
   CHECK(vm_choices(tiled, tiled_plan, uncached()).stage_decode_ins == 0);
   CHECK(zero_define(vm_source(tiled, tiled_plan, uncached())));
+  // attention_oproj: two of its chunks wait, but they copy K/V before their waits and run the
+  // waits themselves (attention_preload), so nothing is staged; without the preload they are.
+  const Program oproj = load("attention_oproj.json");
+  const Plan oproj_plan = make_plan(oproj);
+  CHECK(vm_choices(oproj, oproj_plan, uncached()).attention_preload == 1);
+  CHECK(vm_choices(oproj, oproj_plan, uncached()).stage_decode_ins == 0);
+  CHECK(zero_define(vm_source(oproj, oproj_plan, uncached())));
+  CompileOptions no_preload = uncached();
+  no_preload.tuning = {{"AMK_ATTN_PRELOAD", 0}};
+  CHECK(vm_choices(oproj, oproj_plan, no_preload).stage_decode_ins == 1);
+  CHECK_FALSE(zero_define(vm_source(oproj, oproj_plan, no_preload)));
   const Program splitk = load("attention_combine_splitk.json");  // (see test_nvrtc_llm_ops)
   const Plan splitk_plan = make_plan(splitk);
   CHECK(vm_choices(splitk, splitk_plan, uncached()).stage_decode_ins == 0);

@@ -129,10 +129,20 @@ constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWor
 // (its cp.async group complete: after x' is staged and the rest of the ring issued), instead of
 // when the rest of the ring is issued; mark 1 as with 0. With the first batch requested before
 // the wait, a trace then tells whether it was in when the staging ended, or how long after.
+// 5 and 6: the tiled attention's later points (gemvs and the combine mark as with 0). 5: mark 0
+// once the scores are taken, mark 1 once the softmax is; 6: mark 0 once the split outputs'
+// partial sums are in shared memory (their merge's start), mark 1 once the outputs are written.
+// 7: the tiled attention runs twice (the second time without waits, on the same inputs, to the
+// same outputs: its code then warm), mark 0 when the second run starts, mark 1 when it ends.
+// 8: a gemv through the ring stamps mark 0 when its second weight batch has landed and mark 1
+// once it is reduced (beside 4's first batch: the same work on warm code and warm x).
 #ifndef AMK_TRACE_MARKS_EARLY
 #define AMK_TRACE_MARKS_EARLY 0
 #endif
-constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY >= 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
+constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY == 7 ? 7 : AMK_TRACE_MARKS_EARLY >= 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
+constexpr int kAmkMarksAttnLate = AMK_TRACE_MARKS_EARLY == 5 || AMK_TRACE_MARKS_EARLY == 6 ? AMK_TRACE_MARKS_EARLY - 4 : 0;  // 1, 2: its later points
+constexpr bool kAmkMarksTwice = AMK_TRACE_MARKS_EARLY == 7;  // attention twice
+constexpr bool kAmkMarksSecond = AMK_TRACE_MARKS_EARLY == 8;  // gemv's second batch
 constexpr bool kAmkMarksTurn = AMK_TRACE_MARKS_EARLY == 3;  // gemv's turn-around marks
 constexpr bool kAmkMarksLanded = AMK_TRACE_MARKS_EARLY == 4;  // gemv's first batch landed
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {

@@ -570,6 +570,14 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
 //   3. takes the softmax of each head on one warp (max, exp, sum),
 //   4. computes every output o[g][d] on its own thread (p broadcast, V read along a row).
 // Three barriers in all. The new token's row joins as in the pass (amk_attn_new_*).
+// Where the time goes (twenty-ninth session, the 1B step's one-head chunks of 256 positions,
+// traces with AMK_TRACE_MARKS_EARLY=5 and 6, means from the wait's end): q staged 0.45 us, K/V
+// landed 0.55, scores taken 1.42, softmax taken 2.48, output partials in 3.10, outputs written
+// 3.43, the op's end 3.63. Run twice on the same block (=7), the second run, its code warm, took
+// 4.0 us (its K/V copied again, from L2): the time is not the instruction cache's. A form with
+// each warp's softmax over its own 32 positions in registers and two barriers instead of four
+// (built and checked on the GPU, then removed) took the op 3.47 -> 3.35 us and the step 0.997x
+// in one call, 1.002x in the next (`amk profile --events --tuning-arms`, three rounds): a tie.
 // AMK_ATTN_TILED=0 turns it off (the streaming pass then takes every chunk).
 #ifndef AMK_ATTN_TILED
 #define AMK_ATTN_TILED 1
@@ -961,6 +969,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   }
 #endif
   __syncthreads();
+  if (kAmkMarksAttnLate == 1) AMK_TRACE_MARK(0);  // (diagnostic) the scores taken
 
   // Softmax of each head on one warp; the scores become the weights p = exp(s - m).
   const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
@@ -996,6 +1005,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
     }
   }
   __syncthreads();
+  if (kAmkMarksAttnLate == 1) AMK_TRACE_MARK(1);  // (diagnostic) the softmax taken
 
 #if AMK_ATTN_SPLIT
   {
@@ -1037,6 +1047,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       }
     }
     __syncthreads();
+    if (kAmkMarksAttnLate == 2) AMK_TRACE_MARK(0);  // (diagnostic) the partial sums in
     for (uint32_t i = threadIdx.x; i < gh; i += AMK_BLOCK_THREADS) {
       const uint32_t g = i / hd, d = i - g * hd;
       float acc = 0.0f;
@@ -1044,6 +1055,7 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
       for (uint32_t w = 0; w < kAmkWarps; ++w) acc += part[w * gh + i];
       amk_attn_tile_out(out, g, d, hd, acc, with_new);
     }
+    if (kAmkMarksAttnLate == 2) AMK_TRACE_MARK(1);  // (diagnostic) thread 0's outputs written
   }
 #else
   // Outputs: thread i is (head g, element d); the chunk-normalized sum, then (m, l).
@@ -1117,6 +1129,18 @@ AMK_HEAVY_OP_FN void amk_op_attention_decode(const amk_device_program_t& prog, c
 #if AMK_ATTN_KV_BF16
     if (k.dtype == AMK_DTYPE_BF16) {
       amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new, wait);
+      if constexpr (kAmkMarksTwice) {  // (diagnostic) again, its code warm: same inputs, same outputs
+        if (__syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+        AMK_TRACE_MARK(0);
+        Wait again = wait;  // (the same code: its waits marked done, none run)
+        if constexpr (Wait::active()) {
+          again.done = true;
+          again.stop = false;
+        }
+        amk_attn_tiled<AMK_DTYPE_BF16>(ins, q, k, v, o, hd, group, scale, with_new, again);
+        __syncthreads();
+        AMK_TRACE_MARK(1);
+      }
       return;
     }
 #endif

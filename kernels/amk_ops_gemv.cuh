@@ -106,6 +106,14 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 // stages (3: 1.039, 4: 1.064), Llama-3.1-8B 4.868 -> 4.509 (3: 4.527); the GEMV benchmark (two
 // blocks an SM, no waits) slower on the ring (8 x 4096^2: 71.5 -> 76.1 us), so it stays on
 // registers there.
+// A batch's turn (twenty-ninth session, traces of the 1B step, AMK_TRACE_MARKS_EARLY=4 and 8,
+// medians): from its cp.async group complete to its values reduced, ~0.7 us for the first batch
+// and for the second alike (q/k/v and lm_head 704 ns, gate/up 768, down 896, o_proj 960; the
+// timer's steps are 32 ns), ~1400 cycles for ~170 PTX instructions: not cold code or cold x,
+// and the SM clock was 1980 MHz (nvidia-smi) with ncu counting 1.12 instructions a cycle an SM
+// over the step. Each warp's 8 cp.async of the next batch are issued right after it, so the
+// shared loads of the following batch may queue behind copies that wait for HBM (a guess, not
+// measured: one bulk copy a batch would leave the LSU free).
 #ifndef AMK_GEMV_SMEM_STAGES
 #define AMK_GEMV_SMEM_STAGES 0
 #endif
@@ -501,11 +509,12 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
   for (uint32_t s = pre; s < kStages; ++s) issue_next();
-  if (!kAmkMarksTurn && !kAmkMarksLanded) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
+  if (!kAmkMarksTurn && !kAmkMarksLanded && !kAmkMarksSecond) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
   uint32_t slot_out = 0;
   for (uint32_t b = 0; b < batches; ++b) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
     if (b == 0 && kAmkMarksLanded) AMK_TRACE_MARK(0);  // (diagnostic) the first batch has landed
+    if (b == 1 && kAmkMarksSecond) AMK_TRACE_MARK(0);  // (diagnostic) the second batch has landed
     amk_vec16 use[kAmkGemvUnroll];
     const uint32_t src = ring + slot_out * kSlotBytes;
 #pragma unroll
@@ -515,7 +524,8 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
                    : "r"(src + u * kAmkWarpSize * kAmkVectorBytes)
                    : "memory");
     reduce(use);
-    if (b == 0 && !kAmkMarksTurn) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    if (b == 0 && !kAmkMarksTurn && !kAmkMarksSecond) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
+    if (b == 1 && kAmkMarksSecond) AMK_TRACE_MARK(1);  // (diagnostic) the second batch reduced
     issue_next();  // batch b + kStages into the slot just read (its values are consumed above)
     slot_out = slot_out + 1 == kStages ? 0u : slot_out + 1;
   }

@@ -515,10 +515,11 @@ TEST_CASE("the 1B step with the o_proj gemvs merging the partials (--combine opr
   }
 }
 
-TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3, 4), and the global buffer table compile without spills") {
+TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1 to 8) and the global buffer table compile without spills") {
   CompileOptions options;
   options.use_cache = false;
   const Program tiny = llama_step("tiny", 2, 16);
+  const Program one_b = llama_step("llama-3.2-1b", 2);  // one-head chunks on the large tile
   const Program rope = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                          "programs" / "attention_rope.json");
   struct Case {
@@ -530,6 +531,10 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3, 4), and the glob
                         Case{&rope, true, {{"AMK_TRACE_MARKS_EARLY", 2}}},
                         Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 3}}},
                         Case{&tiny, true, {{"AMK_TRACE_MARKS_EARLY", 4}}},
+                        Case{&one_b, true, {{"AMK_TRACE_MARKS_EARLY", 5}}},
+                        Case{&one_b, true, {{"AMK_TRACE_MARKS_EARLY", 6}}},
+                        Case{&one_b, true, {{"AMK_TRACE_MARKS_EARLY", 7}}},
+                        Case{&one_b, true, {{"AMK_TRACE_MARKS_EARLY", 8}}},
                         Case{&tiny, false, {{"AMK_SMEM_BUFFERS", 0}}}}) {
     CAPTURE(c.tuning[0].first);
     CompileOptions co = options;
@@ -539,12 +544,10 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1, 2, 3, 4), and the glob
     INFO(out.log);
     CHECK(out.ok);
     CHECK(amk::test::no_spills(out.log));
-    // Each level moves a mark: its traced VM is not the default traced one.
-    if (c.trace) {
-      CompileOptions plain = co;
-      plain.tuning.clear();
-      CHECK(compile_vm(*c.program, make_plan(*c.program), plain).cubin != out.cubin);
-    }
+    // Each level moves a mark (and the knob reaches the VM): not the default VM.
+    CompileOptions plain = co;
+    plain.tuning.clear();
+    CHECK(compile_vm(*c.program, make_plan(*c.program), plain).cubin != out.cubin);
   }
 }
 
@@ -579,6 +582,16 @@ TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD): set by the genera
   tuned.tuning = {{"AMK_ATTN_PRELOAD", 0}};
   CHECK(vm_choices(one_b, plan_1b, tuned).attention_preload == 0);
   CHECK(vm_source(one_b, plan_1b, tuned).find("#define AMK_ATTN_PRELOAD 1\n") == std::string::npos);
+  // Chunks that run their own waits are never staged: with the preload the 1B step's VM has no
+  // instruction copy (every waiting attention step preloads); without it, it has.
+  CHECK(vm_choices(one_b, plan_1b, options).stage_decode_ins == 0);
+  CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos);
+  CHECK(vm_choices(one_b, plan_1b, tuned).stage_decode_ins == 1);
+  CompileOptions no_gemv_preload = options;  // (the attention preload needs gemv's machinery)
+  no_gemv_preload.tuning = {{"AMK_GEMV_PRELOAD", 0}, {"AMK_ATTN_PRELOAD", 1}};
+  CHECK(vm_choices(one_b, plan_1b, no_gemv_preload).stage_decode_ins == 1);
+  for (const Program* p : {&one_b_steps, &eight_b})
+    CHECK(vm_choices(*p, make_plan(*p), options).stage_decode_ins == 1);
   for (const Program* p : {&one_b, &eight_b}) {
     for (bool trace : {false, true}) {
       CAPTURE(trace);

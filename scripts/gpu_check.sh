@@ -234,10 +234,13 @@ tuned=(
   # Its attention chunks copying K/V after their waits and the merge's 4-byte loads (the
   # defaults before the twenty-eighth session).
   "AMK_ATTN_PRELOAD=0,AMK_GEMV_COMBINE_LD8=0|oprojold|attention_oproj"
+  # Its attention ops' instruction staged in shared memory (codegen leaves the copy out where
+  # every waiting chunk runs its own wait, since the twenty-ninth session).
+  "AMK_STAGE_DECODE_INS=1|oprojstaged|attention_oproj attention_one_head"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged attention_oproj"
+base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged attention_oproj attention_one_head"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -483,8 +486,9 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # the default before the eighteenth session) or through 3 ring stages, the gemv preload at two
   # batches (AMK_GEMV_PRELOAD=2, the default before the twenty-third session),
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
-  # step's own weights (AMK_PREFETCH_OWN_BYTES=0), attention's instruction read from global memory
-  # after its wait (AMK_STAGE_DECODE_INS=0), attention's new-token reads as three round trips
+  # step's own weights (AMK_PREFETCH_OWN_BYTES=0), the 8B step's attention instruction read from
+  # global memory after its wait (AMK_STAGE_DECODE_INS=0; the 1B step's arm =1: the copy compiled
+  # in, the 1B default before the twenty-ninth session, though no 1B step uses it), attention's new-token reads as three round trips
   # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
   # eighteenth session), the L2 prefetch of the next streaming step (AMK_PREFETCH_AHEAD=1, off in
   # the decode steps since the nineteenth), attention_combine's register path
@@ -501,7 +505,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # measured again ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -547,8 +551,11 @@ PY
   $py scripts/trace_phases.py "$d/trace1b.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj | tee "$out/phases1b.txt" | cut -c1-100
   # The same with attention's and the combine's marks at earlier points (AMK_TRACE_MARKS_EARLY=1:
   # op entered, q staging started / first (m, l); =2: operands decoded, K/V copies issued; =4:
-  # a gemv's first weight batch landed, in place of its loads issued), in logs.tar.gz.
-  for lv in $([ "${AMK_DIAG:-1}" = 1 ] && echo 1 2 4); do
+  # a gemv's first weight batch landed, in place of its loads issued), at attention's later
+  # points (=5: scores, softmax; =6: output partials, outputs written), attention run twice (=7:
+  # the second run's start and end) and a gemv's second batch (=8: landed, reduced), in
+  # logs.tar.gz (the marks keep their level-0 names in the tables).
+  for lv in $([ "${AMK_DIAG:-1}" = 1 ] && echo 1 2 4 5 6 7 8); do
     AMK_VM_TUNING=AMK_TRACE_MARKS_EARLY=$lv $amk profile "$d/llama1b.json" --trace "$d/trace1b_early$lv.json" > "$out/trace1b_early$lv.txt" 2>&1
     $py scripts/trace_phases.py "$d/trace1b_early$lv.json" > "$out/phases1b_early$lv.txt" 2>&1
   done

@@ -798,36 +798,36 @@ TEST_CASE("attention ops read a copy of their instruction in shared memory; othe
   auto zero_define = [](const std::string& src) {
     return src.find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos;
   };
+  // What vm_choices reports and what the source defines agree, and say `staged`.
+  auto expect_staged = [&](const Program& p, const Plan& plan, const CompileOptions& o,
+                           bool staged) {
+    CHECK(vm_choices(p, plan, o).stage_decode_ins == (staged ? 1 : 0));
+    CHECK(zero_define(vm_source(p, plan, o)) == !staged);
+  };
   // attention_rope: its combine waits, and its chunks take the wide tile (as the 8B step's VM):
   // the copy is on, as it is with the wide tile turned off.
   const Program attn = load("attention_rope.json");
   const Plan attn_plan = make_plan(attn);
   CHECK(attention_wide_tiles(attn, attn_plan, uncached()));
-  CHECK(vm_choices(attn, attn_plan, uncached()).stage_decode_ins == 1);
-  CHECK_FALSE(zero_define(vm_source(attn, attn_plan, uncached())));
+  expect_staged(attn, attn_plan, uncached(), true);
   CompileOptions narrow = uncached();
   narrow.tuning = {{"AMK_ATTN_TILED_WIDE", 0}};
-  CHECK(vm_choices(attn, attn_plan, narrow).stage_decode_ins == 1);
-  CHECK_FALSE(zero_define(vm_source(attn, attn_plan, narrow)));
+  expect_staged(attn, attn_plan, narrow, true);
   const Program tiled = load("attention_tiled.json");  // no step waits: nothing to stage
   const Plan tiled_plan = make_plan(tiled);
-  CHECK(vm_choices(tiled, tiled_plan, uncached()).stage_decode_ins == 0);
-  CHECK(zero_define(vm_source(tiled, tiled_plan, uncached())));
+  expect_staged(tiled, tiled_plan, uncached(), false);
   // attention_oproj: two of its chunks wait, but they copy K/V before their waits and run the
   // waits themselves (attention_preload), so nothing is staged; without the preload they are.
   const Program oproj = load("attention_oproj.json");
   const Plan oproj_plan = make_plan(oproj);
   CHECK(vm_choices(oproj, oproj_plan, uncached()).attention_preload == 1);
-  CHECK(vm_choices(oproj, oproj_plan, uncached()).stage_decode_ins == 0);
-  CHECK(zero_define(vm_source(oproj, oproj_plan, uncached())));
+  expect_staged(oproj, oproj_plan, uncached(), false);
   CompileOptions no_preload = uncached();
   no_preload.tuning = {{"AMK_ATTN_PRELOAD", 0}};
-  CHECK(vm_choices(oproj, oproj_plan, no_preload).stage_decode_ins == 1);
-  CHECK_FALSE(zero_define(vm_source(oproj, oproj_plan, no_preload)));
+  expect_staged(oproj, oproj_plan, no_preload, true);
   const Program splitk = load("attention_combine_splitk.json");  // (see test_nvrtc_llm_ops)
   const Plan splitk_plan = make_plan(splitk);
-  CHECK(vm_choices(splitk, splitk_plan, uncached()).stage_decode_ins == 0);
-  CHECK(zero_define(vm_source(splitk, splitk_plan, uncached())));
+  expect_staged(splitk, splitk_plan, uncached(), false);
   {
     CompileOptions forced = uncached();
     forced.tuning = {{"AMK_STAGE_DECODE_INS", 1}};

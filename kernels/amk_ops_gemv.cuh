@@ -111,11 +111,30 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 // and for the second alike (q/k/v and lm_head 704 ns, gate/up 768, down 896, o_proj 960; the
 // timer's steps are 32 ns), ~1400 cycles for ~170 PTX instructions: not cold code or cold x,
 // and the SM clock was 1980 MHz (nvidia-smi) with ncu counting 1.12 instructions a cycle an SM
-// over the step. Each warp's 8 cp.async of the next batch are issued right after it, so the
-// shared loads of the following batch may queue behind copies that wait for HBM (a guess, not
-// measured: one bulk copy a batch would leave the LSU free).
+// over the step. Not the copies either: with each batch by one bulk copy (cp.async.bulk from
+// lane 0 into the same slot, an mbarrier a slot; built, `--check`ed on the GPU, then removed) a
+// batch still took 0.72 us from landed to reduced, and the 1B step 1.123x the time (0.9383 /
+// 0.9372 / 0.9381 ms against 1.0525 / 1.0532 / 1.0541, `amk profile --events --tuning-arms`).
 #ifndef AMK_GEMV_SMEM_STAGES
 #define AMK_GEMV_SMEM_STAGES 0
+#endif
+// AMK_GEMV_WHOLE (0 here; the generated source sets 1 where the ring is in, except with the
+// wide attention tile): with the ring, an instruction whose rows are whole batches (k a multiple
+// of kAmkGemvBatch vectors: every Llama projection) streams them in a loop of its own, with no
+// bound check or clamp a vector, so a batch's addresses are one base and constant offsets.
+// Measured on the H200 (twenty-ninth session, `amk profile --events --tuning-arms`, three
+// rounds): the 1B step 0.9417 / 0.9418 / 0.9420 ms without, 0.9231 / 0.9228 / 0.9228 with
+// (0.980x); a warp's second batch from landed to reduced 0.70 -> 0.59 us in q/k/v, 0.96 -> 0.70
+// in o_proj, 0.93 -> 0.79 in down (AMK_TRACE_MARKS_EARLY=8). The 8B step not measured yet.
+#ifndef AMK_GEMV_WHOLE
+#define AMK_GEMV_WHOLE 0
+#endif
+#if AMK_GEMV_WHOLE  // (the lambdas' extra argument; without it the code is the earlier one)
+#define AMK_GEMV_WHOLE_ARG(x) , x
+#define AMK_GEMV_WHOLE_ARG0(x) x
+#else
+#define AMK_GEMV_WHOLE_ARG(x)
+#define AMK_GEMV_WHOLE_ARG0(x)
 #endif
 // AMK_GEMV_X_BATCH (0 in the kernel; the generated source sets 1 where gemvs wait and preload,
 // the 1B decode step, but not with the wide attention tile, the 8B step: 0.4% slower there): the unfused gemv issues all of a batch's x loads before its first
@@ -396,16 +415,29 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   };
   // Address of the lane's vector u of batch (r, m, c) (past the row's end: its last vector, never
   // used by the dot product, so no load is conditional).
+  // whole (AMK_GEMV_WHOLE; a constant where the lambdas are inlined): the rows are whole
+  // batches, so no vector is past the end.
+#if AMK_GEMV_WHOLE
+  auto vec_addr = [&](uint32_t r, uint32_t m, uint32_t c, uint32_t u, bool whole) {
+#else
   auto vec_addr = [&](uint32_t r, uint32_t m, uint32_t c, uint32_t u) {
+    constexpr bool whole = false;
+#endif
     const unsigned char* p = (kGlu && m != 0 ? fuse.w2 : w) + r * row_bytes;
     const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
-    return p + static_cast<uint64_t>(min(v, vecs_per_row - 1)) * kAmkVectorBytes;
+    return p + static_cast<uint64_t>(whole ? v : min(v, vecs_per_row - 1)) *
+                   kAmkVectorBytes;
   };
   float inv_rms = 1.0f;
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   // Reduces the batch at the reduce cursor (row, mat, col), held in `use`, and advances the cursor.
+#if AMK_GEMV_WHOLE
+  auto reduce = [&](const amk_vec16 (&use)[kAmkGemvUnroll], bool kWhole) {
+#else
   auto reduce = [&](const amk_vec16 (&use)[kAmkGemvUnroll]) {
+    constexpr bool kWhole = false;
+#endif
 #if AMK_GEMV_X_BATCH
     // (AMK_GEMV_X_BATCH) every x load of the batch before its first multiply-add: clamped past
     // the row's end like the weights' (those vectors are never used).
@@ -413,14 +445,17 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if constexpr (!kNorm) {
 #pragma unroll
       for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
-        amk_load_elems<X, kPer>(
-            x, min(col * kAmkGemvBatch + u * kAmkWarpSize + lane, vecs_per_row - 1) * kPer, xb[u]);
+        amk_load_elems<X, kPer>(x,
+                                (kWhole ? col * kAmkGemvBatch + u * kAmkWarpSize + lane
+                                        : min(col * kAmkGemvBatch + u * kAmkWarpSize + lane,
+                                              vecs_per_row - 1)) * kPer,
+                                xb[u]);
     }
 #endif
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
-      if (v < vecs_per_row) {
+      if (kWhole || v < vecs_per_row) {
         float wf[kPer], xf[kPer];
         TW::unpack(use[u], wf);
         if (kNorm) {
@@ -474,18 +509,22 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
 #endif
+#if AMK_GEMV_WHOLE
+  auto issue_next = [&](bool whole) {
+#else
   auto issue_next = [&]() {
+#endif
     if (issued < batches) {
       const uint32_t dst = ring + slot_in * kSlotBytes;
 #pragma unroll
       for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
 #if AMK_STREAM_EVICT_FIRST
         asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
-                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u)),
+                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u AMK_GEMV_WHOLE_ARG(whole))),
                      "l"(policy) : "memory");
 #else
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
-                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u))
+                     ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes), "l"(vec_addr(ir, im, ic, u AMK_GEMV_WHOLE_ARG(whole)))
                      : "memory");
 #endif
       }
@@ -498,18 +537,23 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   uint32_t pre = kStages;  // batches requested before the waits
   if constexpr (Wait::active()) {
     pre = AMK_GEMV_PRELOAD < 1 ? 1u : min(kStages, static_cast<uint32_t>(AMK_GEMV_PRELOAD));
-    for (uint32_t s = 0; s < pre; ++s) issue_next();
+    for (uint32_t s = 0; s < pre; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
     if (wait() || (!kNorm && batches == 0)) {  // every warp (a barrier), its first batch(es) in flight
       asm volatile("cp.async.wait_all;" ::: "memory");  // nothing may land after the op is gone
       return;
     }
   } else {
-    for (uint32_t s = 0; s < kStages; ++s) issue_next();
+    for (uint32_t s = 0; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
   }
   if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
-  for (uint32_t s = pre; s < kStages; ++s) issue_next();
+  for (uint32_t s = pre; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
   if (!kAmkMarksTurn && !kAmkMarksLanded && !kAmkMarksSecond) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
+  // The batches, in a loop of its own where every row is whole batches (AMK_GEMV_WHOLE): no
+  // bound checks or clamps, so each batch's addresses are one base and constant offsets.
+#if AMK_GEMV_WHOLE
+  auto stream = [&](bool whole) {
+#endif
   uint32_t slot_out = 0;
   for (uint32_t b = 0; b < batches; ++b) {
     asm volatile("cp.async.wait_group %0;" ::"n"(kStages - 1) : "memory");
@@ -523,22 +567,29 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
                    : "=r"(use[u].w[0]), "=r"(use[u].w[1]), "=r"(use[u].w[2]), "=r"(use[u].w[3])
                    : "r"(src + u * kAmkWarpSize * kAmkVectorBytes)
                    : "memory");
-    reduce(use);
+    reduce(use AMK_GEMV_WHOLE_ARG(whole));
     if (b == 0 && !kAmkMarksTurn && !kAmkMarksSecond) AMK_TRACE_MARK(1);  // the first batch arrived and is reduced
     if (b == 1 && kAmkMarksSecond) AMK_TRACE_MARK(1);  // (diagnostic) the second batch reduced
-    issue_next();  // batch b + kStages into the slot just read (its values are consumed above)
+    issue_next(AMK_GEMV_WHOLE_ARG0(whole));  // batch b + kStages into the slot just read (its values are consumed above)
     slot_out = slot_out + 1 == kStages ? 0u : slot_out + 1;
   }
+#if AMK_GEMV_WHOLE
+  };
+  if (vecs_per_row % kAmkGemvBatch == 0)
+    stream(true);
+  else
+    stream(false);
+#endif
 #else
   amk_vec16 cur[kAmkGemvUnroll], nxt[kAmkGemvUnroll];
   auto load_batch = [&](amk_vec16* dst, uint32_t r, uint32_t m, uint32_t c) {
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
 #if AMK_GEMV_CLAMPED_LOADS
-      dst[u] = amk_ld16_stream(vec_addr(r, m, c, u));
+      dst[u] = amk_ld16_stream(vec_addr(r, m, c, u AMK_GEMV_WHOLE_ARG(false)));
 #else
       const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
-      if (v < vecs_per_row) dst[u] = amk_ld16_stream(vec_addr(r, m, c, u));
+      if (v < vecs_per_row) dst[u] = amk_ld16_stream(vec_addr(r, m, c, u AMK_GEMV_WHOLE_ARG(false)));
 #endif
     }
   };
@@ -565,7 +616,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     advance(next_row, next_mat, next_col);
     if (b + 1 < batches && !(b == 0 && second_in_flight))
       load_batch(fill, next_row, next_mat, next_col);
-    reduce(use);
+    reduce(use AMK_GEMV_WHOLE_ARG(false));
   };
 #if AMK_GEMV_PINGPONG
   // Two batches an iteration, the buffers swapping roles: no register copies between batches.

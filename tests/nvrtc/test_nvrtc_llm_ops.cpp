@@ -704,6 +704,47 @@ TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT
   check_knob("AMK_NEXT_INS_L1", 1);
 }
 
+TEST_CASE("gemv's loop for rows of whole batches (AMK_GEMV_WHOLE): set by the generated source "
+          "where the ring is in, except with the wide attention tile (the 8B step); no spills") {
+  CompileOptions options;
+  options.use_cache = false;
+  const Program one_b = llama_step("llama-3.2-1b", 2);
+  const Program eight_b = llama_step("llama-3.1-8b", 2);
+  const Plan plan_1b = make_plan(one_b), plan_8b = make_plan(eight_b);
+  CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_GEMV_WHOLE 1\n") != std::string::npos);
+  CHECK(vm_source(eight_b, plan_8b, options).find("AMK_GEMV_WHOLE") == std::string::npos);
+  // No ring (gemv_fused.json: no gemv waits, as the GEMV benchmarks): the kernel's default, off.
+  const Program fused = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
+                                          "programs" / "gemv_fused.json");
+  CHECK(vm_source(fused, make_plan(fused), options).find("AMK_GEMV_WHOLE") == std::string::npos);
+  // A tuning decides it either way (and names it once).
+  CompileOptions off = options;
+  off.tuning = {{"AMK_GEMV_WHOLE", 0}};
+  const std::string src_off = vm_source(one_b, plan_1b, off);
+  CHECK(src_off.find("#define AMK_GEMV_WHOLE 0\n") != std::string::npos);
+  CHECK(src_off.find("AMK_GEMV_WHOLE", src_off.find("AMK_GEMV_WHOLE") + 1) == std::string::npos);
+  for (bool trace : {false, true}) {
+    CAPTURE(trace);
+    CompileOptions co = options;
+    co.trace = trace;
+    const CompileOutput on = compile_vm(one_b, plan_1b, co);
+    INFO(on.log);
+    REQUIRE(on.ok);
+    CHECK(amk::test::no_spills(on.log));
+    if (!trace) {
+      const CompileOutput without = compile_vm(one_b, plan_1b, off);
+      REQUIRE(without.ok);
+      CHECK(without.cubin != on.cubin);  // the knob reaches the VM
+    }
+  }
+  CompileOptions on8 = options;
+  on8.tuning = {{"AMK_GEMV_WHOLE", 1}};
+  const CompileOutput eight = compile_vm(eight_b, plan_8b, on8);
+  INFO(eight.log);
+  REQUIRE(eight.ok);
+  CHECK(amk::test::no_spills(eight.log));
+}
+
 TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "
           "where gemvs wait and preload, except with the wide attention tile (the 8B step); both "
           "values compile without spills") {

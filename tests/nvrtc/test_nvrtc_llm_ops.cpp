@@ -723,26 +723,19 @@ TEST_CASE("gemv's loop for rows of whole batches (AMK_GEMV_WHOLE): set by the ge
   const std::string src_off = vm_source(one_b, plan_1b, off);
   CHECK(src_off.find("#define AMK_GEMV_WHOLE 0\n") != std::string::npos);
   CHECK(src_off.find("AMK_GEMV_WHOLE", src_off.find("AMK_GEMV_WHOLE") + 1) == std::string::npos);
-  for (bool trace : {false, true}) {
-    CAPTURE(trace);
-    CompileOptions co = options;
-    co.trace = trace;
-    const CompileOutput on = compile_vm(one_b, plan_1b, co);
-    INFO(on.log);
-    REQUIRE(on.ok);
-    CHECK(amk::test::no_spills(on.log));
-    if (!trace) {
-      const CompileOutput without = compile_vm(one_b, plan_1b, off);
-      REQUIRE(without.ok);
-      CHECK(without.cubin != on.cubin);  // the knob reaches the VM
-    }
-  }
-  CompileOptions on8 = options;
+  CompileOptions traced = options, on8 = options;
+  traced.trace = true;
   on8.tuning = {{"AMK_GEMV_WHOLE", 1}};
+  const CompileOutput on = compile_vm(one_b, plan_1b, options);
+  const CompileOutput without = compile_vm(one_b, plan_1b, off);
+  const CompileOutput on_traced = compile_vm(one_b, plan_1b, traced);
   const CompileOutput eight = compile_vm(eight_b, plan_8b, on8);
-  INFO(eight.log);
-  REQUIRE(eight.ok);
-  CHECK(amk::test::no_spills(eight.log));
+  for (const CompileOutput* out : {&on, &without, &on_traced, &eight}) {
+    INFO(out->log);
+    REQUIRE(out->ok);
+    CHECK(amk::test::no_spills(out->log));
+  }
+  CHECK(without.cubin != on.cubin);  // the knob reaches the VM
 }
 
 TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "

@@ -118,14 +118,18 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 #ifndef AMK_GEMV_SMEM_STAGES
 #define AMK_GEMV_SMEM_STAGES 0
 #endif
-// AMK_GEMV_WHOLE (0 here; the generated source sets 1 where the ring is in, except with the
-// wide attention tile): with the ring, an instruction whose rows are whole batches (k a multiple
-// of kAmkGemvBatch vectors: every Llama projection) streams them in a loop of its own, with no
-// bound check or clamp a vector, so a batch's addresses are one base and constant offsets.
-// Measured on the H200 (twenty-ninth session, `amk profile --events --tuning-arms`, three
-// rounds): the 1B step 0.9417 / 0.9418 / 0.9420 ms without, 0.9231 / 0.9228 / 0.9228 with
-// (0.980x); a warp's second batch from landed to reduced 0.70 -> 0.59 us in q/k/v, 0.96 -> 0.70
-// in o_proj, 0.93 -> 0.79 in down (AMK_TRACE_MARKS_EARLY=8). The 8B step not measured yet.
+// AMK_GEMV_WHOLE (0 here; the generated source sets 1 where the ring is in): with the ring, an
+// instruction whose rows are whole batches (k a multiple of kAmkGemvBatch vectors: every Llama
+// projection) streams them in a loop of its own, with no bound check or clamp a vector, so a
+// batch's addresses are one base and constant offsets. Measured on the H200 (`amk profile
+// --events --tuning-arms`, three rounds): the 1B step 0.9417 / 0.9418 / 0.9420 ms without,
+// 0.9231 / 0.9228 / 0.9228 with (0.980x; twenty-ninth session); a warp's second batch from
+// landed to reduced 0.70 -> 0.59 us in q/k/v, 0.96 -> 0.70 in o_proj, 0.93 -> 0.79 in down
+// (AMK_TRACE_MARKS_EARLY=8). The 8B step 4.2875 / 4.2981 / 4.2946 -> 4.2347 / 4.2385 / 4.2368
+// (0.987x; thirtieth). In SASS (nvdisasm) the loop took 423 instructions a batch (norm-fused;
+// 64 FFMA) where the other took 471, ~60 of them still the addresses of x' and of the copies, a
+// 32-bit index a vector widened to 64 bits apiece: both are now formed from one base a batch
+// and each vector's offset as a constant.
 #ifndef AMK_GEMV_WHOLE
 #define AMK_GEMV_WHOLE 0
 #endif
@@ -160,6 +164,17 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 #ifndef AMK_GEMV_COMBINE_LD8
 #define AMK_GEMV_COMBINE_LD8 1
 #endif
+// AMK_GEMV_STAGE_ONE_TRIP (1): the norm-fused gemv's staging of x' = x * norm reads up to three
+// of a thread's x and norm quads before it uses any, so the reads after the wait are one round
+// trip to L2 for k <= 3072 at 256 threads (two for the 8B step's 4096), and gemv's ring issues
+// the rest of its first batches between the last pass's reads and their use. 0: a loop of one
+// quad a pass (two round trips for the 1B step's k = 2048, four for the 8B step's), the ring's
+// rest after. The 1B step's trace (thirtieth session) put the q/k/v and gate/up gemvs' x' staged
+// 2.4 and 2.9 us after the previous phase's last end, against 1.0 for the down projection, which
+// stages nothing.
+#ifndef AMK_GEMV_STAGE_ONE_TRIP
+#define AMK_GEMV_STAGE_ONE_TRIP 1
+#endif
 // 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
 // session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
 // sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
@@ -175,7 +190,14 @@ __shared__ __align__(16) float amk_gemv_xs[kAmkGemvStageFloats];
 __shared__ float amk_gemv_ss[kAmkWarps];
 #endif
 
-// Row r's result: + residual[r], stored in y's dtype. One lane calls this.
+// Row r's result: + residual[r], stored in y's dtype. One lane calls this, when the row's sum is
+// done, and the warp waits for residual[r] (an L2 round trip) before its next batch. Measured
+// against it on the H200 (thirtieth session, `amk profile --events --tuning-arms`, three rounds):
+// lane j keeping its warp's j-th row sum, reading the residuals before the warp's last batch and
+// storing every row at the warp's end (built, `--check`ed on the GPU, removed): the 1B step
+// 1.016x slower (0.9222 / 0.9224 / 0.9215 ms against 0.9064 / 0.9077 / 0.9078), the 8B 1.004x,
+// and the GEMV benchmark, with no residual at all, 1.079x (its VM's code changed: 128 -> 111
+// registers); predicted: o_proj and down -0.8 us a layer each.
 __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_view& res,
                                                    uint32_t r, float acc) {
   if (res.present()) acc += amk_load_f32(res, r);
@@ -323,28 +345,65 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
 #if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU || AMK_GEMV_FUSE_COMBINE
 // Stages x' = x * norm (f32, kPer/4 planes of k * 4 / kPer floats) into amk_gemv_xs and returns
 // 1 / sqrt(mean(x^2) + eps). Every thread of the block calls it (one barrier). k is a multiple of
-// kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned.
-template <uint32_t X, uint32_t kPer>
+// kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned. `between()` runs once
+// every read of x and norm has been issued and before any is used (gemv's ring issues the rest of
+// its first batches there; with the combine, after the merge).
+template <uint32_t X, uint32_t kPer, class Between>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uint32_t k,
-                                                     const amk_gemv_fuse& fuse) {
+                                                     const amk_gemv_fuse& fuse, Between&& between) {
 #if AMK_GEMV_FUSE_COMBINE
   if (fuse.combine_hd != 0) {  // (X is f32: amk_gemv_combine) x' is the partials' merge
     amk_gemv_stage_combine<kPer>(reinterpret_cast<const float*>(x), k, fuse);
+    between();
     return 1.0f;
   }
 #endif
   constexpr uint32_t kPlanes = kPer / 4;
   const uint32_t plane_len = k / kPlanes;
   float ss = 0.0f;
-  for (uint32_t q = threadIdx.x; q < k / 4; q += AMK_BLOCK_THREADS) {  // 4 elements from 4q
-    float f[4], g[4];
-    amk_load_elems<X, 4>(x, 4 * q, f);
-    amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g);
+  // Thread i's quads (4 elements from 4q) are q = i, i + AMK_BLOCK_THREADS, ...
+  auto finish = [&](uint32_t q, const float (&f)[4], const float (&g)[4]) {
     ss = fmaf(f[0], f[0], fmaf(f[1], f[1], fmaf(f[2], f[2], fmaf(f[3], f[3], ss))));
     const uint32_t v = 4 * q / kPer, plane = q % kPlanes;
     *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
         make_float4(f[0] * g[0], f[1] * g[1], f[2] * g[2], f[3] * g[3]);
+  };
+#if AMK_GEMV_STAGE_ONE_TRIP
+  // Up to kTrip quads a thread read before any is used: one round trip where k <= kTrip * 4 *
+  // AMK_BLOCK_THREADS (3072 at 256 threads: the 1B step's 2048; the 8B step's 4096 in two). At 4
+  // the 8B step's VM spilled (64 bytes; 2 and 3 do not).
+  constexpr uint32_t kTrip = 3;
+  const uint32_t quads = k / 4;
+  bool between_done = false;
+  for (uint32_t q0 = threadIdx.x; q0 < quads || !between_done; q0 += kTrip * AMK_BLOCK_THREADS) {
+    float f[kTrip][4], g[kTrip][4];
+#pragma unroll
+    for (uint32_t i = 0; i < kTrip; ++i) {
+      const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
+      if (q < quads) {
+        amk_load_elems<X, 4>(x, 4 * q, f[i]);
+        amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g[i]);
+      }
+    }
+    if (q0 + kTrip * AMK_BLOCK_THREADS >= quads) {  // the last pass's reads are issued
+      between();
+      between_done = true;
+    }
+#pragma unroll
+    for (uint32_t i = 0; i < kTrip; ++i) {
+      const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
+      if (q < quads) finish(q, f[i], g[i]);
+    }
   }
+#else
+  for (uint32_t q = threadIdx.x; q < k / 4; q += AMK_BLOCK_THREADS) {
+    float f[4], g[4];
+    amk_load_elems<X, 4>(x, 4 * q, f);
+    amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g);
+    finish(q, f, g);
+  }
+  between();
+#endif
   ss = amk_warp_sum(ss);
   if (threadIdx.x % kAmkWarpSize == 0) amk_gemv_ss[threadIdx.x / kAmkWarpSize] = ss;
   __syncthreads();
@@ -354,27 +413,38 @@ __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uin
   return 1.0f / sqrtf(total / static_cast<float>(k) + fuse.eps);
 }
 
-// The kPer staged values of vector v.
+// The kPer staged values of the vector whose first plane's 4 values are at s.
 template <uint32_t kPer>
-__device__ __forceinline__ void amk_gemv_staged_x(uint32_t k, uint32_t v, float* xf) {
+__device__ __forceinline__ void amk_gemv_staged_x_from(const float* s, uint32_t k, float* xf) {
 #pragma unroll
   for (uint32_t q = 0; q < kPer / 4; ++q) {
-    const float4 s4 = *reinterpret_cast<const float4*>(amk_gemv_xs + q * (k * 4 / kPer) + 4 * v);
+    const float4 s4 = *reinterpret_cast<const float4*>(s + q * (k * 4 / kPer));
     xf[4 * q] = s4.x;
     xf[4 * q + 1] = s4.y;
     xf[4 * q + 2] = s4.z;
     xf[4 * q + 3] = s4.w;
   }
 }
+// Where vector v's first plane values are staged.
+__device__ __forceinline__ const float* amk_gemv_xs_at(uint32_t v) { return amk_gemv_xs + 4 * v; }
+// The kPer staged values of vector v.
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_staged_x(uint32_t k, uint32_t v, float* xf) {
+  amk_gemv_staged_x_from<kPer>(amk_gemv_xs_at(v), k, xf);
+}
 #else
 // Not compiled in: the norm instantiations that would call these do not exist.
-template <uint32_t X, uint32_t kPer>
+template <uint32_t X, uint32_t kPer, class Between>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char*, uint32_t,
-                                                     const amk_gemv_fuse&) {
+                                                     const amk_gemv_fuse&, Between&& between) {
+  between();
   return 1.0f;
 }
 template <uint32_t kPer>
 __device__ __forceinline__ void amk_gemv_staged_x(uint32_t, uint32_t, float*) {}
+template <uint32_t kPer>
+__device__ __forceinline__ void amk_gemv_staged_x_from(const float*, uint32_t, float*) {}
+__device__ __forceinline__ const float* amk_gemv_xs_at(uint32_t) { return nullptr; }
 #endif
 
 // Vector path. kNorm / kGlu select the fusions; with kGlu each output row is two virtual rows
@@ -424,9 +494,11 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     constexpr bool whole = false;
 #endif
     const unsigned char* p = (kGlu && m != 0 ? fuse.w2 : w) + r * row_bytes;
+    if (whole)  // (u's offset in 64 bits: a constant the copy's address takes as its immediate)
+      return p + static_cast<uint64_t>(c * kAmkGemvBatch + lane) * kAmkVectorBytes +
+             static_cast<uint64_t>(u) * kAmkWarpSize * kAmkVectorBytes;
     const uint32_t v = c * kAmkGemvBatch + u * kAmkWarpSize + lane;
-    return p + static_cast<uint64_t>(whole ? v : min(v, vecs_per_row - 1)) *
-                   kAmkVectorBytes;
+    return p + static_cast<uint64_t>(min(v, vecs_per_row - 1)) * kAmkVectorBytes;
   };
   float inv_rms = 1.0f;
   float acc0 = 0.0f, acc1 = 0.0f;
@@ -443,15 +515,23 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     // the row's end like the weights' (those vectors are never used).
     float xb[kNorm ? 1 : kAmkGemvUnroll][kPer];
     if constexpr (!kNorm) {
+      if (kWhole) {  // (the lane's first vector as the base, u's offset a constant)
+        const unsigned char* xw =
+            x + static_cast<uint64_t>(col * kAmkGemvBatch + lane) * kPer * amk_ftype<X>::bytes;
 #pragma unroll
-      for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
-        amk_load_elems<X, kPer>(x,
-                                (kWhole ? col * kAmkGemvBatch + u * kAmkWarpSize + lane
-                                        : min(col * kAmkGemvBatch + u * kAmkWarpSize + lane,
-                                              vecs_per_row - 1)) * kPer,
-                                xb[u]);
+        for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
+          amk_load_elems<X, kPer>(xw, u * kAmkWarpSize * kPer, xb[u]);
+      } else {
+#pragma unroll
+        for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
+          amk_load_elems<X, kPer>(
+              x, min(col * kAmkGemvBatch + u * kAmkWarpSize + lane, vecs_per_row - 1) * kPer,
+              xb[u]);
+      }
     }
 #endif
+    // (kWhole, with norm: x' of the lane's first vector in each plane as the base)
+    const float* xs0 = kNorm && kWhole ? amk_gemv_xs_at(col * kAmkGemvBatch + lane) : nullptr;
 #pragma unroll
     for (uint32_t u = 0; u < kAmkGemvUnroll; ++u) {
       const uint32_t v = col * kAmkGemvBatch + u * kAmkWarpSize + lane;
@@ -459,7 +539,10 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
         float wf[kPer], xf[kPer];
         TW::unpack(use[u], wf);
         if (kNorm) {
-          amk_gemv_staged_x<kPer>(k, v, xf);
+          if (kWhole)
+            amk_gemv_staged_x_from<kPer>(xs0 + 4 * u * kAmkWarpSize, k, xf);
+          else
+            amk_gemv_staged_x<kPer>(k, v, xf);
         } else {
 #if AMK_GEMV_X_BATCH
 #pragma unroll
@@ -545,9 +628,14 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
   } else {
     for (uint32_t s = 0; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
   }
-  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
   // The rest of the ring after the waits' reads of x (on the critical path) have been issued.
-  for (uint32_t s = pre; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
+  auto issue_rest = [&]() {
+    for (uint32_t s = pre; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
+  };
+  if (kNorm)
+    inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse, issue_rest);
+  else
+    issue_rest();
   if (!kAmkMarksTurn && !kAmkMarksLanded && !kAmkMarksSecond) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
   // The batches, in a loop of its own where every row is whole batches (AMK_GEMV_WHOLE): no
   // bound checks or clamps, so each batch's addresses are one base and constant offsets.
@@ -607,7 +695,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if (wait()) return;  // every warp (a barrier), its first batch(es) in flight
     if (!kNorm && batches == 0) return;
   }
-  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse);
+  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse, []() {});
   if (!kAmkMarksTurn) AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
   // One batch: start loading the next one into `fill` (if any), reduce `use`.
   auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],

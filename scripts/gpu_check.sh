@@ -238,8 +238,11 @@ tuned=(
   # every waiting chunk runs its own wait, since the twenty-ninth session).
   "AMK_STAGE_DECODE_INS=1|oprojstaged|attention_oproj attention_one_head"
   # gemv's ring without its loop for rows of whole batches (AMK_GEMV_WHOLE=0; on where the ring
-  # is in since the twenty-ninth session, except with the wide attention tile).
+  # is in since the twenty-ninth session, with the wide attention tile too since the thirtieth).
   "AMK_GEMV_WHOLE=0|whole0|gemv_waits attention_oproj small_ops"
+  # The norm-fused gemv's x and norm read a quad a pass, the ring's rest after the staging
+  # (AMK_GEMV_STAGE_ONE_TRIP=0; one round trip by default since the thirtieth session).
+  "AMK_GEMV_STAGE_ONE_TRIP=0|stagetrip0|gemv_waits gemv_fused gemv_stream"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -505,12 +508,13 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth), the one-head attention chunks'
   # K/V copied after their waits (AMK_ATTN_PRELOAD=0) and the o_proj merge's 4-byte loads
   # (AMK_GEMV_COMBINE_LD8=0), both the defaults before the twenty-eighth, and the ring without its
-  # loop for rows of whole batches (AMK_GEMV_WHOLE=0, the default before the twenty-ninth; the 8B
-  # step's arm AMK_GEMV_WHOLE=1, not its default): each default's margin, measured again
+  # loop for rows of whole batches (AMK_GEMV_WHOLE=0, the default before the twenty-ninth, and
+  # the 8B step's before the thirtieth) and the norm staging's reads a quad a pass
+  # (AMK_GEMV_STAGE_ONE_TRIP=0, before the thirtieth): each default's margin, measured again
   # ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run
@@ -614,7 +618,7 @@ PY
   fi  # AMK_LAYOUTS
   if [ "${AMK_8B:-1}" = 1 ]; then
     $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
-    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_GEMV_X_BATCH=1;AMK_GEMV_WHOLE=1}"
+    arms8="${AMK_ARMS_8B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_COMBINE_SMEM=0;AMK_ATTN_SPLIT=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_GEMV_X_BATCH=1;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0}"
     IFS=';' read -r -a arm_list <<< "$arms8"
     for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama8b.json"; done
     precompile_run

@@ -485,6 +485,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
     {"AMK_GEMV_X_BATCH", 0, 1, "0 or 1 (the unfused gemv loads a batch's x before its multiply-adds)"},
     {"AMK_GEMV_COMBINE_LD8", 0, 1, "0 or 1 (the o_proj merge reads its partials with 8-byte loads)"},
+    {"AMK_GEMV_STAGE_ONE_TRIP", 0, 1, "0 or 1 (the norm-fused gemv reads x and norm in one round trip)"},
     {"AMK_TRACE_MARKS_EARLY", 0, 8, "0 to 8 (a traced VM's diagnostic mark points)"},
     {"AMK_GEMV_WHOLE", 0, 1, "0 or 1 (gemv's ring: rows of whole batches in a loop of their own)"},
 };
@@ -690,13 +691,13 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
       !tuning_value(options, "AMK_GEMV_X_BATCH"))
     s += "#define AMK_GEMV_X_BATCH 1\n";
   // gemv's ring streams rows of whole batches in a loop of their own, without a bound check or
-  // clamp a vector (AMK_GEMV_WHOLE; 0 in the kernel), where the ring is in, except with the wide
-  // attention tile (the 8B step: not measured there). Measured on the H200 (twenty-ninth
-  // session, `amk profile --events --tuning-arms`, three rounds): the 1B step 0.9417 / 0.9418 /
-  // 0.9420 ms without, 0.9231 / 0.9228 / 0.9228 with (0.980x); a warp's batch from landed to
-  // reduced 0.70 -> 0.59 us in q/k/v, 0.96 -> 0.70 in o_proj, 0.93 -> 0.79 in down.
-  if (vm.gemv_smem_stages > 0 && vm.attention_wide_tile != 1 &&
-      !tuning_value(options, "AMK_GEMV_WHOLE"))
+  // clamp a vector (AMK_GEMV_WHOLE; 0 in the kernel), where the ring is in. Measured on the H200
+  // (`amk profile --events --tuning-arms`, three rounds): the 1B step 0.9417 / 0.9418 / 0.9420 ms
+  // without, 0.9231 / 0.9228 / 0.9228 with (0.980x; twenty-ninth session); a warp's batch from
+  // landed to reduced 0.70 -> 0.59 us in q/k/v, 0.96 -> 0.70 in o_proj, 0.93 -> 0.79 in down. The
+  // 8B step (thirtieth session) 4.2875 / 4.2981 / 4.2946 without, 4.2347 / 4.2385 / 4.2368 with
+  // (0.987x).
+  if (vm.gemv_smem_stages > 0 && !tuning_value(options, "AMK_GEMV_WHOLE"))
     s += "#define AMK_GEMV_WHOLE 1\n";
   // Attention steps read their instruction from shared memory where they wait (the kernel's
   // default); elsewhere the copy is left out.

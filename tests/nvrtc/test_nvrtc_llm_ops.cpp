@@ -704,15 +704,21 @@ TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT
   check_knob("AMK_NEXT_INS_L1", 1);
 }
 
+TEST_CASE("the norm-fused gemv's staging in one round trip (AMK_GEMV_STAGE_ONE_TRIP, on by "
+          "default) and a quad a pass compile without spills for the 1B and 8B steps, traced too") {
+  check_knob("AMK_GEMV_STAGE_ONE_TRIP", 1);
+}
+
 TEST_CASE("gemv's loop for rows of whole batches (AMK_GEMV_WHOLE): set by the generated source "
-          "where the ring is in, except with the wide attention tile (the 8B step); no spills") {
+          "where the ring is in (the 1B and 8B steps); no spills") {
   CompileOptions options;
   options.use_cache = false;
   const Program one_b = llama_step("llama-3.2-1b", 2);
   const Program eight_b = llama_step("llama-3.1-8b", 2);
   const Plan plan_1b = make_plan(one_b), plan_8b = make_plan(eight_b);
   CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_GEMV_WHOLE 1\n") != std::string::npos);
-  CHECK(vm_source(eight_b, plan_8b, options).find("AMK_GEMV_WHOLE") == std::string::npos);
+  CHECK(vm_source(eight_b, plan_8b, options).find("#define AMK_GEMV_WHOLE 1\n") !=
+        std::string::npos);
   // No ring (gemv_fused.json: no gemv waits, as the GEMV benchmarks): the kernel's default, off.
   const Program fused = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                           "programs" / "gemv_fused.json");
@@ -723,13 +729,12 @@ TEST_CASE("gemv's loop for rows of whole batches (AMK_GEMV_WHOLE): set by the ge
   const std::string src_off = vm_source(one_b, plan_1b, off);
   CHECK(src_off.find("#define AMK_GEMV_WHOLE 0\n") != std::string::npos);
   CHECK(src_off.find("AMK_GEMV_WHOLE", src_off.find("AMK_GEMV_WHOLE") + 1) == std::string::npos);
-  CompileOptions traced = options, on8 = options;
+  CompileOptions traced = options;
   traced.trace = true;
-  on8.tuning = {{"AMK_GEMV_WHOLE", 1}};
   const CompileOutput on = compile_vm(one_b, plan_1b, options);
   const CompileOutput without = compile_vm(one_b, plan_1b, off);
   const CompileOutput on_traced = compile_vm(one_b, plan_1b, traced);
-  const CompileOutput eight = compile_vm(eight_b, plan_8b, on8);
+  const CompileOutput eight = compile_vm(eight_b, plan_8b, options);
   for (const CompileOutput* out : {&on, &without, &on_traced, &eight}) {
     INFO(out->log);
     REQUIRE(out->ok);

@@ -16,7 +16,10 @@ With --chain=A,B,...: the layers' chain of dependent phases A, B, ... (names wit
 prefix, in the order each waits for the one before; the first waits for the previous layer's
 last): for each, its step (its last instruction's end minus the previous phase's last end), and
 its first and median instruction ends from that same point, each the median over the layers
-after the first; then the median layer. A phase's step is its hop, its start-up and its stream up
+after the first; then the median layer. Where the instructions carry op marks, three more
+columns: the phase's first and median first mark from that same point (a gemv's first mark is
+set once its wait is over and x' staged, the attention's once q is staged: the hop and the
+staging) and the mean time from an instruction's first mark to its end (its work after them). A phase's step is its hop, its start-up and its stream up
 to its slowest instruction: where a dependent step's time goes. Phases off the chain (a decode
 step's cache appends, which nothing in the step waits for) are left out by naming the chain.
 
@@ -72,38 +75,59 @@ def median(v):
     return statistics.median(v) if v else float("nan")
 
 
+def first_mark(e):
+    """Absolute time of an instruction's earliest op mark (the end of its wait and staging in a
+    gemv, q staged in the tiled attention), or None when it has none."""
+    marks = [v for k, v in e.get("args", {}).items() if k.endswith("_us")]
+    return e["ts"] + min(marks) if marks else None
+
+
 def chain_table(events, chain):
     """The layers' chain of dependent phases `chain`: each one's step from the one before."""
-    layers = OrderedDict()  # layer -> phase -> [instruction ends]
+    layers = OrderedDict()  # layer -> phase -> [(instruction end, its first mark or None)]
     for e in events:
         m = re.match(r"L(\d+)\.(.+)$", phase_key(e["name"], False))
         if m and m.group(2) in chain:
             layers.setdefault(int(m.group(1)), {}).setdefault(m.group(2), []).append(
-                e["ts"] + e["dur"])
+                (e["ts"] + e["dur"], first_mark(e)))
     full = [n for n in sorted(layers) if len(layers[n]) == len(chain)]
     if len(full) < 2:
         print(f"chain: fewer than two layers hold every phase of {','.join(chain)}")
         return
-    rows = {name: {"step": [], "first": [], "mid": []} for name in chain}
+    rows = {name: {"step": [], "first": [], "mid": [], "mark0": [], "markmid": [], "busy": []}
+            for name in chain}
     totals = []
     for prev, n in zip(full, full[1:]):
         if n != prev + 1:
             continue
-        before = max(layers[prev][chain[-1]])
+        before = max(end for end, _ in layers[prev][chain[-1]])
         start = before
         for name in chain:
-            ends = layers[n][name]
+            ends = [end for end, _ in layers[n][name]]
+            marked = [(end, mk) for end, mk in layers[n][name] if mk is not None]
             r = rows[name]
             r["step"].append(max(ends) - before)
             r["first"].append(min(ends) - before)
             r["mid"].append(median(ends) - before)
+            if marked:
+                r["mark0"].append(min(mk for _, mk in marked) - before)
+                r["markmid"].append(median([mk for _, mk in marked]) - before)
+                r["busy"].append(statistics.mean(end - mk for end, mk in marked))
             before = max(ends)
         totals.append(before - start)
-    print(f"{'layer chain (L*.)':<28}{'layers':>7}{'step us':>9}{'first end':>11}{'median end':>12}")
+    with_marks = any(rows[name]["mark0"] for name in chain)
+    head = f"{'layer chain (L*.)':<28}{'layers':>7}{'step us':>9}{'first end':>11}{'median end':>12}"
+    if with_marks:
+        head += f"{'first mark':>12}{'median mark':>13}{'mean busy':>11}"
+    print(head)
     for name in chain:
         r = rows[name]
-        print(f"{name:<28}{len(r['step']):>7}{median(r['step']):>9.2f}{median(r['first']):>11.2f}"
-              f"{median(r['mid']):>12.2f}")
+        line = (f"{name:<28}{len(r['step']):>7}{median(r['step']):>9.2f}{median(r['first']):>11.2f}"
+                f"{median(r['mid']):>12.2f}")
+        if with_marks:
+            line += (f"{median(r['mark0']):>12.2f}{median(r['markmid']):>13.2f}{median(r['busy']):>11.2f}"
+                     if r["mark0"] else f"{'-':>12}{'-':>13}{'-':>11}")
+        print(line)
     print(f"{'a layer':<28}{len(totals):>7}{median(totals):>9.2f}")
 
 

@@ -308,6 +308,20 @@ expect_rc 0 "trace_phases.py --chain" -- "$py" "$root/scripts/trace_phases.py" "
 expect_grep "$tmp/out" "^a  *2  *3.00  *1.00  *2.00$" "trace_phases --chain: a's step, first and median end"
 expect_grep "$tmp/out" "^b  *2  *5.00  *4.00  *4.50$" "trace_phases --chain: b's step, first and median end"
 expect_grep "$tmp/out" "^a layer  *2  *8.00$" "trace_phases --chain: a layer"
+# The same with op marks: a's instructions' first marks 0.5 and 2.0 us after their starts (from
+# the previous b's end: first 0.5, median 1.25; busy 0.5 and 1.0, mean 0.75); b unmarked.
+"$py" - "$tmp/chain.json" "$tmp/chain_marks.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+for e in t["traceEvents"]:
+    if ".a." in e["name"]:
+        mark = 0.5 if e["dur"] == 1.0 else 2.0
+        e["args"] = {"loads_issued_us": mark, "first_batch_us": mark + 0.25}
+json.dump(t, open(sys.argv[2], "w"))
+PY
+expect_rc 0 "trace_phases.py --chain with marks" -- "$py" "$root/scripts/trace_phases.py" "$tmp/chain_marks.json" --chain=a,b
+expect_grep "$tmp/out" "^a  *2  *3.00  *1.00  *2.00  *0.50  *1.25  *0.75$" "trace_phases --chain: a's first and median mark, busy"
+expect_grep "$tmp/out" "^b  *2  *5.00  *4.00  *4.50  *-  *-  *-$" "trace_phases --chain: b without marks"
 expect_rc 2 "trace_phases.py --chain= refused" -- "$py" "$root/scripts/trace_phases.py" "$tmp/chain.json" --chain=
 # A missing or malformed trace: one line naming the file, exit 1 (no traceback).
 expect_rc 1 "trace_phases.py on a missing file" -- "$py" "$root/scripts/trace_phases.py" "$tmp/no_such_trace.json"

@@ -172,9 +172,13 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 // rest after. The 1B step's trace (thirtieth session) put the q/k/v and gate/up gemvs' x' staged
 // 2.4 and 2.9 us after the previous phase's last end, against 1.0 for the down projection, which
 // stages nothing.
+// With the ring only: with the weights in registers (the gemv_waits program's VM, two batches
+// held across the wait) the three quads' registers made the VM spill. Three at once, not four:
+// at four the 8B step's VM spilled (64 bytes). One round trip where k <= 3 * 4 * 256 = 3072.
 #ifndef AMK_GEMV_STAGE_ONE_TRIP
 #define AMK_GEMV_STAGE_ONE_TRIP 1
 #endif
+constexpr uint32_t kAmkGemvStageTrip = AMK_GEMV_STAGE_ONE_TRIP ? 3 : 1;
 // 16-byte weight loads per lane per batch (x2 in flight). Measured on the H200 (seventeenth
 // session, `amk profile --tuning-arms`): 4 a lane reach each phase's first reduced batch ~0.5 us
 // sooner (shorter memory queues) but stream slower (lm_head 4.25 -> 3.41 TB/s): 1B step +6%, 8B
@@ -345,10 +349,11 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
 #if AMK_GEMV_FUSE_NORM || AMK_GEMV_FUSE_NORM_GLU || AMK_GEMV_FUSE_COMBINE
 // Stages x' = x * norm (f32, kPer/4 planes of k * 4 / kPer floats) into amk_gemv_xs and returns
 // 1 / sqrt(mean(x^2) + eps). Every thread of the block calls it (one barrier). k is a multiple of
-// kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned. `between()` runs once
-// every read of x and norm has been issued and before any is used (gemv's ring issues the rest of
-// its first batches there; with the combine, after the merge).
-template <uint32_t X, uint32_t kPer, class Between>
+// kPer and at most kAmkGemvStageFloats; x and norm are 16-byte aligned. `between()` runs once, as
+// soon as the thread's last reads of x and norm are issued and before they are used (gemv's ring
+// issues the rest of its first batches there; with the combine, after the merge).
+// kTrip: the quads a thread reads before it uses any (1: one a pass).
+template <uint32_t X, uint32_t kPer, uint32_t kTrip, class Between>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uint32_t k,
                                                      const amk_gemv_fuse& fuse, Between&& between) {
 #if AMK_GEMV_FUSE_COMBINE
@@ -368,42 +373,41 @@ __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uin
     *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
         make_float4(f[0] * g[0], f[1] * g[1], f[2] * g[2], f[3] * g[3]);
   };
-#if AMK_GEMV_STAGE_ONE_TRIP
-  // Up to kTrip quads a thread read before any is used: one round trip where k <= kTrip * 4 *
-  // AMK_BLOCK_THREADS (3072 at 256 threads: the 1B step's 2048; the 8B step's 4096 in two). At 4
-  // the 8B step's VM spilled (64 bytes; 2 and 3 do not).
-  constexpr uint32_t kTrip = 3;
-  const uint32_t quads = k / 4;
-  bool between_done = false;
-  for (uint32_t q0 = threadIdx.x; q0 < quads || !between_done; q0 += kTrip * AMK_BLOCK_THREADS) {
-    float f[kTrip][4], g[kTrip][4];
+  if constexpr (kTrip > 1) {
+    // The thread's reads kTrip quads a pass, all issued before any is used; between() once the
+    // last pass's are.
+    const uint32_t quads = k / 4;
+    bool between_done = false;
+    for (uint32_t q0 = threadIdx.x; q0 < quads || !between_done;
+         q0 += kTrip * AMK_BLOCK_THREADS) {
+      float f[kTrip][4], g[kTrip][4];
 #pragma unroll
-    for (uint32_t i = 0; i < kTrip; ++i) {
-      const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
-      if (q < quads) {
-        amk_load_elems<X, 4>(x, 4 * q, f[i]);
-        amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g[i]);
+      for (uint32_t i = 0; i < kTrip; ++i) {
+        const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
+        if (q < quads) {
+          amk_load_elems<X, 4>(x, 4 * q, f[i]);
+          amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g[i]);
+        }
+      }
+      if (q0 + kTrip * AMK_BLOCK_THREADS >= quads) {
+        between();
+        between_done = true;
+      }
+#pragma unroll
+      for (uint32_t i = 0; i < kTrip; ++i) {
+        const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
+        if (q < quads) finish(q, f[i], g[i]);
       }
     }
-    if (q0 + kTrip * AMK_BLOCK_THREADS >= quads) {  // the last pass's reads are issued
-      between();
-      between_done = true;
+  } else {
+    for (uint32_t q = threadIdx.x; q < k / 4; q += AMK_BLOCK_THREADS) {
+      float f[4], g[4];
+      amk_load_elems<X, 4>(x, 4 * q, f);
+      amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g);
+      finish(q, f, g);
     }
-#pragma unroll
-    for (uint32_t i = 0; i < kTrip; ++i) {
-      const uint32_t q = q0 + i * AMK_BLOCK_THREADS;
-      if (q < quads) finish(q, f[i], g[i]);
-    }
+    between();
   }
-#else
-  for (uint32_t q = threadIdx.x; q < k / 4; q += AMK_BLOCK_THREADS) {
-    float f[4], g[4];
-    amk_load_elems<X, 4>(x, 4 * q, f);
-    amk_load_elems_dt<4>(fuse.norm, fuse.norm_dtype, 4 * q, g);
-    finish(q, f, g);
-  }
-  between();
-#endif
   ss = amk_warp_sum(ss);
   if (threadIdx.x % kAmkWarpSize == 0) amk_gemv_ss[threadIdx.x / kAmkWarpSize] = ss;
   __syncthreads();
@@ -434,7 +438,7 @@ __device__ __forceinline__ void amk_gemv_staged_x(uint32_t k, uint32_t v, float*
 }
 #else
 // Not compiled in: the norm instantiations that would call these do not exist.
-template <uint32_t X, uint32_t kPer, class Between>
+template <uint32_t X, uint32_t kPer, uint32_t kTrip, class Between>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char*, uint32_t,
                                                      const amk_gemv_fuse&, Between&& between) {
   between();
@@ -633,7 +637,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     for (uint32_t s = pre; s < kStages; ++s) issue_next(AMK_GEMV_WHOLE_ARG0(false));
   };
   if (kNorm)
-    inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse, issue_rest);
+    inv_rms = amk_gemv_stage_norm<X, kPer, kAmkGemvStageTrip>(x, k, fuse, issue_rest);
   else
     issue_rest();
   if (!kAmkMarksTurn && !kAmkMarksLanded && !kAmkMarksSecond) AMK_TRACE_MARK(0);  // first batches of weights requested (and x' staged): waiting on memory
@@ -695,7 +699,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if (wait()) return;  // every warp (a barrier), its first batch(es) in flight
     if (!kNorm && batches == 0) return;
   }
-  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer>(x, k, fuse, []() {});
+  if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer, 1>(x, k, fuse, []() {});
   if (!kAmkMarksTurn) AMK_TRACE_MARK(0);  // first batch of weights requested (and x' staged): waiting on memory
   // One batch: start loading the next one into `fill` (if any), reduce `use`.
   auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],

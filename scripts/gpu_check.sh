@@ -240,9 +240,10 @@ tuned=(
   # gemv's ring without its loop for rows of whole batches (AMK_GEMV_WHOLE=0; on where the ring
   # is in since the twenty-ninth session, with the wide attention tile too since the thirtieth).
   "AMK_GEMV_WHOLE=0|whole0|gemv_waits attention_oproj small_ops"
-  # The norm-fused gemv's x and norm read a quad a pass, the ring's rest after the staging
-  # (AMK_GEMV_STAGE_ONE_TRIP=0; one round trip by default since the thirtieth session).
-  "AMK_GEMV_STAGE_ONE_TRIP=0|stagetrip0|gemv_waits gemv_fused gemv_stream"
+  # Through the ring (as the decode steps' gemvs), the norm-fused gemv's x and norm read a quad
+  # a pass, the ring's rest after the staging (AMK_GEMV_STAGE_ONE_TRIP=0; one round trip by
+  # default since the thirtieth session, where the ring is in; the ring3 row above has it on).
+  "AMK_GEMV_SMEM_STAGES=2,AMK_GEMV_STAGE_ONE_TRIP=0|stagetrip0|gemv_waits gemv_fused gemv_stream"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )

@@ -523,7 +523,6 @@ struct amk_ftype;
 template <>
 struct amk_ftype<AMK_DTYPE_F32> {
   static constexpr uint32_t per_vec = 4;
-  static constexpr uint32_t bytes = 4;  // an element's
   __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) f[i] = __uint_as_float(v.w[i]);
@@ -544,7 +543,6 @@ struct amk_ftype<AMK_DTYPE_F32> {
 template <>
 struct amk_ftype<AMK_DTYPE_F16> {
   static constexpr uint32_t per_vec = 8;
-  static constexpr uint32_t bytes = 2;  // an element's
   __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) amk_unpack_f16x2(v.w[i], f[2 * i], f[2 * i + 1]);
@@ -565,7 +563,6 @@ struct amk_ftype<AMK_DTYPE_F16> {
 template <>
 struct amk_ftype<AMK_DTYPE_BF16> {
   static constexpr uint32_t per_vec = 8;
-  static constexpr uint32_t bytes = 2;  // an element's
   __device__ static __forceinline__ void unpack(const amk_vec16& v, float* f) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) amk_unpack_bf16x2(v.w[i], f[2 * i], f[2 * i + 1]);

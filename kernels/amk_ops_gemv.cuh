@@ -521,7 +521,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
     if constexpr (!kNorm) {
       if (kWhole) {  // (the lane's first vector as the base, u's offset a constant)
         const unsigned char* xw =
-            x + static_cast<uint64_t>(col * kAmkGemvBatch + lane) * kPer * amk_ftype<X>::bytes;
+            x + static_cast<uint64_t>(col * kAmkGemvBatch + lane) * kPer * amk_dtype_size(X);
 #pragma unroll
         for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
           amk_load_elems<X, kPer>(xw, u * kAmkWarpSize * kPer, xb[u]);

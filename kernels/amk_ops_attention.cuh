@@ -747,6 +747,193 @@ __device__ __forceinline__ uint32_t amk_attn_score_split(uint32_t nv, uint32_t l
   return s;
 }
 
+// AMK_ATTN_ROW8 (0 in the kernel; the generated source sets 1 where every attention chunk has
+// one query head: `amk gen llama --combine oproj`, the 1B step's layout): the tiled path's stages
+// after K/V land, for a chunk of one query head of head_dim 64 or 128 over at most 256 positions,
+// with eight lanes a K or V row. Lane j of a row's eight reads its 16-byte vector j (and j + 8
+// at head_dim 128) of eight rows, so one shared load of a warp is 512 contiguous bytes (four
+// wavefronts, the fewest) and the lane's slice of q stays in its registers (the split stages'
+// rotated walk reads a different q vector a lane: 12 wavefronts a K vector where this takes 4).
+// The eight lanes' sums of their eight rows are then transposed over 3 shuffle rounds (7
+// shuffles), leaving each lane one row's score: warp w holds positions [32 w, 32 w + 32), one a
+// lane. The softmax is the block's max through shared memory (one barrier) and the weights in
+// the same registers; the outputs walk V the same way, each row's weight by a shuffle from the
+// lane that holds it, the four row groups of a warp transposed over 2 rounds, the warps' partial
+// rows summed through shared memory (a second barrier). Two barriers after K/V land, against
+// four on the split stages (scores, one warp's softmax, outputs).
+#ifndef AMK_ATTN_ROW8
+#define AMK_ATTN_ROW8 0
+#endif
+#if AMK_ATTN_ROW8
+static_assert(kAmkWarps == 8, "the row-of-eight attention stages take 8 warps of 256 positions");
+// Whether a chunk takes them (group 1; head_dim 64 or 128; len <= 256 positions, one a thread).
+__device__ __forceinline__ bool amk_attn_row8_fits(uint32_t hd, uint32_t group, uint32_t len) {
+  return group == 1 && (hd == 64 || hd == 128) && len <= AMK_BLOCK_THREADS;
+}
+// VPL: vectors of 8 elements a lane takes of each row (head_dim / 64). K at shared address ks
+// and V at vs, rows of 2 hd bytes; staged q (amk_attn_tq: rotated, scaled, two planes) and, with
+// the new row, its k (amk_attn_tk, AMK_ATTN_ONE_TRIP) or score (amk_attn_new_s) and v
+// (amk_attn_new_v). Writes out[0, hd) normalized, out[hd] = max, out[hd + 1] = sum of exp.
+template <uint32_t DT, uint32_t VPL>
+__device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* out, uint32_t len,
+                                              bool with_new) {
+  constexpr uint32_t hd = 64 * VPL, half = hd / 2, row_bytes = 2 * hd;
+  const uint32_t lane = threadIdx.x % kAmkWarpSize, warp = threadIdx.x / kAmkWarpSize;
+  const uint32_t j = lane & 7u, g = lane >> 3;  // vector j of rows 32 warp + 4 i + g, i < 8
+  const uint32_t last = len - 1;
+  // The lane's q: elements 8 c .. 8 c + 7 of vector c = j + 8 v (4 in each plane).
+  float qr[VPL][8];
+#pragma unroll
+  for (uint32_t vv = 0; vv < VPL; ++vv) {
+    const uint32_t q0 = amk_smem_addr(amk_attn_tq) + 16 * (j + 8 * vv);
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(qr[vv][0]), "=f"(qr[vv][1]), "=f"(qr[vv][2]), "=f"(qr[vv][3]) : "r"(q0));
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(qr[vv][4]), "=f"(qr[vv][5]), "=f"(qr[vv][6]), "=f"(qr[vv][7])
+                 : "r"(q0 + 4 * half));
+  }
+  // Scores: acc[i] is the lane's share of row 32 warp + 4 i + g (rows past the chunk read its
+  // last row, masked below).
+  float acc[8];
+#pragma unroll
+  for (uint32_t i = 0; i < 8; ++i) {
+    const uint32_t r = min(32 * warp + 4 * i + g, last);
+    float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+    for (uint32_t vv = 0; vv < VPL; ++vv) {
+      float kf[8];
+      amk_attn_lds_k8<DT>(ks + r * row_bytes + 16 * (j + 8 * vv), kf);
+#pragma unroll
+      for (uint32_t e = 0; e < 8; e += 2) {
+        a0 = fmaf(kf[e], qr[vv][e], a0);
+        a1 = fmaf(kf[e + 1], qr[vv][e + 1], a1);
+      }
+    }
+    acc[i] = a0 + a1;
+  }
+  // The transpose: after the rounds over lane bits 2, 1, 0, lane j holds row i = j's whole sum.
+  float b4[4], b2[2];
+#pragma unroll
+  for (uint32_t e = 0; e < 4; ++e) {
+    const bool hi = (j & 4u) != 0;
+    b4[e] = (hi ? acc[e + 4] : acc[e]) +
+            __shfl_xor_sync(kAmkFullMask, hi ? acc[e] : acc[e + 4], 4);
+  }
+#pragma unroll
+  for (uint32_t e = 0; e < 2; ++e) {
+    const bool hi = (j & 2u) != 0;
+    b2[e] = (hi ? b4[e + 2] : b4[e]) + __shfl_xor_sync(kAmkFullMask, hi ? b4[e] : b4[e + 2], 2);
+  }
+  const bool odd = (j & 1u) != 0;
+  const float s_row = (odd ? b2[1] : b2[0]) + __shfl_xor_sync(kAmkFullMask, odd ? b2[0] : b2[1], 1);
+  const uint32_t row = 32 * warp + 4 * j + g;
+  const float s = row < len ? s_row : amk_neg_inf();
+
+  // The new token's score, on every lane (each row group of eight lanes has the whole q).
+  float s_new = amk_neg_inf();
+  if (with_new) {
+#if AMK_ATTN_ONE_TRIP
+    float dot = 0.0f;
+#pragma unroll
+    for (uint32_t vv = 0; vv < VPL; ++vv) {
+      const float4 k0 = *reinterpret_cast<const float4*>(amk_attn_tk + 8 * (j + 8 * vv));
+      const float4 k1 = *reinterpret_cast<const float4*>(amk_attn_tk + 8 * (j + 8 * vv) + 4);
+      dot = fmaf(qr[vv][0], k0.x, dot);
+      dot = fmaf(qr[vv][1], k0.y, dot);
+      dot = fmaf(qr[vv][2], k0.z, dot);
+      dot = fmaf(qr[vv][3], k0.w, dot);
+      dot = fmaf(qr[vv][4], k1.x, dot);
+      dot = fmaf(qr[vv][5], k1.y, dot);
+      dot = fmaf(qr[vv][6], k1.z, dot);
+      dot = fmaf(qr[vv][7], k1.w, dot);
+    }
+#pragma unroll
+    for (uint32_t o = 4; o > 0; o /= 2) dot += __shfl_xor_sync(kAmkFullMask, dot, o);
+    s_new = dot;
+#else
+    s_new = amk_attn_new_s[0];
+#endif
+  }
+
+  // The block's max (the warps' maxes through amk_attn_tp, unused by this path), the weights.
+  float* red = amk_attn_tp;  // [0, 8): each warp's max; [8, 16): each warp's sum of weights
+  const float mw = amk_warp_max(fmaxf(s, s_new));
+  if (lane == 0) red[warp] = mw;
+  __syncthreads();
+  if (kAmkMarksAttnLate == 1) AMK_TRACE_MARK(0);  // (diagnostic) the scores taken
+  float big = red[0];
+#pragma unroll
+  for (uint32_t w = 1; w < kAmkWarps; ++w) big = fmaxf(big, red[w]);
+  const float p = row < len ? amk_attn_exp(s - big) : 0.0f;
+  const float lw = amk_warp_sum(p);
+  if (kAmkMarksAttnLate == 1) AMK_TRACE_MARK(1);  // (diagnostic) the softmax taken
+
+  // Outputs: the lane's vectors of its eight rows, each row's weight from the lane holding it.
+  float o[VPL][8];
+#pragma unroll
+  for (uint32_t vv = 0; vv < VPL; ++vv)
+#pragma unroll
+    for (uint32_t e = 0; e < 8; ++e) o[vv][e] = 0.0f;
+#pragma unroll
+  for (uint32_t i = 0; i < 8; ++i) {
+    const float pi = __shfl_sync(kAmkFullMask, p, (g << 3) | i);  // row 32 warp + 4 i + g
+    const uint32_t r = min(32 * warp + 4 * i + g, last);
+#pragma unroll
+    for (uint32_t vv = 0; vv < VPL; ++vv) {
+      float vf[8];
+      amk_attn_lds_k8<DT>(vs + r * row_bytes + 16 * (j + 8 * vv), vf);
+#pragma unroll
+      for (uint32_t e = 0; e < 8; ++e) o[vv][e] = fmaf(pi, vf[e], o[vv][e]);
+    }
+  }
+  // The warp's four row groups (lane bits 3, 4) transposed: lane (j, g) ends with elements
+  // 2 g, 2 g + 1 of its vectors. Partial rows in K's place (free once the max barrier passed:
+  // every score is taken), [warp][hd] floats.
+  float* part = reinterpret_cast<float*>(amk_attn_tile_base()) +
+                (ks - amk_smem_addr(amk_attn_tile_base())) / 4;
+#pragma unroll
+  for (uint32_t vv = 0; vv < VPL; ++vv) {
+    float c4[4];
+    const bool hi4 = (g & 2u) != 0;
+#pragma unroll
+    for (uint32_t e = 0; e < 4; ++e)
+      c4[e] = (hi4 ? o[vv][e + 4] : o[vv][e]) +
+              __shfl_xor_sync(kAmkFullMask, hi4 ? o[vv][e] : o[vv][e + 4], 16);
+    const bool hi2 = (g & 1u) != 0;
+    float c2[2];
+#pragma unroll
+    for (uint32_t e = 0; e < 2; ++e)
+      c2[e] = (hi2 ? c4[e + 2] : c4[e]) +
+              __shfl_xor_sync(kAmkFullMask, hi2 ? c4[e] : c4[e + 2], 8);
+    *reinterpret_cast<float2*>(part + warp * hd + 8 * (j + 8 * vv) + 2 * g) =
+        make_float2(c2[0], c2[1]);
+  }
+  if (lane == 0) red[kAmkWarps + warp] = lw;
+  __syncthreads();
+  if (kAmkMarksAttnLate == 2) AMK_TRACE_MARK(0);  // (diagnostic) the partial sums in
+  if (threadIdx.x < hd) {
+    const uint32_t d = threadIdx.x;
+    float a = 0.0f, l = 0.0f;
+#pragma unroll
+    for (uint32_t w = 0; w < kAmkWarps; ++w) {
+      a += part[w * hd + d];
+      l += red[kAmkWarps + w];
+    }
+    if (with_new) {
+      const float p_new = amk_attn_exp(s_new - big);
+      a = fmaf(p_new, amk_attn_new_v[d], a);
+      l += p_new;
+    }
+    out[d] = a / l;
+    if (d == 0) {
+      out[hd] = big;
+      out[hd + 1] = l;
+    }
+  }
+  if (kAmkMarksAttnLate == 2) AMK_TRACE_MARK(1);  // (diagnostic) thread 0's outputs written
+}
+#endif
+
 // One 16-bit element of K or V in shared memory as f32.
 template <uint32_t DT>
 __device__ __forceinline__ float amk_attn_lds_elem(uint32_t addr) {
@@ -912,6 +1099,15 @@ AMK_ATTN_TILED_FN void amk_attn_tiled(const amk_instruction_t& ins, const amk_vi
   if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
 #endif
   if (!kAmkMarksAttn) AMK_TRACE_MARK(1);  // K and V in shared memory
+#if AMK_ATTN_ROW8
+  if (amk_attn_row8_fits(hd, group, len)) {
+    if (hd == 64)
+      amk_attn_row8<DT, 1>(ks, vs, out, len, with_new);
+    else
+      amk_attn_row8<DT, 2>(ks, vs, out, len, with_new);
+    return;
+  }
+#endif
 
   const uint32_t nv = hd / 8;
 #if AMK_ATTN_SPLIT

@@ -244,6 +244,13 @@ tuned=(
   # a pass, the ring's rest after the staging (AMK_GEMV_STAGE_ONE_TRIP=0; one round trip by
   # default since the thirtieth session, where the ring is in; the ring3 row above has it on).
   "AMK_GEMV_SMEM_STAGES=2,AMK_GEMV_STAGE_ONE_TRIP=0|stagetrip0|gemv_waits gemv_fused gemv_stream"
+  # The tiled attention's stages with eight lanes a row (AMK_ATTN_ROW8; set by the generated
+  # source where every chunk has one query head since the thirty-first session) off for those
+  # programs, and forced on for the mixed ones (their one-head chunks of head_dim 64 and 128 take
+  # them on the small tile, with and without the instruction staged, ONE_TRIP off too).
+  "AMK_ATTN_ROW8=0|row8off|attention_one_head attention_oproj"
+  "AMK_ATTN_ROW8=1|row8|attention_tiled attention_rope attention_tiled_wide"
+  "AMK_ATTN_ROW8=1,AMK_ATTN_ONE_TRIP=0|row8trip0|attention_tiled attention_rope attention_one_head"
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
@@ -511,11 +518,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_GEMV_COMBINE_LD8=0), both the defaults before the twenty-eighth, and the ring without its
   # loop for rows of whole batches (AMK_GEMV_WHOLE=0, the default before the twenty-ninth, and
   # the 8B step's before the thirtieth) and the norm staging's reads a quad a pass
-  # (AMK_GEMV_STAGE_ONE_TRIP=0, before the thirtieth): each default's margin, measured again
+  # (AMK_GEMV_STAGE_ONE_TRIP=0, before the thirtieth), and the one-head attention chunks'
+  # split stages (AMK_ATTN_ROW8=0, before the thirty-first): each default's margin, measured again
   # ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0;AMK_ATTN_ROW8=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run

@@ -482,6 +482,7 @@ constexpr TuningRange kTuningRanges[] = {
     {"AMK_EARLY_POLL", 0, 1, "0 or 1 (a preloading gemv reads its counters when it starts)"},
     {"AMK_ATTN_BULK", 0, 1, "0 or 1 (the tiled attention's K/V through two bulk copies)"},
     {"AMK_ATTN_SPLIT", 0, 1, "0 or 1 (the tiled attention's score and output stages split over lanes)"},
+    {"AMK_ATTN_ROW8", 0, 1, "0 or 1 (the tiled attention's stages for one query head with eight lanes a row)"},
     {"AMK_NEXT_INS_L1", 0, 1, "0 or 1 (a wait's end prefetches the next step's instruction into L1)"},
     {"AMK_GEMV_X_BATCH", 0, 1, "0 or 1 (the unfused gemv loads a batch's x before its multiply-adds)"},
     {"AMK_GEMV_COMBINE_LD8", 0, 1, "0 or 1 (the o_proj merge reads its partials with 8-byte loads)"},
@@ -657,6 +658,11 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
       !tuning_value(options, "AMK_ATTN_SPLIT_HEADS"))
     s += "#define AMK_ATTN_SPLIT_HEADS 1\n";
+  // ...and take the stages with eight lanes a row (AMK_ATTN_ROW8; kernels/amk_ops_attention.cuh)
+  // where the chunk's head_dim is 64 or 128.
+  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
+      !tuning_value(options, "AMK_ATTN_ROW8"))
+    s += "#define AMK_ATTN_ROW8 1\n";
   // Attention chunks that copy their K/V before their waits (vm_choices).
   if (vm.attention_preload == 1 && !tuning_value(options, "AMK_ATTN_PRELOAD"))
     s += "#define AMK_ATTN_PRELOAD 1\n";

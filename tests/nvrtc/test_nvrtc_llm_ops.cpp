@@ -756,3 +756,21 @@ TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the gen
                                           "programs" / "gemv_fused.json");
   CHECK(vm_source(fused, make_plan(fused), options).find("AMK_GEMV_X_BATCH") == std::string::npos);
 }
+
+TEST_CASE("the tiled attention's stages with eight lanes a row (AMK_ATTN_ROW8): set by the "
+          "generated source where every attention chunk has one query head (the 1B step's "
+          "layout), not where chunks carry several (the 8B step, the combine-steps layout); both "
+          "values compile without spills, traced too") {
+  check_knob("AMK_ATTN_ROW8", 1, /*emitted=*/true, {"llama-3.2-1b"});
+  // The 8B step's VM is the one without the stages (its chunks have four query heads).
+  check_knob("AMK_ATTN_ROW8", 0, /*emitted=*/false, {"llama-3.1-8b"});
+  CompileOptions options;
+  options.use_cache = false;
+  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
+  CHECK(vm_source(steps, make_plan(steps), options).find("AMK_ATTN_ROW8") == std::string::npos);
+  // The GPU program of one-head chunks (head_dim 64 and 128, 1 to 200 positions) gets them.
+  const Program one_head = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" /
+                                             "gpu" / "programs" / "attention_one_head.json");
+  CHECK(vm_source(one_head, make_plan(one_head), options).find("#define AMK_ATTN_ROW8 1\n") !=
+        std::string::npos);
+}

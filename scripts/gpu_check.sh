@@ -231,12 +231,14 @@ tuned=(
   "AMK_GEMV_X_BATCH=0|xbatch0|gemv_waits attention_oproj small_ops"
   "AMK_GEMV_SMEM_STAGES=0|oprojring0|attention_oproj"
   "AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=4|oprojstatic|attention_oproj"
-  # Its attention chunks copying K/V after their waits and the merge's 4-byte loads (the
-  # defaults before the twenty-eighth session).
-  "AMK_ATTN_PRELOAD=0,AMK_GEMV_COMBINE_LD8=0|oprojold|attention_oproj"
-  # Its attention ops' instruction staged in shared memory (codegen leaves the copy out where
-  # every waiting chunk runs its own wait, since the twenty-ninth session).
-  "AMK_STAGE_DECODE_INS=1|oprojstaged|attention_oproj attention_one_head"
+  # Its attention chunks copying K/V before their waits (the default from the twenty-eighth
+  # session to the thirtieth; the row8off row below has it with the split stages) and the merge's
+  # 4-byte loads (the default before the twenty-eighth).
+  "AMK_ATTN_PRELOAD=1,AMK_GEMV_COMBINE_LD8=0|oprojold|attention_oproj"
+  # Its attention ops' instruction read from global memory after the VM's wait (codegen stages
+  # it where a waiting chunk's wait is the VM's: the default again since the thirty-first
+  # session, with the stages of eight lanes a row).
+  "AMK_STAGE_DECODE_INS=0|oprojunstaged|attention_oproj attention_one_head"
   # gemv's ring without its loop for rows of whole batches (AMK_GEMV_WHOLE=0; on where the ring
   # is in since the twenty-ninth session, with the wide attention tile too since the thirtieth).
   "AMK_GEMV_WHOLE=0|whole0|gemv_waits attention_oproj small_ops"
@@ -485,11 +487,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # The tiny step against numpy and the 1B step against the CPU backend under tunings the
   # checks above do not cover: attention_decode copying its K/V before its waits
   # (AMK_ATTN_PRELOAD=1, built in the twenty-third session; measured no faster in the
-  # twenty-fourth, so off, except for the 1B step's one-head chunks since the twenty-eighth, where
-  # the row with it off and the merge's 4-byte loads is that step's previous VM), no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
+  # twenty-fourth, so off, except for the 1B step's one-head chunks from the twenty-eighth to the
+  # thirtieth; AMK_ATTN_ROW8=0 is the thirtieth session's VM, the preload with the split stages),
+  # the merge's 4-byte loads, no early first poll of a preloading gemv (AMK_EARLY_POLL=0) and the
   # signals released by warp 0 (the defaults before the twenty-fifth session), and no L1
   # prefetch of the next step's instruction (AMK_NEXT_INS_L1=0, before the twenty-sixth).
-  for tn in AMK_ATTN_PRELOAD=1 AMK_ATTN_PRELOAD=0,AMK_GEMV_COMBINE_LD8=0 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
+  for tn in AMK_ATTN_PRELOAD=1 AMK_ATTN_ROW8=0 AMK_GEMV_COMBINE_LD8=0 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
     AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
@@ -501,8 +504,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # batches (AMK_GEMV_PRELOAD=2, the default before the twenty-third session),
   # the buffer table read from global memory (AMK_SMEM_BUFFERS=0), no L2 prefetch of a waiting
   # step's own weights (AMK_PREFETCH_OWN_BYTES=0), the 8B step's attention instruction read from
-  # global memory after its wait (AMK_STAGE_DECODE_INS=0; the 1B step's arm =1: the copy compiled
-  # in, the 1B default before the twenty-ninth session, though no 1B step uses it), attention's new-token reads as three round trips
+  # global memory after its wait (AMK_STAGE_DECODE_INS=0; on the 1B step it is listed below with
+  # the preload), attention's new-token reads as three round trips
   # (AMK_ATTN_ONE_TRIP=0), the residual's L1 prefetch (AMK_GEMV_RES_PREFETCH=1, off since the
   # eighteenth session), the L2 prefetch of the next streaming step (AMK_PREFETCH_AHEAD=1, off in
   # the decode steps since the nineteenth), attention_combine's register path
@@ -514,8 +517,10 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
   # (AMK_EARLY_POLL=0, likewise), no prefetch of the next step's instruction into L1 after a
   # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth), the one-head attention chunks'
-  # K/V copied after their waits (AMK_ATTN_PRELOAD=0) and the o_proj merge's 4-byte loads
-  # (AMK_GEMV_COMBINE_LD8=0), both the defaults before the twenty-eighth, and the ring without its
+  # K/V copied before their waits (AMK_ATTN_PRELOAD=1, the default from the twenty-eighth to
+  # the thirtieth) and without the attention instruction's copy in shared memory
+  # (AMK_STAGE_DECODE_INS=0, likewise), the o_proj merge's 4-byte loads
+  # (AMK_GEMV_COMBINE_LD8=0, the default before the twenty-eighth), and the ring without its
   # loop for rows of whole batches (AMK_GEMV_WHOLE=0, the default before the twenty-ninth, and
   # the 8B step's before the thirtieth) and the norm staging's reads a quad a pass
   # (AMK_GEMV_STAGE_ONE_TRIP=0, before the thirtieth), and the one-head attention chunks'
@@ -523,7 +528,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=1;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=0;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0;AMK_ATTN_ROW8=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=1;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0;AMK_ATTN_ROW8=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run

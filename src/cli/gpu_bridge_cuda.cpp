@@ -558,6 +558,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     vj["attention_wide_tile"] = vm.attention_wide_tile != 0;
     vj["attention_pass"] = vm.attention_pass != 0;
     vj["attention_kv_before_wait"] = vm.attention_preload == 1;
+    vj["attention_rows_of_eight"] = vm.attention_row8 == 1;
   }
   if (vm.stage_decode_ins >= 0)
     vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
@@ -581,7 +582,8 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     text << ", attention tile "
          << (vm.attention_wide_tile == 2 ? "large" : vm.attention_wide_tile != 0 ? "wide" : "default")
          << (vm.attention_pass != 0 ? " with" : " without") << " the streaming pass"
-         << (vm.attention_preload == 1 ? ", its K/V copied before its waits" : "");
+         << (vm.attention_preload == 1 ? ", its K/V copied before its waits" : "")
+         << (vm.attention_row8 == 1 ? ", one-head stages with eight lanes a row" : "");
   if (vm.stage_decode_ins >= 0)
     text << ", attention's instruction read from "
          << (vm.stage_decode_ins != 0 ? "shared" : "global") << " memory";

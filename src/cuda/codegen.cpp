@@ -357,11 +357,20 @@ VmChoices vm_choices(const Program& program, const Plan& plan, const CompileOpti
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode))) {
     c.attention_wide_tile = attention_tile_level(program, plan, options);
     c.attention_pass = attention_pass_needed(program, plan, options) ? 1 : 0;
+    // AMK_ATTN_ROW8 (kernels/amk_ops_attention.cuh; 0 there): where every chunk has one query
+    // head, the tiled path's stages with eight lanes a row (head_dim 64 or 128).
+    const bool single = attention_single_heads(plan);
+    c.attention_row8 =
+        static_cast<int>(tuning_value(options, "AMK_ATTN_ROW8").value_or(single ? 1 : 0) != 0);
     // AMK_ATTN_PRELOAD (kernels/amk_sync.cuh; 0 there): chunks of one query head on the large
     // tile copy 64 KiB of K/V each, and where the preload's machinery is in (gemvs that wait and
-    // preload) they issue those copies before their waits, measured faster there.
-    const bool preload = c.attention_wide_tile == 2 && c.gemv_preload > 0 &&
-                         attention_single_heads(plan);
+    // preload) they issued those copies before their waits, measured faster there with the split
+    // stages (twenty-eighth session). With the stages of eight lanes a row the copies after the
+    // wait measured faster (thirty-first session, `amk profile --events --tuning-arms`, the 1B
+    // step, three rounds: 0.8880 ms with the copies before, 0.8821 after, 0.993x), so the preload
+    // is on only where those stages are off.
+    const bool preload = c.attention_wide_tile == 2 && c.gemv_preload > 0 && single &&
+                         c.attention_row8 == 0;
     c.attention_preload =
         static_cast<int>(tuning_value(options, "AMK_ATTN_PRELOAD").value_or(preload ? 1 : 0) != 0);
   }
@@ -658,10 +667,9 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
       !tuning_value(options, "AMK_ATTN_SPLIT_HEADS"))
     s += "#define AMK_ATTN_SPLIT_HEADS 1\n";
-  // ...and take the stages with eight lanes a row (AMK_ATTN_ROW8; kernels/amk_ops_attention.cuh)
-  // where the chunk's head_dim is 64 or 128.
-  if (ops.count(static_cast<uint16_t>(OpId::attention_decode)) && attention_single_heads(plan) &&
-      !tuning_value(options, "AMK_ATTN_ROW8"))
+  // ...and take the stages with eight lanes a row (AMK_ATTN_ROW8, vm_choices) where the chunk's
+  // head_dim is 64 or 128.
+  if (vm.attention_row8 == 1 && !tuning_value(options, "AMK_ATTN_ROW8"))
     s += "#define AMK_ATTN_ROW8 1\n";
   // Attention chunks that copy their K/V before their waits (vm_choices).
   if (vm.attention_preload == 1 && !tuning_value(options, "AMK_ATTN_PRELOAD"))

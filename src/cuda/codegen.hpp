@@ -115,6 +115,7 @@ struct VmChoices {
   int prefetch_ahead = -1;       // streaming steps ahead whose first bytes a step asks L2 for
   int combine_smem = -1;         // 0 / 1 with attention_combine: partials staged in shared memory
   int attention_preload = -1;    // 0 / 1 with attention_decode: K/V copies issued before the waits
+  int attention_row8 = -1;       // 0 / 1 with attention_decode: one-head stages, eight lanes a row
 };
 // Whether attention_combine stages its partials in the launch's dynamic shared memory
 // (AMK_COMBINE_SMEM; the tuning decides where the VM could).

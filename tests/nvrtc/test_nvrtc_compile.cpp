@@ -816,15 +816,21 @@ TEST_CASE("attention ops read a copy of their instruction in shared memory; othe
   const Program tiled = load("attention_tiled.json");  // no step waits: nothing to stage
   const Plan tiled_plan = make_plan(tiled);
   expect_staged(tiled, tiled_plan, uncached(), false);
-  // attention_oproj: two of its chunks wait, but they copy K/V before their waits and run the
-  // waits themselves (attention_preload), so nothing is staged; without the preload they are.
+  // attention_oproj: two of its chunks wait. With their stages of eight lanes a row (the
+  // default for one-head chunks) they copy K/V after the VM ran their waits, so they are staged;
+  // with the preload (those stages off, or the tuning) they run the waits themselves and nothing
+  // is staged.
   const Program oproj = load("attention_oproj.json");
   const Plan oproj_plan = make_plan(oproj);
-  CHECK(vm_choices(oproj, oproj_plan, uncached()).attention_preload == 1);
-  expect_staged(oproj, oproj_plan, uncached(), false);
-  CompileOptions no_preload = uncached();
-  no_preload.tuning = {{"AMK_ATTN_PRELOAD", 0}};
-  expect_staged(oproj, oproj_plan, no_preload, true);
+  CHECK(vm_choices(oproj, oproj_plan, uncached()).attention_preload == 0);
+  expect_staged(oproj, oproj_plan, uncached(), true);
+  CompileOptions split_stages = uncached();
+  split_stages.tuning = {{"AMK_ATTN_ROW8", 0}};
+  CHECK(vm_choices(oproj, oproj_plan, split_stages).attention_preload == 1);
+  expect_staged(oproj, oproj_plan, split_stages, false);
+  CompileOptions with_preload = uncached();
+  with_preload.tuning = {{"AMK_ATTN_PRELOAD", 1}};
+  expect_staged(oproj, oproj_plan, with_preload, false);
   const Program splitk = load("attention_combine_splitk.json");  // (see test_nvrtc_llm_ops)
   const Plan splitk_plan = make_plan(splitk);
   expect_staged(splitk, splitk_plan, uncached(), false);

@@ -552,8 +552,8 @@ TEST_CASE("the diagnostic marks (AMK_TRACE_MARKS_EARLY=1 to 8) and the global bu
 }
 
 TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD): set by the generated source for "
-          "chunks of one query head on the large tile only; both values compile without spills, "
-          "traced too") {
+          "chunks of one query head on the large tile only when their stages of eight lanes a row "
+          "are off; both values compile without spills, traced too") {
   CompileOptions options;
   options.use_cache = false;
   const Program one_b = llama_step("llama-3.2-1b", 2);  // --combine auto: one-head chunks
@@ -569,24 +569,37 @@ TEST_CASE("attention's K/V before its wait (AMK_ATTN_PRELOAD): set by the genera
     }
   CHECK(chunks > 0);
   CHECK(marked == chunks);
-  // On for the one-head chunks (64 KiB copies), reported by vm_choices; elsewhere the generated
-  // source leaves the kernel's default, 0, alone.
-  CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_ATTN_PRELOAD 1\n") != std::string::npos);
-  CHECK(vm_choices(one_b, plan_1b, options).attention_preload == 1);
+  // The one-head chunks (64 KiB copies) take the stages of eight lanes a row, and with them the
+  // copies after the wait (the kernel's default, 0: nothing emitted), reported by vm_choices;
+  // with those stages off (AMK_ATTN_ROW8=0) the copies come before the wait.
+  CHECK(vm_source(one_b, plan_1b, options).find("AMK_ATTN_PRELOAD") == std::string::npos);
+  CHECK(vm_choices(one_b, plan_1b, options).attention_preload == 0);
+  CHECK(vm_choices(one_b, plan_1b, options).attention_row8 == 1);
+  CompileOptions split = options;
+  split.tuning = {{"AMK_ATTN_ROW8", 0}};
+  CHECK(vm_source(one_b, plan_1b, split).find("#define AMK_ATTN_PRELOAD 1\n") != std::string::npos);
+  CHECK(vm_choices(one_b, plan_1b, split).attention_preload == 1);
+  CHECK(vm_choices(one_b, plan_1b, split).attention_row8 == 0);
   for (const Program* p : {&one_b_steps, &eight_b}) {
     CHECK(vm_source(*p, make_plan(*p), options).find("AMK_ATTN_PRELOAD") == std::string::npos);
     CHECK(vm_choices(*p, make_plan(*p), options).attention_preload == 0);
+    CHECK(vm_choices(*p, make_plan(*p), options).attention_row8 == 0);
+    CHECK(vm_choices(*p, make_plan(*p), split).attention_preload == 0);
   }
   // A tuning decides it either way.
   CompileOptions tuned = options;
-  tuned.tuning = {{"AMK_ATTN_PRELOAD", 0}};
-  CHECK(vm_choices(one_b, plan_1b, tuned).attention_preload == 0);
-  CHECK(vm_source(one_b, plan_1b, tuned).find("#define AMK_ATTN_PRELOAD 1\n") == std::string::npos);
+  tuned.tuning = {{"AMK_ATTN_PRELOAD", 1}};
+  CHECK(vm_choices(one_b, plan_1b, tuned).attention_preload == 1);
+  CHECK(vm_source(one_b, plan_1b, tuned).find("#define AMK_ATTN_PRELOAD 1\n") != std::string::npos);
+  CompileOptions split_off = split;
+  split_off.tuning.push_back({"AMK_ATTN_PRELOAD", 0});
+  CHECK(vm_choices(one_b, plan_1b, split_off).attention_preload == 0);
   // Chunks that run their own waits are never staged: with the preload the 1B step's VM has no
   // instruction copy (every waiting attention step preloads); without it, it has.
-  CHECK(vm_choices(one_b, plan_1b, options).stage_decode_ins == 0);
-  CHECK(vm_source(one_b, plan_1b, options).find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos);
-  CHECK(vm_choices(one_b, plan_1b, tuned).stage_decode_ins == 1);
+  CHECK(vm_choices(one_b, plan_1b, options).stage_decode_ins == 1);
+  CHECK(vm_choices(one_b, plan_1b, tuned).stage_decode_ins == 0);
+  CHECK(vm_source(one_b, plan_1b, tuned).find("#define AMK_STAGE_DECODE_INS 0\n") != std::string::npos);
+  CHECK(vm_choices(one_b, plan_1b, split).stage_decode_ins == 0);
   CompileOptions no_gemv_preload = options;  // (the attention preload needs gemv's machinery)
   no_gemv_preload.tuning = {{"AMK_GEMV_PRELOAD", 0}, {"AMK_ATTN_PRELOAD", 1}};
   CHECK(vm_choices(one_b, plan_1b, no_gemv_preload).stage_decode_ins == 1);

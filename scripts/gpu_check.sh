@@ -228,7 +228,10 @@ tuned=(
   # The unfused gemv's x loads each before its own multiply-adds (AMK_GEMV_X_BATCH=0; a batch's
   # together by default since the twenty-seventh session where gemvs wait and preload); the
   # merging gemv's programs through registers and with the large tile static.
-  "AMK_GEMV_X_BATCH=0|xbatch0|gemv_waits attention_oproj small_ops"
+  "AMK_GEMV_X_BATCH=0|xbatch0|gemv_waits small_ops"
+  # attention_oproj's gemvs (the 1B layout, where both are off since the thirty-first session)
+  # with the early first poll and the batched x loads.
+  "AMK_EARLY_POLL=1,AMK_GEMV_X_BATCH=1|oprojearly|attention_oproj"
   "AMK_GEMV_SMEM_STAGES=0|oprojring0|attention_oproj"
   "AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=4|oprojstatic|attention_oproj"
   # Its attention chunks copying K/V before their waits (the default from the twenty-eighth
@@ -512,10 +515,12 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (AMK_COMBINE_SMEM=0, the 8B step's arm: the 1B step has no combine steps since the
   # twenty-seventh session), the large attention tile static (AMK_ATTN_TILE_DYNAMIC=0), the
   # unfused gemv's x loads one vector at a time (AMK_GEMV_X_BATCH=0, the default before the
-  # twenty-seventh), the tiled attention's 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
+  # twenty-seventh; on the 1B step its arm is =1, the default from the twenty-seventh to the
+  # thirtieth), the tiled attention's 16-byte K/V copies instead of two bulk copies (AMK_ATTN_BULK=0, the
   # default before the twenty-fourth), a step's signals released by warp 0 (AMK_SIGNAL_WARP=0, the
   # default before the twenty-fifth), a preloading gemv's first poll only after its first batches
-  # (AMK_EARLY_POLL=0, likewise), no prefetch of the next step's instruction into L1 after a
+  # (AMK_EARLY_POLL=0, likewise; on the 1B step, where it is off since the thirty-first, its arm
+  # is =1), no prefetch of the next step's instruction into L1 after a
   # wait (AMK_NEXT_INS_L1=0, the default before the twenty-sixth), the one-head attention chunks'
   # K/V copied before their waits (AMK_ATTN_PRELOAD=1, the default from the twenty-eighth to
   # the thirtieth) and without the attention instruction's copy in shared memory
@@ -528,7 +533,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # ($AMK_ARMS_1B: other arms). The
   # other layouts (--unfused, --attn-sync layer, --down split, --o-proj split) are only checked
   # above: each measured slower than the default (the README's sessions have their figures).
-  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=0;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=0;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=1;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0;AMK_ATTN_ROW8=0}"
+  arms="${AMK_ARMS_1B:-default;AMK_GEMV_SMEM_STAGES=0;AMK_GEMV_SMEM_STAGES=3;AMK_GEMV_PRELOAD=2;AMK_SMEM_BUFFERS=0;AMK_PREFETCH_OWN_BYTES=0;AMK_STAGE_DECODE_INS=0;AMK_ATTN_ONE_TRIP=0;AMK_GEMV_RES_PREFETCH=1;AMK_PREFETCH_AHEAD=1;AMK_ATTN_TILE_DYNAMIC=0;AMK_GEMV_X_BATCH=1;AMK_ATTN_BULK=0;AMK_SIGNAL_WARP=0;AMK_EARLY_POLL=1;AMK_NEXT_INS_L1=0;AMK_ATTN_PRELOAD=1;AMK_GEMV_COMBINE_LD8=0;AMK_GEMV_WHOLE=0;AMK_GEMV_STAGE_ONE_TRIP=0;AMK_ATTN_ROW8=0}"
   IFS=';' read -r -a arm_list <<< "$arms"
   for a in "${arm_list[@]}"; do precompile "$([ "$a" = default ] || echo "$a")" "$d/llama1b.json"; done
   precompile_run

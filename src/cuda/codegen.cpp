@@ -701,9 +701,16 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   // with the rest of it (kernels/amk_ops_gemv.cuh). Not with the wide attention tile (the 8B
   // step, whose VM is at the 255-register limit): measured there 0.4% slower with it (twenty-eighth
   // session, `amk profile --tuning-arms`, two rounds: 4.361 / 4.364 ms against 4.347 / 4.347).
-  if (vm.gemv_preload > 0 && vm.attention_wide_tile != 1 &&
+  // Nor with the one-head attention stages of eight lanes a row (the 1B step's layout since the
+  // thirty-first session), where it measured 0.3% slower (`amk profile --events --tuning-arms`,
+  // three rounds: 0.8858 ms with it, 0.8829 without), and where a preloading gemv's early first
+  // poll (AMK_EARLY_POLL, on in the kernel) measured 0.3% slower too (0.8832 without; both off
+  // 0.8814, 0.995x; on the 8B step the early poll still pays: 4.2425 ms with, 4.2482 without).
+  if (vm.gemv_preload > 0 && vm.attention_wide_tile != 1 && vm.attention_row8 != 1 &&
       !tuning_value(options, "AMK_GEMV_X_BATCH"))
     s += "#define AMK_GEMV_X_BATCH 1\n";
+  if (vm.gemv_preload > 0 && vm.attention_row8 == 1 && !tuning_value(options, "AMK_EARLY_POLL"))
+    s += "#define AMK_EARLY_POLL 0\n";
   // gemv's ring streams rows of whole batches in a loop of their own, without a bound check or
   // clamp a vector (AMK_GEMV_WHOLE; 0 in the kernel), where the ring is in. Measured on the H200
   // (`amk profile --events --tuning-arms`, three rounds): the 1B step 0.9417 / 0.9418 / 0.9420 ms

@@ -707,9 +707,15 @@ TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and b
   check_knob("AMK_SIGNAL_WARP", 1);
 }
 
-TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on by default) and "
+TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on in the kernel; off "
+          "where the attention chunks take the stages of eight lanes a row, the 1B step) and "
           "without it compile without spills for the 1B and 8B steps, traced too") {
-  check_knob("AMK_EARLY_POLL", 1);
+  check_knob("AMK_EARLY_POLL", 0, /*emitted=*/true, {"llama-3.2-1b"});
+  check_knob("AMK_EARLY_POLL", 1, /*emitted=*/false, {"llama-3.1-8b"});
+  CompileOptions options;
+  options.use_cache = false;
+  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
+  CHECK(vm_source(steps, make_plan(steps), options).find("AMK_EARLY_POLL") == std::string::npos);
 }
 
 TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT_INS_L1, on by "
@@ -757,13 +763,17 @@ TEST_CASE("gemv's loop for rows of whole batches (AMK_GEMV_WHOLE): set by the ge
 }
 
 TEST_CASE("the unfused gemv's batched x loads (AMK_GEMV_X_BATCH): set by the generated source "
-          "where gemvs wait and preload, except with the wide attention tile (the 8B step); both "
-          "values compile without spills") {
-  check_knob("AMK_GEMV_X_BATCH", 1, /*emitted=*/true, {"llama-3.2-1b"});
-  // The 8B step's VM is the one measured as its AMK_GEMV_X_BATCH=0 arm, byte for byte.
-  check_knob("AMK_GEMV_X_BATCH", 0, /*emitted=*/false, {"llama-3.1-8b"});
+          "where gemvs wait and preload, except with the wide attention tile (the 8B step) and "
+          "with the one-head stages of eight lanes a row (the 1B step); both values compile "
+          "without spills") {
+  // Each step's VM is the one measured as its AMK_GEMV_X_BATCH=0 arm, byte for byte.
+  check_knob("AMK_GEMV_X_BATCH", 0, /*emitted=*/false, {"llama-3.2-1b", "llama-3.1-8b"});
   CompileOptions options;
   options.use_cache = false;
+  // The 1B step with attention_combine steps (chunks of four query heads): on.
+  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
+  CHECK(vm_source(steps, make_plan(steps), options).find("#define AMK_GEMV_X_BATCH 1\n") !=
+        std::string::npos);
   // No gemv that waits (gemv_fused.json, like the GEMV benchmarks): the kernel's default, off.
   const Program fused = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" / "gpu" /
                                           "programs" / "gemv_fused.json");

@@ -700,6 +700,17 @@ void check_knob(const char* knob, int64_t def_value, bool emitted = false,
     }
   }
 }
+// A knob the generated source decides from the one-head attention stages: on the 1B step it
+// emits `one_b_value`, on the 8B step (chunks of four query heads) and the 1B step with
+// attention_combine steps it leaves the kernel's default, `kernel_value`, alone.
+void check_one_head_knob(const char* knob, int64_t one_b_value, int64_t kernel_value) {
+  check_knob(knob, one_b_value, /*emitted=*/true, {"llama-3.2-1b"});
+  check_knob(knob, kernel_value, /*emitted=*/false, {"llama-3.1-8b"});
+  CompileOptions options;
+  options.use_cache = false;
+  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
+  CHECK(vm_source(steps, make_plan(steps), options).find(knob) == std::string::npos);
+}
 }  // namespace
 
 TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and by warp 0 compile "
@@ -710,12 +721,7 @@ TEST_CASE("the signals released by warp 1 (AMK_SIGNAL_WARP, on by default) and b
 TEST_CASE("a preloading gemv's first poll when it starts (AMK_EARLY_POLL, on in the kernel; off "
           "where the attention chunks take the stages of eight lanes a row, the 1B step) and "
           "without it compile without spills for the 1B and 8B steps, traced too") {
-  check_knob("AMK_EARLY_POLL", 0, /*emitted=*/true, {"llama-3.2-1b"});
-  check_knob("AMK_EARLY_POLL", 1, /*emitted=*/false, {"llama-3.1-8b"});
-  CompileOptions options;
-  options.use_cache = false;
-  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
-  CHECK(vm_source(steps, make_plan(steps), options).find("AMK_EARLY_POLL") == std::string::npos);
+  check_one_head_knob("AMK_EARLY_POLL", 0, 1);
 }
 
 TEST_CASE("the next step's instruction prefetched into L1 after a wait (AMK_NEXT_INS_L1, on by "
@@ -784,13 +790,10 @@ TEST_CASE("the tiled attention's stages with eight lanes a row (AMK_ATTN_ROW8): 
           "generated source where every attention chunk has one query head (the 1B step's "
           "layout), not where chunks carry several (the 8B step, the combine-steps layout); both "
           "values compile without spills, traced too") {
-  check_knob("AMK_ATTN_ROW8", 1, /*emitted=*/true, {"llama-3.2-1b"});
-  // The 8B step's VM is the one without the stages (its chunks have four query heads).
-  check_knob("AMK_ATTN_ROW8", 0, /*emitted=*/false, {"llama-3.1-8b"});
+  // (The 8B step's VM is the one without the stages: its chunks have four query heads.)
+  check_one_head_knob("AMK_ATTN_ROW8", 1, 0);
   CompileOptions options;
   options.use_cache = false;
-  const Program steps = llama_step("llama-3.2-1b", 2, 1024, combine_steps);
-  CHECK(vm_source(steps, make_plan(steps), options).find("AMK_ATTN_ROW8") == std::string::npos);
   // The GPU program of one-head chunks (head_dim 64 and 128, 1 to 200 positions) gets them.
   const Program one_head = load_program_file(std::filesystem::path(AMK_SOURCE_DIR) / "tests" /
                                              "gpu" / "programs" / "attention_one_head.json");

@@ -257,6 +257,7 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
   CHECK(amk::parse_vm_tuning("AMK_GEMV_WHOLE=0,AMK_GEMV_WHOLE=1", "x").size() == 2);
   CHECK(amk::parse_vm_tuning("AMK_GEMV_STAGE_ONE_TRIP=0,AMK_GEMV_STAGE_ONE_TRIP=1", "x").size() ==
         2);
+  CHECK(amk::parse_vm_tuning("AMK_ATTN_ROW8=0,AMK_ATTN_ROW8=1", "x").size() == 2);
   // Tunings whose names share a prefix with derived macros stay tunings.
   CHECK(amk::parse_vm_tuning("AMK_ELT_UNROLL=2,AMK_GEMV_PRELOAD=1,AMK_ATTN_TILED=0,"
                              "AMK_TRACE_MARKS_EARLY=1,AMK_GEMV_PINGPONG=1", "x").size() == 5);
@@ -278,6 +279,7 @@ TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming th
                           "AMK_NEXT_INS_L1=-1",
                           "AMK_TRACE_MARKS_EARLY=9", "AMK_TRACE_MARKS_EARLY=-1", "AMK_GEMV_WHOLE=2",
                           "AMK_GEMV_STAGE_ONE_TRIP=2", "AMK_GEMV_STAGE_ONE_TRIP=-1",
+                          "AMK_ATTN_ROW8=2", "AMK_ATTN_ROW8=-1",
                           // derived from the program by the generated source
                           "AMK_BLOCK_THREADS=128", "AMK_SMEM_BUFFER_CAP=4", "AMK_TRACE=1",
                           "AMK_GEMV_RING_SLOT_BYTES=4096",

@@ -774,8 +774,18 @@ static_assert(kAmkWarps == 8, "the row-of-eight attention stages take 8 warps of
 __device__ __forceinline__ bool amk_attn_row8_fits(uint32_t hd, uint32_t group, uint32_t len) {
   return group == 1 && (hd == 64 || hd == 128) && len <= AMK_BLOCK_THREADS;
 }
+// One round of a transposed sum over lanes: a lane keeps half of its 2N values (the upper half
+// where `hi`) and adds its partner's (lane ^ mask) other half, which the partner sends.
+template <uint32_t N>
+__device__ __forceinline__ void amk_attn_fold(const float (&in)[2 * N], float (&out)[N], bool hi,
+                                              uint32_t mask) {
+#pragma unroll
+  for (uint32_t e = 0; e < N; ++e)
+    out[e] = (hi ? in[e + N] : in[e]) + __shfl_xor_sync(kAmkFullMask, hi ? in[e] : in[e + N], mask);
+}
 // VPL: vectors of 8 elements a lane takes of each row (head_dim / 64). K at shared address ks
-// and V at vs, rows of 2 hd bytes; staged q (amk_attn_tq: rotated, scaled, two planes) and, with
+// and V at vs, rows of 2 hd bytes (K's place takes the partial rows once the scores are
+// taken); staged q (amk_attn_tq: rotated, scaled, two planes) and, with
 // the new row, its k (amk_attn_tk, AMK_ATTN_ONE_TRIP) or score (amk_attn_new_s) and v
 // (amk_attn_new_v). Writes out[0, hd) normalized, out[hd] = max, out[hd + 1] = sum of exp.
 template <uint32_t DT, uint32_t VPL>
@@ -816,22 +826,12 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
     acc[i] = a0 + a1;
   }
   // The transpose: after the rounds over lane bits 2, 1, 0, lane j holds row i = j's whole sum.
-  float b4[4], b2[2];
-#pragma unroll
-  for (uint32_t e = 0; e < 4; ++e) {
-    const bool hi = (j & 4u) != 0;
-    b4[e] = (hi ? acc[e + 4] : acc[e]) +
-            __shfl_xor_sync(kAmkFullMask, hi ? acc[e] : acc[e + 4], 4);
-  }
-#pragma unroll
-  for (uint32_t e = 0; e < 2; ++e) {
-    const bool hi = (j & 2u) != 0;
-    b2[e] = (hi ? b4[e + 2] : b4[e]) + __shfl_xor_sync(kAmkFullMask, hi ? b4[e] : b4[e + 2], 2);
-  }
-  const bool odd = (j & 1u) != 0;
-  const float s_row = (odd ? b2[1] : b2[0]) + __shfl_xor_sync(kAmkFullMask, odd ? b2[0] : b2[1], 1);
+  float b4[4], b2[2], b1[1];
+  amk_attn_fold<4>(acc, b4, (j & 4u) != 0, 4);
+  amk_attn_fold<2>(b4, b2, (j & 2u) != 0, 2);
+  amk_attn_fold<1>(b2, b1, (j & 1u) != 0, 1);
   const uint32_t row = 32 * warp + 4 * j + g;
-  const float s = row < len ? s_row : amk_neg_inf();
+  const float s = row < len ? b1[0] : amk_neg_inf();
 
   // The new token's score, on every lane (each row group of eight lanes has the whole q).
   float s_new = amk_neg_inf();
@@ -897,18 +897,9 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
                 (ks - amk_smem_addr(amk_attn_tile_base())) / 4;
 #pragma unroll
   for (uint32_t vv = 0; vv < VPL; ++vv) {
-    float c4[4];
-    const bool hi4 = (g & 2u) != 0;
-#pragma unroll
-    for (uint32_t e = 0; e < 4; ++e)
-      c4[e] = (hi4 ? o[vv][e + 4] : o[vv][e]) +
-              __shfl_xor_sync(kAmkFullMask, hi4 ? o[vv][e] : o[vv][e + 4], 16);
-    const bool hi2 = (g & 1u) != 0;
-    float c2[2];
-#pragma unroll
-    for (uint32_t e = 0; e < 2; ++e)
-      c2[e] = (hi2 ? c4[e + 2] : c4[e]) +
-              __shfl_xor_sync(kAmkFullMask, hi2 ? c4[e] : c4[e + 2], 8);
+    float c4[4], c2[2];
+    amk_attn_fold<4>(o[vv], c4, (g & 2u) != 0, 16);
+    amk_attn_fold<2>(c4, c2, (g & 1u) != 0, 8);
     *reinterpret_cast<float2*>(part + warp * hd + 8 * (j + 8 * vv) + 2 * g) =
         make_float2(c2[0], c2[1]);
   }

@@ -115,6 +115,14 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 // lane 0 into the same slot, an mbarrier a slot; built, `--check`ed on the GPU, then removed) a
 // batch still took 0.72 us from landed to reduced, and the 1B step 1.123x the time (0.9383 /
 // 0.9372 / 0.9381 ms against 1.0525 / 1.0532 / 1.0541, `amk profile --events --tuning-arms`).
+// Nor the multiply-adds' issue (thirty-second session; both built, `--check`ed on the GPU against
+// the CPU backend and numpy, then removed): the norm-fused batches through tensor-core products
+// (mma.sync m16n8k16, each lane's 16-byte vector the B operand as it lies in the ring, x' staged
+// as bf16 pairs hi + lo in A's rows g and g + 8, the sum on the diagonal: two products and two
+// shared loads a vector instead of 8 unpacks and 8 FFMAs) took the second batch's turn from
+// 0.59 to 0.70 us (q/k/v) and the 1B step 1.027x, the 8B 1.009x. And x' read with every batch
+// (x and norm from L1, each warp its own 1 / rms, no staging or block barrier) instead of staged
+// once: the 1B step 1.351x, the 8B 1.283x, lm_head 4.49 -> 2.86 TB/s.
 #ifndef AMK_GEMV_SMEM_STAGES
 #define AMK_GEMV_SMEM_STAGES 0
 #endif

@@ -315,7 +315,15 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   GpuRequest traced = req;
   traced.trace = true;
   const Plan plan = default_plan(program);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(traced));
+  const GpuOptions options = gpu_options(traced);
+  // The traced VM's mark points, as codegen reads the tuning (its first AMK_TRACE_MARKS_EARLY).
+  int64_t marks_level = 0;
+  for (const auto& [name, value] : options.compile.tuning)
+    if (name == "AMK_TRACE_MARKS_EARLY") {
+      marks_level = value;
+      break;
+    }
+  GpuExecutable ex = GpuExecutable::open(program, plan, initial, options);
   const LaunchResult r = ex.launch(1);
   if (r.status != "ok")
     throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch,
@@ -325,8 +333,8 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   const Plan& ran = ex.replanned() != nullptr ? *ex.replanned() : plan;
   const std::vector<uint64_t> words = ex.trace();
   const std::vector<TraceSpan> spans = trace_spans(words, ran.queue_offsets, ran.queue_items);
-  write_text_atomic(trace_path, chrome_trace(program, spans).dump() + "\n");
-  ordered_json summary = trace_summary(program, spans, ran.n_queues());
+  write_text_atomic(trace_path, chrome_trace(program, spans, marks_level).dump() + "\n");
+  ordered_json summary = trace_summary(program, spans, ran.n_queues(), marks_level);
   char line[256];
   std::snprintf(line, sizeof line, "traced %zu instructions over %u blocks in %.2f us -> %s\n",
                 spans.size(), ran.n_queues(),

@@ -28,11 +28,32 @@ std::vector<TraceSpan> trace_spans(std::span<const uint64_t> words,
   return spans;
 }
 
-std::string trace_mark_name(const std::string& op, uint32_t m) {
-  if (op == "gemv") return m == 0 ? "loads_issued" : "first_batch";
-  if (op == "attention_decode") return m == 0 ? "q_staged" : "kv_landed";
-  if (op == "attention_combine" || op == "attention_combine_splitk")
-    return m == 0 ? "ml_arrived" : "values_summed";
+std::string trace_mark_name(const std::string& op, uint32_t m, int64_t marks_level) {
+  const auto pick = [m](const char* first, const char* second) {
+    return std::string(m == 0 ? first : second);
+  };
+  // (the points each level stamps: kernels/amk_device.cuh, AMK_TRACE_MARKS_EARLY)
+  if (op == "gemv") {
+    if (marks_level == 3) return pick("poll_started", "wait_over");
+    if (marks_level == 4) return pick("first_landed", "first_batch");
+    if (marks_level == 8) return pick("second_landed", "second_reduced");
+    return pick("loads_issued", "first_batch");
+  }
+  if (op == "attention_decode") {
+    switch (marks_level) {
+      case 1: return pick("entered", "staging_q");
+      case 2: return pick("decoded", "kv_issued");
+      case 5: return pick("scores_taken", "softmax_taken");
+      case 6: return pick("partials_in", "outputs_written");
+      case 7: return pick("again_started", "again_ended");
+      default: return pick("q_staged", "kv_landed");
+    }
+  }
+  if (op == "attention_combine" || op == "attention_combine_splitk") {
+    if (marks_level == 1) return pick("entered", "ml_arrived");
+    if (marks_level == 2) return pick("decoded", "ml_arrived");
+    return pick("ml_arrived", "values_summed");
+  }
   return "mark" + std::to_string(m);
 }
 
@@ -70,7 +91,8 @@ uint64_t earliest(const std::vector<TraceSpan>& spans) {
 
 }  // namespace
 
-nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<TraceSpan>& spans) {
+nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<TraceSpan>& spans,
+                                    int64_t marks_level) {
   const uint64_t t0 = earliest(spans);
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   uint32_t max_block = 0;
@@ -89,7 +111,7 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
     // Marks as microseconds from the instruction's start, under the op's names for them.
     for (uint32_t m = 0; m < 2; ++m)
       if (s.mark[m] != 0)
-        args[trace_mark_name(op, m) + "_us"] = static_cast<double>(s.mark[m] - s.start_ns) / 1000.0;
+        args[trace_mark_name(op, m, marks_level) + "_us"] = static_cast<double>(s.mark[m] - s.start_ns) / 1000.0;
     events.push_back({{"name", name},
                       {"cat", op},
                       {"ph", "X"},
@@ -101,11 +123,12 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ns"},
-          {"otherData", {{"program", program.name}, {"clock", "%globaltimer, ns"}}}};
+          {"otherData",
+           {{"program", program.name}, {"clock", "%globaltimer, ns"}, {"marks_level", marks_level}}}};
 }
 
 nlohmann::ordered_json trace_summary(const Program& program, const std::vector<TraceSpan>& spans,
-                                     uint32_t n_blocks) {
+                                     uint32_t n_blocks, int64_t marks_level) {
   const uint64_t t0 = earliest(spans);
   uint64_t t1 = t0;
   for (const auto& s : spans) t1 = std::max(t1, s.end_ns);
@@ -153,7 +176,7 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
     if (o.marked[0] != 0 || o.marked[1] != 0) {
       nlohmann::ordered_json marks = nlohmann::ordered_json::array();
       for (uint32_t m = 0; m < 2; ++m)
-        marks.push_back({{"name", trace_mark_name(name, m)},
+        marks.push_back({{"name", trace_mark_name(name, m, marks_level)},
                          {"count", o.marked[m]},
                          {"mean_ns", o.marked[m] ? static_cast<double>(o.mark_ns[m]) / o.marked[m]
                                                  : 0.0}});

@@ -31,8 +31,12 @@ struct TraceSpan {
 };
 
 // The name of mark m (0 or 1) of an op in traces and summaries ("mark0" / "mark1" for an op
-// that stamps none).
-[[nodiscard]] std::string trace_mark_name(const std::string& op, uint32_t m);
+// that stamps none). marks_level: the traced VM's AMK_TRACE_MARKS_EARLY (0 unless a tuning set
+// it), which moves some ops' marks to other points (kernels/amk_device.cuh): a gemv's at 3
+// (poll_started / wait_over), 4 (first_landed / first_batch) and 8 (second_landed /
+// second_reduced); attention_decode's at 1, 2, 5, 6 and 7; the combines' at 1 and 2.
+[[nodiscard]] std::string trace_mark_name(const std::string& op, uint32_t m,
+                                          int64_t marks_level = 0);
 
 // Spans from raw words (kTraceWordsPerInstruction per instruction: start, end, marks; start 0 =
 // not executed) and the queues that ran (queue_offsets / queue_items of the plan). Instructions
@@ -47,9 +51,10 @@ struct TraceSpan {
 [[nodiscard]] uint64_t instruction_bytes(const Program& program, const Instruction& ins);
 
 // {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}; one track per block,
-// times in microseconds from the earliest start.
+// times in microseconds from the earliest start; otherData names the marks level.
 [[nodiscard]] nlohmann::ordered_json chrome_trace(const Program& program,
-                                                  const std::vector<TraceSpan>& spans);
+                                                  const std::vector<TraceSpan>& spans,
+                                                  int64_t marks_level = 0);
 
 // {"span_ns", "ops": [{op, count, total_ns, mean_ns, bytes, gb_per_s[, marks: [{name, count,
 // mean_ns}] (mean time from the instruction's start to each mark)]}], "blocks": [{block,
@@ -58,6 +63,6 @@ struct TraceSpan {
 // counted from the earliest start for the first; idle is the time after a block's last end.
 [[nodiscard]] nlohmann::ordered_json trace_summary(const Program& program,
                                                    const std::vector<TraceSpan>& spans,
-                                                   uint32_t n_blocks);
+                                                   uint32_t n_blocks, int64_t marks_level = 0);
 
 }  // namespace amk

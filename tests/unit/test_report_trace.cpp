@@ -125,6 +125,43 @@ TEST_CASE("marks: named per op in the Chrome trace, averaged per op in the summa
   CHECK(trace_mark_name("rmsnorm", 0) == "mark0");
 }
 
+TEST_CASE("marks: named for the points the traced VM's AMK_TRACE_MARKS_EARLY level stamps") {
+  // Level 8: a gemv stamps its second batch landed / reduced, not its first batches requested.
+  CHECK(trace_mark_name("gemv", 0, 8) == "second_landed");
+  CHECK(trace_mark_name("gemv", 1, 8) == "second_reduced");
+  CHECK(trace_mark_name("gemv", 0, 3) == "poll_started");
+  CHECK(trace_mark_name("gemv", 1, 3) == "wait_over");
+  CHECK(trace_mark_name("gemv", 0, 4) == "first_landed");
+  CHECK(trace_mark_name("gemv", 0, 1) == "loads_issued");  // level 1 moves attention's only
+  CHECK(trace_mark_name("attention_decode", 0, 1) == "entered");
+  CHECK(trace_mark_name("attention_decode", 1, 2) == "kv_issued");
+  CHECK(trace_mark_name("attention_decode", 0, 5) == "scores_taken");
+  CHECK(trace_mark_name("attention_decode", 1, 6) == "outputs_written");
+  CHECK(trace_mark_name("attention_decode", 0, 7) == "again_started");
+  CHECK(trace_mark_name("attention_decode", 0, 8) == "q_staged");  // 8 moves gemv's only
+  CHECK(trace_mark_name("attention_combine", 0, 2) == "decoded");
+  CHECK(trace_mark_name("attention_combine", 1, 1) == "ml_arrived");
+  CHECK(trace_mark_name("attention_combine", 1, 3) == "values_summed");
+  CHECK(trace_mark_name("rmsnorm", 1, 8) == "mark1");
+  // The trace and the summary take the level: the same spans under level 8's names.
+  const Program p = two_block_program();
+  std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
+                                  {2, 0, 1, 8000, 8100}};
+  spans[0].mark[0] = 5200;
+  spans[0].mark[1] = 6000;
+  const auto j = chrome_trace(p, spans, 8);
+  CHECK(j["otherData"]["marks_level"] == 8);
+  const auto& args = j["traceEvents"][2]["args"];
+  CHECK(args["second_landed_us"].get<double>() == doctest::Approx(0.2));
+  CHECK(args["second_reduced_us"].get<double>() == doctest::Approx(1.0));
+  CHECK_FALSE(args.contains("loads_issued_us"));
+  CHECK(chrome_trace(p, spans)["otherData"]["marks_level"] == 0);
+  const auto s = trace_summary(p, spans, 2, 8);
+  REQUIRE(s["ops"][0]["op"] == "gemv");
+  CHECK(s["ops"][0]["marks"][0]["name"] == "second_landed");
+  CHECK(s["ops"][0]["marks"][1]["name"] == "second_reduced");
+}
+
 TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle") {
   const Program p = two_block_program();
   const std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},

@@ -770,6 +770,10 @@ __device__ __forceinline__ uint32_t amk_attn_score_split(uint32_t nv, uint32_t l
 #endif
 #if AMK_ATTN_ROW8
 static_assert(kAmkWarps == 8, "the row-of-eight attention stages take 8 warps of 256 positions");
+// (Thirty-second session: a VM with only these stages at head_dim 64 compiled into the tiled path,
+// 55 -> 23 KiB of its code, measured 1.005x the 1B step's time, q staged 2.50 -> 2.76 us: what
+// the instruction cache misses is the code that runs, not the code that is compiled in; ncu
+// counted 21% of the op's stall samples waiting for instructions, see README.)
 // Whether a chunk takes them (group 1; head_dim 64 or 128; len <= 256 positions, one a thread).
 __device__ __forceinline__ bool amk_attn_row8_fits(uint32_t hd, uint32_t group, uint32_t len) {
   return group == 1 && (hd == 64 || hd == 128) && len <= AMK_BLOCK_THREADS;

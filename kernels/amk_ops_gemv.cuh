@@ -183,6 +183,9 @@ __device__ __forceinline__ void amk_gemv_prefetch_res(const amk_view& res) {
 // With the ring only: with the weights in registers (the gemv_waits program's VM, two batches
 // held across the wait) the three quads' registers made the VM spill. Three at once, not four:
 // at four the 8B step's VM spilled (64 bytes). One round trip where k <= 3 * 4 * 256 = 3072.
+// The ring's rest requested after x' is staged instead, so that the reads of x after the wait
+// meet none of it (thirty-second session; built, `--check`ed, removed): a tie, the 1B step 1.002x
+// and the 8B 1.002x, x' staged 1.29 -> 1.22 us after the wait in q/k/v (trace medians).
 #ifndef AMK_GEMV_STAGE_ONE_TRIP
 #define AMK_GEMV_STAGE_ONE_TRIP 1
 #endif

@@ -115,6 +115,12 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // 0.9421 / 0.9435 / 0.9444 with (0.993x); in the next call, as the default, 0.9536 / 0.9519 /
 // 0.9535 against 0.9567 / 0.9574 / 0.9587 without (1.0048x). In the trace the op's mean 5.67 ->
 // 3.48 us (q staged 2.54 -> 0.46 us after its start) and the phase's span 7.20 -> 6.66.
+// Thirty-second session (built, `--check`ed on the GPU, removed): the K/V of a block's next
+// chunk copied into a 64 KiB tile of its own past gemv's ring by the block's down projection
+// two steps earlier (its last warp, a few batches into the stream; the planner marked the
+// trigger and put the copy geometry in its instruction), so that the chunk only read q and the
+// new row after its wait: the 1B step 1.034x slower (down 10.66 -> 11.36 us a layer), and q was
+// still staged 2.5 us after the wait (2.54 -> 2.67): the copies are not what delays it.
 #ifndef AMK_ATTN_PRELOAD
 #define AMK_ATTN_PRELOAD 0
 #endif

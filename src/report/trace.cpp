@@ -32,7 +32,8 @@ std::string trace_mark_name(const std::string& op, uint32_t m, int64_t marks_lev
   const auto pick = [m](const char* first, const char* second) {
     return std::string(m == 0 ? first : second);
   };
-  // (the points each level stamps: kernels/amk_device.cuh, AMK_TRACE_MARKS_EARLY)
+  // (the points each level stamps: kernels/amk_device.cuh, AMK_TRACE_MARKS_EARLY; a gemv's at 4
+  // and 8 where it streams through the ring, which the decode steps' VMs have)
   if (op == "gemv") {
     if (marks_level == 3) return pick("poll_started", "wait_over");
     if (marks_level == 4) return pick("first_landed", "first_batch");
@@ -52,6 +53,7 @@ std::string trace_mark_name(const std::string& op, uint32_t m, int64_t marks_lev
   if (op == "attention_combine" || op == "attention_combine_splitk") {
     if (marks_level == 1) return pick("entered", "ml_arrived");
     if (marks_level == 2) return pick("decoded", "ml_arrived");
+    if (marks_level == 7) return pick("mark0", "ml_arrived");  // (attention's level: the first moves)
     return pick("ml_arrived", "values_summed");
   }
   return "mark" + std::to_string(m);

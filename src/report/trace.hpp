@@ -34,7 +34,8 @@ struct TraceSpan {
 // that stamps none). marks_level: the traced VM's AMK_TRACE_MARKS_EARLY (0 unless a tuning set
 // it), which moves some ops' marks to other points (kernels/amk_device.cuh): a gemv's at 3
 // (poll_started / wait_over), 4 (first_landed / first_batch) and 8 (second_landed /
-// second_reduced); attention_decode's at 1, 2, 5, 6 and 7; the combines' at 1 and 2.
+// second_reduced) (through gemv's ring; a gemv on registers keeps level 0's points there);
+// attention_decode's at 1, 2, 5, 6 and 7; the combines' at 1, 2 and 7.
 [[nodiscard]] std::string trace_mark_name(const std::string& op, uint32_t m,
                                           int64_t marks_level = 0);
 

@@ -142,6 +142,7 @@ TEST_CASE("marks: named for the points the traced VM's AMK_TRACE_MARKS_EARLY lev
   CHECK(trace_mark_name("attention_combine", 0, 2) == "decoded");
   CHECK(trace_mark_name("attention_combine", 1, 1) == "ml_arrived");
   CHECK(trace_mark_name("attention_combine", 1, 3) == "values_summed");
+  CHECK(trace_mark_name("attention_combine_splitk", 1, 7) == "ml_arrived");
   CHECK(trace_mark_name("rmsnorm", 1, 8) == "mark1");
   // The trace and the summary take the level: the same spans under level 8's names.
   const Program p = two_block_program();

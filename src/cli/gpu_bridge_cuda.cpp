@@ -316,13 +316,8 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   traced.trace = true;
   const Plan plan = default_plan(program);
   const GpuOptions options = gpu_options(traced);
-  // The traced VM's mark points, as codegen reads the tuning (its first AMK_TRACE_MARKS_EARLY).
-  int64_t marks_level = 0;
-  for (const auto& [name, value] : options.compile.tuning)
-    if (name == "AMK_TRACE_MARKS_EARLY") {
-      marks_level = value;
-      break;
-    }
+  // The traced VM's mark points, as codegen reads the tuning.
+  const int64_t marks_level = tuning_value(options.compile, "AMK_TRACE_MARKS_EARLY").value_or(0);
   GpuExecutable ex = GpuExecutable::open(program, plan, initial, options);
   const LaunchResult r = ex.launch(1);
   if (r.status != "ok")

@@ -150,14 +150,13 @@ std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
   return out;
 }
 
-namespace {
-
-// A tuning's value for `name`, if it names it.
 std::optional<int64_t> tuning_value(const CompileOptions& options, std::string_view name) {
   for (const auto& [n, value] : options.tuning)
     if (n == name) return value;
   return std::nullopt;
 }
+
+namespace {
 
 // Which path an attention_decode instruction takes in the VM at 256 threads a block, mirroring
 // amk_op_attention_decode and amk_attn_tile_fits (kernels/amk_ops_attention.cuh): no work, the

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "cuda/compile.hpp"
@@ -104,6 +105,10 @@ inline constexpr uint32_t kGemvRingCap = 128 * 1024;
 
 // What the generated source decides for a program's VM, beside the ops and dtypes it lists
 // (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
+// A tuning's value for `name`, if it names it (its first entry, as the generated source decides).
+[[nodiscard]] std::optional<int64_t> tuning_value(const CompileOptions& options,
+                                                  std::string_view name);
+
 struct VmChoices {
   int gemv_preload = -1;         // weight batches a waiting gemv requests first (0: off)
   bool smem_buffer_table = false;

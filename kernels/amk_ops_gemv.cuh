@@ -739,6 +739,14 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
 #endif
 }
 
+// (w, x) dtype pairs that no fused instruction of the program uses, bit W * 8 + X (the
+// generated source sets it, codegen's gemv_plain_only): those pairs get the plain instantiation
+// only, not one per listed fusion (each as large as the plain one), e.g. the bf16 x of a
+// `--mlp-act bf16` down projection beside the f32 x of the norm-fused gemvs.
+#ifndef AMK_GEMV_PLAIN_ONLY_MASK
+#define AMK_GEMV_PLAIN_ONLY_MASK 0ull
+#endif
+
 // One vector instantiation per fusion combination of a (w, x) dtype pair; false when the
 // combination is not compiled in (the caller takes the scalar path).
 template <uint32_t W, uint32_t X, class Wait>
@@ -750,6 +758,8 @@ __device__ __forceinline__ bool amk_gemv_vector_any(const unsigned char* w, cons
     amk_gemv_vector<W, X, false, false>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
+  if constexpr (((static_cast<unsigned long long>(AMK_GEMV_PLAIN_ONLY_MASK) >> (W * 8 + X)) & 1ull) != 0)
+    return false;
 #if AMK_GEMV_FUSE_NORM
   if (fuse.w2 == nullptr) {
     amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse, wait);

@@ -106,10 +106,11 @@ def rope(x, position, inv_freq):
     return x * cos + rot * sin
 
 
-def forward(t, cfg, new_row_f32):
+def forward(t, cfg, new_row_f32, mlp_bf16=False):
     """One decode step; returns logits [vocab]. new_row_f32: the step's own k/v row enters
     attention unrounded (amk's fused (default) and unfused layers take it from the projections); else it
-    is read back from the bf16 cache (--rope-ops, where kv_append runs first)."""
+    is read back from the bf16 cache (--rope-ops, where kv_append runs first). mlp_bf16: the MLP
+    activation is stored in bf16 (--mlp-act bf16), so it is rounded as amk stores it."""
     L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps, pos, group = cfg["rms_norm_eps"], cfg["position"], nh // nkv
@@ -136,6 +137,8 @@ def forward(t, cfg, new_row_f32):
         h_ = t[p + "self_attn.o_proj.weight"] @ attn.reshape(-1) + x
         hn = rmsnorm(h_, t[p + "post_attention_layernorm.weight"], eps)
         act = silu(t[p + "mlp.gate_proj.weight"] @ hn) * (t[p + "mlp.up_proj.weight"] @ hn)
+        if mlp_bf16:
+            act = bf16_round(act)
         x = t[p + "mlp.down_proj.weight"] @ act + h_
     xf = rmsnorm(x, t["model.norm.weight"], eps)
     head = embed if cfg["tie_word_embeddings"] else t["lm_head.weight"]
@@ -173,6 +176,8 @@ def main():
                     help="how attention's chunks are merged (amk gen llama --combine; default steps)")
     ap.add_argument("--combine-heads", type=int,
                     help="kv heads a combine merges (amk gen llama --combine-heads)")
+    ap.add_argument("--mlp-act", choices=["f32", "bf16"],
+                    help="dtype of the MLP activation (amk gen llama --mlp-act; default f32)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -205,6 +210,8 @@ def main():
             gen += ["--combine", args.combine]
         if args.combine_heads is not None:
             gen += ["--combine-heads", str(args.combine_heads)]
+        if args.mlp_act:
+            gen += ["--mlp-act", args.mlp_act]
         for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
@@ -228,7 +235,7 @@ def main():
               + (f" (differ: {bad[:4]})" if bad else ""))
         ok &= not bad
 
-        want = forward(tensors, cfg, new_row_f32=not args.rope_ops)
+        want = forward(tensors, cfg, new_row_f32=not args.rope_ops, mlp_bf16=args.mlp_act == "bf16")
         got = outputs["act.logits"].astype(F64).ravel()
         err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
         good = bool(np.isfinite(err) and err <= args.tolerance)

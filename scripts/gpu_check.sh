@@ -487,6 +487,8 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   rc=$?; tail -2 "$out/check_llama_arrive.log"; row "llama tiny --combine arrive on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   $py scripts/check_llama.py --amk $amk --backend cuda --attn-sync layer >"$out/check_llama_layersync.log" 2>&1
   rc=$?; tail -2 "$out/check_llama_layersync.log"; row "llama tiny --attn-sync layer on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
+  $py scripts/check_llama.py --amk $amk --backend cuda --mlp-act bf16 >"$out/check_llama_mlpbf16.log" 2>&1
+  rc=$?; tail -2 "$out/check_llama_mlpbf16.log"; row "llama tiny --mlp-act bf16 on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
   # The tiny step against numpy and the 1B step against the CPU backend under tunings the
   # checks above do not cover: attention_decode copying its K/V before its waits
   # (AMK_ATTN_PRELOAD=1, built in the twenty-third session; measured no faster in the
@@ -540,17 +542,20 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   # (amk profile compares at most 16 arms at once: groups of 15 beside the default.)
   arm_groups 1b "$d/llama1b.json" 15 "${AMK_ROUNDS_1B:-2}" "${arm_list[@]}"
   # The default layout (attention chunks of one query head merged by the o_proj gemvs, since the
-  # twenty-seventh session) against combine steps (the default before), in alternating processes.
+  # twenty-seventh session) against combine steps (the default before) and the MLP activation in
+  # bf16 (--mlp-act bf16, an option since the thirty-third), in alternating processes.
   $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps -o "$d/llama1b_steps.json"
+  $amk -q gen llama --preset llama-3.2-1b --context 1024 --mlp-act bf16 -o "$d/llama1b_mlpbf16.json"
   for r in 1 2; do
-    for f in llama1b llama1b_steps; do
+    for f in llama1b llama1b_steps llama1b_mlpbf16; do
       $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>/dev/null
     done
   done
   $py - "$d" <<'PY' > "$d/layout_rows.txt"
 import json, os, sys
 try:
-    for f, label in (("llama1b", "default layout"), ("llama1b_steps", "--combine steps")):
+    for f, label in (("llama1b", "default layout"), ("llama1b_steps", "--combine steps"),
+                     ("llama1b_mlpbf16", "--mlp-act bf16")):
         ms = [json.load(open(os.path.join(sys.argv[1], f"prof_{f}.{r}.json")))["median_ms"] for r in (1, 2)]
         print(f"1B decode ({label}), alternating processes|median " + " / ".join(f"{m:.4f}" for m in ms) + " ms")
 except Exception as e:
@@ -616,20 +621,21 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$d/torch_rows.txt"
   fi  # AMK_TORCH
   fi  # AMK_1B
-  if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these four)
+  if [ "${AMK_LAYOUTS:-1}" = 1 ]; then  # (AMK_LAYOUTS=0: not these six)
   # The 1B step in the other layouts against the CPU backend, on the default step's weights: one
   # op per HF step (--unfused), the down projection split along K (gemv_splitk), the output
   # projection cut by query heads, each piece merging its heads' chunks itself
   # (attention_combine_splitk, --o-proj split), the merges in the last chunk of each kv head
-  # (arrival groups, --combine arrive). ~45 s each.
+  # (arrival groups, --combine arrive), combine steps, the MLP activation in bf16 (--check at bf16's
+  # tolerance for the logits, which follow its stores). ~45 s each.
   [ -e "$d/llama1b.safetensors" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
-  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps" "mlp-act bf16"; do
     f=llama1b_${lay// /_}
     $amk -q gen llama --preset llama-3.2-1b --context 1024 --$lay --weights "$d/llama1b.safetensors" -o "$d/$f.json" || row "gen 1B --$lay" FAIL
     precompile "" "$d/$f.json"
   done
   precompile_run
-  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps"; do
+  for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps" "mlp-act bf16"; do
     f=llama1b_${lay// /_}
     $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$out/run_$f.log" 2>&1
     rc=$?; tail -2 "$out/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"

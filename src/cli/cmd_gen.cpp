@@ -36,6 +36,7 @@ struct GenLlamaOptions {
   std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
   std::string o_proj = "rows";     // --o-proj: "rows" or "split"
   std::string combine = "auto";    // --combine: "auto", "steps", "arrive" or "oproj"
+  std::string mlp_act = "f32";     // --mlp-act: "f32" or "bf16"
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -81,6 +82,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   o.gen.split_down = o.gen.fused && (o.down == "split" || o.down == "transposed");
   o.gen.down_t = o.gen.fused && o.down == "transposed";
   o.gen.head_sync = o.attn_sync != "layer";
+  o.gen.mlp_bf16 = o.mlp_act == "bf16";
   o.gen.split_o = o.o_proj == "split";
   o.gen.combine_arrive = o.combine == "arrive";
   if (o.combine != "auto") o.gen.combine_oproj = o.combine == "oproj";
@@ -209,6 +211,10 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "
                   "(one counter a layer for each)")
       ->check(CLI::IsMember({"head", "layer"}));
+  cmd->add_option("--mlp-act", o->mlp_act,
+                  "dtype of the MLP activation (the GLU output the down projection reads): f32 "
+                  "(the default) or bf16 (fused layer, row-range down projection only)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--o-proj", o->o_proj,
                   "attention output projection: rows (the default: attention_combine steps, see "
                   "--combine-heads, then row ranges after all of them) or split (cut by query "

@@ -1,25 +1,18 @@
 #include "cli/run_support.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
 #include <sstream>
 
 #include "backend/cpu_backend.hpp"
+#include "backend/tolerance.hpp"
 #include "cli/gpu_bridge.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
 
 namespace amk::cli {
-
-double check_tolerance(DType t) noexcept {
-  switch (t) {
-    case DType::f32: return 1e-4;
-    case DType::f16: return 2e-3;
-    case DType::bf16: return 1e-2;
-    default: return 0.0;
-  }
-}
 
 double normalized_error(DType t, const std::vector<std::byte>& a, const std::vector<std::byte>& b,
                         uint64_t elements) {
@@ -47,6 +40,7 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref,
   copts.iterations = iterations;
   (void)run_cpu(program, plan, ref, copts);
 
+  const std::vector<double> tols = check_tolerances(program);
   ordered_json outs = ordered_json::array();
   bool passed = true;
   double worst_ratio = -1.0;
@@ -55,7 +49,7 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref,
     const Buffer& b = program.buffers[i];
     if (!b.output) continue;
     const uint64_t n = b.elements();
-    const double tol = check_tolerance(b.dtype);
+    const double tol = tols[i];
     double err = 0.0;
     uint64_t mismatched = 0;
     bool ok;

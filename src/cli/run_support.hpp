@@ -6,13 +6,11 @@
 #include <vector>
 
 #include "backend/host_data.hpp"
+#include "backend/tolerance.hpp"
 #include "cli/common.hpp"
 #include "program/program.hpp"
 
 namespace amk::cli {
-
-// Normalized-error tolerance per dtype for --check (integers must match exactly).
-[[nodiscard]] double check_tolerance(DType t) noexcept;
 
 // ||a - b|| / ||b|| over every element (b: the reference); NaN anywhere in a that is not NaN in
 // b gives +inf.

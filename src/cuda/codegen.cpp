@@ -506,7 +506,7 @@ bool derived_macro(std::string_view name) {
        {"AMK_BLOCK_THREADS", "AMK_TMA_COUNT", "AMK_TRACE", "AMK_SMEM_BUFFER_CAP",
         "AMK_GEMV_RING_SLOT_BYTES",
         "AMK_STREAM_X_FLOATS", "AMK_WEIGHT_STREAMS", "AMK_TMA_GEMV", "AMK_STEP_KERNEL",
-        "AMK_GEMV_PAIRS_LISTED", "AMK_GEMV_FUSIONS_LISTED", "AMK_ATTN_KV_LISTED",
+        "AMK_GEMV_PAIRS_LISTED", "AMK_GEMV_PLAIN_ONLY_MASK", "AMK_GEMV_FUSIONS_LISTED", "AMK_ATTN_KV_LISTED",
         "AMK_ELT_DTYPES_LISTED", "AMK_COMBINE_SPLITK_MAX_K"})
     if (name == exact) return true;
   for (std::string_view prefix : {"AMK_USE_OP_", "AMK_GEMV_FUSE_"})
@@ -608,6 +608,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   std::set<std::pair<DType, DType>> gemv_pairs;
   std::set<DType> elt_dtypes;
   std::set<int> gemv_fusions;  // bit 0: norm, bit 1: w2 (GLU); 4: x merged from attention partials
+  std::set<std::pair<DType, DType>> gemv_fused_pairs;  // pairs some norm or GLU instruction uses
   std::set<DType> attn_kv;     // K (= V) dtypes of attention_decode's vector paths
   for (const amk_instruction_t& ins : plan.instructions) {
     const auto id = static_cast<OpId>(ins.op);
@@ -620,6 +621,7 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
         gemv_fusions.insert(4);  // (the verifier: no norm, no w2 with it)
       else if (norm || glu)
         gemv_fusions.insert((norm ? 1 : 0) | (glu ? 2 : 0));
+      if ((norm || glu) && w && x) gemv_fused_pairs.insert({*w, *x});
     }
     if (id == OpId::attention_decode)
       if (auto k = operand_dtype(program, ins, 1); k && dtype_is_float(*k)) attn_kv.insert(*k);
@@ -741,6 +743,14 @@ std::string vm_source(const Program& program, const Plan& plan, const CompileOpt
   for (const auto& [w, x] : gemv_pairs)
     s += "#define AMK_GEMV_" + std::string(float_macro(w)) + "_" + std::string(float_macro(x)) +
          " 1\n";
+  // Pairs with only plain instructions get no fused instantiations (AMK_GEMV_PLAIN_ONLY_MASK, bit
+  // w * 8 + x; left out where it is 0, so such VMs' sources are unchanged).
+  uint64_t plain_only = 0;
+  if (!gemv_fusions.empty())
+    for (const auto& pair : gemv_pairs)
+      if (!gemv_fused_pairs.count(pair))
+        plain_only |= 1ull << (static_cast<uint32_t>(pair.first) * 8 + static_cast<uint32_t>(pair.second));
+  if (plain_only != 0) s += "#define AMK_GEMV_PLAIN_ONLY_MASK " + std::to_string(plain_only) + "ull\n";
   // Fused gemv variants the program uses (a variant not listed runs the scalar path).
   s += "#define AMK_GEMV_FUSIONS_LISTED 1\n";
   for (int f : gemv_fusions)

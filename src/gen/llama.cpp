@@ -337,6 +337,10 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * k.len * hd <= 65536 &&
                       uint64_t{r.cfg.heads} * k.count <= target;
   }
+  if (o.mlp_bf16 && !(o.fused && !o.split_down))
+    usage_error("usage.gen.layout", "--mlp-act",
+                "--mlp-act bf16 applies to the fused layer with the row-range down projection "
+                "(the default layout) only");
   if (o.down_t && !(o.fused && o.split_down))
     usage_error("usage.gen.layout", "--down",
                 "--down transposed applies to the fused layer only (the unfused one has a "
@@ -360,7 +364,8 @@ Program generate_llama(const LlamaOptions& o) {
                   " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
                   ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
                   " (new token at position " + std::to_string(pos) +
-                  "). bf16 weights and KV caches, f32 activations; " +
+                  "). bf16 weights and KV caches, f32 activations" +
+                  (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
                   (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
                    : r.combine_oproj
                        ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
@@ -510,7 +515,9 @@ Program generate_llama(const LlamaOptions& o) {
                    attn = o.split_o || r.combine_oproj ? kUnused : act(L + "attn", Q),
                    h = act(L + "h", H),
                    hn = uact(L + "hn", H),
-                   gate = gact(L + "gate", F), up = gact(L + "up", F), mlp = act(L + "mlp", F),
+                   gate = gact(L + "gate", F), up = gact(L + "up", F),
+                   mlp = o.mlp_bf16 ? b.buffer("act." + L + "mlp", DType::bf16, {F}, {}, false)
+                                    : act(L + "mlp", F),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");

@@ -134,6 +134,10 @@ struct LlamaOptions {
   // gemvs that wrote its kv head's rows, each combine only for its kv head's chunks. false: one
   // counter per layer for each (every chunk waits for all q gemvs, every combine for all chunks).
   bool head_sync = true;
+  // Fused layer, row-range down projection: the GLU output (the down projection's x) stored in
+  // bf16 instead of f32, as a bf16 model's MLP activation is. Half the bytes every down block
+  // reads of it, one 16-byte x load per weight vector instead of two.
+  bool mlp_bf16 = false;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.

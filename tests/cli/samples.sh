@@ -55,6 +55,7 @@ if [ -n "$py" ]; then
   # One counter a layer for attention's waits (the default: one per kv head).
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --down transposed --context 17; then ok; else bad "llama tiny --down transposed vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --attn-sync layer; then ok; else bad "llama tiny --attn-sync layer vs numpy"; fi
+  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --mlp-act bf16; then ok; else bad "llama tiny --mlp-act bf16 vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --context 17; then ok; else bad "llama tiny --o-proj split vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --rope-ops; then ok; else bad "llama tiny --o-proj split --rope-ops vs numpy"; fi
   # one attention_combine merging both kv heads (kv_heads 2; the 1B and 8B steps default to it)

@@ -176,6 +176,15 @@ expect_grep "$tmp/err" "at --glu-gemv" "--fused --glu-gemv names the flag"
 expect_rc 0 "gen llama --down split" -- "$amk" -q gen llama --down split -o "$tmp/gs.json"
 [ "$(ops_of "$tmp/gs.json" gemv_splitk)" -gt 0 ] && [ "$(ops_of "$tmp/gl.json" gemv_splitk)" = 0 ] &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down split / the default down projection"; }
+# --mlp-act bf16: the GLU output stored in bf16; only in the layout with the row-range down
+# projection (exit 2 naming --mlp-act, nothing written).
+expect_rc 0 "gen llama --mlp-act bf16" -- "$amk" -q gen llama --mlp-act bf16 -o "$tmp/gm.json"
+grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gm.json" &&
+  ! grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gl.json" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --mlp-act bf16 / the default MLP activation"; }
+expect_rc 2 "gen llama --mlp-act bf16 --down split" -- "$amk" gen llama --mlp-act bf16 --down split -o "$tmp/gms.json"
+expect_grep "$tmp/err" "at --mlp-act" "--mlp-act with --down split names the flag"
+[ ! -e "$tmp/gms.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
 # --down transposed: gemv_t pieces over the stored transpose (tensor '<name>.T').
 expect_rc 0 "gen llama --down transposed" -- "$amk" -q gen llama --down transposed -o "$tmp/gt.json"
 [ "$(ops_of "$tmp/gt.json" gemv_t)" -gt 0 ] && [ "$(ops_of "$tmp/gt.json" gemv_splitk)" = 0 ] &&

@@ -395,6 +395,30 @@ TEST_CASE("the 1B step's VM without the streaming pass compiles without spills")
   CHECK(amk::test::no_spills(out.log));
 }
 
+TEST_CASE("--mlp-act bf16: the down projection's (bf16, bf16) pair gets its plain instantiation "
+          "only; the 1B and 8B VMs compile without spills; other VMs' sources unchanged") {
+  auto bf16_mlp = [](gen::LlamaOptions& o) { o.mlp_bf16 = true; };
+  CompileOptions options;
+  options.use_cache = false;
+  for (const char* preset : {"llama-3.2-1b", "llama-3.1-8b"}) {
+    CAPTURE(preset);
+    const Program p = llama_step(preset, 2, 1024, bf16_mlp);
+    const Plan plan = make_plan(p);
+    const std::string src = vm_source(p, plan, options);
+    CHECK(src.find("#define AMK_GEMV_BF16_BF16 1") != std::string::npos);
+    // bit bf16 * 8 + bf16 = 18
+    CHECK(src.find("#define AMK_GEMV_PLAIN_ONLY_MASK " + std::to_string(1ull << 18) + "ull") !=
+          std::string::npos);
+    const CompileOutput out = compile_vm(p, plan, options);
+    INFO(out.log);
+    CHECK(out.ok);
+    CHECK(amk::test::no_spills(out.log));
+    // The default layout: one pair, used fused too, so no mask.
+    const Program d = llama_step(preset, 2);
+    CHECK(vm_source(d, make_plan(d), options).find("AMK_GEMV_PLAIN_ONLY_MASK") == std::string::npos);
+  }
+}
+
 // The largest attention_combine's staging in bytes: its partials and a float for each of their
 // rows of head_dim + 2 (the weights).
 uint64_t largest_partials(const Plan& plan) {

@@ -14,6 +14,7 @@
 
 #include "backend/cpu_backend.hpp"
 #include "backend/host_data.hpp"
+#include "backend/tolerance.hpp"
 #include "core/error.hpp"
 #include "gen/llama.hpp"
 #include "io/load.hpp"
@@ -611,6 +612,56 @@ TEST_CASE("tiny, --glu-gemv: gate/up as one GLU gemv, no silu_mul, same step on 
   CHECK_THROWS_WITH(gen::generate_llama(both), doctest::Contains("unfused layer only"));
 }
 
+TEST_CASE("--mlp-act bf16: the GLU output stored in bf16, the step close to the f32 one on the "
+          "CPU, and --check's tolerance for the logits loosened to bf16's") {
+  if (!have_llama_ops()) {
+    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
+    return;
+  }
+  gen::LlamaOptions o;
+  o.mlp_bf16 = true;
+  o.seed = 11;
+  const Program p = gen::generate_llama(o);
+  CHECK(parse_json_program(program_to_json(p)) == p);
+  verify(p);
+  const gen::LlamaOptions d = [&] {
+    gen::LlamaOptions x = o;
+    x.mlp_bf16 = false;
+    return x;
+  }();
+  const Program q = gen::generate_llama(d);
+  REQUIRE(p.buffers.size() == q.buffers.size());
+  uint32_t changed = 0, mlp = 0;
+  for (size_t i = 0; i < p.buffers.size(); ++i) {
+    const bool is_mlp = p.buffers[i].name.find(".mlp") != std::string::npos &&
+                        p.buffers[i].name.rfind("act.", 0) == 0;
+    mlp += is_mlp;
+    if (p.buffers[i].dtype != q.buffers[i].dtype) {
+      ++changed;
+      CHECK(is_mlp);
+      CHECK(p.buffers[i].dtype == DType::bf16);
+      CHECK(q.buffers[i].dtype == DType::f32);
+    }
+  }
+  CHECK(mlp == 2);  // one a layer
+  CHECK(changed == mlp);
+  CHECK(p.instructions == q.instructions);  // the same steps over the same operands
+
+  const CpuPair run(p, q);
+  const double diff = run.rel_diff("act.logits");
+  CHECK(diff > 0);      // rounded on the way
+  CHECK(diff < 1e-2);   // to bf16's precision
+  CHECK(run.in_a("next_token") == run.in_b("next_token"));
+
+  const uint32_t logits = CpuPair::find(p, "act.logits");
+  CHECK(check_tolerances(p)[logits] == doctest::Approx(1e-2));
+  CHECK(check_tolerances(q)[logits] == doctest::Approx(1e-4));
+
+  // Only the fused layer with the row-range down projection.
+  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.split_down = true; },
+                           [](gen::LlamaOptions& b) { b.fused = false; }});
+}
+
 TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   if (!have_llama_ops()) {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
@@ -635,6 +686,14 @@ TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   CHECK(n.at("argmax") == 32 + 1);  // 128256 logits in 32 slices of 4008, then the pick
   CHECK(p.instructions.size() == 10983 - 16 * 4);
   verify(p);
+  // The bf16 cache rows this step stores are read by no later step of it (nothing waits for
+  // them), so --check keeps f32's tolerance for the logits; the same in the default layout.
+  CHECK(check_tolerances(p)[CpuPair::find(p, "act.logits")] == doctest::Approx(1e-4));
+  gen::LlamaOptions f;
+  f.preset = "llama-3.2-1b";
+  f.context = 1024;
+  const Program fused = gen::generate_llama(f);
+  CHECK(check_tolerances(fused)[CpuPair::find(fused, "act.logits")] == doctest::Approx(1e-4));
 }
 
 TEST_CASE("llama-3.2-1b: the combines fit the blocks no attention chunk runs on, so none shares "

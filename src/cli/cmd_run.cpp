@@ -181,7 +181,7 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("-o,--out", o->out_dir, "write outputs (.npy + manifest.json) and report.json here");
   cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
   cmd->add_flag("--check", o->check,
-                "compare every output with the CPU backend (normalized error, per-dtype tolerance)");
+                "compare every output with the CPU backend (normalized error at the output dtype's tolerance, or a coarser one where it follows bf16/f16 stores: README)");
   cmd->add_flag("--save-inputs", o->save_inputs, "also write every input buffer under OUT/inputs");
   cmd->add_option("--iterations", o->iterations, "passes over the program in one launch")
       ->check(CLI::Range(1u, 1000000u));

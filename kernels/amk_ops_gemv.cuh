@@ -740,7 +740,7 @@ AMK_HEAVY_OP_FN void amk_gemv_vector(const unsigned char* w, const unsigned char
 }
 
 // (w, x) dtype pairs that no fused instruction of the program uses, bit W * 8 + X (the
-// generated source sets it, codegen's gemv_plain_only): those pairs get the plain instantiation
+// generated source sets it where it is not 0, codegen's vm_source): those pairs get the plain instantiation
 // only, not one per listed fusion (each as large as the plain one), e.g. the bf16 x of a
 // `--mlp-act bf16` down projection beside the f32 x of the norm-fused gemvs.
 #ifndef AMK_GEMV_PLAIN_ONLY_MASK

@@ -145,6 +145,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
          << format_ms(report.timings_ms) << ")\n";
     text << describe_outputs(p, result);
+    if (o.check) text << "check: " << report.check["summary"].get<std::string>() << "\n";
     if (!o.out_dir.empty()) text << "outputs written to " << o.out_dir << "\n";
     emit(g, rep, text.str());
     return 0;

@@ -182,6 +182,13 @@ expect_rc 0 "gen llama --mlp-act bf16" -- "$amk" -q gen llama --mlp-act bf16 -o 
 grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gm.json" &&
   ! grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gl.json" &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --mlp-act bf16 / the default MLP activation"; }
+# --check holds the logits, which follow the bf16 activation's stores, to bf16's tolerance and
+# says so; the default step keeps f32's.
+expect_rc 0 "run --mlp-act bf16 step --check" -- "$amk" run "$tmp/gm.json" --backend cpu --check
+expect_grep "$tmp/out" "check: every output matches the CPU reference (act.logits at 0.01: following bf16/f16 stores" "--check names the coarser tolerance"
+expect_rc 0 "run default step --check" -- "$amk" run "$tmp/gl.json" --backend cpu --check
+grep -q "^check: every output matches the CPU reference$" "$tmp/out" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL the default step's --check is not at its dtype's tolerance"; }
 expect_rc 2 "gen llama --mlp-act bf16 --down split" -- "$amk" gen llama --mlp-act bf16 --down split -o "$tmp/gms.json"
 expect_grep "$tmp/err" "at --mlp-act" "--mlp-act with --down split names the flag"
 [ ! -e "$tmp/gms.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }

@@ -103,12 +103,12 @@ inline constexpr uint32_t kGemvRingCap = 128 * 1024;
 [[nodiscard]] uint32_t gemv_ring_bytes(const Program& program, const Plan& plan,
                                        const CompileOptions& options);
 
-// What the generated source decides for a program's VM, beside the ops and dtypes it lists
-// (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
 // A tuning's value for `name`, if it names it (its first entry, as the generated source decides).
 [[nodiscard]] std::optional<int64_t> tuning_value(const CompileOptions& options,
                                                   std::string_view name);
 
+// What the generated source decides for a program's VM, beside the ops and dtypes it lists
+// (`amk compile` prints it; its JSON has it as "vm"). -1: the op is not in the program.
 struct VmChoices {
   int gemv_preload = -1;         // weight batches a waiting gemv requests first (0: off)
   bool smem_buffer_table = false;

@@ -402,8 +402,9 @@ Program generate_llama(const LlamaOptions& o) {
   std::memcpy(tok.data.data(), &token, 4);
   const uint32_t token_buf = b.buffer("token", DType::i32, {1}, tok);
 
-  auto act = [&](const std::string& name, uint64_t n, bool output = false) {
-    return b.buffer("act." + name, DType::f32, {n}, {}, output);
+  auto act = [&](const std::string& name, uint64_t n, bool output = false,
+                 DType dtype = DType::f32) {
+    return b.buffer("act." + name, dtype, {n}, {}, output);
   };
 
   // Row-range gemv over a weight matrix: one instruction per chunk of rows. Optional: a residual
@@ -516,8 +517,7 @@ Program generate_llama(const LlamaOptions& o) {
                    h = act(L + "h", H),
                    hn = uact(L + "hn", H),
                    gate = gact(L + "gate", F), up = gact(L + "up", F),
-                   mlp = o.mlp_bf16 ? b.buffer("act." + L + "mlp", DType::bf16, {F}, {}, false)
-                                    : act(L + "mlp", F),
+                   mlp = act(L + "mlp", F, false, o.mlp_bf16 ? DType::bf16 : DType::f32),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");

@@ -41,7 +41,21 @@ trap 'exit 143' TERM INT  # (so that a timed-out run still packs what it has)
 export AMK_CACHE_DIR="$scratch/cache"
 t_start=$(date +%s)
 sec() { pack; echo "== $1 [$(( $(date +%s) - t_start )) s]"; }  # (packs what is done so far)
-row() { rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"; }
+# A row whose value starts with FAIL or unavailable counts as a failure: the script then exits 1
+# after the summary.
+failed=0
+row() {
+  rows+=("$(printf '%-44s %s' "$1" "$2")"); echo ">> $1: $2"
+  case "$2" in FAIL*|unavailable*) failed=$((failed + 1)) ;; esac
+}
+summary() {
+  echo; echo "================ summary ================"; printf '%s\n' "${rows[@]}"
+  [ "$failed" = 0 ] || { echo "gpu_check: $failed row(s) failed"; exit 1; }
+  exit 0
+}
+# The seed every op-level `amk run --check` below draws its random inputs from (--reseed): fresh
+# each call unless AMK_CHECK_SEED gives one (printed in the summary, to rerun a failure).
+check_seed="${AMK_CHECK_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 # precompile TUNING PROGRAM...: queue each program's VM under $AMK_VM_TUNING=TUNING ("" for the
 # default); precompile_run compiles the queue into the kernel cache, one NVRTC process a core,
 # so that the runs that follow (one after another) find their kernels there.
@@ -101,6 +115,7 @@ cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.
 targets=(); [ "${AMK_SWEEP_ONLY:-0}" = 1 ] || [ "${AMK_BASE:-1}" = 0 ] && targets=(--target amk)
 cmake --build --preset default -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 || { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 $amk devices
+row "check seed (--reseed of the op-level checks)" "$check_seed"
 
 # AMK_SWEEP="TUNING;TUNING;..." (each an $AMK_VM_TUNING value, "default" for none): the GEMV,
 # dispatch, hop and Llama-1B benchmarks once per VM tuning, side by side; AMK_SWEEP_ONLY=1 stops
@@ -157,7 +172,7 @@ PY
     while IFS='|' read -r k v; do row "$k" "$v"; done < "$sw/rows.$tag.txt"
   done
   if [ "${AMK_SWEEP_ONLY:-0}" = 1 ]; then
-    echo; echo "================ summary ================"; printf '%s\n' "${rows[@]}"; exit 0
+    summary
   fi
 fi
 
@@ -171,7 +186,7 @@ rc=$?; tail -15 "$out/ctest.log"; row "ctest ($tiers)" "$([ $rc = 0 ] && echo pa
 
 sec "samples on the GPU (--check against the CPU backend, then numpy)"
 for s in samples/*.json; do
-  $amk run "$s" --backend cuda --check -o "$out/samples/$(basename "$s" .json)" >"$out/run_$(basename "$s" .json).log" 2>&1
+  $amk run "$s" --backend cuda --check --reseed "$check_seed" -o "$out/samples/$(basename "$s" .json)" >"$out/run_$(basename "$s" .json).log" 2>&1
   rc=$?; row "sample $(basename "$s" .json) --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$(basename "$s" .json).log"
 done
@@ -259,7 +274,7 @@ tuned=(
   # The residual's L1 prefetch (off by default since the eighteenth session).
   "AMK_GEMV_RES_PREFETCH=1|resprefetch|gemv_waits gemv_fused gemv_stream"
 )
-base_programs="tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged attention_oproj attention_one_head"
+base_programs="rope_kv tma_gemv cluster gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_stream small_ops gemv_splitk gemv_t attention_combine_splitk attention_arrive attention_combine_staged attention_oproj attention_one_head"
 gv=AMK_GEMV_PINGPONG=1,AMK_GEMV_CLAMPED_LOADS=0
 for bt in 128 512; do
   sed "s/\"block\": 256/\"block\": $bt/" tests/gpu/programs/attention_rope.json > "$out/attention_rope_$bt.json"
@@ -276,18 +291,18 @@ precompile_run
 
 sec "TMA gemv, cluster launch, fused gemv, fused RoPE attention, small ops (--check against the CPU backend)"
 for f in $base_programs; do
-  $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_$f.log" 2>&1
+  $amk run tests/gpu/programs/$f.json --backend cuda --check --reseed "$check_seed" >"$out/run_$f.log" 2>&1
   rc=$?; row "$f --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_$f.log"
 done
 # The arrival groups over three passes in one launch (each pass one round of every counter).
-$amk run tests/gpu/programs/attention_arrive.json --backend cuda --iterations 3 --check >"$out/run_attention_arrive_3.log" 2>&1
+$amk run tests/gpu/programs/attention_arrive.json --backend cuda --iterations 3 --check --reseed "$check_seed" >"$out/run_attention_arrive_3.log" 2>&1
 rc=$?; row "attention_arrive --iterations 3 --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
 [ $rc = 0 ] || tail -5 "$out/run_attention_arrive_3.log"
 # attention_rope at 128 and 512 threads a block: the attention and combine paths compiled for
 # other register budgets (the programs above all use 256).
 for bt in 128 512; do
-  $amk run "$out/attention_rope_$bt.json" --backend cuda --check >"$out/run_attention_rope_$bt.log" 2>&1
+  $amk run "$out/attention_rope_$bt.json" --backend cuda --check --reseed "$check_seed" >"$out/run_attention_rope_$bt.log" 2>&1
   rc=$?; row "attention_rope at $bt threads --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_attention_rope_$bt.log"
 done
@@ -296,7 +311,7 @@ done
 check_tuned() {
   local tn="$1" tag="$2" f rc; shift 2
   for f in "$@"; do
-    AMK_VM_TUNING=$tn $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_$tag.log" 2>&1
+    AMK_VM_TUNING=$tn $amk run tests/gpu/programs/$f.json --backend cuda --check --reseed "$check_seed" >"$out/run_${f}_$tag.log" 2>&1
     rc=$?; row "$f, $tn, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
     [ $rc = 0 ] || tail -5 "$out/run_${f}_$tag.log"
   done
@@ -320,7 +335,7 @@ done
 # checked, with the ring on (8 slots fit beside gemv_stream's 64 KiB of x; a ring that does not fit
 # is turned off with a warning, which fails the row) and with one slot per consumer warp.
 for tn in AMK_STREAM_SLOTS=8 AMK_STREAM_SLOTS=4,AMK_STREAM_WARPS=4; do
-  AMK_VM_TUNING=$tn $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check >"$out/run_gemv_stream_on.log" 2>&1
+  AMK_VM_TUNING=$tn $amk run tests/gpu/programs/gemv_stream.json --backend cuda --check --reseed "$check_seed" >"$out/run_gemv_stream_on.log" 2>&1
   rc=$?; grep -q "weight streams off" "$out/run_gemv_stream_on.log" && rc=off
   row "gemv_stream, $tn, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_gemv_stream_on.log"
@@ -331,7 +346,7 @@ rc=$?; row "llama tiny, weight streams on, vs numpy" "$([ $rc = 0 ] && echo pass
 # The gemv batch-loop variants off by default (AMK_GEMV_PINGPONG=1, AMK_GEMV_CLAMPED_LOADS=0, $gv):
 # checked like the default path, so a sweep times only correct code.
 for f in gemv_fused gemv_stream tma_gemv; do
-  AMK_VM_TUNING=$gv $amk run tests/gpu/programs/$f.json --backend cuda --check >"$out/run_${f}_gv.log" 2>&1
+  AMK_VM_TUNING=$gv $amk run tests/gpu/programs/$f.json --backend cuda --check --reseed "$check_seed" >"$out/run_${f}_gv.log" 2>&1
   rc=$?; row "$f, $gv, --check" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   [ $rc = 0 ] || tail -5 "$out/run_${f}_gv.log"
 done
@@ -384,7 +399,7 @@ expect pass_out_refused 7 "run.bad_operand" -- env AMK_VM_TUNING=AMK_ATTN_PASS=0
 arms16=$(printf 'default;%.0s' $(seq 15))default
 expect arms_memory_refused 5 "device.memory" -- $amk profile $P/big_buffers.json --events --tuning-arms "$arms16"
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
-expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check
+expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check --reseed "$check_seed"
 
 sec "benchmarks"
 $py scripts/bench_programs.py "$out/bench"
@@ -500,7 +515,7 @@ if [ "${AMK_DECODE:-1}" = 1 ]; then
   for tn in AMK_ATTN_PRELOAD=1 AMK_ATTN_ROW8=0 AMK_GEMV_COMBINE_LD8=0 AMK_EARLY_POLL=0 AMK_SIGNAL_WARP=0 AMK_NEXT_INS_L1=0; do
     AMK_VM_TUNING=$tn $py scripts/check_llama.py --amk $amk --backend cuda >"$out/check_llama_$tn.log" 2>&1
     rc=$?; tail -2 "$out/check_llama_$tn.log"; row "llama tiny $tn on cuda vs numpy" "$([ $rc = 0 ] && echo pass || echo FAIL)"
-    AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
+    AMK_VM_TUNING=$tn $amk run "$d/llama1b.json" --backend cuda --check --reseed "$check_seed" -o "$d/out1b_$tn" >"$out/run1b_$tn.log" 2>&1
     rc=$?; tail -2 "$out/run1b_$tn.log"; row "llama-3.2-1b $tn --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   done
   # The default step beside its tuning arms, in one process (`amk profile --tuning-arms`: one
@@ -606,7 +621,7 @@ PY
   if [ "${AMK_TORCH:-1}" = 1 ]; then  # (AMK_TORCH=0: no PyTorch baseline)
   PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$d/torch.err"
   rc=$?; tail -5 "$d/torch.err"; tail -20 "$d/torch.json"
-  row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && echo "pass (token $tok)" || echo "FAIL (exit $rc)")"
+  row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && [ -n "$tok" ] && echo "pass (token $tok)" || echo "FAIL (exit $rc${tok:-, no token from amk to compare})")"
   $py - "$d/torch.json" <<'PY' > "$d/torch_rows.txt"
 import json, sys
 try:
@@ -637,7 +652,7 @@ PY
   precompile_run
   for lay in unfused "down split" "o-proj split" "combine arrive" "combine steps" "mlp-act bf16"; do
     f=llama1b_${lay// /_}
-    $amk run "$d/$f.json" --backend cuda --check -o "$d/out_$f" >"$out/run_$f.log" 2>&1
+    $amk run "$d/$f.json" --backend cuda --check --reseed "$check_seed" -o "$d/out_$f" >"$out/run_$f.log" 2>&1
     rc=$?; tail -2 "$out/run_$f.log"; row "llama-3.2-1b --$lay --check vs CPU" "$([ $rc = 0 ] && echo pass || echo "FAIL (exit $rc)")"
   done
   fi  # AMK_LAYOUTS
@@ -667,6 +682,4 @@ if [ "${AMK_NCU:-0}" = 1 ] && command -v ncu >/dev/null; then
     "$out/ncu_dispatch.txt" | head -40
 fi
 
-echo
-echo "================ summary ================"
-printf '%s\n' "${rows[@]}"
+summary

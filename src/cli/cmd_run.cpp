@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "cli/common.hpp"
 #include "cli/gpu_bridge.hpp"
@@ -26,6 +27,7 @@ struct RunOptions {
   std::string report_path;
   bool check = false;
   bool save_inputs = false;
+  std::optional<uint64_t> reseed;
   uint32_t iterations = 1;
   std::optional<uint64_t> timeout_ms;
   int device = 0;
@@ -70,9 +72,21 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     if (backend == "cuda") check_gpu(p, o.device);
 
     phase = clock::now();
+    uint32_t reseeded = 0;
+    if (o.reseed) {
+      reseeded = reseed_random_inits(p, *o.reseed);
+      report.extra = {{"reseed", *o.reseed}, {"reseeded_buffers", reseeded}};
+    }
     const LoadOptions load = o.program.load_options();
     HostBuffers initial = materialize_all(p, load);
     report.data_fingerprint = data_fingerprint(initial);
+    // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
+    // (after the fingerprint, which stays that of the program's own data).
+    std::vector<bool> poisoned;
+    if (o.check) {
+      poisoned = poisonable_outputs(p);
+      poison_buffers(p, poisoned, initial);
+    }
     report.timings_ms.emplace_back("materialize", ms_since(phase));
 
     GpuRequest req;
@@ -120,8 +134,9 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     if (o.check) {
       phase = clock::now();
       // (--save-inputs writes the initial contents below; otherwise the check may consume them.)
-      ordered_json check = check_against_cpu(
-          p, o.save_inputs ? copy_host_buffers(initial) : std::move(initial), result, o.iterations);
+      ordered_json check =
+          check_against_cpu(p, o.save_inputs ? copy_host_buffers(initial) : std::move(initial),
+                            result, o.iterations, poisoned);
       report.timings_ms.emplace_back("check", ms_since(phase));
       report.check = check;
       if (!check["passed"].get<bool>()) {
@@ -129,6 +144,8 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
         throw Error(ErrorKind::mismatch, "check.mismatch", check["worst"].get<std::string>(),
                     check["summary"].get<std::string>());
       }
+      // Where neither run wrote, the outputs hold what a run from zeros leaves there.
+      (void)clear_poison(p, poisoned, result);
     }
 
     if (!o.out_dir.empty()) {
@@ -145,7 +162,15 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
          << format_ms(report.timings_ms) << ")\n";
     text << describe_outputs(p, result);
-    if (o.check) text << "check: " << report.check["summary"].get<std::string>() << "\n";
+    if (reseeded != 0)
+      text << "inputs: " << reseeded << " random init(s) reseeded from " << *o.reseed << "\n";
+    if (o.check) {
+      text << "check: " << report.check["summary"].get<std::string>() << "\n";
+      const std::string names = buffer_names(p, poisoned);
+      if (!names.empty())
+        text << "check: poisoned before the run, every element the reference writes written: "
+             << names << "\n";
+    }
     if (!o.out_dir.empty()) text << "outputs written to " << o.out_dir << "\n";
     emit(g, rep, text.str());
     return 0;
@@ -184,6 +209,8 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_flag("--check", o->check,
                 "compare every output with the CPU backend (normalized error at the output dtype's tolerance, or a coarser one where it follows bf16/f16 stores: README)");
   cmd->add_flag("--save-inputs", o->save_inputs, "also write every input buffer under OUT/inputs");
+  cmd->add_option("--reseed", o->reseed,
+                  "draw every random init from another seed (random_bits(RESEED, seed): schemas/init.md)");
   cmd->add_option("--iterations", o->iterations, "passes over the program in one launch")
       ->check(CLI::Range(1u, 1000000u));
   cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms (overrides the program)")

@@ -6,6 +6,7 @@
 #include <limits>
 #include <sstream>
 
+#include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "backend/tolerance.hpp"
 #include "cli/gpu_bridge.hpp"
@@ -32,7 +33,8 @@ double normalized_error(DType t, const std::vector<std::byte>& a, const std::vec
 }
 
 ordered_json check_against_cpu(const Program& program, HostBuffers ref,
-                               const HostBuffers& result, uint32_t iterations) {
+                               const HostBuffers& result, uint32_t iterations,
+                               const std::vector<bool>& poisoned) {
   PlanOptions popts;
   popts.grid_hint = kDefaultGridHint;
   Plan plan = make_plan(program, popts);
@@ -70,26 +72,48 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref,
       err = n ? static_cast<double>(mismatched) / static_cast<double>(n) : 0.0;
       ok = mismatched == 0;
     }
-    const double ratio = tol > 0 ? err / tol : (ok ? 0.0 : std::numeric_limits<double>::infinity());
+    // A poisoned output: elements one run wrote and the other left poisoned (NaN poison beside a
+    // NaN result would pass the error above).
+    const bool poison = i < poisoned.size() && poisoned[i];
+    const PoisonDiff pd = poison ? compare_poison(b.dtype, result.data[i], ref.data[i], n)
+                                 : PoisonDiff{};
+    const bool written = pd.unwritten == 0 && pd.extra == 0;
+    double ratio = tol > 0 ? err / tol : (ok ? 0.0 : std::numeric_limits<double>::infinity());
+    if (!written) ratio = std::numeric_limits<double>::infinity();
     if (ratio > worst_ratio) {
       worst_ratio = ratio;
       worst = "/buffers/" + std::to_string(i) + " (" + b.name + ")";
       char line[256];
-      std::snprintf(line, sizeof line, "differs from the CPU reference: %s %.3g (tolerance %.3g%s)",
-                    dtype_is_float(b.dtype) ? "normalized error" : "mismatched fraction", err, tol,
-                    coarser ? ", a coarser dtype's: it follows bf16/f16 stores" : "");
-      summary = "output " + b.name + " " + line;
+      if (!written)
+        std::snprintf(line, sizeof line,
+                      "%llu element(s) the CPU reference writes were never written (still the "
+                      "poison set before the run) and %llu written only by this run, first at "
+                      "element %llu",
+                      static_cast<unsigned long long>(pd.unwritten),
+                      static_cast<unsigned long long>(pd.extra),
+                      static_cast<unsigned long long>(pd.first));
+      else
+        std::snprintf(line, sizeof line, "differs from the CPU reference: %s %.3g (tolerance %.3g%s)",
+                      dtype_is_float(b.dtype) ? "normalized error" : "mismatched fraction", err,
+                      tol, coarser ? ", a coarser dtype's: it follows bf16/f16 stores" : "");
+      summary = "output " + b.name + ": " + line;
     }
+    ok = ok && written;
     passed = passed && ok;
     outs.push_back({{"name", b.name}, {"dtype", std::string(dtype_name(b.dtype))},
-                    {"error", err}, {"tolerance", tol}, {"passed", ok}});
+                    {"error", err}, {"tolerance", tol}, {"poisoned", poison},
+                    {"unwritten", pd.unwritten}, {"passed", ok}});
   }
   if (passed)
     summary = "every output matches the CPU reference" +
               (loosened.empty() ? std::string()
                                 : " (" + loosened + ": following bf16/f16 stores, at a coarser "
                                   "dtype's tolerance)");
-  return ordered_json{{"passed", passed}, {"summary", summary}, {"worst", worst}, {"outputs", outs}};
+  return ordered_json{{"passed", passed},
+                      {"summary", summary},
+                      {"worst", worst},
+                      {"poisoned", buffer_names(program, poisoned)},
+                      {"outputs", outs}};
 }
 
 std::string describe_outputs(const Program& program, const HostBuffers& buffers) {

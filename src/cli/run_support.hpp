@@ -18,10 +18,14 @@ namespace amk::cli {
                                       const std::vector<std::byte>& b, uint64_t elements);
 
 // Runs the CPU backend from `initial` (in place: pass a copy when the caller still needs it) and
-// compares every output buffer with `result`.
-// Returns {passed, summary, worst, outputs: [{name, dtype, error, tolerance, passed}]}.
+// compares every output buffer with `result`. `poisoned` (indexed like the buffers, may be empty):
+// outputs both runs started poisoned (backend/check_inputs.hpp); an element the reference writes
+// that still holds the poison in `result` fails the check whatever its value.
+// Returns {passed, summary, worst, poisoned, outputs: [{name, dtype, error, tolerance, poisoned,
+// unwritten, passed}]}.
 [[nodiscard]] ordered_json check_against_cpu(const Program& program, HostBuffers initial,
-                                             const HostBuffers& result, uint32_t iterations);
+                                             const HostBuffers& result, uint32_t iterations,
+                                             const std::vector<bool>& poisoned);
 
 // "name f32[4] = [0.1, 0.2, ...]  (min, max, mean)" per output buffer.
 [[nodiscard]] std::string describe_outputs(const Program& program, const HostBuffers& buffers);

@@ -105,6 +105,18 @@ done
 [ "$(json_field "$tmp/run1/report.json" "j['status'] + ' ' + j['backend']")" = "ok cpu" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL report status/backend"; }
 expect_rc 0 "run --check on cpu" -- "$amk" --json run "$sample" --backend cpu --check
 [ "$(json_field "$tmp/out" "j['check']['passed']")" = True ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL check passed"; }
+# --check starts the outputs whose zeros nothing reads poisoned (on both backends), says which,
+# and writes what a run without it writes.
+[ "$(json_field "$tmp/out" "j['check']['poisoned'] + ' ' + str(j['check']['outputs'][0]['poisoned']) + ' ' + str(j['check']['outputs'][0]['unwritten'])")" = "out True 0" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL check's poisoned outputs"; }
+expect_rc 0 "run --check -o" -- "$amk" run "$sample" --backend cpu --check -o "$tmp/run_checked"
+expect_grep "$tmp/out" "^check: poisoned before the run, every element the reference writes written: out$" "--check names the poisoned outputs"
+cmp -s "$tmp/run1/out.npy" "$tmp/run_checked/out.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --check changed the written outputs"; }
+# --reseed: the random inits drawn from other seeds (another data fingerprint, other outputs).
+expect_rc 0 "run --reseed --check" -- "$amk" run "$sample" --backend cpu --check --reseed 5 -o "$tmp/run_reseed"
+expect_grep "$tmp/out" "^inputs: [0-9]* random init(s) reseeded from 5$" "--reseed says so"
+[ "$(json_field "$tmp/run_reseed/report.json" "str(j['extra']['reseed']) + ' ' + str(j['program']['data_fingerprint'] != json.load(open('$tmp/run1/report.json'))['program']['data_fingerprint'])")" = "5 True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --reseed's report"; }
+! cmp -s "$tmp/run1/out.npy" "$tmp/run_reseed/out.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --reseed left the outputs as they were"; }
+expect_rc 2 "--reseed not a number" -- "$amk" run "$sample" --backend cpu --reseed five
 
 # A failed run leaves the previous outputs untouched.
 cp "$tmp/run1/out.npy" "$tmp/before.npy"

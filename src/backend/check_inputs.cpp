@@ -67,6 +67,9 @@ std::vector<bool> poisonable_outputs(const Program& program) {
       const View v{i, o.offset, o.offset + o.extent};
       if (sig == nullptr || k >= sig->operands.size())
         ok[o.buffer] = false;  // a custom op: no declared access
+      else if (ins.op == static_cast<uint16_t>(OpId::kv_append) &&
+               sig->operands[k].access == Access::write)
+        ok[o.buffer] = false;  // writes one position of its cache view and keeps the others
       else if (sig->operands[k].access == Access::write)
         writers[o.buffer].push_back(v);
       else if (sig->operands[k].access == Access::read)

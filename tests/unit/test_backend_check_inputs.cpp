@@ -16,7 +16,7 @@ using namespace amk;
 namespace {
 
 // Buffer order: 0 x, 1 full, 2 after, 3 half, 4 after_half, 5 consts, 6 bytes_in, 7 bytes,
-// 8 idx, 9 wk, 10 acc, 11 custom, 12 plain (not an output), 13 x8.
+// 8 idx, 9 wk, 10 acc, 11 custom, 12 plain (not an output), 13 x8, 14 cache.
 Program sample(bool with_custom) {
   std::string text = R"({
   "format": "amk.program", "version": 1, "name": "poison_rules",
@@ -35,7 +35,8 @@ Program sample(bool with_custom) {
     {"name": "acc", "dtype": "f32", "shape": [4], "output": true},
     {"name": "custom", "dtype": "f32", "shape": [64], "output": true},
     {"name": "plain", "dtype": "f32", "shape": [64]},
-    {"name": "x8", "dtype": "f32", "shape": [8], "init": {"kind": "random", "seed": 14}}
+    {"name": "x8", "dtype": "f32", "shape": [8], "init": {"kind": "random", "seed": 14}},
+    {"name": "cache", "dtype": "f32", "shape": [2, 3, 4], "output": true}
   ],
   "counters": ["m", "n"],)";
   if (with_custom)
@@ -55,7 +56,9 @@ Program sample(bool with_custom) {
     {"name": "to_bytes", "op": "copy", "operands": {"x": "bytes_in", "y": "bytes"}},
     {"name": "pick", "op": "argmax", "operands": {"x": "x", "index": "idx"}},
     {"name": "split", "op": "gemv_splitk", "operands": {"w": "wk", "x": "x8", "y": "acc"}},
-    {"name": "to_plain", "op": "copy", "operands": {"x": "x", "y": "plain"}})";
+    {"name": "to_plain", "op": "copy", "operands": {"x": "x", "y": "plain"}},
+    {"name": "append", "op": "kv_append", "operands": {"x": {"buffer": "x", "offset": 0, "extent": 8},
+     "cache": "cache"}, "params": {"head_dim": 4, "position": 1, "max_len": 3}})";
   if (with_custom)
     text += R"(,
     {"name": "mine", "op": "my_op", "operands": {"a": "x", "out": "custom"}})";
@@ -90,6 +93,7 @@ TEST_CASE("the outputs --check poisons: only where the initial zeros cannot reac
   CHECK_FALSE(w[10]);  // acc: accumulated into with atomics
   CHECK_FALSE(w[11]);  // custom: a custom op declares no access
   CHECK_FALSE(w[12]);  // plain: not an output
+  CHECK_FALSE(w[14]);  // cache: kv_append writes one position and keeps the others
   CHECK_FALSE(w[0]);
   CHECK(buffer_names(p, w) == "full, after, after_half, idx");
 }

@@ -1,5 +1,7 @@
 // amk run PROGRAM: load, verify, plan, execute (GPU, or the CPU reference backend), optionally
 // compare with the CPU backend (--check), and write outputs (-o DIR) and report.json.
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -210,7 +212,18 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
                 "compare every output with the CPU backend (normalized error at the output dtype's tolerance, or a coarser one where it follows bf16/f16 stores: README)");
   cmd->add_flag("--save-inputs", o->save_inputs, "also write every input buffer under OUT/inputs");
   cmd->add_option("--reseed", o->reseed,
-                  "draw every random init from another seed (random_bits(RESEED, seed): schemas/init.md)");
+                  "draw every random init from another seed (random_bits(RESEED, seed): schemas/init.md)")
+      ->check([](const std::string& v) -> std::string {
+        // (CLI11 would take "-1" as 2^64 - 1 and "" as 0: only a plain decimal in range is one)
+        uint64_t x = 0;
+        const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+        const bool digits = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
+          return c >= '0' && c <= '9';
+        });
+        return digits && ec == std::errc() && end == v.data() + v.size()
+                   ? std::string()
+                   : "expected a decimal integer in 0..18446744073709551615, got '" + v + "'";
+      });
   cmd->add_option("--iterations", o->iterations, "passes over the program in one launch")
       ->check(CLI::Range(1u, 1000000u));
   cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms (overrides the program)")

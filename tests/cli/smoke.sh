@@ -117,6 +117,11 @@ expect_grep "$tmp/out" "^inputs: [0-9]* random init(s) reseeded from 5$" "--rese
 [ "$(json_field "$tmp/run_reseed/report.json" "str(j['extra']['reseed']) + ' ' + str(j['program']['data_fingerprint'] != json.load(open('$tmp/run1/report.json'))['program']['data_fingerprint'])")" = "5 True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --reseed's report"; }
 ! cmp -s "$tmp/run1/out.npy" "$tmp/run_reseed/out.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --reseed left the outputs as they were"; }
 expect_rc 2 "--reseed not a number" -- "$amk" run "$sample" --backend cpu --reseed five
+# ... nor a negative, empty or out-of-range one (CLI11 alone took "-1" as 2^64 - 1 and "" as 0).
+for bad_seed in -1 "" 18446744073709551616; do
+  expect_rc 2 "--reseed '$bad_seed'" -- "$amk" run "$sample" --backend cpu --reseed "$bad_seed"
+  expect_grep "$tmp/err" "at amk run: --reseed: expected a decimal integer" "--reseed '$bad_seed' is one located line"
+done
 
 # A failed run leaves the previous outputs untouched.
 cp "$tmp/run1/out.npy" "$tmp/before.npy"

@@ -146,8 +146,12 @@ bool is_poison(DType t, const std::byte* base, uint64_t i) noexcept {
 PoisonDiff compare_poison(DType t, const std::vector<std::byte>& run,
                           const std::vector<std::byte>& ref, uint64_t elements) {
   PoisonDiff d;
+  std::byte pattern[8];
+  const size_t n = poison_pattern(t, pattern);
+  if (n == 0) return d;
   for (uint64_t i = 0; i < elements; ++i) {
-    const bool a = is_poison(t, run.data(), i), b = is_poison(t, ref.data(), i);
+    const bool a = std::memcmp(run.data() + i * n, pattern, n) == 0;
+    const bool b = std::memcmp(ref.data() + i * n, pattern, n) == 0;
     if (a == b) continue;
     ++(a ? d.unwritten : d.extra);
     d.first = std::min(d.first, i);
@@ -159,12 +163,12 @@ uint64_t clear_poison(const Program& program, const std::vector<bool>& which, Ho
   uint64_t cleared = 0;
   for (size_t b = 0; b < program.buffers.size() && b < which.size(); ++b) {
     if (!which[b]) continue;
-    const DType t = program.buffers[b].dtype;
-    const size_t n = dtype_size(t);
+    std::byte pattern[8];
+    const size_t n = poison_pattern(program.buffers[b].dtype, pattern);
     std::vector<std::byte>& bytes = data.data[b];
-    for (uint64_t i = 0; (i + 1) * n <= bytes.size(); ++i)
-      if (is_poison(t, bytes.data(), i)) {
-        std::memset(bytes.data() + i * n, 0, n);
+    for (size_t at = 0; n != 0 && at + n <= bytes.size(); at += n)
+      if (std::memcmp(bytes.data() + at, pattern, n) == 0) {
+        std::memset(bytes.data() + at, 0, n);
         ++cleared;
       }
   }

@@ -29,6 +29,33 @@ typedef long long int64_t;
 #define AMK_MAX_SIGNALS 4u
 #define AMK_MAX_PARAMS 16u
 
+// Built-in op ids (amk_instruction_t::op). Part of the binary format and the device ABI: never
+// renumber. Retired ids stay reserved: a program that uses one is refused (op.retired).
+#ifdef __cplusplus
+enum class amk_op : uint16_t {
+  nop = 0,  // waits and signals only
+  copy = 1,
+  fill = 2,
+  add = 3,
+  mul = 4,
+  scale = 5,
+  silu_mul = 6,
+  rmsnorm = 7,
+  softmax = 8,
+  gemv = 9,
+  argmax = 10,
+  embedding = 11,
+  rope = 12,               // rotary position embedding (Llama 3 frequency scaling)
+  kv_append = 13,          // one position of every kv head into a layer's cache
+  attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
+  attention_combine = 15,  // merges attention_decode partials across chunks
+  // 16 (gemv_splitk), 17 (attention_combine_splitk), 18 (gemv_t): retired.
+};
+#endif
+// One past the highest id ever assigned to a built-in op; custom ops start at 1000.
+#define AMK_OP_ID_END 19u
+#define AMK_CUSTOM_OP_BASE 1000u
+
 // An operand slot that the instruction leaves empty (optional operands).
 #define AMK_NO_BUFFER 0xFFFFFFFFu
 
@@ -118,31 +145,6 @@ typedef struct alignas(16) amk_diag {
   uint32_t reserved[5];
 } amk_diag_t;
 
-// Weight streaming (kernels/amk_stream.cuh; off unless the AMK_STREAM_SLOTS tuning asks for it:
-// measured slower than the plain gemv on the Llama step, README). A gemv whose weights no instruction writes may load them
-// before its waits are met: the planner lists such steps per queue, and the block copies their
-// weights tile by tile into a ring of AMK_STREAM_SLOT_BYTES slots in dynamic shared memory, as
-// far ahead as the ring allows. A tile is `rows_per_tile` whole rows (chunks_per_row == 1) or
-// one chunk of `chunk_bytes` of one row (rows_per_tile == 1).
-#define AMK_STREAM_SLOT_BYTES 16384u
-#define AMK_STREAM_MAX_ROWS 1024u  // output rows of one streamed gemv (row sums live in smem)
-
-typedef struct alignas(16) amk_stream_entry {
-  uint64_t w;               // device address of w's first weight (the plan: byte offset in w_buffer)
-  uint64_t w2;              // GLU: second matrix, same geometry; 0 without
-  uint32_t step;            // position of the gemv in its queue
-  uint32_t item;            // the instruction
-  uint32_t w_buffer;
-  uint32_t w2_buffer;       // AMK_NO_BUFFER without
-  uint32_t rows;            // output rows
-  uint32_t row_bytes;       // K * weight size, a multiple of 16
-  uint32_t tiles;           // tiles per matrix
-  uint32_t rows_per_tile;
-  uint32_t chunks_per_row;
-  uint32_t chunk_bytes;     // bytes of a tile row (the last chunk of a row may be shorter)
-  uint32_t reserved[2];
-} amk_stream_entry_t;
-
 // The kernel's single parameter (besides __grid_constant__ tensor maps).
 typedef struct alignas(16) amk_device_program {
   const amk_instruction_t* instructions;
@@ -159,9 +161,6 @@ typedef struct alignas(16) amk_device_program {
   uint32_t n_buffers;
   uint32_t n_counters;
   uint32_t iterations;            // passes in this launch (waits compare value * pass)
-  uint32_t stream_slots;          // weight-stream ring slots in dynamic shared memory; 0: off
-  const uint32_t* stream_offsets;            // n_queues + 1 entries into stream_entries
-  const amk_stream_entry_t* stream_entries;  // queue after queue, in queue order
 } amk_device_program_t;
 
 #if !defined(__CUDACC_RTC__) && defined(__cplusplus)
@@ -169,7 +168,6 @@ static_assert(sizeof(amk_operand_t) == 16, "amk ABI: operand size");
 static_assert(sizeof(amk_instruction_t) == AMK_INSTRUCTION_BYTES, "amk ABI: instruction size");
 static_assert(sizeof(amk_buffer_t) == 32, "amk ABI: buffer size");
 static_assert(sizeof(amk_diag_t) == 64, "amk ABI: diag size");
-static_assert(sizeof(amk_stream_entry_t) == 64, "amk ABI: stream entry size");
 #endif
 
 #endif  // AMK_ABI_H

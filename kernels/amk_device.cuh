@@ -1,56 +1,31 @@
 // Device-side basics shared by the VM and every op family: the tensor-map type, per-block state,
 // element conversions, operand views, block reductions and the abort/diagnostic path.
 // Self-contained on purpose (no toolkit headers): NVRTC compiles it fast and without -I.
+// The generated source defines kAmkCfg and kAmkOps (amk_config.h) before including it.
 #ifndef AMK_DEVICE_CUH
 #define AMK_DEVICE_CUH
 
 #include "amk_abi.h"
+#include "amk_config.h"
 
-#ifndef AMK_BLOCK_THREADS
-#define AMK_BLOCK_THREADS 256
-#endif
-#ifndef AMK_TMA_COUNT
-#define AMK_TMA_COUNT 0
-#endif
-// Static shared scratch handed to every op (block reductions, custom ops).
-#ifndef AMK_SCRATCH_BYTES
-#define AMK_SCRATCH_BYTES 1024
-#endif
-
-// How op bodies are emitted. Inlined into the dispatch switch by default: calls through the ABI
-// would save live registers to a stack frame (local memory) around every op.
-#ifndef AMK_OP_FN
-#define AMK_OP_FN __device__ __forceinline__
-// The big ops (gemv and its variants, attention_decode) are inlined too by default;
-// AMK_HEAVY_OP_INLINE=0 makes them calls with their own register allocation. Measured on the
-// H200 (Llama-3.2-1B step): calls were 5-15% slower, although ptxas reports fewer spills in the
-// inlined VM, so inlining stays.
-#ifndef AMK_HEAVY_OP_INLINE
-#define AMK_HEAVY_OP_INLINE 1
-#endif
-#if AMK_HEAVY_OP_INLINE
-#define AMK_HEAVY_OP_FN __device__ __forceinline__
-#else
-#define AMK_HEAVY_OP_FN __device__ __noinline__
-#endif
-#endif
-
-static_assert(AMK_BLOCK_THREADS % 32 == 0 && AMK_BLOCK_THREADS >= 32 && AMK_BLOCK_THREADS <= 1024,
-              "AMK_BLOCK_THREADS must be a multiple of 32 in [32, 1024]");
+static_assert(amk_vm_config_error(kAmkCfg) == nullptr,
+              "kAmkCfg: a field is out of range (amk_vm_config_error names it)");
 
 constexpr unsigned kAmkWarpSize = 32;
-constexpr unsigned kAmkWarps = AMK_BLOCK_THREADS / kAmkWarpSize;
+constexpr unsigned kAmkBlockThreads = kAmkCfg.block_threads;
+constexpr unsigned kAmkWarps = kAmkBlockThreads / kAmkWarpSize;
 constexpr unsigned kAmkFullMask = 0xFFFFFFFFu;
 constexpr unsigned kAmkVectorBytes = 16;  // one ld/st.v4.u32
+// Static shared scratch handed to every op (block reductions, the RoPE table, custom ops).
+constexpr unsigned kAmkScratchBytes = 1024;
 
 // Byte-for-byte the driver's CUtensorMap (128 bytes, 64-byte aligned), under our own name so a
 // custom op may include <cuda.h> without a clash. The host copies encoded maps in as they are.
 struct alignas(64) amk_tensor_map {
   unsigned long long opaque[16];
 };
-#if AMK_TMA_COUNT > 0
 typedef struct alignas(64) amk_tma_table {
-  amk_tensor_map maps[AMK_TMA_COUNT];
+  amk_tensor_map maps[kAmkCfg.tma_maps > 0 ? kAmkCfg.tma_maps : 1];
 } amk_tma_table_t;
 
 // A TMA spec that gemv can stream: w rows of dim_k elements, the tensor's base `offset` elements
@@ -65,7 +40,6 @@ struct amk_tma_gemv_geom {
   uint64_t dim_rows;
   uint64_t offset;
 };
-#endif
 
 // What the block knows about itself; lives in shared memory so ops can stop the block.
 struct amk_block_state {
@@ -74,16 +48,21 @@ struct amk_block_state {
   uint64_t block_start;           // %globaltimer at entry (watchdog origin)
   const amk_buffer_t* buffers;    // prog.buffers, for amk_operand
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
-#ifdef AMK_TRACE
-  uint64_t* marks;                // the running instruction's two op marks in the trace, or null
-  uint64_t wait_end;              // when the waits an op ran itself ended (amk_step_wait)
-#endif
 };
 __shared__ amk_block_state amk_state;
+// With the trace: the running instruction's two op marks in the trace (or null), and when the
+// waits an op ran itself ended (amk_step_wait). Read and written by thread 0 only.
+struct amk_trace_state {
+  uint64_t* marks;
+  uint64_t wait_end;
+};
+__shared__ amk_trace_state amk_trace;
 
 // The waits of a step whose op does not run them itself (the VM ran them first; amk_sync.cuh's
 // amk_step_wait is the other kind).
 struct amk_no_wait {
+  static constexpr bool stop = false;  // (amk_step_wait's fields, for the VM's code over both)
+  uint32_t next_ins = 0;
   __device__ static constexpr bool active() { return false; }
   __device__ __forceinline__ constexpr void prime() const {}
   __device__ __forceinline__ constexpr bool operator()() const { return false; }
@@ -99,52 +78,15 @@ __device__ __forceinline__ uint64_t amk_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-// AMK_TRACE_MARK(k), k = 0 or 1: thread 0 stamps mark k of the running instruction in the trace
-// (words 2 + k of its kAmkTraceWords), where the op reaches a point worth timing (its loads
-// issued, its first data arrived). Compiled in only with the trace.
-#ifdef AMK_TRACE
+// Thread 0 stamps mark k (0 or 1) of the running instruction in the trace (words 2 + k of its
+// kAmkTraceWords) where the op reaches a point worth timing (its loads issued, its first data
+// arrived). Nothing without the trace.
 constexpr uint32_t kAmkTraceWords = 4;  // start, end, mark 0, mark 1 (kTraceWordsPerInstruction)
-#define AMK_TRACE_MARK(k)                                       \
-  do {                                                          \
-    if (threadIdx.x == 0 && amk_state.marks != nullptr)         \
-      amk_state.marks[k] = amk_globaltimer();                   \
-  } while (0)
-#else
-#define AMK_TRACE_MARK(k) \
-  do {                    \
-  } while (0)
-#endif
-// AMK_TRACE_MARKS_EARLY (a diagnostic for traced builds): attention_decode and
-// attention_combine stamp earlier points under the same mark names. 1: attention's mark 0 when the
-// op is entered and mark 1 when the tiled path starts staging q (K/V copies issued, RoPE table
-// ready); the combine's mark 0 when it is entered and mark 1 when the first (m, l) arrived.
-// 2: attention's mark 0 once its operands are decoded and the tiled path chosen (before the call)
-// and mark 1 once the K/V copies are issued (before the RoPE table); the combine's mark 0 once
-// its operands are decoded, mark 1 as with 1. 3: the turn-around of a gemv step that runs its own
-// wait (amk_step_wait) instead (attention and the combine mark as with 0): the step's start is
-// when the op is entered (not when its wait ends), mark 0 when its wait starts polling, mark 1
-// when the wait is over, so a trace splits the time from the block's previous step to this
-// one's wait end into the release and dispatch, the decode and preload, and the poll.
-// 4: a gemv through the shared-memory ring stamps mark 0 when its first weight batch has landed
-// (its cp.async group complete: after x' is staged and the rest of the ring issued), instead of
-// when the rest of the ring is issued; mark 1 as with 0. With the first batch requested before
-// the wait, a trace then tells whether it was in when the staging ended, or how long after.
-// 5 and 6: the tiled attention's later points (gemvs and the combine mark as with 0). 5: mark 0
-// once the scores are taken, mark 1 once the softmax is; 6: mark 0 once the split outputs'
-// partial sums are in shared memory (their merge's start), mark 1 once the outputs are written.
-// 7: the tiled attention runs twice (the second time without waits, on the same inputs, to the
-// same outputs: its code then warm), mark 0 when the second run starts, mark 1 when it ends.
-// 8: a gemv through the ring stamps mark 0 when its second weight batch has landed and mark 1
-// once it is reduced (beside 4's first batch: the same work on warm code and warm x).
-#ifndef AMK_TRACE_MARKS_EARLY
-#define AMK_TRACE_MARKS_EARLY 0
-#endif
-constexpr int kAmkMarksAttn = AMK_TRACE_MARKS_EARLY == 7 ? 7 : AMK_TRACE_MARKS_EARLY >= 3 ? 0 : AMK_TRACE_MARKS_EARLY;  // attention's level
-constexpr int kAmkMarksAttnLate = AMK_TRACE_MARKS_EARLY == 5 || AMK_TRACE_MARKS_EARLY == 6 ? AMK_TRACE_MARKS_EARLY - 4 : 0;  // 1, 2: its later points
-constexpr bool kAmkMarksTwice = AMK_TRACE_MARKS_EARLY == 7;  // attention twice
-constexpr bool kAmkMarksSecond = AMK_TRACE_MARKS_EARLY == 8;  // gemv's second batch
-constexpr bool kAmkMarksTurn = AMK_TRACE_MARKS_EARLY == 3;  // gemv's turn-around marks
-constexpr bool kAmkMarksLanded = AMK_TRACE_MARKS_EARLY == 4;  // gemv's first batch landed
+__device__ __forceinline__ void amk_trace_mark(uint32_t k) {
+  if constexpr (kAmkCfg.trace) {
+    if (threadIdx.x == 0 && amk_trace.marks != nullptr) amk_trace.marks[k] = amk_globaltimer();
+  }
+}
 __device__ __forceinline__ uint32_t amk_ld_relaxed(const uint32_t* p) {
   uint32_t v;
   asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -182,7 +124,7 @@ __device__ __forceinline__ uint32_t amk_dynamic_smem_size() {
   return v;
 }
 
-// ---- dynamic shared memory and mbarriers (the TMA gemv and the weight streams) ----
+// ---- dynamic shared memory and mbarriers (the TMA gemv, the attention tile) ----
 extern __shared__ __align__(128) unsigned char amk_dynamic_smem[];
 
 __device__ __forceinline__ void amk_mbar_init(uint32_t bar, uint32_t count) {
@@ -332,7 +274,7 @@ __device__ __forceinline__ void amk_fail_operand(const amk_device_program_t& pro
   amk_raise(prog, ins, AMK_STATUS_BAD_OPERAND, kAmkCounterNone, 0, 0, 0, detail);
 }
 
-// Waits for an mbarrier phase (a TMA tile, a stream slot) with the watchdog: false once the
+// Waits for an mbarrier phase (a TMA tile) with the watchdog: false once the
 // launch deadline passed (this thread raised) or another thread of the block already stopped it.
 __device__ __forceinline__ bool amk_mbar_wait(const amk_device_program_t& prog,
                                               const amk_instruction_t& ins, uint32_t bar,
@@ -357,38 +299,26 @@ struct amk_view {
   __device__ __forceinline__ bool present() const { return ptr != nullptr; }
 };
 
-// AMK_SMEM_BUFFERS: each block copies the buffer table's (address, dtype) pairs into shared
-// memory at its start (AMK_SMEM_BUFFER_CAP entries: the generated source sets both when the
-// program has at most kSmemBufferCap buffers), so an op's operand decode reads shared memory
-// instead of a global line. (A wait's acquire fence invalidates L1: after a wait, the global read
-// is an L2 round trip under load, on the critical path of every step.) Measured on the H200
-// (`amk profile --events --tuning-arms`, two interleaved rounds): Llama-3.2-1B step 1.1514 /
-// 1.1563 ms without, 1.1065 / 1.1068 with; Llama-3.1-8B 4.963 -> 4.916 ms.
-#ifndef AMK_SMEM_BUFFERS
-#define AMK_SMEM_BUFFERS 0
-#endif
-#if AMK_SMEM_BUFFERS
-#ifndef AMK_SMEM_BUFFER_CAP
-#error "AMK_SMEM_BUFFERS needs AMK_SMEM_BUFFER_CAP (the generated source sets it)"
-#endif
-// address | dtype << 56 (the executor refuses buffers placed above 2^56; GPU virtual addresses
-// are 49 bits).
-__shared__ uint64_t amk_buffer_tags[AMK_SMEM_BUFFER_CAP];
-#endif
+// smem_buffers: each block copies the buffer table's (address, dtype) pairs into shared memory
+// at its start, so an op's operand decode reads shared memory instead of a global line (a wait's
+// acquire fence invalidates L1: after a wait, the global read is an L2 round trip under load, on
+// the critical path of every step). Entry: address | dtype << 56 (the executor refuses buffers
+// placed above 2^56; GPU virtual addresses are 49 bits).
+__shared__ uint64_t amk_buffer_tags[kAmkCfg.smem_buffers ? kAmkCfg.buffers : 1];
 // The block's view of the buffer table, set up by every thread at the block's start (a barrier
 // must follow before any op runs).
 __device__ __forceinline__ void amk_buffers_init(const amk_device_program_t& prog) {
   if (threadIdx.x == 0) amk_state.buffers = prog.buffers;
-#if AMK_SMEM_BUFFERS
-  for (uint32_t i = threadIdx.x; i < AMK_SMEM_BUFFER_CAP && i < prog.n_buffers;
-       i += AMK_BLOCK_THREADS) {
-    uint32_t lo, hi;
-    amk_ldg_nc2(&prog.buffers[i].address, lo, hi);
-    const uint32_t dtype = amk_ldg_nc(&prog.buffers[i].dtype);
-    amk_buffer_tags[i] = (static_cast<uint64_t>(hi & 0xFFFFFFu) << 32 | lo) |
-                         static_cast<uint64_t>(dtype & 0xFFu) << 56;
+  if constexpr (kAmkCfg.smem_buffers) {
+    for (uint32_t i = threadIdx.x; i < kAmkCfg.buffers && i < prog.n_buffers;
+         i += kAmkBlockThreads) {
+      uint32_t lo, hi;
+      amk_ldg_nc2(&prog.buffers[i].address, lo, hi);
+      const uint32_t dtype = amk_ldg_nc(&prog.buffers[i].dtype);
+      amk_buffer_tags[i] = (static_cast<uint64_t>(hi & 0xFFFFFFu) << 32 | lo) |
+                           static_cast<uint64_t>(dtype & 0xFFu) << 56;
+    }
   }
-#endif
 }
 
 // Operand k of the running instruction.
@@ -402,25 +332,24 @@ __device__ __forceinline__ amk_view amk_operand(const amk_instruction_t& ins, ui
     v.dtype = AMK_DTYPE_F32;
     return v;
   }
-#if AMK_SMEM_BUFFERS
-  // (The loader checked every operand's buffer against the program's table, of at most
-  // AMK_SMEM_BUFFER_CAP entries.)
-  const uint64_t tag = amk_buffer_tags[buffer];
-  v.dtype = static_cast<uint32_t>(tag >> 56);
-  v.n = o.extent;
-  v.ptr = reinterpret_cast<unsigned char*>(tag & ((1ull << 56) - 1)) +
-          o.offset * amk_dtype_size(v.dtype);
-  return v;
-#else
-  const amk_buffer_t* b = amk_state.buffers + buffer;
-  uint32_t lo, hi;
-  amk_ldg_nc2(&b->address, lo, hi);
-  v.dtype = amk_ldg_nc(&b->dtype);
-  v.n = o.extent;
-  v.ptr = reinterpret_cast<unsigned char*>((static_cast<uint64_t>(hi) << 32) | lo) +
-          o.offset * amk_dtype_size(v.dtype);
-  return v;
-#endif
+  if constexpr (kAmkCfg.smem_buffers) {
+    // (The loader checked every operand's buffer against the program's table.)
+    const uint64_t tag = amk_buffer_tags[buffer];
+    v.dtype = static_cast<uint32_t>(tag >> 56);
+    v.n = o.extent;
+    v.ptr = reinterpret_cast<unsigned char*>(tag & ((1ull << 56) - 1)) +
+            o.offset * amk_dtype_size(v.dtype);
+    return v;
+  } else {
+    const amk_buffer_t* b = amk_state.buffers + buffer;
+    uint32_t lo, hi;
+    amk_ldg_nc2(&b->address, lo, hi);
+    v.dtype = amk_ldg_nc(&b->dtype);
+    v.n = o.extent;
+    v.ptr = reinterpret_cast<unsigned char*>((static_cast<uint64_t>(hi) << 32) | lo) +
+            o.offset * amk_dtype_size(v.dtype);
+    return v;
+  }
 }
 
 // Element i as float / stored from float (any dtype; integers convert like the host).
@@ -490,25 +419,21 @@ __device__ __forceinline__ amk_vec16 amk_ld16(const void* p) {
                : "l"(p));
   return v;
 }
-// Streaming load for data read once (weights, cache rows): skip L1 so activations stay there,
-// and mark the L2 line evict-first, so a step's streamed bytes do not push out what the VM
-// prefetched into L2 for the next instructions (amk_vm.cuh) or the activations.
-#ifndef AMK_STREAM_EVICT_FIRST
-#define AMK_STREAM_EVICT_FIRST 1
-#endif
-__device__ __forceinline__ amk_vec16 amk_ld16_stream(const void* p) {
-  amk_vec16 v;
-#if AMK_STREAM_EVICT_FIRST
+// The L2 policy of data read once (weights, cache rows): evict first, so a step's streamed
+// bytes do not push out what the VM prefetched into L2 for the next instructions (amk_vm.cuh)
+// or the activations.
+__device__ __forceinline__ uint64_t amk_evict_first_policy() {
   uint64_t policy;
   asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// Streaming load for data read once: skips L1 so activations stay there, evict-first in L2.
+__device__ __forceinline__ amk_vec16 amk_ld16_stream(const void* p) {
+  amk_vec16 v;
+  const uint64_t policy = amk_evict_first_policy();
   asm volatile("ld.global.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
                : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
                : "l"(p), "l"(policy));
-#else
-  asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
-#endif
   return v;
 }
 __device__ __forceinline__ void amk_st16(void* p, const amk_vec16& v) {
@@ -598,7 +523,7 @@ __device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t
 // A per-thread count tuned at 256 threads, scaled to the block so a block keeps the same total
 // (at least 1): how many 16-byte loads the single-block ops keep in flight per thread.
 __host__ __device__ constexpr uint32_t amk_per_thread_at_256(uint32_t n) {
-  return n * 256 / AMK_BLOCK_THREADS > 0 ? n * 256 / AMK_BLOCK_THREADS : 1;
+  return n * 256 / kAmkBlockThreads > 0 ? n * 256 / kAmkBlockThreads : 1;
 }
 
 // ---- short vector loads for the fast paths ----

@@ -9,18 +9,13 @@
 // Vectors in flight per thread (x2 operands) at 256 threads. A decode step's elementwise ops are
 // small and run on one block between two waits: 8192 floats take two rounds of loads. Wider
 // blocks keep the same bytes in flight with fewer per thread (their register budget is smaller).
-#ifndef AMK_ELT_UNROLL
-#define AMK_ELT_UNROLL 4
-#endif
-constexpr uint32_t kAmkEltUnroll = amk_per_thread_at_256(AMK_ELT_UNROLL);
+constexpr uint32_t kAmkEltUnroll = amk_per_thread_at_256(4);
 
-// Which float dtypes get a vectorized instantiation (the generated source lists those the
-// program's elementwise instructions store; by hand, all three). Others take the scalar path.
-#if !defined(AMK_ELT_DTYPES_LISTED)
-#define AMK_ELT_F32 1
-#define AMK_ELT_F16 1
-#define AMK_ELT_BF16 1
-#endif
+// Which float dtypes get a vectorized instantiation (kAmkOps.elt: those the program's
+// elementwise instructions store). Others take the scalar path.
+AMK_HD constexpr bool amk_elt_vectorized(uint32_t dtype) {
+  return (kAmkOps.elt & amk_dtype_bit(dtype)) != 0;
+}
 
 enum amk_elt_kind : uint32_t { kAmkEltAdd, kAmkEltMul, kAmkEltSiluMul, kAmkEltScale, kAmkEltFill };
 
@@ -42,11 +37,11 @@ __device__ __forceinline__ uint32_t amk_elt_vector(const unsigned char* a, const
   constexpr bool kUsesA = K != kAmkEltFill;
   constexpr bool kUsesB = K == kAmkEltAdd || K == kAmkEltMul || K == kAmkEltSiluMul;
   const uint32_t nv = n / kPer;
-  for (uint32_t base = threadIdx.x; base < nv; base += AMK_BLOCK_THREADS * kAmkEltUnroll) {
+  for (uint32_t base = threadIdx.x; base < nv; base += kAmkBlockThreads * kAmkEltUnroll) {
     amk_vec16 va[kAmkEltUnroll], vb[kAmkEltUnroll];
 #pragma unroll
     for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
-      const uint32_t v = base + u * AMK_BLOCK_THREADS;
+      const uint32_t v = base + u * kAmkBlockThreads;
       if (v < nv) {
         if (kUsesA) va[u] = amk_ld16(a + static_cast<uint64_t>(v) * kAmkVectorBytes);
         if (kUsesB) vb[u] = amk_ld16(b + static_cast<uint64_t>(v) * kAmkVectorBytes);
@@ -54,7 +49,7 @@ __device__ __forceinline__ uint32_t amk_elt_vector(const unsigned char* a, const
     }
 #pragma unroll
     for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
-      const uint32_t v = base + u * AMK_BLOCK_THREADS;
+      const uint32_t v = base + u * kAmkBlockThreads;
       if (v < nv) {
         float fa[kPer], fb[kPer], fy[kPer];
         if (kUsesA) T::unpack(va[u], fa);
@@ -80,17 +75,20 @@ __device__ __forceinline__ void amk_elt_run(const amk_view& a, const amk_view& b
   const bool aligned = amk_aligned16(y.ptr) && (!kUsesA || amk_aligned16(a.ptr)) &&
                        (!kUsesB || amk_aligned16(b.ptr));
   if (same && aligned) {
-#if AMK_ELT_F32
-    if (y.dtype == AMK_DTYPE_F32) done = amk_elt_vector<K, AMK_DTYPE_F32>(a.ptr, b.ptr, y.ptr, n, alpha);
-#endif
-#if AMK_ELT_BF16
-    if (y.dtype == AMK_DTYPE_BF16) done = amk_elt_vector<K, AMK_DTYPE_BF16>(a.ptr, b.ptr, y.ptr, n, alpha);
-#endif
-#if AMK_ELT_F16
-    if (y.dtype == AMK_DTYPE_F16) done = amk_elt_vector<K, AMK_DTYPE_F16>(a.ptr, b.ptr, y.ptr, n, alpha);
-#endif
+    if constexpr (amk_elt_vectorized(AMK_DTYPE_F32)) {
+      if (y.dtype == AMK_DTYPE_F32)
+        done = amk_elt_vector<K, AMK_DTYPE_F32>(a.ptr, b.ptr, y.ptr, n, alpha);
+    }
+    if constexpr (amk_elt_vectorized(AMK_DTYPE_BF16)) {
+      if (y.dtype == AMK_DTYPE_BF16)
+        done = amk_elt_vector<K, AMK_DTYPE_BF16>(a.ptr, b.ptr, y.ptr, n, alpha);
+    }
+    if constexpr (amk_elt_vectorized(AMK_DTYPE_F16)) {
+      if (y.dtype == AMK_DTYPE_F16)
+        done = amk_elt_vector<K, AMK_DTYPE_F16>(a.ptr, b.ptr, y.ptr, n, alpha);
+    }
   }
-  for (uint32_t i = done + threadIdx.x; i < n; i += AMK_BLOCK_THREADS) {
+  for (uint32_t i = done + threadIdx.x; i < n; i += kAmkBlockThreads) {
     const float fa = kUsesA ? amk_load_f32(a, i) : 0.0f;
     const float fb = kUsesB ? amk_load_f32(b, i) : 0.0f;
     amk_store_f32(y, i, amk_elt_apply<K>(fa, fb, alpha));
@@ -101,34 +99,25 @@ __device__ __forceinline__ float amk_param_f32(const amk_instruction_t& ins, uin
   return __uint_as_float(ins.params[k]);
 }
 
-#if AMK_USE_OP_ADD
-AMK_OP_FN void amk_op_add(const amk_device_program_t&, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_add(const amk_device_program_t&, const amk_instruction_t& ins,
                                         unsigned char*) {
   amk_elt_run<kAmkEltAdd>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
 }
-#endif
-#if AMK_USE_OP_MUL
-AMK_OP_FN void amk_op_mul(const amk_device_program_t&, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_mul(const amk_device_program_t&, const amk_instruction_t& ins,
                                         unsigned char*) {
   amk_elt_run<kAmkEltMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
 }
-#endif
-#if AMK_USE_OP_SILU_MUL
-AMK_OP_FN void amk_op_silu_mul(const amk_device_program_t&,
+__device__ __forceinline__ void amk_op_silu_mul(const amk_device_program_t&,
                                              const amk_instruction_t& ins, unsigned char*) {
   amk_elt_run<kAmkEltSiluMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2),
                               0.0f);
 }
-#endif
-#if AMK_USE_OP_SCALE
-AMK_OP_FN void amk_op_scale(const amk_device_program_t&,
+__device__ __forceinline__ void amk_op_scale(const amk_device_program_t&,
                                           const amk_instruction_t& ins, unsigned char*) {
   const amk_view x = amk_operand(ins, 0);
   amk_elt_run<kAmkEltScale>(x, x, amk_operand(ins, 1), amk_param_f32(ins, 0));
 }
-#endif
-#if AMK_USE_OP_FILL
-AMK_OP_FN void amk_op_fill(const amk_device_program_t&, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_fill(const amk_device_program_t&, const amk_instruction_t& ins,
                                          unsigned char*) {
   const amk_view y = amk_operand(ins, 0);
   const float value = amk_param_f32(ins, 0);
@@ -138,12 +127,10 @@ AMK_OP_FN void amk_op_fill(const amk_device_program_t&, const amk_instruction_t&
     amk_elt_run<kAmkEltFill>(y, y, y, value);
     return;
   }
-  for (uint32_t i = threadIdx.x; i < y.n; i += AMK_BLOCK_THREADS) amk_store_f32(y, i, value);
+  for (uint32_t i = threadIdx.x; i < y.n; i += kAmkBlockThreads) amk_store_f32(y, i, value);
 }
-#endif
-#if AMK_USE_OP_COPY
 // Same dtype: a byte copy (16-byte vectors when aligned). Float <-> float: converts.
-AMK_OP_FN void amk_op_copy(const amk_device_program_t&, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_copy(const amk_device_program_t&, const amk_instruction_t& ins,
                                          unsigned char*) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view y = amk_operand(ins, 1);
@@ -153,26 +140,25 @@ AMK_OP_FN void amk_op_copy(const amk_device_program_t&, const amk_instruction_t&
     uint64_t done = 0;
     if (amk_aligned16(x.ptr) && amk_aligned16(y.ptr)) {
       const uint64_t nv = bytes / kAmkVectorBytes;
-      for (uint64_t base = threadIdx.x; base < nv; base += AMK_BLOCK_THREADS * kAmkEltUnroll) {
+      for (uint64_t base = threadIdx.x; base < nv; base += kAmkBlockThreads * kAmkEltUnroll) {
         amk_vec16 v[kAmkEltUnroll];
 #pragma unroll
         for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
-          const uint64_t i = base + u * AMK_BLOCK_THREADS;
+          const uint64_t i = base + u * kAmkBlockThreads;
           if (i < nv) v[u] = amk_ld16(x.ptr + i * kAmkVectorBytes);
         }
 #pragma unroll
         for (uint32_t u = 0; u < kAmkEltUnroll; ++u) {
-          const uint64_t i = base + u * AMK_BLOCK_THREADS;
+          const uint64_t i = base + u * kAmkBlockThreads;
           if (i < nv) amk_st16(y.ptr + i * kAmkVectorBytes, v[u]);
         }
       }
       done = nv * kAmkVectorBytes;
     }
-    for (uint64_t i = done + threadIdx.x; i < bytes; i += AMK_BLOCK_THREADS) y.ptr[i] = x.ptr[i];
+    for (uint64_t i = done + threadIdx.x; i < bytes; i += kAmkBlockThreads) y.ptr[i] = x.ptr[i];
     return;
   }
-  for (uint32_t i = threadIdx.x; i < n; i += AMK_BLOCK_THREADS) amk_store_f32(y, i, amk_load_f32(x, i));
+  for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads) amk_store_f32(y, i, amk_load_f32(x, i));
 }
-#endif
 
 #endif  // AMK_OPS_ELEMENTWISE_CUH

@@ -5,7 +5,6 @@
 
 #include "amk_device.cuh"
 
-#if AMK_USE_OP_ARGMAX
 // (value, index) pairs: larger value wins, ties go to the smaller index, NaN never wins. An
 // empty or all-NaN input yields index 0.
 __device__ __forceinline__ void amk_argmax_merge(float& bv, uint32_t& bi, float v, uint32_t i) {
@@ -16,13 +15,10 @@ __device__ __forceinline__ void amk_argmax_merge(float& bv, uint32_t& bi, float 
 }
 
 // 16-byte loads in flight per thread at 256 threads (the same bytes per block at any size).
-#ifndef AMK_ARGMAX_UNROLL
-#define AMK_ARGMAX_UNROLL 8
-#endif
-constexpr uint32_t kAmkArgmaxUnroll = amk_per_thread_at_256(AMK_ARGMAX_UNROLL);
+constexpr uint32_t kAmkArgmaxUnroll = amk_per_thread_at_256(8);
 
 // Operands x, index, value?, index_map?; param base (schemas/README.md).
-AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const amk_instruction_t& ins,
                              unsigned char* scratch) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
@@ -33,16 +29,16 @@ AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_
     // The usual case (f32 logits): 16-byte loads, kAmkArgmaxUnroll per thread issued before any
     // is compared. One dependent load per element cost 143 us on 128256 logits (H200).
     const uint32_t nv = x.n / 4;
-    for (uint32_t base = threadIdx.x; base < nv; base += AMK_BLOCK_THREADS * kAmkArgmaxUnroll) {
+    for (uint32_t base = threadIdx.x; base < nv; base += kAmkBlockThreads * kAmkArgmaxUnroll) {
       amk_vec16 v[kAmkArgmaxUnroll];
 #pragma unroll
       for (uint32_t u = 0; u < kAmkArgmaxUnroll; ++u) {
-        const uint32_t i = base + u * AMK_BLOCK_THREADS;
+        const uint32_t i = base + u * kAmkBlockThreads;
         if (i < nv) v[u] = amk_ld16(x.ptr + 16ull * i);
       }
 #pragma unroll
       for (uint32_t u = 0; u < kAmkArgmaxUnroll; ++u) {
-        const uint32_t i = base + u * AMK_BLOCK_THREADS;
+        const uint32_t i = base + u * kAmkBlockThreads;
         if (i < nv)
 #pragma unroll
           for (uint32_t e = 0; e < 4; ++e) amk_argmax_merge(bv, bi, __uint_as_float(v[u].w[e]), 4 * i + e);
@@ -50,7 +46,7 @@ AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_
     }
     done = nv * 4;
   }
-  for (uint32_t i = done + threadIdx.x; i < x.n; i += AMK_BLOCK_THREADS)
+  for (uint32_t i = done + threadIdx.x; i < x.n; i += kAmkBlockThreads)
     amk_argmax_merge(bv, bi, amk_load_f32(x, i), i);
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) {
@@ -92,12 +88,10 @@ AMK_OP_FN void amk_op_argmax(const amk_device_program_t&, const amk_instruction_
   }
   __syncthreads();  // scratch is reused by the next op
 }
-#endif
 
-#if AMK_USE_OP_EMBEDDING
 // y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids). An id outside the table's rows stops
 // the launch with AMK_STATUS_BAD_OPERAND (detail = the id); nothing of that row is written.
-AMK_OP_FN void amk_op_embedding(const amk_device_program_t& prog, const amk_instruction_t& ins,
+__device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& prog, const amk_instruction_t& ins,
                                 unsigned char*) {
   const amk_view table = amk_operand(ins, 0);
   const amk_view ids = amk_operand(ins, 1);
@@ -123,17 +117,16 @@ AMK_OP_FN void amk_op_embedding(const amk_device_program_t& prog, const amk_inst
       uint32_t done = 0;
       if (amk_aligned16(s) && amk_aligned16(d)) {
         const uint32_t nv = bytes / kAmkVectorBytes;
-        for (uint32_t v = threadIdx.x; v < nv; v += AMK_BLOCK_THREADS)
+        for (uint32_t v = threadIdx.x; v < nv; v += kAmkBlockThreads)
           amk_st16(d + v * kAmkVectorBytes, amk_ld16(s + v * kAmkVectorBytes));
         done = nv * kAmkVectorBytes;
       }
-      for (uint32_t b = done + threadIdx.x; b < bytes; b += AMK_BLOCK_THREADS) d[b] = s[b];
+      for (uint32_t b = done + threadIdx.x; b < bytes; b += kAmkBlockThreads) d[b] = s[b];
     } else {
-      for (uint32_t k = threadIdx.x; k < dim; k += AMK_BLOCK_THREADS)
+      for (uint32_t k = threadIdx.x; k < dim; k += kAmkBlockThreads)
         amk_store_f32(y, dst + k, amk_load_f32(table, src + k));
     }
   }
 }
-#endif
 
 #endif  // AMK_OPS_MISC_CUH

@@ -1,7 +1,7 @@
 // gemv through the bulk tensor copy engine (TMA). Used when the instruction's w buffer is covered
 // by a rank-2 TMA spec whose rows are the matrix rows (dims = [K, rows], no swizzle, no
 // interleave, unit element strides; the generated source lists such specs in
-// amk_tma_gemv_lookup). Thread 0 keeps up to kAmkTmaMaxStages box-sized tiles in flight in
+// amk_tma_gemv_lookup, which it always defines). Thread 0 keeps up to kAmkTmaMaxStages box-sized tiles in flight in
 // dynamic shared memory, each completing on its own mbarrier; all warps reduce a tile while the
 // next ones land. Tiles run row-tile major, so row r's partial sums live in shared memory until
 // its last column tile. Returns false (the caller takes the plain path) when the instruction
@@ -11,9 +11,7 @@
 
 #include "amk_device.cuh"
 
-constexpr uint32_t kAmkTmaMaxStages = 4;
-constexpr uint32_t kAmkTmaAlign = 128;        // TMA destination alignment (covers swizzle modes)
-constexpr uint32_t kAmkTmaBarrierBytes = 64;  // kAmkTmaMaxStages 8-byte mbarriers, padded
+// (kAmkTmaMaxStages, kAmkTmaAlign, amk_tma_stage_bytes, amk_tma_head_bytes: amk_config.h)
 
 __device__ __forceinline__ void amk_tma_load_2d(uint32_t dst, const amk_tensor_map* map, int32_t c0,
                                                 int32_t c1, uint32_t bar) {
@@ -61,7 +59,7 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
     amk_mbar_init_fence();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
-  for (uint32_t j = threadIdx.x; j < g.box_rows; j += AMK_BLOCK_THREADS) acc[j] = 0.0f;
+  for (uint32_t j = threadIdx.x; j < g.box_rows; j += kAmkBlockThreads) acc[j] = 0.0f;
   __syncthreads();
   if (threadIdx.x == 0)
     for (uint32_t t = 0; t < stages && t < tiles; ++t) issue(t);
@@ -111,12 +109,26 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
     for (uint32_t s = 0; s < stages; ++s) amk_mbar_inval(bars + 8 * s);
 }
 
-#define AMK_GEMV_TMA_CASE(WN, XN)                                                              \
-  if (w.dtype == AMK_DTYPE_##WN && x.dtype == AMK_DTYPE_##XN) {                                \
-    amk_gemv_tma_run<AMK_DTYPE_##WN, AMK_DTYPE_##XN>(prog, ins, map, g, r0, rows, x, y, res,   \
-                                                     smem, head, stages, stage_bytes);         \
-    return true;                                                                               \
+// The pipeline for dtype pair (W, X), where the program uses the pair; false otherwise.
+template <uint32_t W, uint32_t X>
+__device__ __forceinline__ bool amk_gemv_tma_pair(const amk_device_program_t& prog,
+                                                  const amk_instruction_t& ins,
+                                                  const amk_tensor_map* map,
+                                                  const amk_tma_gemv_geom& g, uint64_t r0,
+                                                  uint32_t rows, const amk_view& w,
+                                                  const amk_view& x, const amk_view& y,
+                                                  const amk_view& res, unsigned char* smem,
+                                                  uint32_t head, uint32_t stages,
+                                                  uint32_t stage_bytes) {
+  if constexpr ((kAmkOps.gemv_pairs & amk_gemv_pair_bit(W, X)) != 0) {
+    if (w.dtype == W && x.dtype == X) {
+      amk_gemv_tma_run<W, X>(prog, ins, map, g, r0, rows, x, y, res, smem, head, stages,
+                             stage_bytes);
+      return true;
+    }
   }
+  return false;
+}
 
 __device__ __forceinline__ bool amk_gemv_tma(const amk_device_program_t& prog,
                                              const amk_instruction_t& ins, const amk_view& w,
@@ -138,43 +150,22 @@ __device__ __forceinline__ bool amk_gemv_tma(const amk_device_program_t& prog,
   const uint32_t pad = (kAmkTmaAlign - base % kAmkTmaAlign) % kAmkTmaAlign;
   unsigned char* smem = amk_dynamic_smem + pad;
   const uint32_t dyn = amk_dynamic_smem_size();
-  const uint32_t stage_bytes =
-      (g.box_k * g.box_rows * g.elem_bytes + kAmkTmaAlign - 1) / kAmkTmaAlign * kAmkTmaAlign;
-  const uint32_t head =
-      (kAmkTmaBarrierBytes + g.box_rows * 4 + kAmkTmaAlign - 1) / kAmkTmaAlign * kAmkTmaAlign;
+  const uint32_t stage_bytes = amk_tma_stage_bytes(g.box_k, g.box_rows, g.elem_bytes);
+  const uint32_t head = amk_tma_head_bytes(g.box_rows);
   if (dyn < pad + head + 2 * stage_bytes) return false;
   const uint32_t stages = min(kAmkTmaMaxStages, (dyn - pad - head) / stage_bytes);
   const amk_tensor_map* map = &tma->maps[g.slot];
 
-#if AMK_GEMV_F32_F32
-  AMK_GEMV_TMA_CASE(F32, F32)
-#endif
-#if AMK_GEMV_F32_F16
-  AMK_GEMV_TMA_CASE(F32, F16)
-#endif
-#if AMK_GEMV_F32_BF16
-  AMK_GEMV_TMA_CASE(F32, BF16)
-#endif
-#if AMK_GEMV_F16_F32
-  AMK_GEMV_TMA_CASE(F16, F32)
-#endif
-#if AMK_GEMV_F16_F16
-  AMK_GEMV_TMA_CASE(F16, F16)
-#endif
-#if AMK_GEMV_F16_BF16
-  AMK_GEMV_TMA_CASE(F16, BF16)
-#endif
-#if AMK_GEMV_BF16_F32
-  AMK_GEMV_TMA_CASE(BF16, F32)
-#endif
-#if AMK_GEMV_BF16_F16
-  AMK_GEMV_TMA_CASE(BF16, F16)
-#endif
-#if AMK_GEMV_BF16_BF16
-  AMK_GEMV_TMA_CASE(BF16, BF16)
-#endif
-  return false;
+  constexpr uint32_t F32 = AMK_DTYPE_F32, F16 = AMK_DTYPE_F16, BF16 = AMK_DTYPE_BF16;
+  return amk_gemv_tma_pair<F32, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<F32, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<F32, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<F16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<F16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<F16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<BF16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<BF16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
+         amk_gemv_tma_pair<BF16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes);
 }
-#undef AMK_GEMV_TMA_CASE
 
 #endif  // AMK_OPS_TMA_CUH

@@ -2,8 +2,8 @@
 """Checks amk's Llama decode step (`amk gen llama`) against an independent numpy implementation.
 
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
-        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops | --glu-gemv] [--down split|rows]
-        [--o-proj split|rows]
+        [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops]
+        [--attn-chunks N] [--combine steps|oproj] [--combine-heads N] [--mlp-act f32|bf16]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -17,7 +17,7 @@ What it does:
    `_compute_llama3_parameters` and `rotate_half`, the new k/v row joining the cached ones
    unrounded (amk's fused (default) and unfused layers take it from the projections) or, with
    --rope-ops, rounded to bf16 as the cache stores it (kv_append runs before attention), grouped-query attention with a plain softmax over all
-   positions, o-proj + residual, SwiGLU MLP + residual, final norm, lm_head (tied to the
+   positions, o_proj + residual, SwiGLU MLP + residual, final norm, lm_head (tied to the
    embedding for llama-3.2-1b)).
 4. Compares: the saved inputs against the file (both readers agree), the logits by normalized
    error ||amk - numpy|| / ||numpy|| (amk keeps f32 activations over the same bf16 weights, so
@@ -160,20 +160,12 @@ def main():
                     help="generate the fused layer (amk gen llama --fused; amk's default too)")
     ap.add_argument("--unfused", action="store_true",
                     help="generate the unfused layer (amk gen llama --unfused)")
-    ap.add_argument("--glu-gemv", action="store_true",
-                    help="generate the layer with gate/up as one GLU gemv (amk gen llama --glu-gemv)")
     ap.add_argument("--rope-ops", action="store_true",
                     help="generate the layer with rope and kv_append instructions (amk gen llama --rope-ops)")
-    ap.add_argument("--down", choices=["split", "rows", "transposed"],
-                    help="the fused layer's down projection (amk gen llama --down; default rows)")
     ap.add_argument("--attn-chunks", type=int,
                     help="attention chunks per kv head (amk gen llama --attn-chunks)")
-    ap.add_argument("--attn-sync", choices=["head", "layer"],
-                    help="attention's dependencies (amk gen llama --attn-sync; default head)")
-    ap.add_argument("--o-proj", choices=["split", "rows"],
-                    help="the attention output projection (amk gen llama --o-proj; default rows)")
-    ap.add_argument("--combine", choices=["steps", "arrive", "oproj"],
-                    help="how attention's chunks are merged (amk gen llama --combine; default steps)")
+    ap.add_argument("--combine", choices=["steps", "oproj"],
+                    help="how attention's chunks are merged (amk gen llama --combine; default auto)")
     ap.add_argument("--combine-heads", type=int,
                     help="kv heads a combine merges (amk gen llama --combine-heads)")
     ap.add_argument("--mlp-act", choices=["f32", "bf16"],
@@ -196,16 +188,8 @@ def main():
             gen += ["--unfused"]
         if args.rope_ops:
             gen += ["--rope-ops"]
-        if args.glu_gemv:
-            gen += ["--glu-gemv"]
         if args.attn_chunks:
             gen += ["--attn-chunks", str(args.attn_chunks)]
-        if args.down:
-            gen += ["--down", args.down]
-        if args.attn_sync:
-            gen += ["--attn-sync", args.attn_sync]
-        if args.o_proj:
-            gen += ["--o-proj", args.o_proj]
         if args.combine:
             gen += ["--combine", args.combine]
         if args.combine_heads is not None:
@@ -219,9 +203,6 @@ def main():
                 return 2
 
         tensors, meta = read_safetensors(weights)
-        # --down transposed stores the down projection as its transpose, "<HF name>.T".
-        for name in [n for n in tensors if n.endswith(".T")]:
-            tensors[name[:-2]] = tensors.pop(name).T
         cfg = json.loads(meta["amk.config"])
         manifest = json.load(open(os.path.join(out, "manifest.json")))
         outputs = {e["name"]: np.load(os.path.join(out, e["file"])) for e in manifest["outputs"]}

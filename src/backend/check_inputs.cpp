@@ -75,7 +75,7 @@ std::vector<bool> poisonable_outputs(const Program& program) {
       else if (sig->operands[k].access == Access::read)
         readers[o.buffer].push_back(v);
       else
-        ok[o.buffer] = false;  // read_write, accumulate: the initial zeros are part of the result
+        ok[o.buffer] = false;  // read_write: the initial zeros are part of the result
     }
   }
   uint64_t n_readers = 0;

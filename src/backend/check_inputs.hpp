@@ -21,8 +21,8 @@ uint32_t reseed_random_inits(Program& program, uint64_t reseed) noexcept;
 // whose view the writes ordered before the reader (through the counters, transitively) cover.
 // Their initial zeros then cannot reach anything the program computes: the poison changes only
 // what is left where nothing writes, which both backends leave alike. A buffer named by a
-// read_write or accumulate slot, by kv_append (which keeps the cache rows it does not write), or
-// by a custom op keeps its zeros.
+// read_write slot, by kv_append (which keeps the cache rows it does not write), or by a custom
+// op keeps its zeros.
 [[nodiscard]] std::vector<bool> poisonable_outputs(const Program& program);
 
 // The poison: a signaling NaN no arithmetic produces for floats (f32 0x7FA5A5A5, f16 0x7DA5,

@@ -57,25 +57,6 @@ std::string counter_label(const Program& program, uint32_t c) {
   return s;
 }
 
-// A member of an arrival group (a counter param: attention_combine's `arrive`) adds 1 to its
-// counter, and only the one completing a round of the next param's count runs the op (the
-// device does the same with an atomic add).
-bool arrives_last(const amk_instruction_t& ins, std::vector<uint64_t>& counters) {
-  const OpSig* sig = find_op(ins.op);
-  if (sig == nullptr) return true;
-  for (size_t k = 0; k + 1 < sig->params.size() && k + 1 < ins.n_params; ++k) {
-    if (sig->params[k].type != ParamType::counter || ins.params[k] == kNoCounter) continue;
-    const uint32_t c = ins.params[k], round = ins.params[k + 1];
-    if (c >= counters.size() || round == 0)
-      throw Error(ErrorKind::internal, "run.plan", "",
-                  "inconsistent plan: instruction " + std::to_string(ins.index) +
-                      " arrives on counter " + std::to_string(c) + " of " +
-                      std::to_string(counters.size()) + " with a round of " + std::to_string(round));
-    return ++counters[c] % round == 0;
-  }
-  return true;
-}
-
 }  // namespace
 
 CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffers,
@@ -146,7 +127,7 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
       continue;
     }
     const amk_instruction_t& ins = head_of(b);
-    if (arrives_last(ins, counters)) cpu_execute_instruction(program, ins, buffers);
+    cpu_execute_instruction(program, ins, buffers);
     ++stats.instructions_executed;
     for (uint32_t s = 0; s < ins.n_signals; ++s) {
       const uint32_t c = ins.signals[s].counter;

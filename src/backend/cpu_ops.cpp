@@ -256,11 +256,10 @@ void run_softmax(const Context& c) {
   }
 }
 
-// Row r of the matrix m (rows of k weights, ld apart; ld 0: k) dotted with x, in double.
-double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const float* x,
-                uint64_t ld = 0) {
+// Row r of the matrix m (rows of k weights) dotted with x, in double.
+double gemv_row(const Context& c, const View& m, uint64_t r, uint64_t k, const float* x) {
   const size_t item = dtype_size(m.dtype);
-  const std::byte* row = m.base + r * (ld != 0 ? ld : k) * item;
+  const std::byte* row = m.base + r * k * item;
   switch (m.dtype) {
     case DType::f32:
       return dot_row(row, x, k, item, [](const std::byte* p) {
@@ -343,60 +342,6 @@ void run_gemv(const Context& c) {
     if (w2.present) acc = acc / (1.0 + std::exp(-acc)) * gemv_row(c, w2, r, k, xv.data());
     if (res.present) acc += rv[r];
     store_f(y, r, acc);
-  }
-}
-
-// y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]) for K = xv.size() (ld 0: K): one rounding to
-// y's f32 per row, as the device's single atomic add per row does. The split-K ops' common part.
-void splitk_accumulate(const Context& c, const View& w, const std::vector<float>& xv, uint64_t ld,
-                       const View& y, const View& res) {
-  const uint64_t k = xv.size(), rows = y.extent;
-  if (ld == 0) ld = k;
-  c.require(k > 0 && rows > 0 && ld >= k && w.extent == (rows - 1) * ld + k,
-            "extent(w) " + n(w.extent) + " != (rows - 1) * ld + K for rows " + n(rows) + ", ld " +
-                n(ld) + ", K " + n(k));
-  c.require(!res.present || res.extent == rows,
-            "extent(residual) " + n(res.extent) + " != rows " + n(rows));
-  std::vector<float> rv;
-  if (res.present) rv = to_floats(res);
-  const std::vector<float> old = to_floats(y);
-  for (uint64_t r = 0; r < rows; ++r) {
-    double acc = gemv_row(c, w, r, k, xv.data(), ld);
-    if (res.present) acc += rv[r];
-    store_f(y, r, static_cast<double>(old[r]) + static_cast<double>(static_cast<float>(acc)));
-  }
-}
-
-void run_gemv_splitk(const Context& c) {
-  splitk_accumulate(c, c.operand(0), to_floats(c.operand(1)), c.param_word(0), c.operand(2),
-                    c.operand(3));
-}
-
-// y[n] += sum_k x[k] w[k * ld + n] (+ residual[n]) for K = extent(x), N = extent(y) (ld 0: N):
-// one rounding to y's f32 per element, as the device's single atomic add per element does.
-void run_gemv_t(const Context& c) {
-  const View w = c.operand(0), y = c.operand(2), res = c.operand(3);
-  const std::vector<float> xv = to_floats(c.operand(1));
-  const uint64_t k = xv.size(), cols = y.extent;
-  const uint64_t ld = c.param_word(0) != 0 ? c.param_word(0) : cols;
-  c.require(k > 0 && cols > 0 && ld >= cols && w.extent == (k - 1) * ld + cols,
-            "extent(w) " + n(w.extent) + " != (K - 1) * ld + N for K " + n(k) + ", ld " + n(ld) +
-                ", N " + n(cols));
-  c.require(!res.present || res.extent == cols,
-            "extent(residual) " + n(res.extent) + " != N " + n(cols));
-  std::vector<double> acc(cols, 0.0);
-  for (uint64_t r = 0; r < k; ++r) {
-    const double xr = xv[r];
-    const uint64_t base = r * ld;
-    for (uint64_t j = 0; j < cols; ++j) acc[j] += xr * static_cast<double>(load_f(w, base + j));
-  }
-  const std::vector<float> old = to_floats(y);
-  std::vector<float> rv;
-  if (res.present) rv = to_floats(res);
-  for (uint64_t j = 0; j < cols; ++j) {
-    double a = acc[j];
-    if (res.present) a += rv[j];
-    store_f(y, j, static_cast<double>(old[j]) + static_cast<double>(static_cast<float>(a)));
   }
 }
 
@@ -643,30 +588,6 @@ void run_attention_combine(const Context& c) {
   }
 }
 
-// x = query heads head0 .. head0 + count - 1 of attention_combine(partials), rounded to f32 as
-// the device stages it; then gemv_splitk's y[r] += sum_k w[r * ld + k] x[k] (+ residual[r]).
-void run_attention_combine_splitk(const Context& c) {
-  const View partials = c.operand(1);
-  const uint64_t hd = c.param_word(0), heads = c.param_word(1), head0 = c.param_word(2);
-  c.require(hd > 0 && heads > 0 && head0 < heads,
-            "head_dim " + n(hd) + ", heads " + n(heads) + ", head0 " + n(head0) +
-                ": need head_dim > 0 and head0 < heads");
-  const uint64_t count = c.param_word(3) != 0 ? c.param_word(3) : heads - head0;
-  c.require(head0 + count <= heads, "head0 + count " + n(head0 + count) + " > heads " + n(heads));
-  const uint64_t block = heads * (hd + 2);
-  c.require(partials.extent > 0 && partials.extent % block == 0,
-            "extent(partials) " + n(partials.extent) + " is not a positive multiple of heads * "
-            "(head_dim + 2) " + n(block));
-  const std::vector<float> pv = to_floats(partials);
-  std::vector<float> xv(count * hd);
-  std::vector<double> acc;
-  for (uint64_t i = 0; i < count; ++i) {
-    combine_head(pv, partials.extent / block, block, hd, head0 + i, acc);
-    for (uint64_t d = 0; d < hd; ++d) xv[i * hd + d] = static_cast<float>(acc[d]);
-  }
-  splitk_accumulate(c, c.operand(0), xv, c.param_word(4), c.operand(2), c.operand(3));
-}
-
 }  // namespace
 
 void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
@@ -698,9 +619,6 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::kv_append: return run_kv_append(c);
     case OpId::attention_decode: return run_attention_decode(c);
     case OpId::attention_combine: return run_attention_combine(c);
-    case OpId::gemv_splitk: return run_gemv_splitk(c);
-    case OpId::attention_combine_splitk: return run_attention_combine_splitk(c);
-    case OpId::gemv_t: return run_gemv_t(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -16,11 +16,15 @@ struct BenchCmdOptions {
   std::optional<uint64_t> timeout_ms;
   bool no_cache = false;
   std::string cache_dir;
+  VmArgs vm;
 };
 
 int run_bench_cmd(const GlobalOptions& g, BenchCmdOptions o) {
+  o.request.gpu.vm = parse_vm_args(o.vm);
+  o.request.gpu.line_info = o.vm.line_info;
   Program p = load_and_verify(o.program);
-  check_gpu(p, o.request.gpu.device);  // (a refusal before minutes of host data)
+  // (a refusal before minutes of host data)
+  o.request.gpu.checked_device = check_gpu(p, o.request.gpu.device);
   const HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;
@@ -60,6 +64,7 @@ void setup_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
   cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_bench_cmd(g, *o); }; });
 }
 

@@ -32,10 +32,7 @@ struct GenLlamaOptions {
   bool allow_outside = false;
   bool fused = false;    // --fused given
   bool unfused = false;  // --unfused given
-  std::string down;      // --down: "split", "transposed", "rows" or empty (the layout's default)
-  std::string attn_sync = "head";  // --attn-sync: "head" or "layer"
-  std::string o_proj = "rows";     // --o-proj: "rows" or "split"
-  std::string combine = "auto";    // --combine: "auto", "steps", "arrive" or "oproj"
+  std::string combine = "auto";    // --combine: "auto", "steps" or "oproj"
   std::string mlp_act = "f32";     // --mlp-act: "f32" or "bf16"
 };
 
@@ -72,19 +69,10 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   if (o.fused && o.unfused)
     throw Error(ErrorKind::usage, "usage.gen.layout", "--unfused",
                 "--fused and --unfused exclude each other");
-  // The fused layer is the default; --unfused, --rope-ops and --glu-gemv ask for the unfused one
-  // (with --fused, those two are refused by resolve_llama, naming the flag).
-  o.gen.fused = o.fused || !(o.unfused || o.gen.rope_ops || o.gen.glu_gemv);
-  if (!o.gen.fused && (o.down == "split" || o.down == "transposed"))
-    throw Error(ErrorKind::usage, "usage.gen.layout", "--down",
-                "--down " + o.down + " applies to the fused layer only (the unfused one has a "
-                "silu_mul between gate/up and down)");
-  o.gen.split_down = o.gen.fused && (o.down == "split" || o.down == "transposed");
-  o.gen.down_t = o.gen.fused && o.down == "transposed";
-  o.gen.head_sync = o.attn_sync != "layer";
+  // The fused layer is the default; --unfused and --rope-ops ask for the unfused one (with
+  // --fused, --rope-ops is refused by resolve_llama, naming the flag).
+  o.gen.fused = o.fused || !(o.unfused || o.gen.rope_ops);
   o.gen.mlp_bf16 = o.mlp_act == "bf16";
-  o.gen.split_o = o.o_proj == "split";
-  o.gen.combine_arrive = o.combine == "arrive";
   if (o.combine != "auto") o.gen.combine_oproj = o.combine == "oproj";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
@@ -176,16 +164,6 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_flag("--rope-ops", o->gen.rope_ops,
                 "unfused layer with RoPE and the cache append as instructions of their own "
                 "(rope, kv_append) before attention, in the HF order");
-  cmd->add_flag("--glu-gemv", o->gen.glu_gemv,
-                "unfused layer with gate/up as one GLU gemv (silu inside) instead of two gemvs "
-                "and a silu_mul");
-  cmd->add_option("--down", o->down,
-                  "fused layer's down projection: rows (the default: row ranges after all of "
-                  "gate/up), split (cut along K, each piece on the block that computed its "
-                  "gate/up rows, added with atomics; measured slower, README) or transposed "
-                  "(split, with the matrix stored transposed as '<name>.T' so each piece reads "
-                  "whole rows: gemv_t)")
-      ->check(CLI::IsMember({"split", "rows", "transposed"}));
   cmd->add_option("--attn-chunks", o->gen.attn_chunks,
                   "chunks of the KV length per kv head, one attention instruction each "
                   "(default: about 132 attention instructions in all; chunks are a multiple of 8 "
@@ -201,27 +179,13 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "Llama-3.2-1B's do, else steps), oproj (fused layer: one attention chunk per "
                   "query head, and the o_proj gemvs merge the partials themselves while staging "
                   "x: no combine steps, one hop fewer a layer; 1B step 0.951 ms against 0.975 "
-                  "with steps on the H200), steps (attention_combine instructions that wait for "
-                  "their kv head's chunks, see --combine-heads) or arrive (fused layer: each chunk "
-                  "followed on its block by a member of its kv head's arrival group; the last to "
-                  "arrive merges; measured slower, README)")
-      ->check(CLI::IsMember({"auto", "steps", "arrive", "oproj"}));
-  cmd->add_option("--attn-sync", o->attn_sync,
-                  "attention's dependencies: head (the default: each attention chunk waits for "
-                  "the q/k/v gemvs of its kv head, each combine for its kv head's chunks) or layer "
-                  "(one counter a layer for each)")
-      ->check(CLI::IsMember({"head", "layer"}));
+                  "with steps on the H200) or steps (attention_combine instructions that wait "
+                  "for their kv head's chunks, see --combine-heads)")
+      ->check(CLI::IsMember({"auto", "steps", "oproj"}));
   cmd->add_option("--mlp-act", o->mlp_act,
                   "dtype of the MLP activation (the GLU output the down projection reads): f32 "
-                  "(the default) or bf16 (fused layer, row-range down projection only)")
+                  "(the default) or bf16 (fused layer only)")
       ->check(CLI::IsMember({"f32", "bf16"}));
-  cmd->add_option("--o-proj", o->o_proj,
-                  "attention output projection: rows (the default: attention_combine steps, see "
-                  "--combine-heads, then row ranges after all of them) or split (cut by query "
-                  "heads, each piece merging its heads' chunks itself and adding into h with "
-                  "atomics: attention_combine_splitk; measured slower on the H200: 1B step 1.25 "
-                  "ms against 1.11)")
-      ->check(CLI::IsMember({"rows", "split"}));
   cmd->add_option("--weights", o->weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o->write_weights,

@@ -16,16 +16,20 @@ struct CompileCmdOptions {
   CompileOutputs files;
   bool no_cache = false;
   std::string cache_dir;
+  VmArgs vm;
+  bool explain = false;
 };
 
 int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
-  Program p = load_and_verify(o.program);
   GpuRequest req;
+  req.vm = parse_vm_args(o.vm);
+  req.line_info = o.vm.line_info;
+  Program p = load_and_verify(o.program);
   req.use_cache = !o.no_cache;
   if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
   req.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
-  ordered_json j = compile_for_arch(p, o.arch, req, o.files, text);
+  ordered_json j = compile_for_arch(p, o.arch, req, o.files, o.explain, text);
   emit(g, j, text.str());
   return 0;
 }
@@ -39,6 +43,8 @@ struct ProfileCmdOptions {
   bool no_cache = false;
   bool rounds_given = false;
   bool arms_given = false;  // (an empty --tuning-arms is refused, not ignored)
+  std::string tuning_arms;
+  VmArgs vm;
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
@@ -55,9 +61,12 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   if (o.rounds_given && !o.arms_given)
     throw Error(ErrorKind::usage, "usage.profile.rounds", "--rounds",
                 "--rounds applies to --tuning-arms");
-  if (o.arms_given) check_tuning_arms(o.request.tuning_arms);
+  if (o.arms_given) o.request.arms = parse_tuning_arms(o.tuning_arms, "--tuning-arms");
+  o.request.gpu.vm = parse_vm_args(o.vm);
+  o.request.gpu.line_info = o.vm.line_info;
   Program p = load_and_verify(o.program);
-  check_gpu(p, o.request.gpu.device);  // (a refusal before minutes of host data)
+  // (a refusal before minutes of host data)
+  o.request.gpu.checked_device = check_gpu(p, o.request.gpu.device);
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;
@@ -99,6 +108,9 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "also write the VM's PTX here (virtual architecture of --arch, e.g. compute_90a)");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
   cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_vm_args(cmd, o->vm);
+  cmd->add_flag("--explain", o->explain,
+                "print every field of the VM's configuration, its value and why");
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_compile(g, *o); }; });
 }
 
@@ -123,10 +135,10 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
       ->check(CLI::IsMember({"kernel", "launch"}));
   cmd->add_flag("--cold", o->request.cold,
                 "with --events: flush L2 before every launch (untimed), so weights come from HBM");
-  cmd->add_option("--tuning-arms", o->request.tuning_arms,
-                  "with --events: compare VM tunings in one process, 'ARM;ARM;...' (2-16 arms, "
-                  "each 'default' or NAME=INT[,NAME=INT] like $AMK_VM_TUNING, which they "
-                  "replace); one executable per arm, all in GPU memory at once, timed in "
+  cmd->add_option("--tuning-arms", o->tuning_arms,
+                  "with --events: compare VM configurations in one process, 'ARM;ARM;...' (2-16 "
+                  "arms, each 'default' or FIELD=VALUE[,FIELD=VALUE] as --vm takes, on top of "
+                  "--vm); one executable per arm, all in GPU memory at once, timed in "
                   "interleaved rounds")
       ->each([o](const std::string&) { o->arms_given = true; });
   cmd->add_option("--rounds", o->request.rounds, "with --tuning-arms: interleaved rounds (2)")
@@ -135,6 +147,7 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms");
   cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
+  add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
 }
 

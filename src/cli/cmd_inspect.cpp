@@ -20,6 +20,7 @@ struct InspectOptions {
   bool attributes = false;
   uint32_t grid_hint = kDefaultGridHint;
   bool list_buffers = true;
+  VmArgs vm;
 };
 
 int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
@@ -100,14 +101,6 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   if (plan.elided_waits + plan.elided_signals != 0)
     t << "              queue order already orders " << plan.elided_waits << " wait(s); they and "
       << plan.elided_signals << " signal(s) nobody else waits for are left out on the device\n";
-  const ArrivalGroups groups = arrival_groups(p);
-  if (!groups.members.empty()) {
-    size_t members = 0;
-    for (const auto& m : groups.members) members += m.size();
-    j["arrival_groups"] = {{"count", groups.members.size()}, {"members", members}};
-    t << "arrival groups " << groups.members.size() << " (" << members
-      << " members; the last of each to arrive does the work)\n";
-  }
   j["critical_path"] = summary.critical_path;
   j["dependency_edges"] = summary.dependency_edges;
   t << "critical path " << summary.critical_path << " instructions ("
@@ -132,23 +125,11 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   if (!p.tma.empty()) t << "tma specs     " << p.tma.size() << "\n";
   if (!p.custom_ops.empty()) t << "custom ops    " << p.custom_ops.size() << "\n";
 
-  // Weight streams: which gemv steps could copy their weights ahead of their waits.
-  uint64_t gemv_steps = 0, stream_bytes = 0;
-  for (uint32_t item : plan.queue_items)
-    if (plan.instructions[item].op == static_cast<uint16_t>(OpId::gemv)) ++gemv_steps;
-  for (const amk_stream_entry_t& e : plan.stream_entries)
-    stream_bytes += uint64_t{e.rows} * e.row_bytes * (e.w2_buffer != AMK_NO_BUFFER ? 2 : 1);
-  j["weight_streams"] = {{"steps", plan.stream_entries.size()},
-                         {"gemv_steps", gemv_steps},
-                         {"bytes", stream_bytes},
-                         {"enabled_by", "AMK_VM_TUNING=AMK_STREAM_SLOTS=N"}};
-  if (gemv_steps != 0)
-    t << "weight streams " << plan.stream_entries.size() << " of " << gemv_steps
-      << " gemv steps could stream (" << format_bytes(stream_bytes)
-      << "); off unless AMK_VM_TUNING=AMK_STREAM_SLOTS=N\n";
-
   if (o.attributes) {
-    ordered_json attrs = kernel_attributes(p, o.program.load_options(), t);
+    GpuRequest req;
+    req.vm = parse_vm_args(o.vm);
+    req.line_info = o.vm.line_info;
+    ordered_json attrs = kernel_attributes(p, o.program.load_options(), req, t);
     j["attributes"] = std::move(attrs);
   }
   emit(g, j, t.str());
@@ -165,6 +146,7 @@ void setup_inspect(CLI::App& app, const GlobalOptions& g, Action& action) {
                 "compile for this machine's GPU and show the kernel's resources and occupancy");
   cmd->add_option("--grid-hint", o->grid_hint,
                   "blocks to schedule over when the program has no queues and grid is auto");
+  add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_inspect(g, *o); }; });
 }
 

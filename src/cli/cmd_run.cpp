@@ -35,6 +35,7 @@ struct RunOptions {
   int device = 0;
   bool no_cache = false;
   std::string cache_dir;
+  VmArgs vm;
 };
 
 int run_run(const GlobalOptions& g, const RunOptions& o) {
@@ -51,6 +52,16 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
       !o.report_path.empty() ? std::filesystem::path(o.report_path)
       : !o.out_dir.empty()   ? std::filesystem::path(o.out_dir) / "report.json"
                              : std::filesystem::path();
+
+  GpuRequest req;
+  req.device = o.device;
+  req.iterations = o.iterations;
+  req.timeout_ms = o.timeout_ms;
+  req.use_cache = !o.no_cache;
+  if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
+  req.trust_custom_ops = o.program.trust_custom_ops;
+  req.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
+  req.line_info = o.vm.line_info;
 
   // Every failure after this point still writes report.json (status error / timeout).
   try {
@@ -71,7 +82,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
         spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
     }
     report.backend = backend;
-    if (backend == "cuda") check_gpu(p, o.device);
+    if (backend == "cuda") req.checked_device = check_gpu(p, o.device);
 
     phase = clock::now();
     uint32_t reseeded = 0;
@@ -90,14 +101,6 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
       poison_buffers(p, poisoned, initial);
     }
     report.timings_ms.emplace_back("materialize", ms_since(phase));
-
-    GpuRequest req;
-    req.device = o.device;
-    req.iterations = o.iterations;
-    req.timeout_ms = o.timeout_ms;
-    req.use_cache = !o.no_cache;
-    if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
-    req.trust_custom_ops = o.program.trust_custom_ops;
 
     HostBuffers result;
     if (backend == "cuda") {
@@ -231,6 +234,7 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--device", o->device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
   cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_run(g, *o); }; });
 }
 

@@ -18,6 +18,20 @@ void add_program_args(CLI::App* cmd, ProgramArgs& args) {
                 "compile the program's custom op sources (runs code from the file)");
 }
 
+void add_vm_args(CLI::App* cmd, VmArgs& args) {
+  cmd->add_option("--vm", args.vm,
+                  "override a field of the VM's configuration, FIELD=VALUE[,FIELD=VALUE...] "
+                  "(amk compile --explain lists the fields; kernels/README.md describes them)");
+  cmd->add_flag("--lineinfo", args.line_info,
+                "compile the VM with source line tables (ncu's source view)");
+}
+
+VmOverrides parse_vm_args(const VmArgs& args) {
+  std::string joined;
+  for (const std::string& v : args.vm) joined += (joined.empty() ? "" : ",") + v;
+  return joined.empty() ? VmOverrides{} : parse_vm_overrides(joined, "--vm");
+}
+
 uint64_t write_program(const Program& p, const std::string& path, const std::string& encoding) {
   if (encoding == "amkb") {
     const auto data = program_to_amkb(p);

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "config/vm_config.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
 #include "verify/verify.hpp"
@@ -38,6 +39,16 @@ struct ProgramArgs {
 
 // Adds PROGRAM and the flags every program-reading command shares.
 void add_program_args(CLI::App* cmd, ProgramArgs& args);
+
+// --vm FIELD=VALUE (repeatable, or comma-separated) and --lineinfo: the commands that compile the
+// VM.
+struct VmArgs {
+  std::vector<std::string> vm;
+  bool line_info = false;
+};
+void add_vm_args(CLI::App* cmd, VmArgs& args);
+// The overrides; a usage error (usage.vm, at --vm) for an unknown field or a bad value.
+[[nodiscard]] VmOverrides parse_vm_args(const VmArgs& args);
 
 // Loads and verifies; the summary is filled when `summary` is not null.
 [[nodiscard]] Program load_and_verify(const ProgramArgs& args, VerifySummary* summary = nullptr);

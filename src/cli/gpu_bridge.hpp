@@ -11,6 +11,8 @@
 
 #include "backend/host_data.hpp"
 #include "cli/common.hpp"
+#include "config/vm_config.hpp"
+#include "device/device.hpp"
 #include "plan/plan.hpp"
 #include "program/program.hpp"
 
@@ -22,14 +24,16 @@ inline constexpr uint32_t kDefaultGridHint = 132;
 
 struct GpuRequest {
   int device = 0;
+  // The device check_gpu saw (the target is not checked twice).
+  std::optional<DeviceInfo> checked_device;
   uint32_t iterations = 1;
   std::optional<uint64_t> timeout_ms;
   bool trace = false;
   bool use_cache = true;
   std::optional<std::string> cache_dir;
   bool trust_custom_ops = false;
-  // VM tuning macros; unset: $AMK_VM_TUNING.
-  std::optional<std::vector<std::pair<std::string, int64_t>>> tuning;
+  VmOverrides vm;          // --vm FIELD=VALUE
+  bool line_info = false;  // --lineinfo
 };
 
 struct GpuOutcome {
@@ -53,7 +57,7 @@ struct ProfileRequest {
   uint32_t iterations = 20;
   std::string scope = "kernel";
   bool cold = false;  // flush L2 (a 256 MiB write) before every launch, untimed
-  std::string tuning_arms;  // --tuning-arms "ARM;ARM;...": one executable per arm, interleaved
+  std::vector<TuningArm> arms;  // --tuning-arms: one executable per arm, interleaved
   uint32_t rounds = 2;      // rounds of the interleaved arms
 };
 
@@ -72,9 +76,10 @@ struct BenchRequest {
 // True when a CUDA driver and device are usable; `why` says why not.
 [[nodiscard]] bool gpu_present(std::string* why);
 
-// Throws the device error a GPU run of `program` on `device` would end in (no driver, no such
-// device, target not met; built without CUDA: device.unsupported) before any host data is made.
-void check_gpu(const Program& program, int device);
+// The device, checked against the program's target: throws the device error a GPU run of
+// `program` on `device` would end in (no driver, no such device, target not met; built without
+// CUDA: device.unsupported) before any host data is made.
+[[nodiscard]] DeviceInfo check_gpu(const Program& program, int device);
 
 [[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial,
                                     const GpuRequest& request);
@@ -86,8 +91,6 @@ void check_gpu(const Program& program, int device);
 [[nodiscard]] ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
                                                const ProfileRequest& request,
                                                std::ostringstream& text);
-// Parses --tuning-arms early (a usage error before any host data is built); no-op without CUDA.
-void check_tuning_arms(const std::string& text);
 // One traced launch: writes the Chrome trace to `trace_path` and returns the per-op / per-block
 // summary (report/trace.hpp).
 [[nodiscard]] ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
@@ -98,16 +101,17 @@ void check_tuning_arms(const std::string& text);
 [[nodiscard]] ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
                                         const BenchRequest& request, std::ostringstream& text);
 [[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
-                                             std::ostringstream& text);
+                                             const GpuRequest& request, std::ostringstream& text);
 // Files `amk compile` writes besides the cache (empty: not written).
 struct CompileOutputs {
   std::string cubin;   // -o: the cubin
   std::string source;  // --source-out: the generated translation unit (it includes kernels/)
   std::string ptx;     // --ptx-out: the VM's PTX for the virtual architecture of the target
 };
+// `explain`: every field of the VM's configuration in the text, its value and why.
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
                                             const GpuRequest& request, const CompileOutputs& files,
-                                            std::ostringstream& text);
+                                            bool explain, std::ostringstream& text);
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
 
 }  // namespace amk::cli

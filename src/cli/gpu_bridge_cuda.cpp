@@ -13,6 +13,7 @@
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/executor.hpp"
+#include "config/choose.hpp"
 #include "ops/registry.hpp"
 #include "report/outputs.hpp"
 #include "report/trace.hpp"
@@ -20,42 +21,34 @@
 namespace amk::cli {
 namespace {
 
-// $AMK_VM_TUNING: VM tuning macros for experiments (README, "Tuning the VM").
-std::vector<std::pair<std::string, int64_t>> vm_tuning_from_env() {
-  const char* t = std::getenv("AMK_VM_TUNING");
-  if (t == nullptr || *t == '\0') return {};
-  return parse_vm_tuning(t, "$AMK_VM_TUNING");
-}
-
-// $AMK_LINEINFO: "1" compiles the VM with source line tables (ncu's source view, README); unset,
-// empty or "0" leaves them out; anything else is a usage error naming the variable.
-bool line_info_from_env() {
-  const char* li = std::getenv("AMK_LINEINFO");
-  const std::string_view v = li != nullptr ? li : "";
-  if (v.empty() || v == "0") return false;
-  if (v == "1") return true;
-  throw Error(ErrorKind::usage, "usage.lineinfo", "$AMK_LINEINFO",
-              "expected 0 or 1, got '" + std::string(v) + "'");
-}
-
 GpuOptions gpu_options(const GpuRequest& r) {
   GpuOptions o;
   o.device = r.device;
   o.timeout_ms = r.timeout_ms;
   o.trace = r.trace;
+  o.checked_device = r.checked_device;
   o.compile.use_cache = r.use_cache;
   if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
-  o.compile.trust_custom_ops = r.trust_custom_ops;
-  o.compile.trace = r.trace;
-  o.compile.tuning = r.tuning ? *r.tuning : vm_tuning_from_env();
-  o.compile.line_info = line_info_from_env();
+  o.compile.line_info = r.line_info;
+  o.trust_custom_ops = r.trust_custom_ops;
+  o.vm = r.vm;
   return o;
 }
 
-Plan default_plan(const Program& program) {
-  PlanOptions popts;
-  popts.grid_hint = kDefaultGridHint;
-  return make_plan(program, popts);
+// The VM's configuration as JSON: each field's value and why it has it.
+ordered_json vm_json(const VmChoice& c) {
+  ordered_json fields = ordered_json::object();
+  for (const VmField& f : vm_fields()) {
+    ordered_json v;
+    if (f.kind == VmField::Kind::boolean)
+      v = f.get(c.config) != 0;
+    else if (f.kind == VmField::Kind::tile)
+      v = vm_field_text(f, c.config);
+    else
+      v = f.get(c.config);
+    fields[std::string(f.name)] = {{"value", v}, {"why", choice_why(c, f.name)}};
+  }
+  return fields;
 }
 
 std::string instruction_label(const Program& p, uint32_t index) {
@@ -143,13 +136,14 @@ ordered_json timings_json(const std::vector<std::pair<std::string, double>>& t) 
 
 bool gpu_present(std::string* why) { return gpu_available(why); }
 
-void check_gpu(const Program& program, int device) { (void)check_device_target(program, device); }
+DeviceInfo check_gpu(const Program& program, int device) {
+  return check_device_target(program, device);
+}
 
 GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
   using clock = std::chrono::steady_clock;
   GpuOutcome out;
-  const Plan plan = default_plan(program);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req));
+  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req));
   out.timings_ms = ex.setup_timings_ms();
   out.device = ex.device().to_json();
   out.versions = {{"amk", AMK_VERSION},
@@ -204,8 +198,7 @@ void put_stats(ordered_json& j, const ProfileStats& s) {
 
 ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
-  const Plan plan = default_plan(program);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, gpu_options(req.gpu));
+  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req.gpu));
   const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
   ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
   ordered_json j = profile_head(program, req, flush_bytes);
@@ -216,6 +209,7 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   j["device"] = ex.device().to_json();
   j["target_fingerprint"] = ex.device().fingerprint();
   j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
+  j["vm"] = vm_json(ex.vm());
   char line[256];
   std::snprintf(line, sizeof line,
                 "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
@@ -232,22 +226,20 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   return j;
 }
 
-void check_tuning_arms(const std::string& text) {
-  (void)parse_tuning_arms(text, "--tuning-arms");
-}
-
 ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
                                  const ProfileRequest& req, std::ostringstream& text) {
-  const std::vector<TuningArm> arms = parse_tuning_arms(req.tuning_arms, "--tuning-arms");
-  const Plan plan = default_plan(program);
+  const std::vector<TuningArm>& arms = req.arms;
   std::vector<GpuExecutable> exes;
   exes.reserve(arms.size());
   uint64_t bytes = 0;  // one arm's buffers
   for (const std::vector<std::byte>& b : initial.data) bytes += b.size();
   for (const TuningArm& arm : arms) {
     GpuRequest r = req.gpu;
-    r.tuning = arm.tuning;
-    exes.push_back(GpuExecutable::open(program, plan, initial, gpu_options(r)));
+    for (const VmOverride& o : arm.overrides) {
+      std::erase_if(r.vm, [&](const VmOverride& x) { return x.field == o.field; });
+      r.vm.push_back(o);
+    }
+    exes.push_back(GpuExecutable::open(program, initial, gpu_options(r)));
     // Every arm holds its own copy of the buffers: refuse before the device runs out.
     const uint64_t mem = exes[0].device().global_mem_bytes;
     if (exes.size() == 1 && mem != 0 && static_cast<double>(bytes) * arms.size() > 0.9 * mem)
@@ -282,10 +274,8 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
   for (size_t a = 0; a < arms.size(); ++a) {
     const ProfileStats s = summarize_samples(samples[a]);
     if (a == 0) first = s.median_ms;
-    ordered_json tuning = ordered_json::object();
-    for (const auto& [name, value] : arms[a].tuning) tuning[name] = value;
     const double ratio = first > 0.0 ? s.median_ms / first : 0.0;
-    ordered_json arm = {{"name", arms[a].name}, {"tuning", std::move(tuning)}};
+    ordered_json arm = {{"name", arms[a].name}, {"vm", overrides_text(arms[a].overrides)}};
     put_stats(arm, s);
     arm["round_medians_ms"] = round_medians[a];
     arm["ratio_to_first"] = ratio;
@@ -314,22 +304,20 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
                           std::ostringstream& text) {
   GpuRequest traced = req;
   traced.trace = true;
-  const Plan plan = default_plan(program);
-  const GpuOptions options = gpu_options(traced);
-  // The traced VM's mark points, as codegen reads the tuning.
-  const int64_t marks_level = tuning_value(options.compile, "AMK_TRACE_MARKS_EARLY").value_or(0);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, options);
+  GpuOptions options = gpu_options(traced);
+  options.trace = true;
+  GpuExecutable ex = GpuExecutable::open(program, initial, options);
   const LaunchResult r = ex.launch(1);
   if (r.status != "ok")
     throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch,
                 "run." + r.status, "",
                 diag_message(program, r.diag, r.status,
                              req.timeout_ms.value_or(program.launch.timeout_ms)));
-  const Plan& ran = ex.replanned() != nullptr ? *ex.replanned() : plan;
+  const Plan& ran = ex.plan();
   const std::vector<uint64_t> words = ex.trace();
   const std::vector<TraceSpan> spans = trace_spans(words, ran.queue_offsets, ran.queue_items);
-  write_text_atomic(trace_path, chrome_trace(program, spans, marks_level).dump() + "\n");
-  ordered_json summary = trace_summary(program, spans, ran.n_queues(), marks_level);
+  write_text_atomic(trace_path, chrome_trace(program, spans).dump() + "\n");
+  ordered_json summary = trace_summary(program, spans, ran.n_queues());
   char line[256];
   std::snprintf(line, sizeof line, "traced %zu instructions over %u blocks in %.2f us -> %s\n",
                 spans.size(), ran.n_queues(),
@@ -372,9 +360,8 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
 ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
                           const BenchRequest& req, std::ostringstream& text) {
   GpuOptions opts = gpu_options(req.gpu);
-  opts.compile.step_kernel = true;
-  const Plan plan = default_plan(program);
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, opts);
+  opts.step_kernel = true;
+  GpuExecutable ex = GpuExecutable::open(program, initial, opts);
   BenchOptions bo;
   bo.warmup = req.warmup;
   bo.stop.min_samples = req.min_samples;
@@ -383,7 +370,7 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
   bo.stop.time_limit_s = req.time_limit_s;
   bo.cold = req.cold;
   bo.roofline_bytes_per_s = req.roofline_bytes_per_s;
-  const BenchResult r = run_bench(ex, program, plan, initial, bo);
+  const BenchResult r = run_bench(ex, program, initial, bo);
 
   const double mega_ms = r.arms.at(0).stats.median_ms;
   const auto bytes_per_s = [&](double ms) {
@@ -487,13 +474,12 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
 }
 
 ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
-                               std::ostringstream& text) {
-  check_gpu(program, 0);
+                               const GpuRequest& req, std::ostringstream& text) {
+  GpuRequest r = req;
+  r.checked_device = check_gpu(program, req.device);
+  r.trust_custom_ops = load.trust_custom_ops;
   const HostBuffers initial = materialize_all(program, load);
-  const Plan plan = default_plan(program);
-  GpuOptions opts;
-  opts.compile.trust_custom_ops = load.trust_custom_ops;
-  GpuExecutable ex = GpuExecutable::open(program, plan, initial, opts);
+  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(r));
   ordered_json j = resources_json(ex);
   text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
        << ex.device().name << "\n"
@@ -514,17 +500,26 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
 }
 
 ordered_json compile_for_arch(const Program& program, const std::string& arch,
-                              const GpuRequest& req, const CompileOutputs& files,
+                              const GpuRequest& req, const CompileOutputs& files, bool explain,
                               std::ostringstream& text) {
-  const Plan plan = default_plan(program);
-  CompileOptions co = gpu_options(req).compile;
-  co.arch = arch;
-  CompileOutput out = compile_vm(program, plan, co);
+  const CompileOptions co = [&] {
+    CompileOptions c = gpu_options(req).compile;
+    c.arch = arch;
+    return c;
+  }();
+  // The device a compile without one targets: the arch's own capabilities.
+  uint32_t number = 0;
+  for (char ch : arch)
+    if (ch >= '0' && ch <= '9') number = number * 10 + static_cast<uint32_t>(ch - '0');
+  ChooseOptions chosen;
+  chosen.overrides = req.vm;
+  const VmChoice vm = choose(program_facts(program), caps_for_arch(number), chosen);
+  const std::string source = vm_source(program, vm, req.trust_custom_ops);
+  CompileOutput out = compile_vm(source, static_cast<uint32_t>(program.tma.size()), co);
   const std::string& cubin_out = files.cubin;
   // Everything is produced (the PTX compile may fail) and every folder checked before the first
   // file is written, so a failure leaves none of the requested files behind.
-  const std::string source = files.source.empty() ? std::string() : vm_source(program, plan, co);
-  const std::string ptx = files.ptx.empty() ? std::string() : vm_ptx(program, plan, co);
+  const std::string ptx = files.ptx.empty() ? std::string() : vm_ptx(source, co);
   for (const std::string* f : {&cubin_out, &files.source, &files.ptx}) {
     if (f->empty()) continue;
     const std::filesystem::path dir = std::filesystem::absolute(*f).parent_path();
@@ -553,48 +548,30 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   if (!cubin_out.empty()) j["output"] = cubin_out;
   if (!files.source.empty()) j["source_output"] = files.source;
   if (!files.ptx.empty()) j["ptx_output"] = files.ptx;
-  const VmChoices vm = vm_choices(program, plan, co);
-  ordered_json vj = ordered_json::object();
-  if (vm.gemv_preload >= 0) vj["gemv_preload"] = vm.gemv_preload;
-  vj["smem_buffer_table"] = vm.smem_buffer_table;
-  if (vm.attention_wide_tile >= 0) {
-    vj["attention_wide_tile"] = vm.attention_wide_tile != 0;
-    vj["attention_pass"] = vm.attention_pass != 0;
-    vj["attention_kv_before_wait"] = vm.attention_preload == 1;
-    vj["attention_rows_of_eight"] = vm.attention_row8 == 1;
-  }
-  if (vm.stage_decode_ins >= 0)
-    vj["attention_instruction_in_shared_memory"] = vm.stage_decode_ins != 0;
-  vj["weight_streams"] = vm.weight_streams;
-  if (vm.gemv_smem_stages >= 0) vj["gemv_smem_stages"] = vm.gemv_smem_stages;
-  vj["prefetch_ahead"] = vm.prefetch_ahead;
-  if (vm.combine_smem >= 0) vj["combine_partials_in_shared_memory"] = vm.combine_smem != 0;
-  j["vm"] = vj;
+  j["vm"] = vm_json(vm);
+  j["vm_dynamic_smem"] = vm.dynamic_smem;
   char line[256];
   std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
                 out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
                 out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.nvrtc_version.c_str());
   text << line;
-  // What the generated source decided for this program (codegen; AMK_VM_TUNING can decide each).
-  text << "  vm: buffer table in " << (vm.smem_buffer_table ? "shared" : "global") << " memory";
-  if (vm.gemv_preload > 0)
-    text << ", gemv preload of " << vm.gemv_preload << " weight batch"
-         << (vm.gemv_preload > 1 ? "es" : "");
-  if (vm.gemv_preload == 0) text << ", no gemv preload";
-  if (vm.attention_wide_tile >= 0)
-    text << ", attention tile "
-         << (vm.attention_wide_tile == 2 ? "large" : vm.attention_wide_tile != 0 ? "wide" : "default")
-         << (vm.attention_pass != 0 ? " with" : " without") << " the streaming pass"
-         << (vm.attention_preload == 1 ? ", its K/V copied before its waits" : "")
-         << (vm.attention_row8 == 1 ? ", one-head stages with eight lanes a row" : "");
-  if (vm.stage_decode_ins >= 0)
-    text << ", attention's instruction read from "
-         << (vm.stage_decode_ins != 0 ? "shared" : "global") << " memory";
-  if (vm.gemv_smem_stages > 0)
-    text << ", gemv weights through " << vm.gemv_smem_stages << " shared-memory stages a warp";
-  if (vm.prefetch_ahead == 0) text << ", no L2 prefetch of the next streaming step";
-  if (vm.combine_smem == 1) text << ", attention_combine's partials staged in shared memory";
-  text << (vm.weight_streams ? ", weight streams on" : "") << "\n";
+  if (explain) {
+    // Every field: its value and why the chooser picked it (config/choose.cpp).
+    text << "  vm config (--vm FIELD=VALUE overrides a tunable field):\n";
+    for (const VmField& f : vm_fields()) {
+      std::snprintf(line, sizeof line, "    %-20s %-6s %s", std::string(f.name).c_str(),
+                    vm_field_text(f, vm.config).c_str(), f.tunable ? "" : "(program) ");
+      text << line << choice_why(vm, f.name) << "\n";
+    }
+  } else {
+    // The fields whose value differs from the default.
+    const VmConfig def{};
+    text << "  vm:";
+    for (const VmField& f : vm_fields())
+      if (f.tunable && f.get(vm.config) != f.get(def))
+        text << " " << f.name << "=" << vm_field_text(f, vm.config);
+    text << " (--explain: every field and why)\n";
+  }
   // ptxas resource lines from the log (registers, spills).
   std::istringstream log(out.log);
   for (std::string l; std::getline(log, l);)

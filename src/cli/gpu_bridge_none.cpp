@@ -17,13 +17,12 @@ bool gpu_present(std::string* why) {
   if (why != nullptr) *why = "amk was built without the CUDA toolkit";
   return false;
 }
-void check_gpu(const Program&, int) { no_cuda(); }
+DeviceInfo check_gpu(const Program&, int) { no_cuda(); }
 GpuOutcome run_on_gpu(const Program&, const HostBuffers&, const GpuRequest&) { no_cuda(); }
 ordered_json profile_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
                             std::ostringstream&) {
   no_cuda();
 }
-void check_tuning_arms(const std::string&) {}
 ordered_json profile_arms_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
                                  std::ostringstream&) {
   no_cuda();
@@ -36,9 +35,12 @@ ordered_json bench_on_gpu(const Program&, const HostBuffers&, const BenchRequest
                           std::ostringstream&) {
   no_cuda();
 }
-ordered_json kernel_attributes(const Program&, const LoadOptions&, std::ostringstream&) { no_cuda(); }
+ordered_json kernel_attributes(const Program&, const LoadOptions&, const GpuRequest&,
+                               std::ostringstream&) {
+  no_cuda();
+}
 ordered_json compile_for_arch(const Program&, const std::string&, const GpuRequest&,
-                              const CompileOutputs&, std::ostringstream&) {
+                              const CompileOutputs&, bool, std::ostringstream&) {
   no_cuda();
 }
 ordered_json list_gpus(std::ostringstream&) { no_cuda(); }

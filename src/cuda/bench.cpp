@@ -1,4 +1,5 @@
 #include "cuda/bench.hpp"
+#include "cuda/codegen.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -171,13 +172,13 @@ BenchCheck compare(const Program& program, uint32_t i, const char* arm,
 
 } // namespace
 
-BenchResult run_bench(GpuExecutable& exe, const Program& program, const Plan& plan,
+BenchResult run_bench(GpuExecutable& exe, const Program& program,
                       const HostBuffers& initial, const BenchOptions& options) {
   const GpuExecutable::StepLaunch l = exe.step_launch();
   if (l.function == nullptr)
     throw Error(ErrorKind::usage, "bench.step_kernel", "",
-                "amk bench needs the executable opened with GpuOptions::compile.step_kernel");
-  const Plan& ran = exe.replanned() != nullptr ? *exe.replanned() : plan;
+                "amk bench needs the executable opened with GpuOptions::step_kernel");
+  const Plan& ran = exe.plan();
 
   BenchResult result;
   result.instructions = static_cast<uint32_t>(ran.instructions.size());

@@ -66,12 +66,12 @@ struct BenchResult {
   bool outputs_agree = false;
 };
 
-// Runs the three arms. `exe` must have been opened with GpuOptions::compile.step_kernel (else
-// Error(usage, bench.step_kernel)); `plan` is the plan it was opened with (its replanned() plan is
-// used when there is one); `initial` the buffers' initial contents. Throws like launch() when a
+// Runs the three arms over the plan `exe` runs. `exe` must have been opened with
+// GpuOptions::step_kernel (else Error(usage, bench.step_kernel)); `initial` the buffers' initial
+// contents. Throws like launch() when a
 // launch faults, Error(launch, launch.<status>) when a sample ends with a non-ok diag, and
 // Error(mismatch, bench.mismatch) when B or C disagrees with A.
-[[nodiscard]] BenchResult run_bench(GpuExecutable& exe, const Program& program, const Plan& plan,
+[[nodiscard]] BenchResult run_bench(GpuExecutable& exe, const Program& program,
                                     const HostBuffers& initial, const BenchOptions& options);
 
 } // namespace amk

@@ -25,7 +25,6 @@ namespace amk {
 namespace fs = std::filesystem;
 namespace {
 
-constexpr std::string_view kKernelName = "amk_vm";
 constexpr size_t kElfHeaderBytes = 64;
 constexpr unsigned char kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
 
@@ -182,12 +181,12 @@ bool cache_store(const fs::path& dir, const std::string& key, const CompileOutpu
          write_atomically(dir / (key + ".json"), meta.dump(2) + "\n");
 }
 
-std::string vm_ptx(const Program& program, const Plan& plan, const CompileOptions& options) {
+std::string vm_ptx(const std::string& source, const CompileOptions& options) {
   CompileOptions virt = options;
   if (virt.arch.rfind("sm_", 0) == 0) virt.arch = "compute_" + virt.arch.substr(3);
   std::vector<std::string> opts = nvrtc_options(virt);
   std::erase_if(opts, [](const std::string& o) { return o.rfind("--ptxas-options", 0) == 0; });
-  NvrtcResult r = nvrtc_compile(vm_source(program, plan, options), opts);
+  NvrtcResult r = nvrtc_compile(source, opts);
   if (!r.ok)
     throw Error(ErrorKind::nvrtc, "nvrtc.compile", virt.arch,
                 "NVRTC " + nvrtc_version_string() + " failed to compile " + std::string(kKernelName) +
@@ -196,13 +195,13 @@ std::string vm_ptx(const Program& program, const Plan& plan, const CompileOption
   return r.ptx;
 }
 
-CompileOutput compile_vm(const Program& program, const Plan& plan, const CompileOptions& options) {
+CompileOutput compile_vm(const std::string& source, uint32_t tma_count,
+                         const CompileOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutput out;
   out.kernel_name = std::string(kKernelName);
   out.arch = options.arch;
-  out.tma_count = static_cast<uint32_t>(program.tma.size());
-  const std::string source = vm_source(program, plan, options);
+  out.tma_count = tma_count;
   out.options = nvrtc_options(options);
   out.nvrtc_version = nvrtc_version_string();
   const std::string key = cubin_cache_key(source, out.options, out.arch, out.nvrtc_version);

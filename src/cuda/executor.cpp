@@ -56,17 +56,18 @@ struct GpuExecutable::Impl {
   cu::PrimaryContext context;
   cu::Module module;
   CUfunction function = nullptr;
-  CUfunction step_function = nullptr; // amk_step (compile.step_kernel only)
+  CUfunction step_function = nullptr; // amk_step (GpuOptions::step_kernel only)
   cu::DeviceMemory arena; // every program buffer, kBufferAlignment apart
   cu::DeviceMemory instructions, queue_offsets, queue_items, buffer_table, counters, abort_flag,
-      trace_words, stream_offsets, stream_entries;
+      trace_words;
   cu::HostMappedMemory control;
   cu::Stream stream;       // launches, resets, event records
   cu::Stream abort_stream; // the host abort copy only
   cu::Event start, end;
 
   Program program; // copy without inline data: sizes, launch, TMA specs
-  std::optional<Plan> replanned;
+  Plan plan;
+  VmChoice vm;
   std::vector<uint64_t> buffer_offsets;
   std::vector<CUtensorMap> tma;
   DeviceInfo device;
@@ -77,7 +78,6 @@ struct GpuExecutable::Impl {
   uint64_t timeout_ms = 0;
   uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
   uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
-  uint32_t stream_slots = 0; // weight-stream ring slots (0: no streams in this launch)
   bool hung = false; // a kernel may still be running: never free (it could block forever)
 
   std::string kernel_label() const {
@@ -131,11 +131,6 @@ struct GpuExecutable::Impl {
     prog.n_buffers = static_cast<uint32_t>(program.buffers.size());
     prog.n_counters = n_counters;
     prog.iterations = iterations;
-    if (stream_slots != 0 && stream_entries.get() != 0) {
-      prog.stream_slots = stream_slots;
-      prog.stream_offsets = reinterpret_cast<const uint32_t*>(stream_offsets.get());
-      prog.stream_entries = reinterpret_cast<const amk_stream_entry_t*>(stream_entries.get());
-    }
     return prog;
   }
 
@@ -258,7 +253,7 @@ struct GpuExecutable::Impl {
     return result;
   }
 
-  void place_and_upload(const Plan& plan, const HostBuffers& initial);
+  void place_and_upload(const HostBuffers& initial);
 };
 
 namespace {
@@ -268,9 +263,16 @@ void require(bool ok, const char* code, const std::string& message) {
     throw Error(ErrorKind::internal, code, "", message);
 }
 
+DeviceCaps device_caps(const DeviceInfo& d) {
+  DeviceCaps c;
+  c.arch = d.arch_number();
+  c.smem_optin = d.smem_per_block_optin;
+  return c;
+}
+
 } // namespace
 
-void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& initial) {
+void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
   const size_t nb = program.buffers.size();
   require(plan.buffers.size() == nb, "internal.plan_buffers",
           "the plan has " + std::to_string(plan.buffers.size()) + " buffers, the program " +
@@ -321,21 +323,6 @@ void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& 
   buffer_table =
       cu::DeviceMemory::allocate(table.size() * sizeof(amk_buffer_t), "the buffer table");
   buffer_table.upload(bytes_of(table), 0, stream.get(), "the buffer table");
-  if (stream_slots != 0 && plan.has_streams()) {
-    // Entries carry byte offsets into their buffers until here.
-    std::vector<amk_stream_entry_t> entries = plan.stream_entries;
-    for (amk_stream_entry_t& e : entries) {
-      e.w += table.at(e.w_buffer).address;
-      if (e.w2_buffer != AMK_NO_BUFFER) e.w2 += table.at(e.w2_buffer).address;
-    }
-    stream_offsets = cu::DeviceMemory::allocate(plan.stream_offsets.size() * sizeof(uint32_t),
-                                                "the weight-stream offsets");
-    stream_offsets.upload(bytes_of(plan.stream_offsets), 0, stream.get(),
-                          "the weight-stream offsets");
-    stream_entries = cu::DeviceMemory::allocate(entries.size() * sizeof(amk_stream_entry_t),
-                                                "the weight-stream entries");
-    stream_entries.upload(bytes_of(entries), 0, stream.get(), "the weight-stream entries");
-  }
   counters =
       cu::DeviceMemory::allocate(uint64_t{plan.n_counters} * sizeof(uint32_t), "the counters");
   abort_flag = cu::DeviceMemory::allocate(sizeof(uint32_t), "the abort flag");
@@ -352,8 +339,8 @@ void GpuExecutable::Impl::place_and_upload(const Plan& plan, const HostBuffers& 
   stream.synchronize("the plan upload");
 }
 
-GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
-                                  const HostBuffers& initial, const GpuOptions& options) {
+GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& initial,
+                                  const GpuOptions& options) {
   GpuExecutable exe;
   exe.impl_ = std::make_unique<Impl>();
   Impl& m = *exe.impl_;
@@ -377,21 +364,23 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
   phase("context", t0);
 
   t0 = Clock::now();
-  m.device = check_device_target(program, options.device);
+  m.device = options.checked_device ? *options.checked_device
+                                     : check_device_target(program, options.device);
   phase("device", t0);
+
+  t0 = Clock::now();
+  ChooseOptions chosen;
+  chosen.overrides = options.vm;
+  chosen.trace = options.trace;
+  chosen.step_kernel = options.step_kernel;
+  m.vm = choose(program_facts(program), device_caps(m.device), chosen);
+  const std::string source = vm_source(program, m.vm, options.trust_custom_ops);
+  phase("config", t0);
 
   t0 = Clock::now();
   CompileOptions copts = options.compile;
   copts.arch = m.device.arch();
-  copts.trace = copts.trace || options.trace;
-  m.compiled = compile_vm(program, plan, copts);
-  if (!m.compiled.ok)
-    throw Error(ErrorKind::nvrtc, "nvrtc.compile", copts.arch,
-                "NVRTC " + m.compiled.nvrtc_version + " failed to compile the VM for " + copts.arch)
-        .with_detail(m.compiled.log);
-  require(m.compiled.tma_count == program.tma.size(), "internal.tma_count",
-          "the compiled kernel takes " + std::to_string(m.compiled.tma_count) +
-              " tensor maps, the program has " + std::to_string(program.tma.size()));
+  m.compiled = compile_vm(source, static_cast<uint32_t>(program.tma.size()), copts);
   phase("compile", t0);
 
   t0 = Clock::now();
@@ -401,42 +390,26 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
 
   t0 = Clock::now();
   const Launch& l = program.launch;
-  m.block = plan.block != 0 ? plan.block : l.block;
-  // The TMA gemv pipeline stages its tiles in dynamic shared memory on top of what the program
-  // asks for (0 when the program has no TMA gemv).
-  m.dynamic_smem = std::max(
-      l.dynamic_smem,
-      vm_dynamic_smem_bytes(program, plan, static_cast<uint32_t>(m.device.smem_per_block_optin),
-                            copts));
+  m.block = l.block;
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
-  m.grid = plan.grid;
-  cu::LaunchShape shape{m.grid, m.block, m.dynamic_smem, m.cluster_size};
-  {
-    // A block or shared-memory request the kernel cannot take would fail in cuFuncSetAttribute as a
-    // bare CUDA_ERROR_INVALID_VALUE: refuse it first, with the numbers.
-    const KernelResources footprint = cu::kernel_attributes(m.function, m.kernel_label());
-    if (footprint.static_smem + m.dynamic_smem > m.device.smem_per_block_optin || m.block == 0 ||
-        m.block > footprint.max_threads)
-      prove_coresidency(program, m.grid, m.device,
-                        footprint); // throws device.smem / .block
-    // The weight-stream ring takes what shared memory the kernel leaves (the plan streams only
-    // programs that use no dynamic shared memory of their own).
-    if (streams_compiled(plan, copts)) {
-      const uint64_t avail = m.device.smem_per_block_optin - footprint.static_smem;
-      const uint32_t wanted = stream_slots_wanted(copts), x_floats = stream_x_floats(plan);
-      m.stream_slots = stream_slots_fitting(wanted, x_floats, avail);
-      if (m.stream_slots != 0)
-        m.dynamic_smem = std::max<uint32_t>(
-            m.dynamic_smem, static_cast<uint32_t>(stream_smem_bytes(m.stream_slots, x_floats)));
-      else
-        spdlog::warn("weight streams off for this launch: {} slots and {} floats of x need {} "
-                     "bytes of shared memory, the kernel leaves {}",
-                     wanted, x_floats, stream_smem_bytes(wanted, x_floats), avail);
-      shape.dynamic_smem = m.dynamic_smem;
-    }
-  }
+  // A block or shared-memory request the kernel cannot take would fail in cuFuncSetAttribute as a
+  // bare CUDA_ERROR_INVALID_VALUE: refuse it first, with the numbers.
+  const KernelResources footprint = cu::kernel_attributes(m.function, m.kernel_label());
+  // The VM's dynamic shared memory: the program's own, the config's (gemv's ring), or the TMA
+  // gemv's stages in what the compiled kernel's static shared memory leaves.
+  m.dynamic_smem = std::max(l.dynamic_smem, m.vm.dynamic_smem);
+  if (m.vm.config.tma_gemv && m.device.smem_per_block_optin > footprint.static_smem)
+    m.dynamic_smem = std::max(
+        m.dynamic_smem,
+        tma_dynamic_smem(program, m.device.smem_per_block_optin - footprint.static_smem));
+  // The grid: the program's, or its queues', or (grid auto, amk scheduling) every block of this
+  // kernel that can be co-resident here.
+  cu::LaunchShape shape{1, m.block, m.dynamic_smem, m.cluster_size};
+  if (footprint.static_smem + m.dynamic_smem > m.device.smem_per_block_optin || m.block == 0 ||
+      m.block > footprint.max_threads)
+    prove_coresidency(program, 1, m.device, footprint); // throws device.smem / .block
   cu::configure_function(m.function, shape, m.kernel_label());
-  if (copts.step_kernel) {
+  if (options.step_kernel) {
     // One block per launch, same shared memory as the VM (the ops are the same code).
     m.step_function = m.module.function(kStepKernelName);
     const std::string step_label =
@@ -445,29 +418,25 @@ GpuExecutable GpuExecutable::open(const Program& program, const Plan& plan,
                            step_label);
   }
   m.kernel = cu::query_kernel(m.function, shape, m.kernel_label());
-  const Plan* effective = &plan;
-  if (l.grid == 0 && !program.queues) {
-    // `grid: auto` with amk scheduling: use every co-resident block of this kernel here.
-    const uint32_t g = auto_grid(program, m.device, m.kernel);
-    if (g != 0 && g != plan.grid) {
-      PlanOptions popts;
-      popts.grid_hint = g;
-      m.replanned = make_plan(program, popts);
-      effective = &*m.replanned;
-      m.grid = effective->grid;
-    }
-  }
-  prove_coresidency(program, m.grid, m.device, m.kernel);
-  m.n_instructions = static_cast<uint32_t>(effective->instructions.size());
-  m.n_queues = effective->n_queues();
-  m.n_counters = effective->n_counters;
-  require(m.n_queues == m.grid, "internal.plan_grid",
-          "the plan has " + std::to_string(m.n_queues) + " queues for a grid of " +
-              std::to_string(m.grid));
+  PlanOptions popts;
+  if (l.grid == 0 && !program.queues)
+    if (const uint32_t g = auto_grid(program, m.device, m.kernel); g != 0) popts.grid_hint = g;
   phase("configure", t0);
 
   t0 = Clock::now();
-  m.place_and_upload(*effective, initial);
+  m.plan = make_plan(program, popts);
+  m.grid = m.plan.grid;
+  prove_coresidency(program, m.grid, m.device, m.kernel);
+  m.n_instructions = static_cast<uint32_t>(m.plan.instructions.size());
+  m.n_queues = m.plan.n_queues();
+  m.n_counters = m.plan.n_counters;
+  require(m.n_queues == m.grid, "internal.plan_grid",
+          "the plan has " + std::to_string(m.n_queues) + " queues for a grid of " +
+              std::to_string(m.grid));
+  phase("plan", t0);
+
+  t0 = Clock::now();
+  m.place_and_upload(initial);
   phase("upload", t0);
 
   t0 = Clock::now();
@@ -596,10 +565,8 @@ const CompileOutput& GpuExecutable::compiled() const { return impl().compiled; }
 uint32_t GpuExecutable::grid() const { return impl().grid; }
 uint32_t GpuExecutable::block() const { return impl().block; }
 uint32_t GpuExecutable::dynamic_smem() const { return impl().dynamic_smem; }
-const Plan* GpuExecutable::replanned() const {
-  const Impl& m = impl();
-  return m.replanned ? &*m.replanned : nullptr;
-}
+const VmChoice& GpuExecutable::vm() const { return impl().vm; }
+const Plan& GpuExecutable::plan() const { return impl().plan; }
 
 GpuExecutable::StepLaunch GpuExecutable::step_launch() const {
   const Impl& m = impl();

@@ -1,6 +1,7 @@
-// The persistent executable: one program compiled, loaded, uploaded and proven co-resident once,
-// then launched (or profiled) as often as needed. Mirrors the reference's persistent executable:
-// setup phases are timed in order, launches zero the counters, and profiles use CUDA events.
+// The persistent executable: one program configured, compiled, loaded, planned, uploaded and
+// proven co-resident once, then launched (or profiled) as often as needed. Setup runs one way:
+// device snapshot -> config -> compile -> occupancy and co-residency -> plan -> upload; its phases
+// are timed in order, launches zero the counters, and profiles use CUDA events.
 #pragma once
 
 #include <cuda.h>
@@ -14,6 +15,7 @@
 
 #include "amk_abi.h"
 #include "backend/host_data.hpp"
+#include "config/choose.hpp"
 #include "cuda/compile.hpp"
 #include "device/device.hpp"
 #include "plan/plan.hpp"
@@ -23,7 +25,13 @@ namespace amk {
 
 struct GpuOptions {
   int device = 0;
+  // The device as check_device_target saw it, when the caller checked it already (the CLI does,
+  // before it makes the host data): the target is not checked again.
+  std::optional<DeviceInfo> checked_device;
   CompileOptions compile;             // arch is replaced by the device's arch
+  VmOverrides vm;                     // --vm FIELD=VALUE
+  bool trust_custom_ops = false;      // compile the program's custom op sources
+  bool step_kernel = false;           // also compile amk_step (one instruction a launch: bench)
   std::optional<uint64_t> timeout_ms; // default: program.launch.timeout_ms
   bool trace = false;                 // compile in and collect per-instruction timestamps
 };
@@ -48,12 +56,13 @@ struct ProfileStats {
 
 class GpuExecutable {
 public:
-  // Phases, timed in setup_timings_ms() in this order: context, device (snapshot + target check),
-  // compile (or cache hit), module_load, configure (function attributes, occupancy, co-residency
-  // proof), upload (buffers, instructions, queues, buffer table), tma_encode. `initial` holds every
-  // buffer's initial contents (materialize_all). When the program leaves both grid and scheduling
-  // to amk, the plan is rebuilt for the device's co-resident grid.
-  static GpuExecutable open(const Program& program, const Plan& plan, const HostBuffers& initial,
+  // Phases, timed in setup_timings_ms() in this order: context, device (snapshot + target check,
+  // unless options.checked_device), config (the VM's configuration, config/choose.hpp), compile
+  // (or cache hit), module_load, configure (function attributes, occupancy, co-residency proof),
+  // plan (once, for the grid: the co-resident maximum where the program leaves grid and
+  // scheduling to amk), upload (buffers, instructions, queues, buffer table), tma_encode.
+  // `initial` holds every buffer's initial contents (materialize_all).
+  static GpuExecutable open(const Program& program, const HostBuffers& initial,
                             const GpuOptions& options);
 
   GpuExecutable(GpuExecutable&&) noexcept;
@@ -81,18 +90,18 @@ public:
   [[nodiscard]] const DeviceInfo& device() const;
   [[nodiscard]] const KernelResources& kernel() const;
   [[nodiscard]] const CompileOutput& compiled() const;
+  [[nodiscard]] const VmChoice& vm() const;  // the configuration the VM was compiled with
+  [[nodiscard]] const Plan& plan() const;    // the plan it runs
   [[nodiscard]] uint32_t grid() const;
   [[nodiscard]] uint32_t block() const;
   // Dynamic shared memory amk_vm launches with: the program's own, or what the VM needs (gemv's
-  // ring, the TMA gemv's stages, the weight streams), whichever is larger.
+  // ring, the TMA gemv's stages), whichever is larger.
   [[nodiscard]] uint32_t dynamic_smem() const;
-  // The plan built for `grid: auto`, or null when the caller's plan ran as given.
-  [[nodiscard]] const Plan* replanned() const;
   [[nodiscard]] std::vector<uint64_t> trace() const; // raw words; empty unless options.trace
 
   // ---- the pieces of a launch, for cuda/bench.cpp (`amk bench`); valid while open ----
   struct StepLaunch {
-    CUfunction function = nullptr;    // amk_step; null unless GpuOptions::compile.step_kernel
+    CUfunction function = nullptr;    // amk_step; null unless GpuOptions::step_kernel
     CUstream stream = nullptr;        // the executable's stream: resets, launches, copies, events
     amk_device_program_t program{};   // amk_vm's and amk_step's first parameter (one pass)
     const CUtensorMap* tma = nullptr; // the tensor-map table parameter; null without TMA specs

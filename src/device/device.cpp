@@ -8,7 +8,7 @@
 namespace amk {
 namespace {
 
-constexpr uint32_t kTmaMinMajor = 9;     // the tensor memory accelerator arrived with sm_90
+constexpr uint32_t kTmaMinMajor = 9;     // the tensor memory accelerator first appears in sm_90
 constexpr uint32_t kClusterMinMajor = 9; // thread block clusters likewise
 
 std::string cc_string(const DeviceInfo& d) {

@@ -130,38 +130,20 @@ class Builder {
     in.waits = std::move(waits);
     in.signals = std::move(signals);
     p_.instructions.push_back(std::move(in));
-    follows_.push_back(kNoFollow);
     return static_cast<uint32_t>(p_.instructions.size() - 1);
   }
 
-  // With a fixed grid, instruction i goes to the queue of instruction `leader` (added earlier)
-  // instead of the next one round robin.
-  void follow(uint32_t i, uint32_t leader) { follows_.at(i) = leader; }
-
   // Queues for a fixed grid: instructions in program order (a topological order), dealt round
-  // robin, except that a follower joins its leader's queue. Every queue is then in topological
-  // order, so the program drains whatever the timing (the earliest unfinished instruction is
-  // always at the head of its queue).
+  // robin. Every queue is then in topological order, so the program drains whatever the timing
+  // (the earliest unfinished instruction is always at the head of its queue).
   std::vector<std::vector<uint32_t>> queues(uint32_t grid) const {
     std::vector<std::vector<uint32_t>> q(grid);
-    std::vector<uint32_t> queue_of(p_.instructions.size());
-    uint32_t next = 0;
-    for (uint32_t i = 0; i < p_.instructions.size(); ++i) {
-      if (follows_[i] != kNoFollow) {
-        queue_of[i] = queue_of[follows_[i]];
-      } else {
-        queue_of[i] = next;
-        next = (next + 1) % grid;
-      }
-      q[queue_of[i]].push_back(i);
-    }
+    for (uint32_t i = 0; i < p_.instructions.size(); ++i) q[i % grid].push_back(i);
     return q;
   }
 
  private:
-  static constexpr uint32_t kNoFollow = 0xFFFFFFFFu;
   Program& p_;
-  std::vector<uint32_t> follows_;
 };
 
 BufferInit normal_init(uint64_t seed, double mean, double std) {
@@ -243,7 +225,7 @@ std::optional<LlamaConfig> llama_preset(std::string_view name) {
 
 std::vector<std::string> llama_preset_names() { return {"tiny", "llama-3.2-1b", "llama-3.1-8b"}; }
 
-std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context, bool down_t) {
+std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
   const uint64_t H = c.hidden, Q = uint64_t{c.heads} * c.head_dim,
                  KV = uint64_t{c.kv_heads} * c.head_dim, F = c.ffn;
   std::vector<TensorSpec> t;
@@ -261,10 +243,7 @@ std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context, bo
     add(p + "post_attention_layernorm.weight", {H}, TensorRole::norm);
     add(p + "mlp.gate_proj.weight", {F, H}, TensorRole::weight);
     add(p + "mlp.up_proj.weight", {F, H}, TensorRole::weight);
-    if (down_t)
-      add(p + "mlp.down_proj.weight.T", {F, H}, TensorRole::weight);
-    else
-      add(p + "mlp.down_proj.weight", {H, F}, TensorRole::weight);
+    add(p + "mlp.down_proj.weight", {H, F}, TensorRole::weight);
   }
   add("model.norm.weight", {H}, TensorRole::norm);
   if (!c.tied_embeddings) add("lm_head.weight", {c.vocab, H}, TensorRole::weight);
@@ -304,9 +283,6 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     usage_error("usage.gen.layout", "--rope-ops",
                 "--rope-ops applies to the unfused layer only; the fused one has RoPE inside "
                 "attention");
-  if (o.fused && o.glu_gemv)
-    usage_error("usage.gen.layout", "--glu-gemv",
-                "--glu-gemv applies to the unfused layer only; the fused one always has it");
   if (o.grid > kMaxQueues)
     usage_error("usage.gen.grid", "--grid", "grid must be in 1.." + std::to_string(kMaxQueues));
   if (o.combine_heads > r.cfg.kv_heads)
@@ -314,18 +290,11 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                 "combine-heads must be in 0.." + std::to_string(r.cfg.kv_heads) +
                     " (the preset's kv heads; 0: chosen for the grid), got " +
                     std::to_string(o.combine_heads));
-  if (o.combine_heads != 0 && o.split_o)
-    usage_error("usage.gen.layout", "--combine-heads",
-                "--combine-heads applies to --o-proj rows only (split has no attention_combine)");
-  if (o.combine_arrive && (!o.fused || o.split_o || o.combine_heads != 0))
-    usage_error("usage.gen.layout", "--combine",
-                "--combine arrive applies to the fused layer with --o-proj rows and no "
-                "--combine-heads (its merges are one a kv head, on the attention blocks)");
-  const bool oproj_allowed = o.fused && !o.split_o && o.combine_heads == 0 && !o.combine_arrive;
+  const bool oproj_allowed = o.fused && o.combine_heads == 0;
   if (o.combine_oproj.value_or(false) && !oproj_allowed)
     usage_error("usage.gen.layout", "--combine",
-                "--combine oproj applies to the fused layer with --o-proj rows and no "
-                "--combine-heads (the o_proj gemvs merge every chunk themselves)");
+                "--combine oproj applies to the fused layer without --combine-heads (the o_proj "
+                "gemvs merge every chunk themselves)");
   if (o.combine_oproj) {
     r.combine_oproj = *o.combine_oproj;
   } else if (oproj_allowed) {
@@ -337,14 +306,10 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * k.len * hd <= 65536 &&
                       uint64_t{r.cfg.heads} * k.count <= target;
   }
-  if (o.mlp_bf16 && !(o.fused && !o.split_down))
+  if (o.mlp_bf16 && !o.fused)
     usage_error("usage.gen.layout", "--mlp-act",
-                "--mlp-act bf16 applies to the fused layer with the row-range down projection "
-                "(the default layout) only");
-  if (o.down_t && !(o.fused && o.split_down))
-    usage_error("usage.gen.layout", "--down",
-                "--down transposed applies to the fused layer only (the unfused one has a "
-                "silu_mul between gate/up and down)");
+                "--mlp-act bf16 applies to the fused layer only (the unfused one's silu_mul "
+                "writes the MLP activation in f32)");
   return r;
 }
 
@@ -366,23 +331,17 @@ Program generate_llama(const LlamaOptions& o) {
                   " (new token at position " + std::to_string(pos) +
                   "). bf16 weights and KV caches, f32 activations" +
                   (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
-                  (o.split_o ? std::string("o_proj split by query heads (attention_combine_splitk); ")
-                   : r.combine_oproj
+                  (r.combine_oproj
                        ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
                        : std::string()) +
-                  (o.fused ? std::string(o.down_t ? "fused layer, down projection stored transposed "
-                                                    "and split along K onto the gate/up blocks."
-                                         : o.split_down ? "fused layer, down projection split along K "
-                                                          "onto the gate/up blocks."
-                                                        : "fused layer.")
-                           : std::string("unfused layer, ") +
-                                 (o.rope_ops ? "rope and kv_append ops" : "RoPE inside attention") +
-                                 (o.glu_gemv ? ", gate/up as one GLU gemv." : "."));
+                  (o.fused      ? std::string("fused layer.")
+                   : o.rope_ops ? std::string("unfused layer, rope and kv_append ops.")
+                                : std::string("unfused layer, RoPE inside attention."));
   p.launch.grid = o.grid;
   Builder b(p);
 
   // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
-  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T), o.down_t);
+  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T));
   std::map<std::string, uint32_t> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& t = tensors[i];
@@ -490,9 +449,6 @@ Program generate_llama(const LlamaOptions& o) {
   b.add("embed", "embedding", {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}},
         {}, {}, {{x_ready, 1}});
 
-  // Zeros copied into each layer's split-K accumulator (a copy, not a fill: the fused layer's
-  // VM already holds the copy op for the cache rows, and one op less keeps its registers).
-  uint32_t zeros = kUnused;
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
     const std::string wp = layer_prefix(l);
@@ -503,34 +459,30 @@ Program generate_llama(const LlamaOptions& o) {
     const bool rope_ops = !o.fused && o.rope_ops;
     auto ract = [&](const std::string& name, uint64_t n) { return rope_ops ? act(name, n) : kUnused; };
     auto rcounter = [&](const std::string& name) { return rope_ops ? b.counter(name) : kUnused; };
-    // ... and those of the separate gate and up gemvs (not with --glu-gemv).
-    const bool split_mlp = !o.fused && !o.glu_gemv;
-    auto gact = [&](const std::string& name, uint64_t n) { return split_mlp ? act(name, n) : kUnused; };
-    auto gcounter = [&](const std::string& name) { return split_mlp ? b.counter(name) : kUnused; };
     const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
                    v = act(L + "v", KV), qr = ract(L + "q_rope", Q), kr = ract(L + "k_rope", KV),
                    parts = r.combine_oproj
                                ? b.buffer("act." + L + "attn_partials", DType::f32,
                                           {n_chunks, uint64_t{c.heads}, hd + 2})
                                : b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
-                   attn = o.split_o || r.combine_oproj ? kUnused : act(L + "attn", Q),
+                   attn = r.combine_oproj ? kUnused : act(L + "attn", Q),
                    h = act(L + "h", H),
                    hn = uact(L + "hn", H),
-                   gate = gact(L + "gate", F), up = gact(L + "up", F),
+                   gate = uact(L + "gate", F), up = uact(L + "up", F),
                    mlp = act(L + "mlp", F, false, o.mlp_bf16 ? DType::bf16 : DType::f32),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
     const uint32_t vc = buf.at("amk.kv.layers." + std::to_string(l) + ".v");
     // Per kv head: the q/k/v gemvs that wrote head g's rows signal sq/sk/sv.counters[g] (need:
-    // how many), the chunks of head g signal parts_g[g]. With layer sync (or when a gemv chunk
-    // would overlap too many heads for its signal slots) every head's entry is the layer's
-    // counter and need is the gemv's whole instruction count.
-    const bool head_sync = o.head_sync && !rope_ops && [&] {
+    // how many), the chunks of head g signal parts_g[g], so each chunk waits only for its kv
+    // head's rows and each combine only for its kv head's chunks. With rope_ops (whose rope and
+    // kv_append steps take whole q and k), or when a gemv chunk would overlap too many heads for
+    // its signal slots, every head's entry is the layer's counter and need is the gemv's whole
+    // instruction count.
+    const bool head_sync = !rope_ops && [&] {
       auto overlap = [](uint64_t chunk, uint64_t seg) { return (chunk + seg - 2) / seg + 1; };
       return overlap(qkv_chunk, group * hd) <= AMK_MAX_SIGNALS && overlap(qkv_chunk, hd) <= AMK_MAX_SIGNALS;
     }();
-    // Attention's merges as arrival groups (LlamaOptions::combine_arrive): no partials counters.
-    const bool arrive = o.combine_arrive;
     // The o_proj gemvs merge the partials (LlamaOptions::combine_oproj): every chunk signals c_attn.
     const bool oproj_merge = r.combine_oproj;
     // ... and the layer-wide ones only layer sync uses.
@@ -539,10 +491,10 @@ Program generate_llama(const LlamaOptions& o) {
                    c_v = lcounter(L + "v"), c_qr = rcounter(L + "q_rope"),
                    c_kr = rcounter(L + "k_rope"), c_kc = b.counter(L + "k_cache"),
                    c_vc = b.counter(L + "v_cache"),
-                   c_parts = arrive || oproj_merge ? kUnused : lcounter(L + "attn_partials"),
-                   c_attn = o.split_o ? kUnused : b.counter(L + "attn"), c_h = b.counter(L + "h"),
-                   c_hn = ucounter(L + "hn"), c_gate = gcounter(L + "gate"),
-                   c_up = gcounter(L + "up"), c_mlp = b.counter(L + "mlp"),
+                   c_parts = oproj_merge ? kUnused : lcounter(L + "attn_partials"),
+                   c_attn = b.counter(L + "attn"), c_h = b.counter(L + "h"),
+                   c_hn = ucounter(L + "hn"), c_gate = ucounter(L + "gate"),
+                   c_up = ucounter(L + "up"), c_mlp = b.counter(L + "mlp"),
                    c_x = b.counter("x." + std::to_string(l + 1));
 
     Segments sq, sk, sv;
@@ -555,7 +507,7 @@ Program generate_llama(const LlamaOptions& o) {
         sq.counters.push_back(b.counter(L + "q.head" + G));
         sk.counters.push_back(b.counter(L + "k.head" + G));
         sv.counters.push_back(b.counter(L + "v.head" + G));
-        if (!arrive && !oproj_merge) parts_g[g] = b.counter(L + "attn_partials.head" + G);
+        if (!oproj_merge) parts_g[g] = b.counter(L + "attn_partials.head" + G);
       }
       sq.need.assign(nkv, 0);
       sk.need = sq.need;
@@ -616,12 +568,8 @@ Program generate_llama(const LlamaOptions& o) {
       return n;
     };
 
-    // The attention output projection h = W_o attn + x; returns the instructions that signal c_h.
-    // Rows (the default): the combines, then row-range gemvs after all of them. split_o: h
-    // zeroed, then per kv head g and slice of its query heads (at most 256 columns, so a row's
-    // piece is one 512-byte bf16 load a lane group) and row range, one attention_combine_splitk
-    // that waits for g's chunks, merges the slice's heads itself and adds its share of every row
-    // into h; the first slice adds the residual.
+    // The attention output projection h = W_o attn + x, row-range gemvs after the combines (or,
+    // with oproj_merge, merging the partials themselves); returns the instructions that signal c_h.
     auto add_o_proj = [&]() -> uint32_t {
       const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
       if (oproj_merge)  // every chunk signals c_attn; x is the partials, merged in the gemv
@@ -629,48 +577,9 @@ Program generate_llama(const LlamaOptions& o) {
                          {.residual = x, .combine_hd = static_cast<uint32_t>(hd),
                           .combine_heads = c.heads},
                          {{c_attn, static_cast<uint32_t>(uint64_t{c.heads} * n_chunks)}}, c_h);
-      if (!o.split_o) {
-        // (With arrival groups every chunk's member signals c_attn.)
-        const uint32_t nc = arrive ? static_cast<uint32_t>(nkv * n_chunks) : add_combines();
-        return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x},
-                         {{c_attn, nc}}, c_h);
-      }
-      const uint32_t c_zero = b.counter(L + "h_zeroed");
-      if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
-      b.add(L + "h_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(h)}}, {}, {},
-            {{c_zero, 1}});
-      const uint64_t per = std::clamp<uint64_t>(256 / hd, 1, group);  // query heads a slice
-      const uint64_t slices = ceil_div(group, per);
-      // About as many instructions as the row-range o_proj, rows a multiple of 4 (vector atomics).
-      const uint64_t pieces = nkv * slices;
-      const uint64_t rows = std::min<uint64_t>(
-          H, round_up(ceil_div(H * pieces, std::max<uint64_t>(ceil_div(H, o_chunk), pieces)), 4));
-      uint32_t n = 0;
-      for (uint64_t g = 0; g < nkv; ++g) {
-        for (uint64_t s0 = 0; s0 < group; s0 += per) {
-          const uint64_t cnt = std::min(per, group - s0);
-          const uint64_t col = (g * group + s0) * hd, K = cnt * hd;
-          for (uint64_t r0 = 0; r0 < H; r0 += rows, ++n) {
-            const uint64_t nr = std::min(rows, H - r0);
-            const Operand none{};
-            const bool first = g == 0 && s0 == 0;
-            b.add(L + "o_proj." + std::to_string(n), "attention_combine_splitk",
-                  {{"w", slice(w_o, r0 * Q + col, (nr - 1) * Q + K)},
-                   {"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
-                   {"y", slice(h, r0, nr)},
-                   {"residual", first ? slice(x, r0, nr) : none}},
-                  {{"head_dim", static_cast<double>(hd)},
-                   {"heads", static_cast<double>(group)},
-                   {"head0", static_cast<double>(s0)},
-                   {"count", static_cast<double>(cnt)},
-                   {"ld", static_cast<double>(Q)}},
-                  {{parts_g[g], static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)},
-                   {c_zero, 1}},
-                  {{c_h, 1}});
-          }
-        }
-      }
-      return n;
+      const uint32_t nc = add_combines();
+      return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x}, {{c_attn, nc}},
+                       c_h);
     };
 
     // Attention with RoPE inside: every chunk rotates q itself, the chunk holding position pos
@@ -679,12 +588,7 @@ Program generate_llama(const LlamaOptions& o) {
     // the gemvs of qkv_gemvs (counters and counts per kv head in sq / sk / sv).
     auto add_attention_with_rope = [&] {
       for (uint64_t g = 0; g < nkv; ++g) {
-        const uint32_t arrivals_g =
-            arrive ? b.counter(L + "combine.head" + std::to_string(g) + ".arrivals") : kUnused;
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
-          const uint32_t c_chunk =
-              arrive ? b.counter(L + "attn." + std::to_string(g) + "." + std::to_string(ci))
-                     : kUnused;
           const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
           const bool last = t1 == T;
           const uint64_t cached = last ? pos - t0 : t1 - t0;
@@ -727,26 +631,10 @@ Program generate_llama(const LlamaOptions& o) {
             }
             continue;
           }
-          const uint32_t chunk =
-              add_chunk(L + "attn." + std::to_string(g) + "." + std::to_string(ci),
-                        slice(q, g * group * hd, group * hd),
-                        slice(parts, (g * n_chunks + ci) * part, part), std::move(waits),
-                        {{arrive ? c_chunk : parts_g[g], 1}});
-          if (arrive) {
-            // The chunk's member of head g's arrival group, on the chunk's block (the scheduler
-            // places a step whose one needed signaler is its block's last behind it and drops
-            // the wait; elsewhere the wait keeps it after the chunk).
-            const uint32_t member = b.add(
-                L + "combine." + std::to_string(g) + "." + std::to_string(ci), "attention_combine",
-                {{"partials", slice(parts, g * n_chunks * part, n_chunks * part)},
-                 {"out", slice(attn, g * group * hd, group * hd)}},
-                {{"head_dim", static_cast<double>(hd)},
-                 {"kv_heads", 1.0},
-                 {"arrive", static_cast<double>(arrivals_g)},
-                 {"arrivals", static_cast<double>(n_chunks)}},
-                {{c_chunk, 1}}, {{c_attn, 1}});
-            b.follow(member, chunk);
-          }
+          add_chunk(L + "attn." + std::to_string(g) + "." + std::to_string(ci),
+                    slice(q, g * group * hd, group * hd),
+                    slice(parts, (g * n_chunks + ci) * part, part), std::move(waits),
+                    {{parts_g[g], 1}});
         }
       }
       // The cache rows at `pos` for the next step, one instruction per kv head writing only
@@ -767,56 +655,13 @@ Program generate_llama(const LlamaOptions& o) {
       qkv_gemvs(x, {.norm = buf.at(wp + "input_layernorm.weight")}, {{x_ready, x_need}});
       add_attention_with_rope();
       const uint32_t no = add_o_proj();
-      uint32_t nd = 0;  // instructions that signal c_x
-      if (!o.split_down) {
-        const uint32_t ng = gemv_rows(
-            L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
-            {.norm = buf.at(wp + "post_attention_layernorm.weight"),
-             .w2 = buf.at(wp + "mlp.up_proj.weight")},
-            {{c_h, no}}, c_mlp);
-        nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F, down_chunk,
-                       mlp, x_next, {.residual = h}, {{c_mlp, ng}}, c_x);
-      } else {
-        // Split-K down projection: gate/up chunk j (rows [r0, r0 + nr) of the GLU output) is
-        // followed by the down projection of just those columns, added into x_next with atomics
-        // (gemv_splitk) on the same block: no phase barrier and no hop between the two. x_next is
-        // zeroed first (a copy of zeros the gate/up chunks wait for, long done by then); chunk 0
-        // also adds the residual h.
-        const uint32_t c_zero = b.counter(L + "x_next_zeroed");
-        if (zeros == kUnused) zeros = b.buffer("amk.zeros", DType::f32, {H});
-        b.add(L + "x_next_zero", "copy", {{"x", b.whole(zeros)}, {"y", b.whole(x_next)}}, {}, {},
-              {{c_zero, 1}});
-        const uint32_t down_w = buf.at(wp + (o.down_t ? "mlp.down_proj.weight.T" : "mlp.down_proj.weight"));
-        for (uint64_t r0 = 0; r0 < F; r0 += glu_chunk, ++nd) {
-          const uint64_t nr = std::min(glu_chunk, F - r0);
-          const std::string J = std::to_string(nd);
-          const uint32_t c_j = b.counter(L + "mlp." + J);
-          const uint32_t glu = b.add(
-              L + "gate_up_proj." + J, "gemv",
-              {{"w", slice(buf.at(wp + "mlp.gate_proj.weight"), r0 * H, nr * H)},
-               {"x", b.whole(h)},
-               {"y", slice(mlp, r0, nr)},
-               {"norm", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
-               {"w2", slice(buf.at(wp + "mlp.up_proj.weight"), r0 * H, nr * H)}},
-              {{"eps", c.rms_eps}}, {{c_h, no}, {c_zero, 1}}, {{c_j, 1}});
-          const Operand none{};
-          // Rows [r0, r0 + nr) of the transposed matrix (contiguous), or columns of the HF one.
-          const uint32_t down =
-              o.down_t ? b.add(L + "down_proj." + J, "gemv_t",
-                               {{"w", slice(down_w, r0 * H, nr * H)},
-                                {"x", slice(mlp, r0, nr)},
-                                {"y", b.whole(x_next)},
-                                {"residual", r0 == 0 ? b.whole(h) : none}},
-                               {}, {{c_j, 1}}, {{c_x, 1}})
-                       : b.add(L + "down_proj." + J, "gemv_splitk",
-                               {{"w", slice(down_w, r0, (H - 1) * F + nr)},
-                                {"x", slice(mlp, r0, nr)},
-                                {"y", b.whole(x_next)},
-                                {"residual", r0 == 0 ? b.whole(h) : none}},
-                               {{"ld", static_cast<double>(F)}}, {{c_j, 1}}, {{c_x, 1}});
-          b.follow(down, glu);
-        }
-      }
+      const uint32_t ng = gemv_rows(
+          L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
+          {.norm = buf.at(wp + "post_attention_layernorm.weight"),
+           .w2 = buf.at(wp + "mlp.up_proj.weight")},
+          {{c_h, no}}, c_mlp);
+      const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
+                                    down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, ng}}, c_x);
       x = x_next;
       x_ready = c_x;
       x_need = nd;
@@ -862,25 +707,19 @@ Program generate_llama(const LlamaOptions& o) {
           {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},
           {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
-    uint32_t mlp_need = 1;
-    if (o.glu_gemv) {  // silu(gate x) * (up x) inside one gemv: no silu_mul phase
-      mlp_need = gemv_rows(L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk,
-                           hn, mlp, {.w2 = buf.at(wp + "mlp.up_proj.weight")}, {{c_hn, 1}}, c_mlp);
-    } else {
-      const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
-                                    gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
-      const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
-                                    gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
-      // silu_mul in slices on several blocks: one block's pass over all F elements is bound by
-      // its instruction issue (an exp and a division per element), not by the 2F floats it reads.
-      const uint64_t silu_len = ceil_div(F, silu_slices);
-      mlp_need = 0;
-      for (uint64_t r0 = 0; r0 < F; r0 += silu_len, ++mlp_need) {
-        const uint64_t nr = std::min(silu_len, F - r0);
-        b.add(L + "silu_mul." + std::to_string(mlp_need), "silu_mul",
-              {{"gate", slice(gate, r0, nr)}, {"up", slice(up, r0, nr)}, {"y", slice(mlp, r0, nr)}},
-              {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
-      }
+    const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
+                                  gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
+    const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
+                                  gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
+    // silu_mul in slices on several blocks: one block's pass over all F elements is bound by
+    // its instruction issue (an exp and a division per element), not by the 2F floats it reads.
+    const uint64_t silu_len = ceil_div(F, silu_slices);
+    uint32_t mlp_need = 0;
+    for (uint64_t r0 = 0; r0 < F; r0 += silu_len, ++mlp_need) {
+      const uint64_t nr = std::min(silu_len, F - r0);
+      b.add(L + "silu_mul." + std::to_string(mlp_need), "silu_mul",
+            {{"gate", slice(gate, r0, nr)}, {"up", slice(up, r0, nr)}, {"y", slice(mlp, r0, nr)}},
+            {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
     }
     const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
                                   down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);
@@ -996,14 +835,6 @@ void use_safetensors(Program& program, const SafetensorsHeader& header,
     const auto it = header.tensors.find(b.name);
     if (it == header.tensors.end()) {
       if (is_kv && !require_kv) continue;  // the KV prefill stays seeded random
-      const std::string hf = b.name.size() > 2 && b.name.ends_with(".T")
-                                 ? b.name.substr(0, b.name.size() - 2) : std::string();
-      if (!hf.empty() && header.tensors.count(hf))
-        throw_program_error("gen.weights.missing", b.name,
-                            "the weights file has '" + hf + "' but not its transpose '" + b.name +
-                                "', which --down transposed reads (files that amk gen "
-                                "--write-weights made with it have it); use --down rows or split "
-                                "with this file");
       throw_program_error("gen.weights.missing", b.name,
                           "the weights file has no tensor '" + b.name + "'");
     }

@@ -3,7 +3,7 @@
 // generate_llama() builds the program in memory: a token id, the embedding, every decoder layer
 // (rmsnorm -> q/k/v gemv row ranges -> attention_decode per (kv head, chunk of positions), which
 // rotates q and, in the chunk holding the new position, takes the new k/v row from the
-// projections -> attention_combine per kv head or pair of them -> o-proj gemv + residual ->
+// projections -> attention_combine per kv head or pair of them -> o_proj gemv + residual ->
 // rmsnorm -> gate/up gemv -> silu_mul -> down gemv + residual), the final rmsnorm, the lm_head
 // gemv row ranges and argmax; the rotated new key and the value go into their cache rows
 // through instructions nothing in the step waits for. --rope-ops puts rope (q, k) and kv_append (k, v) before
@@ -11,7 +11,7 @@
 // --unfused). The fused layout, the default, computes the same step with six dependent phases per
 // layer instead of nine: q/k/v gemv with the rmsnorm inside -> attention_decode
 // (rotates q and the new key itself, takes the new k/v row from the projections) -> combine ->
-// o-proj + residual -> gate/up GLU gemv with the rmsnorm inside -> down + residual; the rotated
+// o_proj + residual -> gate/up GLU gemv with the rmsnorm inside -> down + residual; the rotated
 // key and the value are appended to the caches by instructions nothing in the step waits for. Weights are named as Hugging Face names them (model.layers.N....); KV
 // caches are `amk.kv.layers.N.{k,v}` ([n_kv_heads, context, head_dim], bf16). Weights and
 // caches are seeded random by default, or read from a .safetensors file (whose header is
@@ -74,29 +74,6 @@ struct LlamaOptions {
   // rotates q and takes the new k/v row itself, as in the fused layer: three dependent phases
   // fewer per layer.
   bool rope_ops = false;
-  // Unfused layer only: gate/up as one GLU gemv (silu inside) instead of two gemvs and a
-  // silu_mul, one dependent phase fewer per layer.
-  bool glu_gemv = false;
-  // Fused layer only: the down projection cut along K into the gate/up chunks' columns
-  // (gemv_splitk, atomic adds into the next hidden state), each piece run on the block that
-  // computed its gate/up rows right after them: five dependent phases a layer instead of six.
-  // Off by default: measured on the H200 the pieces read their weights as 128-byte row segments
-  // 16 KiB apart, at ~1.7 TB/s, and the Llama-3.2-1B step took 1.46-1.53 ms against 1.30-1.32
-  // with the row-range down projection (README, performance).
-  bool split_down = false;
-  // Fused layer only, with split_down: the down projection stored transposed (tensor
-  // "model.layers.N.mlp.down_proj.weight.T", [ffn, hidden], which --write-weights writes in place
-  // of the HF one) and each piece a gemv_t over whole contiguous rows of it: the split-K layout
-  // without gemv_splitk's 128-byte row segments. A Hugging Face file has no such tensor: with
-  // --weights it needs a file that --write-weights made.
-  bool down_t = false;
-  // The attention output projection cut along its input by query heads (an experiment, off):
-  // one attention_combine_splitk per (kv head, up to 256 columns of its query heads, row range)
-  // merges its heads' chunks itself and adds its share into h with atomics, instead of the
-  // attention_combine steps and then the row-range o_proj after all of them: one
-  // dependent phase and one hop fewer a layer, and each piece waits only for its own kv head's
-  // chunks. h is zeroed first (a copy nothing waits on but the pieces).
-  bool split_o = false;
   // kv heads merged by one attention_combine (0: chosen for the grid, see generate_llama). With
   // the default split, the attention chunks take 128 of 132 blocks and the o_proj gemvs 128: a
   // combine on a block that also runs an o_proj delays that o_proj (its weights are not requested
@@ -105,38 +82,22 @@ struct LlamaOptions {
   // step's o_proj phase 4.36 -> 3.05 us a layer; the step 1.0109 -> 1.0065 ms, the 8B one
   // 4.455 -> 4.442.
   uint32_t combine_heads = 0;
-  // Fused layer, o_proj rows: no attention_combine steps of their own. Each attention chunk is
-  // followed on its block by a member of its kv head's arrival group (attention_combine with
-  // `arrive`, one counter a kv head): every member adds 1 to the counter and the last chunk's
-  // block to arrive merges the head's chunks there, with no hop and no instruction start of its
-  // own; o_proj waits for every member. Off by default: measured on the H200 (README,
-  // twenty-first session) the Llama-3.2-1B step 1.029 ms against 1.001, the 8B one +1.4%: the
-  // member's atomic add is a full L2 round trip under the o_proj preloads' traffic, slower than
-  // the hop it replaces.
-  bool combine_arrive = false;
-  // Fused layer, o_proj rows: no attention_combine steps. Each attention chunk holds one query
-  // head (a kv head's K/V read by each of its query heads' chunks) over about split target /
-  // heads chunks of the KV length (1B: 4 of 256 positions, 64 KiB of K+V, the VM's large tile),
-  // and every o_proj gemv merges all the partials itself while it stages x (gemv's head_dim /
-  // heads params): one dependent phase and one hop fewer a layer, each o_proj block reading
-  // chunks x heads x (head_dim + 2) floats of partials (1B: 33 KiB) instead of the 8 KiB merged row.
-  // nullopt (the default, `--combine auto`): on where the layer allows it (fused, o_proj rows,
-  // no --combine-heads or arrival groups) and each (query head, chunk) fits the VM's 64 KiB
-  // attention tile with at most the split target's worth of chunks (Llama-3.2-1B: 32 heads x 4
-  // chunks of 256 positions of 64); else off (Llama-3.1-8B's 256 positions of 128 would not fit).
-  // Measured on the H200 (twenty-seventh session, `amk profile --events`, three rounds each):
-  // the 1B step 0.9515 / 0.9519 / 0.9502 ms with it, 0.9751 / 0.9758 / 0.9748 with combine steps.
+  // Fused layer: no attention_combine steps. Each attention chunk holds one query head (a kv
+  // head's K/V read by each of its query heads' chunks) over about split target / heads chunks
+  // of the KV length, and every o_proj gemv merges all the partials itself while it stages x
+  // (gemv's head_dim / heads params): one dependent phase and one hop fewer a layer, each o_proj
+  // block reading chunks x heads x (head_dim + 2) floats of partials instead of the merged row.
+  // nullopt (`--combine auto`): on for the fused layer without --combine-heads where each
+  // (query head, chunk) fits the VM's 64 KiB attention tile with at most the split target's
+  // worth of chunks (Llama-3.2-1B: 32 heads x 4 chunks of 256 positions of 64); else off
+  // (Llama-3.1-8B's 256 positions of 128 would not fit).
   std::optional<bool> combine_oproj;
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).
   uint32_t attn_chunks = 0;
-  // Attention's dependencies per kv head (the default): each chunk waits only for the q/k/v
-  // gemvs that wrote its kv head's rows, each combine only for its kv head's chunks. false: one
-  // counter per layer for each (every chunk waits for all q gemvs, every combine for all chunks).
-  bool head_sync = true;
-  // Fused layer, row-range down projection: the GLU output (the down projection's x) stored in
-  // bf16 instead of f32, as a bf16 model's MLP activation is. Half the bytes every down block
-  // reads of it, one 16-byte x load per weight vector instead of two.
+  // Fused layer: the GLU output (the down projection's x) stored in bf16 instead of f32, as a
+  // bf16 model's MLP activation is. Half the bytes every down block reads of it, one 16-byte x
+  // load per weight vector instead of two.
   bool mlp_bf16 = false;
 };
 
@@ -151,9 +112,7 @@ struct TensorSpec {
 };
 
 // Every tensor of the model (weights in HF order, then the KV caches), for a resolved config.
-// down_t: the down projection as its transpose, "<HF name>.T" of [ffn, hidden] (LlamaOptions::down_t).
-[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context,
-                                                    bool down_t = false);
+[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context);
 
 // Config after applying the options (layer override); validates the options (Error kind
 // usage, code usage.gen.*).

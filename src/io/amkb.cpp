@@ -525,6 +525,8 @@ void read_custom_ops(Cursor& r, Program& p, const LoadOptions& options) {
     op.name = r.name("custom op name");
     if (find_op(std::string_view(op.name)))
       r.bad(at, "custom op '" + op.name + "' has the name of a built-in op");
+    if (find_retired_op(std::string_view(op.name)))
+      r.bad(at, "custom op '" + op.name + "' has the name of a retired built-in op");
     if (!names.insert(op.name).second) r.bad(at, "duplicate custom op '" + op.name + "'");
     at = r.pos();
     op.source = r.str("custom op source", kMaxCustomSourceBytes, "limit.custom_source");
@@ -661,6 +663,9 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
     if (!sig) {
       if (a.op >= kCustomOpBase && size_t{a.op} - kCustomOpBase < p.custom_ops.size())
         custom = &p.custom_ops[a.op - kCustomOpBase];
+      else if (const RetiredOp* retired = find_retired_op(a.op))
+        instr_fail(base, offsetof(amk_instruction_t, op), i, "op.retired",
+                   retired_op_message(*retired));
       else
         instr_fail(base, offsetof(amk_instruction_t, op), i, "ref.op",
                    "unknown op id " + std::to_string(a.op));
@@ -747,11 +752,6 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
           (a.params[k] & 0x7F800000u) == 0x7F800000u)
         bad(offsetof(amk_instruction_t, params) + k * 4, "amkb.instruction",
             "param " + std::string(sig->params[k].name) + " is not a finite f32");
-      if (sig && sig->params[k].type == ParamType::counter && a.params[k] != kNoCounter &&
-          a.params[k] >= p.counters.size())
-        bad(offsetof(amk_instruction_t, params) + k * 4, "ref.counter",
-            "param " + std::string(sig->params[k].name) + " names counter " +
-                std::to_string(a.params[k]) + " of " + std::to_string(p.counters.size()));
       in.params.push_back(a.params[k]);
     }
     for (size_t k = a.n_operands; k < slots; ++k) in.operands.push_back(Operand{});

@@ -880,6 +880,9 @@ private:
       if (find_op(name))
         fail("custom.name", cloc / "name",
              "custom op name " + in_quotes(name) + " is the name of a built-in op");
+      if (find_retired_op(name))
+        fail("custom.name", cloc / "name",
+             "custom op name " + in_quotes(name) + " is the name of a retired built-in op");
       add_name(custom_names_, name, static_cast<uint32_t>(i), cloc / "name", "custom op");
       op.name = name;
       const Loc sloc = cloc / "source";
@@ -942,6 +945,8 @@ private:
     const CustomOp *custom = nullptr;
     if (sig) {
       ins.op = static_cast<uint16_t>(sig->id);
+    } else if (const RetiredOp *retired = find_retired_op(op_name)) {
+      fail("op.retired", loc / "op", retired_op_message(*retired));
     } else if (auto it = custom_names_.find(op_name); it != custom_names_.end()) {
       custom = &p_.custom_ops[it->second];
       ins.op = static_cast<uint16_t>(kCustomOpBase + it->second);
@@ -1099,10 +1104,6 @@ private:
           ins.params[s] = encode_param(ps.type, *ps.default_value).value_or(0);
           continue;
         }
-        if (ps.type == ParamType::counter) {  // a counter's name
-          ins.params[s] = counter_ref(*v, ploc / name);
-          continue;
-        }
         const double d = get_number(*v, ploc / name);
         const auto word = encode_param(ps.type, d);
         if (!word)
@@ -1145,8 +1146,6 @@ private:
       return "u32";
     case ParamType::i32:
       return "i32";
-    case ParamType::counter:
-      return "counter";
     }
     return "?";
   }

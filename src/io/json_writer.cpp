@@ -420,8 +420,6 @@ private:
     first = true;
     for (size_t s = 0; s < n_params; ++s) {
       const uint32_t w = ins.params[s];
-      if (!custom && sig->params[s].type == ParamType::counter && w == kNoCounter)
-        continue; // no counter: the default, left out
       if (!custom && sig->params[s].omit_default &&
           encode_param(sig->params[s].type, sig->params[s].default_value.value_or(0)) == w)
         continue; // a later param at its default: left out
@@ -443,13 +441,6 @@ private:
         break;
       case ParamType::i32:
         put_int(static_cast<int32_t>(w));
-        break;
-      case ParamType::counter:
-        if (w >= p_.counters.size())
-          throw_program_error("ref.counter", where + "/params/" + std::string(ps.name),
-                              "param names counter " + std::to_string(w) + " of " +
-                                  std::to_string(p_.counters.size()));
-        put_string(p_.counters[w].name, where + "/params/" + std::string(ps.name));
         break;
       }
     }

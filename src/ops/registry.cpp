@@ -72,34 +72,10 @@ constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std:
                                                {"original_max_position", ParamType::u32, 8192.0}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
-// arrive / arrivals: an arrival group (the combine folded into the attention chunks): every
-// member adds 1 to the counter `arrive`, and only the one that completes a round of `arrivals`
-// merges; the others write nothing (verify/arrivals.cpp).
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                                {"kv_heads", ParamType::u32, 1.0},
-                                                {"arrive", ParamType::counter, 4294967295.0},
-                                                {"arrivals", ParamType::u32, 0.0}};
-constexpr OperandSig kGemvSplitkOperands[] = {{"w", Access::read, kF},
-                                              {"x", Access::read, kF},
-                                              {"y", Access::accumulate, kF32},
-                                              {"residual", Access::read, kF, true}};
-constexpr ParamSig kGemvSplitkParams[] = {{"ld", ParamType::u32, 0.0}};
-constexpr OperandSig kGemvTOperands[] = {{"w", Access::read, kF},
-                                         {"x", Access::read, kF},
-                                         {"y", Access::accumulate, kF32},
-                                         {"residual", Access::read, kF, true}};
-constexpr ParamSig kGemvTParams[] = {{"ld", ParamType::u32, 0.0}};
-constexpr OperandSig kCombineSplitkOperands[] = {{"w", Access::read, kF},
-                                                 {"partials", Access::read, kF32},
-                                                 {"y", Access::accumulate, kF32},
-                                                 {"residual", Access::read, kF, true}};
-constexpr ParamSig kCombineSplitkParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                             {"heads", ParamType::u32, std::nullopt},
-                                             {"head0", ParamType::u32, 0.0},
-                                             {"count", ParamType::u32, 0.0},
-                                             {"ld", ParamType::u32, 0.0}};
+                                                {"kv_heads", ParamType::u32, 1.0}};
 
-constexpr std::array<OpSig, 19> kOps = {{
+constexpr std::array<OpSig, 16> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
@@ -146,30 +122,27 @@ constexpr std::array<OpSig, 19> kOps = {{
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
      "attention_decode partials, M = max_c m_c; partials holds kv_heads kv heads' chunks back "
-     "to back, out their query heads in the same order. With `arrive` (a counter), the "
-     "instruction is one of an arrival group of `arrivals` identical ones, each after one "
-     "attention chunk on its block: each adds 1 to the counter and the last to arrive merges "
-     "(no separate combine step, no wait for the chunks)",
+     "to back, out their query heads in the same order",
      kAttentionCombineOperands, kAttentionCombineParams},
-    {OpId::gemv_splitk, "gemv_splitk",
-     "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), k < K = extent(x), "
-     "ld 0: K; added with atomics, so instructions over different K ranges of the same rows "
-     "need no order among themselves (split-K); f32 accumulate",
-     kGemvSplitkOperands, kGemvSplitkParams},
-    {OpId::attention_combine_splitk, "attention_combine_splitk",
-     "x = attention_combine of the partials (chunks of `heads` query heads of head_dim), query "
-     "heads head0 .. head0 + count - 1 of it (count 0: to the last), then gemv_splitk with x: "
-     "y[r] += sum_k w[r * ld + k] * x[k] (+ residual[r]) for r < extent(y), K = count * "
-     "head_dim <= 1024, ld 0: K. An attention output projection cut along its input by query "
-     "heads, each piece merging its heads' chunks itself (no attention_combine step)",
-     kCombineSplitkOperands, kCombineSplitkParams},
-    {OpId::gemv_t, "gemv_t",
-     "y[n] += sum_k x[k] * w[k * ld + n] (+ residual[n]) for n < N = extent(y), k < K = "
-     "extent(x), ld 0: N: a gemv whose matrix is stored transposed (K rows of N), added with "
-     "atomics like gemv_splitk, so instructions over different K ranges need no order among "
-     "themselves; each reads whole contiguous rows; f32 accumulate",
-     kGemvTOperands, kGemvTParams},
 }};
+
+constexpr RetiredOp kRetiredOps[] = {
+    {16, "gemv_splitk", "gemv"},
+    {17, "attention_combine_splitk", "attention_combine, then gemv"},
+    {18, "gemv_t", "gemv"},
+};
+
+// builtin_ops() promises id order, and every id below AMK_OP_ID_END is either a built-in op or a
+// retired one, so a new op takes the next free id instead of reusing a retired one.
+constexpr bool ids_cover_the_range() {
+  for (size_t i = 0; i < kOps.size(); ++i)
+    if (static_cast<size_t>(kOps[i].id) != i) return false;
+  for (size_t i = 0; i < std::size(kRetiredOps); ++i)
+    if (kRetiredOps[i].id != kOps.size() + i) return false;
+  return kOps.size() + std::size(kRetiredOps) == AMK_OP_ID_END;
+}
+static_assert(ids_cover_the_range(),
+              "op ids: the built-in ops, then the retired ones, up to AMK_OP_ID_END");
 
 }  // namespace
 
@@ -187,6 +160,26 @@ const OpSig* find_op(uint16_t id) noexcept {
   return nullptr;
 }
 
+std::span<const RetiredOp> retired_ops() noexcept { return kRetiredOps; }
+
+const RetiredOp* find_retired_op(std::string_view name) noexcept {
+  for (const auto& op : kRetiredOps)
+    if (op.name == name) return &op;
+  return nullptr;
+}
+
+const RetiredOp* find_retired_op(uint16_t id) noexcept {
+  for (const auto& op : kRetiredOps)
+    if (op.id == id) return &op;
+  return nullptr;
+}
+
+std::string retired_op_message(const RetiredOp& op) {
+  return "op " + std::string(op.name) + " (id " + std::to_string(op.id) +
+         ") was removed because it measured slower than the default layout; use " +
+         std::string(op.instead) + " instead";
+}
+
 std::string op_name(const Program& program, uint16_t id) {
   if (const OpSig* sig = find_op(id)) return std::string(sig->name);
   if (id >= kCustomOpBase && static_cast<size_t>(id - kCustomOpBase) < program.custom_ops.size())
@@ -202,7 +195,6 @@ std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
       return f32_bits(static_cast<float>(value));
     }
     case ParamType::u32:
-    case ParamType::counter:
       if (!(value >= 0.0 && value <= 4294967295.0) || value != std::floor(value)) return std::nullopt;
       return static_cast<uint32_t>(value);
     case ParamType::i32:
@@ -216,8 +208,7 @@ std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
 double decode_param(ParamType type, uint32_t word) noexcept {
   switch (type) {
     case ParamType::f32: return bits_f32(word);
-    case ParamType::u32:
-    case ParamType::counter: return word;
+    case ParamType::u32: return word;
     case ParamType::i32: return static_cast<int32_t>(word);
   }
   return 0.0;

@@ -1,7 +1,8 @@
 // The op registry: the signature of every built-in op (operand slots, their access and dtypes,
-// and the scalar params). Op ids are part of the binary format and the device ABI: never
-// renumber. Shape rules live with the verifier (verify/op_rules.cpp), CPU implementations with
-// the CPU backend (backend/cpu_ops.cpp), device code under kernels/.
+// and the scalar params), and the retired ops whose ids stay reserved. Op ids are part of the
+// binary format and the device ABI (amk_op in kernels/amk_abi.h): never renumber. Shape rules
+// live with the verifier (verify/op_rules.cpp), CPU implementations with the CPU backend
+// (backend/cpu_ops.cpp), device code under kernels/.
 #pragma once
 
 #include <cstdint>
@@ -9,35 +10,17 @@
 #include <span>
 #include <string_view>
 
+#include "amk_abi.h"
 #include "program/program.hpp"
 
 namespace amk {
 
-enum class OpId : uint16_t {
-  nop = 0,        // waits and signals only
-  copy = 1,
-  fill = 2,
-  add = 3,
-  mul = 4,
-  scale = 5,
-  silu_mul = 6,
-  rmsnorm = 7,
-  softmax = 8,
-  gemv = 9,
-  argmax = 10,
-  embedding = 11,
-  rope = 12,               // rotary position embedding (Llama 3 frequency scaling)
-  kv_append = 13,          // one position of every kv head into a layer's cache
-  attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
-  attention_combine = 15,  // merges attention_decode partials across chunks
-  gemv_splitk = 16,        // a K range of a gemv, added into y with atomics
-  attention_combine_splitk = 17,  // attention_combine of some query heads, then their gemv_splitk
-  gemv_t = 18,             // x^T w for w stored K rows of N (a transposed gemv), added into y with atomics
-};
-inline constexpr uint16_t kCustomOpBase = 1000;  // custom op k has id kCustomOpBase + k
-// attention_combine_splitk stages its x (count * head_dim floats) in shared memory: the verifier
-// refuses more, codegen sizes the kernel's array with it (AMK_COMBINE_SPLITK_MAX_K).
-inline constexpr uint64_t kCombineSplitkMaxK = 1024;
+// Op ids come from the ABI header (one list for device code, registry, CPU backend, verifier and
+// codegen); custom op k has id kCustomOpBase + k.
+using OpId = amk_op;
+inline constexpr uint16_t kCustomOpBase = AMK_CUSTOM_OP_BASE;
+static_assert(AMK_OP_ID_END <= AMK_CUSTOM_OP_BASE, "built-in op ids run into custom op ids");
+
 // gemv's K: extent(x), or where the gemv merges attention partials (param head_dim != 0, the
 // o_proj of `amk gen llama --combine oproj`) heads * head_dim, x then holding chunk-major
 // attention_decode partials of `heads` query heads (rows of head_dim + 2 floats).
@@ -47,13 +30,8 @@ inline constexpr uint64_t kCombineSplitkMaxK = 1024;
 // Chunks a merging gemv may read per head (the device merges them in one pass of registers).
 inline constexpr uint32_t kGemvCombineMaxChunks = 64;
 
-// accumulate: the op adds into the elements with atomics. Accumulations into the same elements
-// commute, so they need no order among themselves, only against reads and writes.
-enum class Access : uint8_t { read, write, read_write, accumulate };
-// counter: a counter of the program, by name in JSON (its index in the binary form);
-// kNoCounter (the default) means none.
-enum class ParamType : uint8_t { f32, u32, i32, counter };
-inline constexpr uint32_t kNoCounter = 0xFFFFFFFFu;
+enum class Access : uint8_t { read, write, read_write };
+enum class ParamType : uint8_t { f32, u32, i32 };
 
 // Bit set of DType values.
 using DTypeSet = uint32_t;
@@ -92,6 +70,19 @@ struct OpSig {
 [[nodiscard]] std::span<const OpSig> builtin_ops() noexcept;
 [[nodiscard]] const OpSig* find_op(std::string_view name) noexcept;
 [[nodiscard]] const OpSig* find_op(uint16_t id) noexcept;
+
+// A built-in op that was removed because it measured slower than the default layout. Its id and
+// name stay reserved: a program that uses either is refused with op.retired.
+struct RetiredOp {
+  uint16_t id;
+  std::string_view name;
+  std::string_view instead;  // what a program uses in its place
+};
+[[nodiscard]] std::span<const RetiredOp> retired_ops() noexcept;
+[[nodiscard]] const RetiredOp* find_retired_op(std::string_view name) noexcept;
+[[nodiscard]] const RetiredOp* find_retired_op(uint16_t id) noexcept;
+// The message of the op.retired error for `op`.
+[[nodiscard]] std::string retired_op_message(const RetiredOp& op);
 
 // Name of an op id within a program (built-in or custom); "op#<id>" if unknown.
 [[nodiscard]] std::string op_name(const Program& program, uint16_t id);

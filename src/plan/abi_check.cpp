@@ -24,12 +24,7 @@ static_assert(sizeof(amk_buffer_t) == 32 && offsetof(amk_buffer_t, elements) == 
               offsetof(amk_buffer_t, bytes) == 16 && offsetof(amk_buffer_t, dtype) == 24 &&
               offsetof(amk_buffer_t, flags) == 28);
 static_assert(sizeof(amk_diag_t) == 64 && offsetof(amk_diag_t, elapsed_ns) == 32);
-static_assert(sizeof(amk_stream_entry_t) == 64 && offsetof(amk_stream_entry_t, step) == 16 &&
-              offsetof(amk_stream_entry_t, rows) == 32 &&
-              offsetof(amk_stream_entry_t, chunk_bytes) == 52);
-static_assert(sizeof(amk_device_program_t) == 112 &&
-              offsetof(amk_device_program_t, stream_slots) == 92 &&
-              offsetof(amk_device_program_t, stream_entries) == 104 &&
+static_assert(sizeof(amk_device_program_t) == 96 &&
               offsetof(amk_device_program_t, timeout_ns) == 64 &&
               offsetof(amk_device_program_t, n_instructions) == 72 &&
               offsetof(amk_device_program_t, iterations) == 88);

@@ -23,8 +23,7 @@ namespace {
 // instruction holds when it is reached if the instructions before it in its own queue add at
 // least v to c: per pass they add that much again, and the wait asks for v * pass. The block's
 // barrier before a data op already makes the earlier op's stores visible, so such a wait only
-// costs a round trip to L2 (and its signal a release fence) for nothing. The split-K Llama layer
-// leans on it: each down-projection slice runs on the block that computed its gate/up rows.
+// costs a round trip to L2 (and its signal a release fence) for nothing.
 // Keeps the entries of items[0, n) that `keep` accepts, in order, zeroes the rest; returns the
 // count kept.
 template <typename T, typename Keep> uint8_t compact(T *items, uint8_t n, Keep keep) {
@@ -216,7 +215,6 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
     plan.ops_used.push_back(ins.op);
   std::sort(plan.ops_used.begin(), plan.ops_used.end());
   plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
-  plan_weight_streams(program, plan);
   mark_const_weights(program, plan);
   return plan;
 }

@@ -31,13 +31,6 @@ struct Plan {
   uint32_t elided_waits = 0;                    // waits queue order guarantees (left out)
   uint32_t elided_signals = 0;                  // signals to counters nobody waits for then
   std::vector<uint16_t> ops_used;               // sorted, unique
-  // Weight streams (kernels/amk_stream.cuh): per queue, the gemv steps whose weights the block
-  // may copy into shared memory ahead of their waits. Entry addresses are byte offsets into
-  // their buffer until the executor places the buffers. Empty when the program has none.
-  std::vector<uint32_t> stream_offsets;              // n_queues + 1, or empty
-  std::vector<amk_stream_entry_t> stream_entries;
-
-  [[nodiscard]] bool has_streams() const noexcept { return !stream_entries.empty(); }
 
   [[nodiscard]] uint32_t n_queues() const noexcept {
     return queue_offsets.empty() ? 0 : static_cast<uint32_t>(queue_offsets.size() - 1);
@@ -54,13 +47,6 @@ struct Plan {
 // legal execution order, so the result always passes the deadlock proof.
 [[nodiscard]] std::vector<std::vector<uint32_t>> build_queues(const Program& program,
                                                               uint32_t grid);
-
-// The weight-stream entries of a plan whose instructions and queues are built (make_plan calls
-// it). A gemv streams when its weights (w, and w2 for a GLU) are float, 16-byte aligned rows that
-// no instruction of the program writes, it has at most AMK_STREAM_MAX_ROWS rows, x (and norm) are
-// 16-byte aligned floats, and the program neither has TMA specs nor asks for dynamic shared
-// memory of its own (both would share the ring's memory).
-void plan_weight_streams(const Program& program, Plan& plan);
 
 // Sets AMK_INS_CONST_WEIGHTS on every gemv whose w (and w2) buffers no instruction of the
 // program writes (custom ops count as writing every operand): such a gemv may request its

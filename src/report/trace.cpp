@@ -28,57 +28,22 @@ std::vector<TraceSpan> trace_spans(std::span<const uint64_t> words,
   return spans;
 }
 
-std::string trace_mark_name(const std::string& op, uint32_t m, int64_t marks_level) {
+std::string trace_mark_name(const std::string& op, uint32_t m) {
   const auto pick = [m](const char* first, const char* second) {
     return std::string(m == 0 ? first : second);
   };
-  // (the points each level stamps: kernels/amk_device.cuh, AMK_TRACE_MARKS_EARLY; a gemv's at 4
-  // and 8 where it streams through the ring, which the decode steps' VMs have)
-  if (op == "gemv") {
-    if (marks_level == 3) return pick("poll_started", "wait_over");
-    if (marks_level == 4) return pick("first_landed", "first_batch");
-    if (marks_level == 8) return pick("second_landed", "second_reduced");
-    return pick("loads_issued", "first_batch");
-  }
-  if (op == "attention_decode") {
-    switch (marks_level) {
-      case 1: return pick("entered", "staging_q");
-      case 2: return pick("decoded", "kv_issued");
-      case 5: return pick("scores_taken", "softmax_taken");
-      case 6: return pick("partials_in", "outputs_written");
-      case 7: return pick("again_started", "again_ended");
-      default: return pick("q_staged", "kv_landed");
-    }
-  }
-  if (op == "attention_combine" || op == "attention_combine_splitk") {
-    if (marks_level == 1) return pick("entered", "ml_arrived");
-    if (marks_level == 2) return pick("decoded", "ml_arrived");
-    if (marks_level == 7) return pick("mark0", "ml_arrived");  // (attention's level: the first moves)
-    return pick("ml_arrived", "values_summed");
-  }
+  if (op == "gemv") return pick("loads_issued", "first_batch");
+  if (op == "attention_decode") return pick("q_staged", "kv_landed");
+  if (op == "attention_combine") return pick("ml_arrived", "values_summed");
   return "mark" + std::to_string(m);
 }
 
 uint64_t instruction_bytes(const Program& program, const Instruction& ins) {
-  // The split-K ops read rows x K of their w span (rows ld apart), not the whole span; gemv_t
-  // K x N of its (K rows of N, ld apart).
-  uint64_t strided_k = 0;  // K of such an op, 0 for every other
-  if ((ins.op == static_cast<uint16_t>(OpId::gemv_splitk) ||
-       ins.op == static_cast<uint16_t>(OpId::gemv_t)) &&
-      ins.operands.size() > 1)
-    strided_k = ins.operands[1].extent;
-  if (ins.op == static_cast<uint16_t>(OpId::attention_combine_splitk) && ins.params.size() > 3) {
-    const uint64_t heads = ins.params[1], head0 = std::min<uint64_t>(ins.params[2], heads);
-    strided_k = uint64_t{ins.params[0]} * (ins.params[3] != 0 ? ins.params[3] : heads - head0);
-  }
   uint64_t bytes = 0;
   for (size_t k = 0; k < ins.operands.size(); ++k) {
     const Operand& o = ins.operands[k];
     if (o.buffer == AMK_NO_BUFFER || o.buffer >= program.buffers.size()) continue;
-    const uint64_t elements = k == 0 && strided_k != 0 && ins.operands.size() > 2
-                                  ? std::min(o.extent, ins.operands[2].extent * strided_k)
-                                  : o.extent;
-    bytes += elements * dtype_size(program.buffers[o.buffer].dtype);
+    bytes += o.extent * dtype_size(program.buffers[o.buffer].dtype);
   }
   return bytes;
 }
@@ -93,8 +58,7 @@ uint64_t earliest(const std::vector<TraceSpan>& spans) {
 
 }  // namespace
 
-nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<TraceSpan>& spans,
-                                    int64_t marks_level) {
+nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<TraceSpan>& spans) {
   const uint64_t t0 = earliest(spans);
   nlohmann::ordered_json events = nlohmann::ordered_json::array();
   uint32_t max_block = 0;
@@ -113,7 +77,7 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
     // Marks as microseconds from the instruction's start, under the op's names for them.
     for (uint32_t m = 0; m < 2; ++m)
       if (s.mark[m] != 0)
-        args[trace_mark_name(op, m, marks_level) + "_us"] = static_cast<double>(s.mark[m] - s.start_ns) / 1000.0;
+        args[trace_mark_name(op, m) + "_us"] = static_cast<double>(s.mark[m] - s.start_ns) / 1000.0;
     events.push_back({{"name", name},
                       {"cat", op},
                       {"ph", "X"},
@@ -126,11 +90,11 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
   return {{"traceEvents", events},
           {"displayTimeUnit", "ns"},
           {"otherData",
-           {{"program", program.name}, {"clock", "%globaltimer, ns"}, {"marks_level", marks_level}}}};
+           {{"program", program.name}, {"clock", "%globaltimer, ns"}}}};
 }
 
 nlohmann::ordered_json trace_summary(const Program& program, const std::vector<TraceSpan>& spans,
-                                     uint32_t n_blocks, int64_t marks_level) {
+                                     uint32_t n_blocks) {
   const uint64_t t0 = earliest(spans);
   uint64_t t1 = t0;
   for (const auto& s : spans) t1 = std::max(t1, s.end_ns);
@@ -178,7 +142,7 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
     if (o.marked[0] != 0 || o.marked[1] != 0) {
       nlohmann::ordered_json marks = nlohmann::ordered_json::array();
       for (uint32_t m = 0; m < 2; ++m)
-        marks.push_back({{"name", trace_mark_name(name, m, marks_level)},
+        marks.push_back({{"name", trace_mark_name(name, m)},
                          {"count", o.marked[m]},
                          {"mean_ns", o.marked[m] ? static_cast<double>(o.mark_ns[m]) / o.marked[m]
                                                  : 0.0}});

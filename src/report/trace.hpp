@@ -31,13 +31,8 @@ struct TraceSpan {
 };
 
 // The name of mark m (0 or 1) of an op in traces and summaries ("mark0" / "mark1" for an op
-// that stamps none). marks_level: the traced VM's AMK_TRACE_MARKS_EARLY (0 unless a tuning set
-// it), which moves some ops' marks to other points (kernels/amk_device.cuh): a gemv's at 3
-// (poll_started / wait_over), 4 (first_landed / first_batch) and 8 (second_landed /
-// second_reduced) (through gemv's ring; a gemv on registers keeps level 0's points there);
-// attention_decode's at 1, 2, 5, 6 and 7; the combines' at 1, 2 and 7.
-[[nodiscard]] std::string trace_mark_name(const std::string& op, uint32_t m,
-                                          int64_t marks_level = 0);
+// that stamps none).
+[[nodiscard]] std::string trace_mark_name(const std::string& op, uint32_t m);
 
 // Spans from raw words (kTraceWordsPerInstruction per instruction: start, end, marks; start 0 =
 // not executed) and the queues that ran (queue_offsets / queue_items of the plan). Instructions
@@ -46,16 +41,13 @@ struct TraceSpan {
                                                  std::span<const uint32_t> queue_offsets,
                                                  std::span<const uint32_t> queue_items);
 
-// Bytes an instruction moves: every operand's extent times its element size; the w of
-// gemv_splitk and attention_combine_splitk counts the rows x K weights it reads, not its span
-// (gemv_t's the K x N).
+// Bytes an instruction moves: every operand's extent times its element size.
 [[nodiscard]] uint64_t instruction_bytes(const Program& program, const Instruction& ins);
 
 // {"traceEvents": [...], "displayTimeUnit": "ns", "otherData": {...}}; one track per block,
-// times in microseconds from the earliest start; otherData names the marks level.
+// times in microseconds from the earliest start.
 [[nodiscard]] nlohmann::ordered_json chrome_trace(const Program& program,
-                                                  const std::vector<TraceSpan>& spans,
-                                                  int64_t marks_level = 0);
+                                                  const std::vector<TraceSpan>& spans);
 
 // {"span_ns", "ops": [{op, count, total_ns, mean_ns, bytes, gb_per_s[, marks: [{name, count,
 // mean_ns}] (mean time from the instruction's start to each mark)]}], "blocks": [{block,
@@ -64,6 +56,6 @@ struct TraceSpan {
 // counted from the earliest start for the first; idle is the time after a block's last end.
 [[nodiscard]] nlohmann::ordered_json trace_summary(const Program& program,
                                                    const std::vector<TraceSpan>& spans,
-                                                   uint32_t n_blocks, int64_t marks_level = 0);
+                                                   uint32_t n_blocks);
 
 }  // namespace amk

@@ -1,7 +1,5 @@
 // Data hazards: two instructions that the dependency graph leaves unordered must not touch the
-// same elements when at least one of them writes. Accumulations (atomic adds, Access::accumulate)
-// commute with each other, so two of them may stay unordered; against a read or a write they
-// count as writes.
+// same elements when at least one of them writes.
 //
 // Rather than testing every overlapping pair (quadratic for a buffer updated in place a
 // million times), the sweep walks instructions in a topological order and keeps, per element
@@ -9,9 +7,6 @@
 // vector-clock race check). A write must be ordered after the last writer and those readers; a
 // read after the last writer. If all of those hold, every conflicting pair is ordered by
 // transitivity, so this finds a hazard exactly when one exists.
-//
-// An arrival group (verify/arrivals.cpp) is swept as one access owner: its accesses come after
-// what any member follows and before only what follows every member.
 //
 // Order tests: ancestor bitsets when the graph is small enough, otherwise a backward search
 // from the later instruction that never descends below the earlier one's topological rank.
@@ -112,8 +107,7 @@ struct Acc {
 struct Segment {
   uint64_t end;
   Acc writer;
-  std::vector<Acc> readers;      // since the last write
-  std::vector<Acc> accumulators; // since the last write
+  std::vector<Acc> readers; // since the last write
 };
 
 using SegmentMap = std::map<uint64_t, Segment>; // keyed by start; covers the whole buffer
@@ -126,7 +120,7 @@ void split(SegmentMap &map, uint64_t at) {
   --it;
   if (it->first == at || it->second.end <= at)
     return;
-  Segment tail{it->second.end, it->second.writer, it->second.readers, it->second.accumulators};
+  Segment tail{it->second.end, it->second.writer, it->second.readers};
   it->second.end = at;
   map.emplace_hint(std::next(it), at, std::move(tail));
 }
@@ -134,37 +128,24 @@ void split(SegmentMap &map, uint64_t at) {
 struct SlotInfo {
   std::string_view name;
   bool reads;
-  bool writes; // or accumulates
-  bool accumulates;
+  bool writes;
 };
-
-// How an access is named in a hazard message.
-enum class Verb : uint8_t { reads, writes, accumulates };
 
 // Access of each operand slot. Custom ops do not declare access, so each slot counts as both
 // read and written (conservative: it may report a hazard the source would not have).
 SlotInfo slot_info(const Program &program, const Instruction &ins, size_t slot) {
   if (const OpSig *sig = find_op(ins.op)) {
     const OperandSig &o = sig->operands[slot];
-    return {o.name, o.access == Access::read || o.access == Access::read_write,
-            o.access != Access::read, o.access == Access::accumulate};
+    return {o.name, o.access != Access::write, o.access != Access::read};
   }
   const CustomOp &custom = program.custom_ops[ins.op - kCustomOpBase];
-  return {custom.operands[slot], true, true, false};
+  return {custom.operands[slot], true, true};
 }
 
 class HazardSweep {
 public:
   HazardSweep(const Program &program, const DependencyGraph &g)
-      : program_(program), reach_(g), groups_(arrival_groups(program)),
-        n_(g.n_instructions), checked_by_(g.n_instructions + groups_.members.size(), kNone) {
-    // An arrival group's accesses are swept once, at its member latest in the topological
-    // order (everything ordered after every member comes later in it), as the group's own.
-    last_member_.assign(groups_.members.size(), kNone);
-    for (uint32_t a = 0; a < groups_.members.size(); ++a)
-      for (uint32_t m : groups_.members[a])
-        if (last_member_[a] == kNone || reach_.rank(m) > reach_.rank(last_member_[a]))
-          last_member_[a] = m;
+      : program_(program), reach_(g), checked_by_(g.n_instructions, kNone) {
     // Only buffers that someone writes can have hazards.
     maps_.resize(program.buffers.size());
     written_.assign(program.buffers.size(), 0);
@@ -182,12 +163,6 @@ public:
       if (v >= g.n_instructions)
         continue;
       const Instruction &ins = program_.instructions[v];
-      uint32_t id = v; // who the accesses belong to: the instruction, or its arrival group
-      if (const uint32_t a = groups_.group_of[v]; a != ArrivalGroups::kNoGroup) {
-        if (v != last_member_[a])
-          continue;
-        id = n_ + a;
-      }
       for (int pass = 0; pass < 2; ++pass) { // reads first, so an in-place update is one step
         for (uint32_t s = 0; s < ins.operands.size(); ++s) {
           const Operand &o = ins.operands[s];
@@ -195,11 +170,9 @@ public:
             continue;
           const SlotInfo info = slot_info(program_, ins, s);
           if (pass == 0 && info.reads)
-            read_or_accumulate(o, {id, s}, Verb::reads);
-          if (pass == 1 && info.accumulates)
-            read_or_accumulate(o, {id, s}, Verb::accumulates);
-          else if (pass == 1 && info.writes)
-            write(o, {id, s});
+            read(o, {v, s});
+          if (pass == 1 && info.writes)
+            write(o, {v, s});
         }
       }
     }
@@ -207,33 +180,21 @@ public:
   }
 
 private:
-  // Calls f on each segment of the operand's elements (split at its ends first).
-  template <typename F> void each_segment(const Operand &o, F f) {
+  // A read comes after the last write.
+  void read(const Operand &o, Acc x) {
     SegmentMap &map = maps_[o.buffer];
     split(map, o.offset);
     split(map, o.offset + o.extent);
-    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it)
-      f(it->second);
+    for (auto it = map.find(o.offset); it != map.end() && it->first < o.offset + o.extent; ++it) {
+      if (it->second.writer.instruction != kNone)
+        order(it->second.writer, false, x, false);
+      auto &readers = it->second.readers;
+      if (readers.empty() || readers.back().instruction != x.instruction)
+        readers.push_back(x);
+    }
   }
 
-  static void note(std::vector<Acc> &list, Acc x) {
-    if (list.empty() || list.back().instruction != x.instruction)
-      list.push_back(x);
-  }
-
-  // A read comes after the last write and every accumulation since; an accumulation after the
-  // last write and every read since, not after other accumulations (they commute).
-  void read_or_accumulate(const Operand &o, Acc x, Verb verb) {
-    const bool reads = verb == Verb::reads;
-    each_segment(o, [&](Segment &seg) {
-      if (seg.writer.instruction != kNone)
-        order(seg.writer, Verb::writes, x, verb);
-      for (const Acc &a : reads ? seg.accumulators : seg.readers)
-        order(a, reads ? Verb::accumulates : Verb::reads, x, verb);
-      note(reads ? seg.readers : seg.accumulators, x);
-    });
-  }
-
+  // A write comes after the last write and every read since.
   void write(const Operand &o, Acc x) {
     SegmentMap &map = maps_[o.buffer];
     const uint64_t lo = o.offset, hi = o.offset + o.extent;
@@ -243,93 +204,56 @@ private:
     auto it = first;
     for (; it != map.end() && it->first < hi; ++it) {
       if (it->second.writer.instruction != kNone)
-        order(it->second.writer, Verb::writes, x, Verb::writes);
+        order(it->second.writer, true, x, true);
       for (const Acc &r : it->second.readers)
-        order(r, Verb::reads, x, Verb::writes);
-      for (const Acc &a : it->second.accumulators)
-        order(a, Verb::accumulates, x, Verb::writes);
+        order(r, false, x, true);
     }
     map.erase(first, it);
-    map.emplace(lo, Segment{hi, x, {}, {}});
+    map.emplace(lo, Segment{hi, x, {}});
   }
 
   // `earlier` comes before `later` in the sweep; they conflict, so the graph must order them.
-  void order(Acc earlier, Verb earlier_verb, Acc later, Verb later_verb) {
+  void order(Acc earlier, bool earlier_writes, Acc later, bool later_writes) {
     if (earlier.instruction == later.instruction)
       return;
     if (checked_by_[earlier.instruction] == later.instruction)
       return; // already proven
     checked_by_[earlier.instruction] = later.instruction;
     ++pairs_;
-    if (ordered(earlier.instruction, later.instruction))
+    if (reach_.reaches(earlier.instruction, later.instruction))
       return;
-    report(earlier, earlier_verb, later, later_verb);
+    report(earlier, earlier_writes, later, later_writes);
   }
 
-  // `from` finishes before `to` starts. A group (id n_ + a) starts after any of its members
-  // started and is finished only for what follows all of them.
-  bool ordered(uint32_t from, uint32_t to) {
-    if (to >= n_) {
-      for (uint32_t m : groups_.members[to - n_])
-        if (ordered(from, m))
-          return true;
-      return false;
-    }
-    if (from >= n_) {
-      for (uint32_t m : groups_.members[from - n_])
-        if (!ordered(m, to))
-          return false;
-      return true;
-    }
-    return from != to && reach_.rank(from) < reach_.rank(to) && reach_.reaches(from, to);
-  }
-
-  // The instruction a hazard message names for an access (a group: its member latest in the
-  // sweep), and how.
-  uint32_t shown(uint32_t id) const { return id < n_ ? id : last_member_[id - n_]; }
-  std::string label(uint32_t id) const {
-    const uint32_t i = shown(id);
+  std::string label(uint32_t i) const {
     const Instruction &ins = program_.instructions[i];
     std::string s = "instruction " + std::to_string(i);
     if (!ins.name.empty())
       s += " '" + ins.name + "'";
-    s += " (" + op_name(program_, ins.op) + ")";
-    if (id >= n_)
-      s += " of the arrival group on counter '" +
-           program_.counters[groups_.counter[id - n_]].name + "' (" +
-           std::to_string(groups_.members[id - n_].size()) +
-           " instructions; the last to arrive does the work)";
-    return s;
+    return s + " (" + op_name(program_, ins.op) + ")";
   }
 
-  static const char *verb_text(Verb v) {
-    return v == Verb::reads ? " reads" : v == Verb::writes ? " writes" : " accumulates into";
-  }
-
-  [[noreturn]] void report(Acc a, Verb a_verb, Acc b, Verb b_verb) {
-    const Instruction &ia = program_.instructions[shown(a.instruction)];
-    const Instruction &ib = program_.instructions[shown(b.instruction)];
+  [[noreturn]] void report(Acc a, bool a_writes, Acc b, bool b_writes) {
+    const Instruction &ia = program_.instructions[a.instruction];
+    const Instruction &ib = program_.instructions[b.instruction];
     const Operand &oa = ia.operands[a.slot];
     const Operand &ob = ib.operands[b.slot];
     const uint64_t lo = std::max(oa.offset, ob.offset);
     const uint64_t hi = std::min(oa.offset + oa.extent, ob.offset + ob.extent);
     const std::string_view slot_b = slot_info(program_, ib, b.slot).name;
-    std::string message = label(a.instruction) + verb_text(a_verb) + " and " +
-                          label(b.instruction) + verb_text(b_verb) +
+    std::string message = label(a.instruction) + (a_writes ? " writes" : " reads") + " and " +
+                          label(b.instruction) + (b_writes ? " writes" : " reads") +
                           " buffer '" + program_.buffers[ob.buffer].name + "' elements [" +
                           std::to_string(lo) + ", " + std::to_string(hi) +
                           ") but neither queue order nor a needed counter signal orders them";
     throw_program_error("verify.hazard",
-                        "/instructions/" + std::to_string(shown(b.instruction)) + "/operands/" +
+                        "/instructions/" + std::to_string(b.instruction) + "/operands/" +
                             std::string(slot_b),
                         std::move(message));
   }
 
   const Program &program_;
   Reachability reach_;
-  ArrivalGroups groups_;
-  uint32_t n_;                       // instructions; group a is access owner n_ + a
-  std::vector<uint32_t> last_member_; // per group
   std::vector<SegmentMap> maps_;
   std::vector<uint8_t> written_;
   std::vector<uint32_t> checked_by_; // last later-instruction each earlier one was tested with

@@ -75,6 +75,8 @@ private:
       n_params_ = custom.params.size();
       return;
     }
+    if (const RetiredOp *retired = find_retired_op(ins_.op))
+      fail("op.retired", "/op", retired_op_message(*retired));
     fail("verify.op", "/op", "unknown op id " + std::to_string(ins_.op));
   }
 
@@ -260,7 +262,7 @@ private:
         if (!(std::isfinite(eps) && eps > 0.0f))
           fail("verify.param", "/params/eps", "eps must be finite and > 0 when norm is present");
       }
-      if (present(5)) { // GLU: w2 is the same row range of a second matrix, streamed alike
+      if (present(5)) { // GLU: w2 is the same row range of a second matrix, read alike
         if (extent(5) != extent(0))
           fail("verify.shape", operand_where(5),
                "extent(w2) = " + std::to_string(extent(5)) +
@@ -376,53 +378,6 @@ private:
                  " must equal group * (head_dim + 2) = " + std::to_string(want));
       break;
     }
-    case OpId::gemv_splitk: // w, x, y, residual?; ld: w rows (one per y element) of K = extent(x)
-      require_strided_w({"rows", "extent(y)", extent(2)}, {"K", "extent(x)", extent(1)}, true);
-      break;
-    case OpId::gemv_t: // w, x, y, residual?; ld: w K = extent(x) rows of N = extent(y)
-      require_strided_w({"K", "extent(x)", extent(1)}, {"N", "extent(y)", extent(2)}, false);
-      break;
-    case OpId::attention_combine_splitk: { // w, partials, y, residual?; head_dim, heads, head0, count, ld
-      const uint32_t hd = require_head_dim(false);
-      const uint32_t heads = ins_.params[1], head0 = ins_.params[2];
-      if (heads == 0) fail("verify.param", "/params/heads", "heads must be > 0");
-      if (head0 >= heads)
-        fail("verify.param", "/params/head0",
-             "head0 = " + std::to_string(head0) + " must be < heads = " + std::to_string(heads));
-      const uint32_t count = ins_.params[3] != 0 ? ins_.params[3] : heads - head0;
-      if (uint64_t{head0} + count > heads)
-        fail("verify.param", "/params/count",
-             "head0 + count = " + std::to_string(uint64_t{head0} + count) +
-                 " must be <= heads = " + std::to_string(heads));
-      const uint64_t k = uint64_t{count} * hd;
-      if (k > kCombineSplitkMaxK)
-        fail("verify.param", "/params/count",
-             "count * head_dim = " + std::to_string(k) + " must be <= " +
-                 std::to_string(kCombineSplitkMaxK) + " (x is staged in shared memory)");
-      const uint64_t block = uint64_t{heads} * (uint64_t{hd} + 2);
-      if (extent(1) % block != 0)
-        fail("verify.shape", operand_where(1),
-             "extent(partials) = " + std::to_string(extent(1)) +
-                 " is not a multiple of heads * (head_dim + 2) = " + std::to_string(block));
-      const uint64_t rows = extent(2);
-      const uint64_t ld = ins_.params[4] == 0 ? k : ins_.params[4];
-      if (ld < k)
-        fail("verify.param", "/params/ld",
-             "ld = " + std::to_string(ld) + " is less than K = count * head_dim = " +
-                 std::to_string(k) + " (rows would overlap)");
-      const uint64_t want = (rows - 1) * ld + k;
-      if (extent(0) != want)
-        fail("verify.shape", operand_where(0),
-             "extent(w) = " + std::to_string(extent(0)) +
-                 " must equal (rows - 1) * ld + K = " + std::to_string(want) +
-                 " (rows = extent(y) = " + std::to_string(rows) + ", ld = " +
-                 std::to_string(ld) + ", K = count * head_dim = " + std::to_string(k) + ")");
-      if (present(3) && extent(3) != rows)
-        fail("verify.shape", operand_where(3),
-             "extent(residual) = " + std::to_string(extent(3)) +
-                 " must equal rows = extent(y) = " + std::to_string(rows));
-      break;
-    }
     case OpId::attention_combine: { // partials, out; head_dim, kv_heads
       const uint32_t hd = require_head_dim(false);
       const uint32_t kv = ins_.params[1];
@@ -439,19 +394,6 @@ private:
              "extent(partials) = " + std::to_string(extent(0)) +
                  " is not a multiple of kv_heads * group * (head_dim + 2) = " +
                  std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
-      const uint32_t arrive = ins_.params[2], arrivals = ins_.params[3];
-      if (arrive == kNoCounter) {
-        if (arrivals != 0)
-          fail("verify.param", "/params/arrivals", "arrivals without an arrive counter");
-      } else {
-        if (arrive >= program_.counters.size())
-          fail("ref.counter", "/params/arrive",
-               "names counter " + std::to_string(arrive) + " of " +
-                   std::to_string(program_.counters.size()));
-        if (arrivals == 0)
-          fail("verify.param", "/params/arrivals",
-               "an arrive counter needs arrivals >= 1 (the instructions of its group)");
-      }
       break;
     }
     }
@@ -461,33 +403,6 @@ private:
 
   // The rope op's scaling params from index `at`: scaling_factor, low_freq_factor,
   // high_freq_factor, original_max_position (rope: 3, attention_decode: 4).
-  // The split-K gemvs' w (operand 0): `rows` rows of `len` weights, ld (param 0; 0: len) apart,
-  // [(rows - 1) * ld + len] elements; the residual (operand 3) has one element per y element
-  // (the rows when y_is_rows, else the row length).
-  struct Dim {
-    const char *name, *source;
-    uint64_t value;
-    [[nodiscard]] std::string text() const {
-      return std::string(name) + " = " + source + " = " + std::to_string(value);
-    }
-  };
-  void require_strided_w(const Dim &rows, const Dim &len, bool y_is_rows) {
-    const uint64_t ld = ins_.params[0] == 0 ? len.value : ins_.params[0];
-    if (ld < len.value)
-      fail("verify.param", "/params/ld",
-           "ld = " + std::to_string(ld) + " is less than " + len.text() + " (rows would overlap)");
-    const uint64_t want = (rows.value - 1) * ld + len.value;
-    if (extent(0) != want)
-      fail("verify.shape", operand_where(0),
-           "extent(w) = " + std::to_string(extent(0)) + " must equal (" + rows.name +
-               " - 1) * ld + " + len.name + " = " + std::to_string(want) + " (" + rows.text() +
-               ", ld = " + std::to_string(ld) + ", " + len.text() + ")");
-    const Dim &y = y_is_rows ? rows : len;
-    if (present(3) && extent(3) != y.value)
-      fail("verify.shape", operand_where(3),
-           "extent(residual) = " + std::to_string(extent(3)) + " must equal " + y.text());
-  }
-
   void require_rope_scaling(size_t at) {
     const float factor = param_f32(at);
     if (!(std::isfinite(factor) && factor >= 0.0f))

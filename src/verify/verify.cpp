@@ -68,7 +68,6 @@ VerifySummary verify(const Program &program, const VerifyOptions &options) {
   check_launch(program);
   for (uint32_t i = 0; i < program.instructions.size(); ++i)
     check_instruction(program, i);
-  check_arrival_groups(program);
   for (uint32_t t = 0; t < program.tma.size(); ++t)
     check_tma(program, t);
 

@@ -77,20 +77,6 @@ struct DependencyGraph {
     const Program& program, const std::vector<std::vector<uint32_t>>* queues);
 // Longest chain of instructions in the graph.
 [[nodiscard]] uint64_t critical_path(const DependencyGraph& graph);
-// Arrival groups (verify/arrivals.cpp): the instructions naming the same counter in a counter
-// param (attention_combine's `arrive`). The group acts as one instruction that runs after any
-// member started and is seen only by what follows every member.
-struct ArrivalGroups {
-  static constexpr uint32_t kNoGroup = 0xFFFFFFFFu;
-  std::vector<std::vector<uint32_t>> members;  // per group, in instruction order
-  std::vector<uint32_t> counter;               // per group
-  std::vector<uint32_t> param;                 // per group: the counter param's index
-  std::vector<uint32_t> group_of;              // per instruction, or kNoGroup
-};
-[[nodiscard]] ArrivalGroups arrival_groups(const Program& program);
-// The counter is named by no wait or signal, members are identical, arrivals = their number
-// (verify.arrive.counter, verify.arrive.members, verify.arrive.count).
-void check_arrival_groups(const Program& program);
 // Throws verify.hazard for the first conflicting pair of accesses the graph leaves unordered.
 // Returns the number of distinct instruction pairs whose order was tested.
 uint64_t check_hazards(const Program& program, const DependencyGraph& graph);

@@ -125,6 +125,7 @@ def generate(amk, here, base):
         ("section_unknown_kind", entry_field(blob, "QUEUES", 0, "<I", 9), "amkb.section"),
         ("section_checksum", patch(blob, secs["INSTR"][1] + 20, "<B", 0x5A, fix=False), "amkb.checksum"),
         ("unknown_op", instr_field(blob, g0, 0, "<H", 999), "ref.op"),
+        ("retired_op", instr_field(blob, g0, 0, "<H", 16), "op.retired"),  # gemv_splitk's id
         ("operand_count", instr_field(blob, g0, 2, "<B", 2), "amkb.instruction"),
         ("wrong_index", instr_field(blob, 1, 8, "<I", 5), "amkb.instruction"),
         ("reserved_nonzero", instr_field(blob, g0, 12, "<I", 1), "amkb.instruction"),

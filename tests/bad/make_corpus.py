@@ -7,6 +7,11 @@ Writes tests/bad/json/*.json, tests/bad/amkb/*.amkb and tests/bad/expected.tsv (
 code, error code, location). The files are committed: they are the corpus CI runs
 (tests/cli/bad_inputs.sh) and the fuzzers' seeds. The .amkb cases start from `amk convert` of a
 valid program and corrupt it at places read from the file's own section table.
+
+The few cases too large to commit (GENERATED_CASES) are listed in expected.tsv as generated/NAME
+and never written into the tree; the test writes them to a scratch folder at run time:
+
+    /usr/bin/python3 tests/bad/make_corpus.py --generated-into DIR
 """
 import argparse
 import copy
@@ -102,6 +107,7 @@ JSON_CASES = [
     ("path_escapes", mutate(setp(["buffers", 0, "init"], {"kind": "npy", "path": "../../etc/passwd"})), P, "path.escape", "/buffers/0/init/path"),
     ("absolute_path", mutate(setp(["buffers", 0, "init"], {"kind": "raw", "path": "/etc/passwd", "offset": 0})), P, "path.escape", "/buffers/0/init/path"),
     ("unknown_op", mutate(setp(["instructions", 0, "op"], "gemm")), P, "instruction.op", "/instructions/0/op"),
+    ("retired_op", mutate(setp(["instructions", 0, "op"], "gemv_splitk")), P, "op.retired", "/instructions/0/op"),
     ("dangling_buffer", mutate(setp(["instructions", 0, "operands", "x"], "nope")), P, "ref.buffer", "/instructions/0/operands/x"),
     ("dangling_counter", mutate(setp(["instructions", 1, "waits"], [{"counter": "nope", "value": 1}])), P, "ref.counter", "/instructions/1/waits/0/counter"),
     ("unknown_operand_slot", mutate(setp(["instructions", 0, "operands", "bias"], "x")), P, "instruction.operand", "/instructions/0/operands/bias"),
@@ -120,38 +126,6 @@ JSON_CASES = [
     ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
     ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
     ("gemv_w2_extent", mutate(setp(["instructions", 0, "operands", "w2"], {"buffer": "w", "offset": 0, "extent": 256 * 32})), P, "verify.shape", "/instructions/0/operands/w2"),
-    ("gemv_splitk_ld", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 128}))),
-     P, "verify.param", "/instructions/0/params/ld"),
-    ("gemv_splitk_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_splitk"), setp(["instructions", 0, "params"], {"ld": 512}))),
-     P, "verify.shape", "/instructions/0/operands/w"),
-    ("gemv_t_ld", mutate(both(setp(["instructions", 0, "op"], "gemv_t"), setp(["instructions", 0, "params"], {"ld": 32}))),
-     P, "verify.param", "/instructions/0/params/ld"),
-    ("gemv_t_extent", mutate(both(setp(["instructions", 0, "op"], "gemv_t"), setp(["instructions", 0, "params"], {"ld": 65}))),
-     P, "verify.shape", "/instructions/0/operands/w"),
-    ("combine_splitk_head0", mutate(setp(["instructions", 0], {
-        "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
-        "params": {"head_dim": 32, "heads": 4, "head0": 4}, "signals": [{"counter": "done"}]})),
-     P, "verify.param", "/instructions/0/params/head0"),
-    ("combine_splitk_partials", mutate(setp(["instructions", 0], {
-        "name": "g0", "op": "attention_combine_splitk", "operands": {"w": "w", "partials": "x", "y": "y"},
-        "params": {"head_dim": 32, "heads": 2}, "signals": [{"counter": "done"}]})),
-     P, "verify.shape", "/instructions/0/operands/partials"),
-    ("arrive_unknown_counter", mutate(setp(["instructions", 0], {
-        "name": "g0", "op": "attention_combine",
-        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
-        "params": {"head_dim": 32, "arrive": "nope", "arrivals": 1}, "signals": [{"counter": "done"}]})),
-     P, "ref.counter", "/instructions/0/params/arrive"),
-    ("arrive_count", mutate(both(setp(["counters"], ["done", "arrivals"]), setp(["instructions", 0], {
-        "name": "g0", "op": "attention_combine",
-        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
-        "params": {"head_dim": 32, "arrive": "arrivals", "arrivals": 2}, "signals": [{"counter": "done"}]}))),
-     P, "verify.arrive.count", "/instructions/0/params/arrivals"),
-    ("arrive_counter_waited", mutate(both(setp(["counters"], ["done", "arrivals"]), setp(["instructions", 0], {
-        "name": "g0", "op": "attention_combine",
-        "operands": {"partials": {"buffer": "x", "extent": 136}, "out": {"buffer": "y", "extent": 32}},
-        "params": {"head_dim": 32, "arrive": "arrivals", "arrivals": 1}, "signals": [{"counter": "done"}]}),
-        setp(["instructions", 1, "waits"], [{"counter": "done", "value": 1}, {"counter": "arrivals", "value": 1}]))),
-     P, "verify.arrive.counter", "/instructions/1/waits/1"),
     ("gemv_merge_head_dim", mutate(setp(["instructions", 0, "params"], {"head_dim": 6, "heads": 1})),
      P, "verify.param", "/instructions/0/params/head_dim"),
     ("gemv_merge_partials_shape", mutate(setp(["instructions", 0, "params"], {"head_dim": 64, "heads": 4})),
@@ -177,7 +151,16 @@ JSON_CASES = [
     ("tma_out_of_buffer", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 128], "box": [64, 8]}])), P, "verify.tma.bounds", "/tma/0"),
     ("tma_bad_swizzle", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 64], "box": [64, 8], "swizzle": "256B"}])), P, "tma.swizzle", "/tma/0/swizzle"),
     ("custom_untrusted", mutate(setp(["custom_ops"], [{"name": "my_op", "operands": ["x"], "params": [], "source": "__device__ void f() {}"}])), P, "custom.untrusted", "/custom_ops"),
-    ("too_many_buffers", mutate(setp(["buffers"], [{"name": f"b{i}", "dtype": "u8", "shape": [1]} for i in range(70000)])), P, "limit.buffers", "/buffers"),
+]
+
+# Cases too large to commit, written at test time: expected.tsv names them under generated/ and
+# tests/cli/bad_inputs.sh writes them to a scratch folder with --generated-into. Each text is a
+# function so that only the modes that write it pay for it.
+GENERATED = "generated"
+GENERATED_CASES = [
+    # More buffers than amk's limit (kMaxBuffers = 65536): about 5 MB of JSON.
+    ("too_many_buffers", lambda: mutate(setp(["buffers"], [{"name": f"b{i}", "dtype": "u8", "shape": [1]} for i in range(70000)])),
+     P, "limit.buffers", "/buffers"),
 ]
 
 # Missing data file: rejected when the data is materialized (io error), not at load.
@@ -188,10 +171,24 @@ RUN_CASES = [
 
 
 
+def write_generated(out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    for name, text, _, _, _ in GENERATED_CASES:
+        with open(os.path.join(out_dir, name + ".json"), "w") as f:
+            f.write(text())
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--amk", required=True)
+    ap.add_argument("--amk", help="the amk binary (needed to write the committed corpus)")
+    ap.add_argument("--generated-into", metavar="DIR",
+                    help="write only the large generated cases, into DIR (outside the tree)")
     args = ap.parse_args()
+    if args.generated_into:
+        write_generated(args.generated_into)
+        return 0
+    if not args.amk:
+        ap.error("--amk is required unless --generated-into is given")
     os.makedirs(os.path.join(HERE, "json"), exist_ok=True)
     rows = []
     for name, text, code, err, where in JSON_CASES:
@@ -199,6 +196,8 @@ def main():
         with open(os.path.join(HERE, fname), "w") as f:
             f.write(text)
         rows.append(("validate", fname, code, err, where))
+    for name, _, code, err, where in GENERATED_CASES:
+        rows.append(("validate", GENERATED + "/" + name + ".json", code, err, where))
     for name, text, code, err, where in RUN_CASES:
         fname = os.path.join("json", name + ".json")
         with open(os.path.join(HERE, fname), "w") as f:

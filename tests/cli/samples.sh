@@ -47,17 +47,11 @@ if [ -n "$py" ]; then
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --fused --context 17; then ok; else bad "llama tiny --fused vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --unfused; then ok; else bad "llama tiny --unfused vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --rope-ops; then ok; else bad "llama tiny --rope-ops vs numpy"; fi
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --glu-gemv; then ok; else bad "llama tiny --glu-gemv vs numpy"; fi
   # One chunk of 40 positions a kv head (the default: five of 8): the combine over a single chunk.
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 40 --attn-chunks 1; then ok; else bad "llama tiny --attn-chunks 1 vs numpy"; fi
   # 40 chunks a kv head: the combine over more than one round of 32 (the GPU runs it in gpu_check).
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --context 320 --attn-chunks 40; then ok; else bad "llama tiny --attn-chunks 40 vs numpy"; fi
-  # One counter a layer for attention's waits (the default: one per kv head).
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --down transposed --context 17; then ok; else bad "llama tiny --down transposed vs numpy"; fi
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --attn-sync layer; then ok; else bad "llama tiny --attn-sync layer vs numpy"; fi
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --mlp-act bf16; then ok; else bad "llama tiny --mlp-act bf16 vs numpy"; fi
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --context 17; then ok; else bad "llama tiny --o-proj split vs numpy"; fi
-  if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --o-proj split --rope-ops; then ok; else bad "llama tiny --o-proj split --rope-ops vs numpy"; fi
   # one attention_combine merging both kv heads (kv_heads 2; the 1B and 8B steps default to it)
   if "$py" "$root/scripts/check_llama.py" --amk "$amk" --backend cpu --combine-heads 2 --context 40; then ok; else bad "llama tiny --combine-heads 2 vs numpy"; fi
 fi
@@ -79,9 +73,9 @@ sys.exit(1 if bad else 0)
 PY
   then ok; else bad "samples against schemas/program.schema.json"; fi
 fi
-# The GPU tier's --check programs (weight streams, fusions, TMA, cluster) load, verify and run on
+# The GPU tier's --check programs (gemv shapes, fusions, TMA, cluster) load, verify and run on
 # the CPU backend too (the GPU run compares against exactly this).
-for n in gemv_stream gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide gemv_splitk gemv_t attention_combine_splitk tma_gemv cluster small_ops rope_kv; do
+for n in gemv_shapes gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide tma_gemv cluster small_ops rope_kv; do
   "$amk" -q run "$root/tests/gpu/programs/$n.json" --backend cpu -o "$tmp/gpu_$n" && ok || bad "$n: cpu run"
 done
 # attention_rope at other block sizes (the GPU tier checks these too; here: they load and run).

@@ -58,41 +58,38 @@ expect_grep "$tmp/out" "gemv  6" "inspect counts instructions by op"
 expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
 [ "$(json_field "$tmp/out" "j['instructions']['by_op']['gemv']")" = 6 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json by_op"; }
 [ "$(json_field "$tmp/out" "j['buffers']['bytes']")" = 3166208 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json bytes"; }
-# A weight-stream slot count outside 0, 2..64 is a usage error naming the variable (exit 2).
-# Only a CUDA-enabled amk reads $AMK_VM_TUNING (the sanitizer build has no CUDA toolkit).
-env AMK_VM_TUNING=AMK_STREAM_SLOTS=1 "$amk" compile "$sample" --arch sm_90a >"$tmp/out" 2>"$tmp/err"
+# --vm FIELD=VALUE: an unknown field, a field derived from the program or a value out of range is
+# a usage error naming --vm (exit 2), before anything is loaded or compiled (also in a build
+# without the CUDA toolkit: the config is part of the core library).
+expect_rc 2 "--vm out of range refused" -- "$amk" compile "$sample" --arch sm_90a --vm gemv_preload=9
+expect_grep "$tmp/err" "usage.vm\] at --vm: gemv_preload (.*) is an integer in 0..4, got '9'" "--vm out of range is located"
+expect_rc 2 "--vm unknown field refused" -- "$amk" run "$sample" --backend cpu --vm AMK_GEMV_PRELOAD=1
+expect_grep "$tmp/err" "no VM field 'AMK_GEMV_PRELOAD'" "--vm names the unknown field"
+expect_rc 2 "--vm shape field refused" -- "$amk" compile "$sample" --vm block_threads=128
+expect_grep "$tmp/err" "block_threads is derived from the program, not a tuning" "--vm refuses a shape field"
+expect_rc 2 "--vm without a value refused" -- "$amk" compile "$sample" --vm attn_tile
+expect_grep "$tmp/err" "expected FIELD=VALUE" "--vm names the form"
+"$amk" compile "$sample" --arch sm_90a >"$tmp/out" 2>"$tmp/err"
 if grep -q "built without the CUDA toolkit" "$tmp/err"; then
-  echo "skip: AMK_STREAM_SLOTS check (amk built without CUDA)"
+  echo "skip: compile's VM config report (amk built without CUDA)"
 else
-  expect_rc 2 "AMK_STREAM_SLOTS=1 refused" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=1 "$amk" compile "$sample" --arch sm_90a
-  expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_STREAM_SLOTS is 0" "stream slots error is located"
-  expect_rc 2 "AMK_COMBINE_BATCH=0 refused" -- env AMK_VM_TUNING=AMK_COMBINE_BATCH=0 "$amk" compile "$sample" --arch sm_90a
-  expect_grep "$tmp/err" "usage.vm_tuning\] at \$AMK_VM_TUNING: AMK_COMBINE_BATCH is .* in 1..32, got 0" "combine batch error is located"
-  expect_rc 2 "AMK_LINEINFO=yes refused" -- env AMK_LINEINFO=yes "$amk" compile "$sample" --arch sm_90a
-  expect_grep "$tmp/err" "usage.lineinfo\] at \$AMK_LINEINFO: expected 0 or 1, got 'yes'" "lineinfo error is located"
-  # What the generated source decided for the VM: mlp_block's steps wait on const weights.
-  expect_rc 0 "compile reports the VM's choices" -- "$amk" compile "$sample" --arch sm_90a
-  expect_grep "$tmp/out" "vm: buffer table in shared memory, gemv preload of 1 weight batch," "compile names the VM's choices"
-  expect_grep "$tmp/out" "gemv weights through 2 shared-memory stages a warp" "compile names the gemv ring"
-  expect_grep "$tmp/out" "no L2 prefetch of the next streaming step" "compile names the prefetch left out"
-  expect_rc 0 "compile --json reports the VM's choices" -- env AMK_VM_TUNING=AMK_SMEM_BUFFERS=0,AMK_GEMV_SMEM_STAGES=3 "$amk" --json compile "$sample" --arch sm_90a
-  [ "$(json_field "$tmp/out" "str(j['vm']['smem_buffer_table']) + ' ' + str(j['vm']['gemv_preload']) + ' ' + str(j['vm']['gemv_smem_stages']) + ' ' + str(j['vm']['prefetch_ahead'])")" = "False 1 3 0" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm"; }
-  # attention_rope's combine waits: its instruction is read from a copy in shared memory, with
-  # the wide tile its chunks get by default (since the twentieth session) and without it.
-  expect_rc 0 "compile reports the attention copy" -- env AMK_VM_TUNING=AMK_ATTN_TILED_WIDE=0 "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
-  expect_grep "$tmp/out" "attention's instruction read from shared memory" "compile names the attention copy"
-  expect_rc 0 "compile --json reports the attention copy" -- "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
-  [ "$(json_field "$tmp/out" "str(j['vm']['attention_instruction_in_shared_memory']) + ' ' + str(j['vm']['attention_wide_tile']) + ' ' + str(j['vm']['attention_kv_before_wait'])")" = "True True False" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention copy"; }
-  # Its chunks copy their K/V after their waits unless a tuning says otherwise (by default only
-  # chunks of one query head on the large tile copy them before).
-  expect_rc 0 "compile reports attention's K/V before its waits" -- env AMK_VM_TUNING=AMK_ATTN_PRELOAD=1 "$amk" compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
-  expect_grep "$tmp/out" "its K/V copied before its waits" "compile names attention's K/V before its waits"
+  # What the chooser decided for the VM: mlp_block's gemvs wait on weights nothing writes.
+  expect_rc 0 "compile reports the VM's config" -- "$amk" compile "$sample" --arch sm_90a
+  expect_grep "$tmp/out" "vm: smem_buffers=true gemv_ring_stages=2 gemv_preload=1 prefetch_ahead=0" "compile names the fields off their defaults"
+  expect_rc 0 "compile --explain" -- "$amk" compile "$sample" --arch sm_90a --explain
+  expect_grep "$tmp/out" "gemv_ring_stages  *2  *gemvs wait and preload" "--explain says why"
+  expect_grep "$tmp/out" "block_threads  *256  *(program) the program's launch.block" "--explain marks the program's fields"
+  expect_rc 0 "compile --json reports the VM's config" -- "$amk" --json compile "$sample" --arch sm_90a --vm smem_buffers=false,gemv_ring_stages=3
+  [ "$(json_field "$tmp/out" "' '.join(str(j['vm'][f]['value']) for f in ('smem_buffers', 'gemv_preload', 'gemv_ring_stages', 'prefetch_ahead'))")" = "False 1 3 0" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm"; }
+  [ "$(json_field "$tmp/out" "j['vm']['gemv_ring_stages']['why'].startswith('--vm gemv_ring_stages')")" = True ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json vm: an override's why"; }
+  # attention_rope's chunks need the wide tile (and one the streaming pass) and its combine waits:
+  # the instruction is read from a copy in shared memory; with the small tile forced, the pass
+  # takes the wide chunks too.
+  expect_rc 0 "compile --json reports the attention config" -- "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a
+  [ "$(json_field "$tmp/out" "' '.join(str(j['vm'][f]['value']) for f in ('stage_decode_ins', 'attn_tile', 'attn_pass'))")" = "True wide True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL compile --json attention config"; }
+  expect_rc 0 "compile with a smaller tile" -- "$amk" --json compile "$root/tests/gpu/programs/attention_rope.json" --arch sm_90a --vm attn_tile=small
+  [ "$(json_field "$tmp/out" "' '.join(str(j['vm'][f]['value']) for f in ('attn_tile', 'attn_pass'))")" = "small True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --vm attn_tile=small takes the pass"; }
 fi
-# Weight streams: every gemv whose weights the program never writes (not dyn_gemv's).
-expect_rc 0 "inspect weight streams" -- "$amk" inspect "$root/tests/gpu/programs/gemv_stream.json"
-expect_grep "$tmp/out" "weight streams 11 of 12 gemv steps" "inspect counts the streamable gemv steps"
-expect_rc 0 "inspect --json weight streams" -- "$amk" --json inspect "$root/tests/gpu/programs/gemv_stream.json"
-[ "$(json_field "$tmp/out" "j['weight_streams']['bytes']")" = 1847360 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json weight_streams bytes"; }
 
 expect_rc 0 "convert to amkb" -- "$amk" convert "$sample" -o "$tmp/mlp.amkb"
 expect_rc 0 "validate amkb" -- "$amk" validate "$tmp/mlp.amkb"
@@ -147,54 +144,45 @@ elif [ "$rc" -eq 5 ] && grep -q "device.unsupported" "$tmp/err"; then
 else
   fail=$((fail + 1)); echo "FAIL compile: exit $rc"; head -3 "$tmp/err"
 fi
-# $AMK_LINEINFO=1 adds -lineinfo to the NVRTC options (and only then).
+# --lineinfo adds -lineinfo to the NVRTC options (and only then).
 if [ "$rc" -eq 0 ]; then
-  AMK_LINEINFO=1 AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a >"$tmp/li.json" 2>/dev/null
+  AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a --lineinfo >"$tmp/li.json" 2>/dev/null
   AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a >"$tmp/noli.json" 2>/dev/null
   if [ "$(json_field "$tmp/li.json" "'-lineinfo' in j['options']")" = True ] &&
      [ "$(json_field "$tmp/noli.json" "'-lineinfo' in j['options']")" = False ]; then
     pass=$((pass + 1))
   else
-    fail=$((fail + 1)); echo "FAIL AMK_LINEINFO=1 -> -lineinfo"
+    fail=$((fail + 1)); echo "FAIL --lineinfo -> -lineinfo"
   fi
 fi
 expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/tests/gpu/programs/hang.json" --arch sm_90a
-# The weight-stream ring compiles (hang_stream.json's stopped-block drain runs on the GPU in
-# scripts/gpu_check.sh); needs NVRTC.
+# The gemv that waits inside the op compiles with the gemv preload at one batch (hang_gemv.json's
+# watchdog runs on the GPU in scripts/gpu_check.sh); needs NVRTC.
 if [ "$compile_rc" -eq 0 ]; then
-  expect_rc 0 "hang_stream compiles with weight streams on" -- env AMK_VM_TUNING=AMK_STREAM_SLOTS=4 \
-    AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_stream.json" --arch sm_90a
-  # ... and the gemv that waits inside the op (the default gemv preload; one batch by tuning;
-  # hang_gemv.json's watchdog runs on the GPU in scripts/gpu_check.sh).
-  expect_rc 0 "hang_gemv compiles with the gemv preload at one batch" -- env AMK_VM_TUNING=AMK_GEMV_PRELOAD=1 \
-    AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_gemv.json" --arch sm_90a
+  expect_rc 0 "hang_gemv compiles with the gemv preload at one batch" -- env \
+    AMK_CACHE_DIR="$tmp/cache" "$amk" compile --trust-custom-ops "$root/tests/gpu/programs/hang_gemv.json" --arch sm_90a --vm gemv_preload=1
 fi
 
 # amk gen llama: the fused layer by default (no rmsnorm or silu_mul instructions: both inside the
-# gemvs), --unfused / --rope-ops / --glu-gemv the unfused one; --fused with any of them: exit 2.
+# gemvs), --unfused / --rope-ops the unfused one; --fused with --rope-ops: exit 2.
 ops_of() {  # ops_of PROGRAM OP -> count
   "$py" -c "import json,sys; print(sum(i['op'] == sys.argv[2] for i in json.load(open(sys.argv[1]))['instructions']))" "$1" "$2"
 }
 expect_rc 0 "gen llama (default layer)" -- "$amk" -q gen llama -o "$tmp/gl.json"
 [ "$(ops_of "$tmp/gl.json" rmsnorm)" = 0 ] && [ "$(ops_of "$tmp/gl.json" silu_mul)" = 0 ] && pass=$((pass + 1)) ||
   { fail=$((fail + 1)); echo "FAIL gen llama default is not the fused layer"; }
-for flag in --unfused --rope-ops --glu-gemv; do
+for flag in --unfused --rope-ops; do
   expect_rc 0 "gen llama $flag" -- "$amk" -q gen llama $flag -o "$tmp/gu.json"
   [ "$(ops_of "$tmp/gu.json" rmsnorm)" = 5 ] && pass=$((pass + 1)) ||
     { fail=$((fail + 1)); echo "FAIL gen llama $flag is not the unfused layer (rmsnorm per layer twice + final)"; }
 done
 expect_rc 2 "gen llama --fused --unfused" -- "$amk" gen llama --fused --unfused -o "$tmp/gx.json"
 expect_grep "$tmp/err" "exclude each other" "--fused --unfused named"
-expect_rc 2 "gen llama --fused --glu-gemv" -- "$amk" gen llama --fused --glu-gemv -o "$tmp/gx.json"
-expect_grep "$tmp/err" "at --glu-gemv" "--fused --glu-gemv names the flag"
+expect_rc 2 "gen llama --fused --rope-ops" -- "$amk" gen llama --fused --rope-ops -o "$tmp/gx.json"
+expect_grep "$tmp/err" "at --rope-ops" "--fused --rope-ops names the flag"
 [ ! -e "$tmp/gx.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
-# --down split: the fused layer's down projection as gemv_splitk pieces (rows by default); the
-# unfused layer has no such option (exit 2 naming --down, nothing written).
-expect_rc 0 "gen llama --down split" -- "$amk" -q gen llama --down split -o "$tmp/gs.json"
-[ "$(ops_of "$tmp/gs.json" gemv_splitk)" -gt 0 ] && [ "$(ops_of "$tmp/gl.json" gemv_splitk)" = 0 ] &&
-  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down split / the default down projection"; }
-# --mlp-act bf16: the GLU output stored in bf16; only in the layout with the row-range down
-# projection (exit 2 naming --mlp-act, nothing written).
+# --mlp-act bf16: the GLU output stored in bf16; only in the fused layer (exit 2 naming
+# --mlp-act, nothing written).
 expect_rc 0 "gen llama --mlp-act bf16" -- "$amk" -q gen llama --mlp-act bf16 -o "$tmp/gm.json"
 grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gm.json" &&
   ! grep -q '"name": *"act.L0.mlp", *"dtype": *"bf16"' "$tmp/gl.json" &&
@@ -206,40 +194,24 @@ expect_grep "$tmp/out" "check: every output matches the CPU reference (act.logit
 expect_rc 0 "run default step --check" -- "$amk" run "$tmp/gl.json" --backend cpu --check
 grep -q "^check: every output matches the CPU reference$" "$tmp/out" &&
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL the default step's --check is not at its dtype's tolerance"; }
-expect_rc 2 "gen llama --mlp-act bf16 --down split" -- "$amk" gen llama --mlp-act bf16 --down split -o "$tmp/gms.json"
-expect_grep "$tmp/err" "at --mlp-act" "--mlp-act with --down split names the flag"
+expect_rc 2 "gen llama --mlp-act bf16 --unfused" -- "$amk" gen llama --mlp-act bf16 --unfused -o "$tmp/gms.json"
+expect_grep "$tmp/err" "at --mlp-act" "--mlp-act with --unfused names the flag"
 [ ! -e "$tmp/gms.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
-# --down transposed: gemv_t pieces over the stored transpose (tensor '<name>.T').
-expect_rc 0 "gen llama --down transposed" -- "$amk" -q gen llama --down transposed -o "$tmp/gt.json"
-[ "$(ops_of "$tmp/gt.json" gemv_t)" -gt 0 ] && [ "$(ops_of "$tmp/gt.json" gemv_splitk)" = 0 ] &&
-  grep -q '"model.layers.0.mlp.down_proj.weight.T"' "$tmp/gt.json" &&
-  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --down transposed is not gemv_t over the transpose"; }
-# ... which a file without the transpose (here: the default layout's --write-weights) cannot
-# feed: exit 3 naming the tensor, nothing written; the unfused layer has no such option (exit 2).
-expect_rc 0 "gen llama --write-weights (rows)" -- "$amk" -q gen llama --write-weights "$tmp/gw.safetensors" -o "$tmp/gw.json"
-expect_rc 3 "gen llama --down transposed --weights (no transpose)" -- "$amk" gen llama --down transposed --weights "$tmp/gw.safetensors" -o "$tmp/gtw.json"
-expect_grep "$tmp/err" "gen.weights.missing\] at model.layers.0.mlp.down_proj.weight.T: .*use --down rows" "missing transpose named"
-[ ! -e "$tmp/gtw.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
-expect_rc 2 "gen llama --unfused --down transposed" -- "$amk" gen llama --unfused --down transposed -o "$tmp/gtu.json"
-expect_grep "$tmp/err" "at --down: --down transposed applies to the fused layer only" "--unfused --down transposed names the flag"
-expect_rc 2 "gen llama --unfused --down split" -- "$amk" gen llama --unfused --down split -o "$tmp/gy.json"
-expect_grep "$tmp/err" "at --down" "--unfused --down split names the flag"
-[ ! -e "$tmp/gy.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
-# --combine arrive: a member of its kv head's arrival group behind every chunk (tiny: 2 layers x
-# 2 kv heads x 2 chunks), shown by inspect, the same next token on the CPU; refused (exit 2,
-# nothing written) on the unfused layer.
-expect_rc 0 "gen llama --combine arrive" -- "$amk" -q gen llama --combine arrive -o "$tmp/gca.json"
-[ "$(ops_of "$tmp/gca.json" attention_combine)" = 8 ] && grep -q '"arrive": "L0.combine.head0.arrivals"' "$tmp/gca.json" &&
-  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine arrive: not one member a chunk"; }
-expect_rc 0 "inspect --combine arrive" -- "$amk" inspect "$tmp/gca.json"
-expect_grep "$tmp/out" "^arrival groups 4 (8 members" "inspect counts the arrival groups"
-expect_rc 0 "run --combine arrive on the CPU" -- "$amk" -q run "$tmp/gca.json" --backend cpu -o "$tmp/gca_out"
+# --combine steps: attention_combine instructions (tiny: 2 layers x 2 kv heads) where the default
+# (oproj on tiny) has none, the same next token on the CPU; --combine oproj is refused on the
+# unfused layer (exit 2 naming --combine, nothing written), and any other value too.
+expect_rc 0 "gen llama --combine steps" -- "$amk" -q gen llama --combine steps -o "$tmp/gcs.json"
+[ "$(ops_of "$tmp/gcs.json" attention_combine)" = 4 ] && [ "$(ops_of "$tmp/gl.json" attention_combine)" = 0 ] &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine steps / the default merge"; }
+expect_rc 0 "run --combine steps on the CPU" -- "$amk" -q run "$tmp/gcs.json" --backend cpu -o "$tmp/gcs_out"
 expect_rc 0 "run the default layout on the CPU" -- "$amk" -q run "$tmp/gl.json" --backend cpu -o "$tmp/gl_out"
-cmp -s "$tmp/gca_out/next_token.npy" "$tmp/gl_out/next_token.npy" && cmp -s "$tmp/gca_out/act.logits.npy" "$tmp/gl_out/act.logits.npy" &&
-  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine arrive: not the default layout's logits"; }
-expect_rc 2 "gen llama --unfused --combine arrive" -- "$amk" gen llama --unfused --combine arrive -o "$tmp/gcu.json"
-expect_grep "$tmp/err" "at --combine: --combine arrive applies to the fused layer" "--unfused --combine arrive names the flag"
+cmp -s "$tmp/gcs_out/next_token.npy" "$tmp/gl_out/next_token.npy" &&
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --combine steps: not the default layout's next token"; }
+expect_rc 2 "gen llama --unfused --combine oproj" -- "$amk" gen llama --unfused --combine oproj -o "$tmp/gcu.json"
+expect_grep "$tmp/err" "at --combine: --combine oproj applies to the fused layer" "--unfused --combine oproj names the flag"
 [ ! -e "$tmp/gcu.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL refused gen wrote a program"; }
+expect_rc 2 "gen llama --combine bogus" -- "$amk" gen llama --combine bogus -o "$tmp/gcb.json"
+expect_grep "$tmp/err" "combine" "--combine bogus names the option"
 # --attn-chunks N: N attention_decode instructions per kv head (tiny: 16 positions, so the default
 # is 2 chunks of 8 and 1 asks for one of 16); 0 is refused (exit 2).
 expect_rc 0 "gen llama --attn-chunks 1" -- "$amk" -q gen llama --attn-chunks 1 -o "$tmp/ga.json"
@@ -248,20 +220,16 @@ expect_rc 0 "gen llama --attn-chunks 1" -- "$amk" -q gen llama --attn-chunks 1 -
   pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --attn-chunks 1 does not halve the tiny step's attention instructions"; }
 expect_rc 2 "gen llama --attn-chunks 0" -- "$amk" gen llama --attn-chunks 0 -o "$tmp/gz.json"
 expect_grep "$tmp/err" "attn-chunks" "--attn-chunks 0 names the option"
-# --attn-sync: per kv head counters by default (L0.q.head0 ...), one counter a layer with
-# `layer` (L0.q); any other value is refused (exit 2 naming the option).
-expect_rc 0 "gen llama --attn-sync layer" -- "$amk" -q gen llama --attn-sync layer -o "$tmp/gsl.json"
+# Attention waits per kv head: counters L0.q.head0 ..., no layer-wide L0.q.
 grep -q '"L0.q.head0"' "$tmp/gl.json" && ! grep -q '"L0.q"' "$tmp/gl.json" &&
-  grep -q '"L0.q"' "$tmp/gsl.json" && ! grep -q '"L0.q.head0"' "$tmp/gsl.json" &&
-  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --attn-sync head (default) / layer counters"; }
-expect_rc 2 "gen llama --attn-sync bogus" -- "$amk" gen llama --attn-sync bogus -o "$tmp/gb.json"
-expect_grep "$tmp/err" "attn-sync" "--attn-sync bogus names the option"
+  pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL attention counters are not per kv head"; }
 # --source-out / --ptx-out: the generated translation unit and the VM's PTX (virtual
 # architecture); a missing folder for one of them writes none of the requested files (exit 4).
 if [ "$compile_rc" -eq 0 ]; then
   expect_rc 0 "compile --source-out --ptx-out" -- env AMK_CACHE_DIR="$tmp/cache" "$amk" compile "$sample" \
     --arch sm_90a --source-out "$tmp/vm.cu" --ptx-out "$tmp/vm.ptx"
-  expect_grep "$tmp/vm.cu" '#define AMK_USE_OP_GEMV 1' "generated source names the ops"
+  expect_grep "$tmp/vm.cu" 'c.gemv_ring_stages = 2u;' "generated source spells the config out"
+  expect_grep "$tmp/vm.cu" 'o.ops = 0x' "generated source lists the ops"
   expect_grep "$tmp/vm.cu" '#include "amk_vm.cuh"' "generated source includes the VM"
   expect_grep "$tmp/vm.ptx" '^.target sm_90a' "PTX for the target's virtual architecture"
   expect_grep "$tmp/vm.ptx" '.entry amk_vm' "PTX holds the VM entry"
@@ -284,25 +252,21 @@ fi
 expect_rc 2 "profile --cold without --events" -- "$amk" profile "$sample" --trace "$tmp/t.json" --cold
 expect_grep "$tmp/err" "cold applies to --events" "profile --cold names what it needs"
 
-# profile --tuning-arms: VM tunings compared in one process; its arms are parsed before anything
-# is built or any GPU is asked for (usage errors, exit 2, naming the arm).
-expect_rc 2 "profile --tuning-arms with --trace" -- "$amk" profile "$sample" --events --trace "$tmp/t.json" --tuning-arms "default;AMK_GEMV_PRELOAD=1"
+# profile --tuning-arms: VM configurations compared in one process; its arms are parsed before
+# anything is built or any GPU is asked for (usage errors, exit 2, naming the arm).
+expect_rc 2 "profile --tuning-arms with --trace" -- "$amk" profile "$sample" --events --trace "$tmp/t.json" --tuning-arms "default;gemv_preload=1"
 expect_grep "$tmp/err" "tuning-arms applies to --events alone" "--tuning-arms names what it needs"
 expect_rc 2 "profile --rounds without --tuning-arms" -- "$amk" profile "$sample" --events --rounds 3
 expect_grep "$tmp/err" "at --rounds: --rounds applies to --tuning-arms" "--rounds names what it needs"
-# (The arms themselves are read by the CUDA build only; without the toolkit, profile is exit 5.)
-if [ "$compile_rc" -eq 0 ]; then
-  expect_rc 2 "profile --tuning-arms with a bad arm" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=9"
-  expect_grep "$tmp/err" "at --tuning-arms arm 2: AMK_GEMV_PRELOAD" "the bad arm is named by its number"
-  expect_rc 2 "profile --tuning-arms with one arm" -- "$amk" profile "$sample" --events --tuning-arms "default"
-  expect_grep "$tmp/err" "expected 2..16 arms" "one arm is refused"
-  expect_rc 2 "profile --tuning-arms empty" -- "$amk" profile "$sample" --events --tuning-arms ""
-  expect_grep "$tmp/err" "at --tuning-arms arm 1: an arm is empty" "an empty --tuning-arms is refused, not ignored"
-else
-  echo "skip: --tuning-arms parsing checks (amk built without CUDA)"
-fi
+# (The arms are parsed before any GPU is asked for, in every build.)
+expect_rc 2 "profile --tuning-arms with a bad arm" -- "$amk" profile "$sample" --events --tuning-arms "default;gemv_preload=9"
+expect_grep "$tmp/err" "at --tuning-arms arm 2: gemv_preload" "the bad arm is named by its number"
+expect_rc 2 "profile --tuning-arms with one arm" -- "$amk" profile "$sample" --events --tuning-arms "default"
+expect_grep "$tmp/err" "expected 2..16 arms" "one arm is refused"
+expect_rc 2 "profile --tuning-arms empty" -- "$amk" profile "$sample" --events --tuning-arms ""
+expect_grep "$tmp/err" "at --tuning-arms arm 1: an arm is empty" "an empty --tuning-arms is refused, not ignored"
 if ! "$amk" devices >/dev/null 2>&1; then
-  expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;AMK_GEMV_PRELOAD=1"
+  expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;gemv_preload=1"
   # Without a GPU the GPU commands refuse before making any host data (a decode step's weights
   # take minutes): broken.json's missing data file is never reached (exit 5, not 4).
   expect_rc 5 "profile refuses before the data" -- "$amk" profile "$tmp/broken.json" --events
@@ -313,9 +277,9 @@ if ! "$amk" devices >/dev/null 2>&1; then
   expect_rc 5 "inspect --attributes refuses before the data" -- "$amk" inspect --attributes "$tmp/broken.json"
 else
   # On a GPU: two arms, three rounds; each arm reports its rounds, the first arm is the unit.
-  expect_rc 0 "profile --tuning-arms on the GPU" -- "$amk" --json profile "$sample" --events --iterations 5 --rounds 3 --tuning-arms "default;AMK_GEMV_PRELOAD=0"
+  expect_rc 0 "profile --tuning-arms on the GPU" -- "$amk" --json profile "$sample" --events --iterations 5 --rounds 3 --tuning-arms "default;gemv_preload=0"
   cp "$tmp/out" "$tmp/arms.json"
-  [ "$(json_field "$tmp/arms.json" "[len(j['arms']), j['arms'][0]['ratio_to_first'], len(j['arms'][1]['round_medians_ms']), len(j['arms'][1]['samples_ms']), j['arms'][1]['tuning']]")" = "[2, 1.0, 3, 15, {'AMK_GEMV_PRELOAD': 0}]" ] \
+  [ "$(json_field "$tmp/arms.json" "[len(j['arms']), j['arms'][0]['ratio_to_first'], len(j['arms'][1]['round_medians_ms']), len(j['arms'][1]['samples_ms']), j['arms'][1]['vm']]")" = "[2, 1.0, 3, 15, 'gemv_preload=0']" ] \
     && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile --tuning-arms JSON"; head -c 600 "$tmp/arms.json"; }
   [ "$(json_field "$tmp/arms.json" "j['arms'][0]['artifact_fingerprint'] != j['arms'][1]['artifact_fingerprint'] and all(a['median_ms'] > 0 for a in j['arms'])")" = True ] \
     && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile --tuning-arms: arms share a kernel or time nothing"; }

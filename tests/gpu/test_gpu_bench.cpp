@@ -125,7 +125,7 @@ void check_result(const BenchResult& r, uint32_t launches) {
 
 GpuOptions step_options() {
   GpuOptions o;
-  o.compile.step_kernel = true;
+  o.step_kernel = true;
   return o;
 }
 
@@ -137,12 +137,12 @@ TEST_CASE("three arms agree with each other and with the CPU, hot and cold") {
   (void)verify(program);
   const Plan plan = make_plan(program, PlanOptions{4});
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, plan, initial, step_options());
+  GpuExecutable exe = GpuExecutable::open(program, initial, step_options());
   REQUIRE(exe.step_launch().function != nullptr);
 
   for (const bool cold : {false, true}) {
     CAPTURE(cold);
-    const BenchResult r = run_bench(exe, program, plan, initial, quick(cold));
+    const BenchResult r = run_bench(exe, program, initial, quick(cold));
     check_result(r, static_cast<uint32_t>(program.instructions.size() - 1));
     CHECK(r.skipped_nops == 1);
     CHECK(r.instructions == program.instructions.size());
@@ -165,10 +165,9 @@ TEST_CASE("the TMA gemv runs through amk_step with the tensor-map parameter") {
       load_program_file(std::string(AMK_SOURCE_DIR) + "/tests/gpu/programs/tma_gemv.json");
   (void)verify(program);
   REQUIRE(!program.tma.empty());
-  const Plan plan = make_plan(program);
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, plan, initial, step_options());
-  const BenchResult r = run_bench(exe, program, plan, initial, quick(false));
+  GpuExecutable exe = GpuExecutable::open(program, initial, step_options());
+  const BenchResult r = run_bench(exe, program, initial, quick(false));
   uint32_t work = 0;
   for (const Instruction& ins : program.instructions) work += ins.op != 0;
   check_result(r, work);
@@ -176,12 +175,11 @@ TEST_CASE("the TMA gemv runs through amk_step with the tensor-map parameter") {
 
 TEST_CASE("an executable without the step kernel is refused") {
   const Program program = chain_program();
-  const Plan plan = make_plan(program, PlanOptions{4});
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, plan, initial, {});
+  GpuExecutable exe = GpuExecutable::open(program, initial, {});
   CHECK(exe.step_launch().function == nullptr);
   try {
-    (void)run_bench(exe, program, plan, initial, quick(false));
+    (void)run_bench(exe, program, initial, quick(false));
     FAIL("expected bench.step_kernel");
   } catch (const Error& e) {
     CHECK(e.code() == "bench.step_kernel");

@@ -132,24 +132,20 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   };
 
   GpuOptions opts;
-  GpuExecutable exe = GpuExecutable::open(program, plan, initial, opts);
-  // Setup phases, in order.
+  GpuExecutable exe = GpuExecutable::open(program, initial, opts);
+  // Setup phases, in order: one way, the plan once after the occupancy.
   const auto& t = exe.setup_timings_ms();
-  REQUIRE(t.size() == 7);
-  CHECK(t[0].first == "context");
-  CHECK(t[1].first == "device");
-  CHECK(t[2].first == "compile");
-  CHECK(t[3].first == "module_load");
-  CHECK(t[4].first == "configure");
-  CHECK(t[5].first == "upload");
-  CHECK(t[6].first == "tma_encode");
+  const char* phases[] = {"context", "device", "config", "compile", "module_load",
+                          "configure", "plan", "upload", "tma_encode"};
+  REQUIRE(t.size() == std::size(phases));
+  for (size_t i = 0; i < t.size(); ++i) CHECK(t[i].first == phases[i]);
   CHECK(exe.compiled().ok);
   CHECK(exe.compiled().arch == exe.device().arch());
   CHECK(exe.kernel().blocks_per_sm >= 1);
   CHECK(exe.kernel().regs_per_thread > 0);
-  // grid auto: the executable replans for every co-resident block.
-  REQUIRE(exe.replanned() != nullptr);
+  // grid auto: the executable plans for every co-resident block.
   CHECK(exe.grid() == exe.kernel().blocks_per_sm * exe.device().sm_count);
+  CHECK(exe.plan().grid == exe.grid());
   // No gemv: the launch's dynamic shared memory is the program's (none).
   CHECK(exe.dynamic_smem() == program.launch.dynamic_smem);
 
@@ -198,11 +194,9 @@ TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv
     CAPTURE(name);
     const Program program =
         load_program_file(std::string(AMK_SOURCE_DIR) + "/tests/gpu/programs/" + name);
-    const Plan plan = make_plan(program);
-    GpuExecutable exe = GpuExecutable::open(program, plan, materialize_all(program), GpuOptions{});
-    const uint32_t want = vm_dynamic_smem_bytes(
-        program, plan, static_cast<uint32_t>(exe.device().smem_per_block_optin), CompileOptions{});
-    CHECK(want >= gemv_ring_bytes(program, plan, CompileOptions{}));
+    GpuExecutable exe = GpuExecutable::open(program, materialize_all(program), GpuOptions{});
+    const uint32_t want = exe.vm().dynamic_smem;
+    CHECK(want >= amk_gemv_ring_bytes(exe.vm().config));
     CHECK(want > 0);
     CHECK(exe.dynamic_smem() == want);
   }
@@ -210,17 +204,15 @@ TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv
 
 TEST_CASE("a grid past co-residency is refused before launching") {
   Program program = small_program();
-  const Plan probe_plan = make_plan(program, PlanOptions{4});
   const HostBuffers initial = materialize_all(program);
   uint32_t max_grid = 0;
   {
-    GpuExecutable probe = GpuExecutable::open(program, probe_plan, initial, {});
+    GpuExecutable probe = GpuExecutable::open(program, initial, {});
     max_grid = probe.kernel().blocks_per_sm * probe.device().sm_count;
   }
   program.launch.grid = max_grid + 1;
-  const Plan plan = make_plan(program);
   try {
-    (void)GpuExecutable::open(program, plan, initial, {});
+    (void)GpuExecutable::open(program, initial, {});
     FAIL("expected a co-residency refusal");
   } catch (const Error& e) {
     CHECK(e.code() == "device.coresidency");
@@ -242,8 +234,7 @@ TEST_CASE("the watchdog stops a wait that can never hold and the context stays "
   stuck.waits = {Wait{0, 1}};
   program.instructions = {stuck};
   program.queues = std::vector<std::vector<uint32_t>>{{0}}; // user queues: no deadlock proof
-  const Plan plan = make_plan(program);
-  GpuExecutable exe = GpuExecutable::open(program, plan, HostBuffers{}, {});
+  GpuExecutable exe = GpuExecutable::open(program, HostBuffers{}, {});
   const LaunchResult r = exe.launch();
   CHECK(r.status == "timeout");
   CHECK(r.diag.status == AMK_STATUS_TIMEOUT);

@@ -1,22 +1,20 @@
-// The nvrtc tier's program builder: a program and its plan made by hand (no loader, no
-// planner), one queue, each instruction waiting for the one before it.
+// The nvrtc tier's program builder and compile helpers: programs made by hand (no loader), one
+// queue, each instruction waiting for the one before it, compiled through the chooser like a run
+// on an sm_90 device would compile them.
 #pragma once
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "config/choose.hpp"
 #include "cuda/codegen.hpp"
+#include "cuda/compile.hpp"
 #include "ops/registry.hpp"
 
 namespace amk::test {
-
-// A program built by hand (no loader, no planner), with a plan that runs it on one queue.
-struct Built {
-  Program program;
-  Plan plan;
-};
 
 class Builder {
  public:
@@ -25,67 +23,60 @@ class Builder {
     b.name = name;
     b.dtype = dtype;
     b.shape = std::move(shape);
-    built_.program.buffers.push_back(b);
-    amk_buffer_t ab{};
-    ab.elements = b.elements();
-    ab.bytes = b.bytes();
-    ab.dtype = static_cast<uint32_t>(dtype);
-    built_.plan.buffers.push_back(ab);
-    return static_cast<uint32_t>(built_.program.buffers.size() - 1);
+    program_.buffers.push_back(b);
+    return static_cast<uint32_t>(program_.buffers.size() - 1);
   }
 
-  // Operands as whole buffers (AMK_NO_BUFFER for an absent optional one).
+  // Operands as whole buffers (AMK_NO_BUFFER for an absent optional one); each instruction waits
+  // for the one before it and signals the chain counter.
   void instruction(OpId op, std::vector<uint32_t> buffers, std::vector<uint32_t> params = {}) {
     instruction(static_cast<uint16_t>(op), std::move(buffers), std::move(params));
   }
   void instruction(uint16_t op, std::vector<uint32_t> buffers, std::vector<uint32_t> params = {}) {
-    amk_instruction_t ins{};
-    ins.op = op;
-    ins.index = static_cast<uint32_t>(built_.plan.instructions.size());
-    ins.n_operands = static_cast<uint8_t>(buffers.size());
-    for (size_t k = 0; k < buffers.size(); ++k) {
-      ins.operands[k].buffer = buffers[k];
-      ins.operands[k].offset = 0;
-      ins.operands[k].extent =
-          buffers[k] == AMK_NO_BUFFER
-              ? 0
-              : static_cast<uint32_t>(built_.program.buffers[buffers[k]].elements());
-    }
-    ins.n_params = static_cast<uint8_t>(params.size());
-    for (size_t k = 0; k < params.size(); ++k) ins.params[k] = params[k];
-    if (!built_.plan.instructions.empty()) {  // a chain: each waits for the previous one
-      ins.n_waits = 1;
-      ins.waits[0] = {0, ins.index};
-    }
-    ins.n_signals = 1;
-    ins.signals[0] = {0, 1};
-    built_.plan.instructions.push_back(ins);
     Instruction in;
     in.op = op;
-    built_.program.instructions.push_back(in);
+    for (uint32_t b : buffers) {
+      Operand o;
+      o.buffer = b;
+      o.extent = b == AMK_NO_BUFFER ? 0 : program_.buffers[b].elements();
+      in.operands.push_back(o);
+    }
+    in.params = std::move(params);
+    const uint32_t index = static_cast<uint32_t>(program_.instructions.size());
+    if (index != 0) in.waits.push_back({0, index});
+    in.signals.push_back({0, 1});
+    program_.instructions.push_back(std::move(in));
   }
 
-  Built finish(uint32_t block = 256, std::string name = "secret_program_name") {
-    Plan& plan = built_.plan;
-    built_.program.counters.push_back(Counter{"chain"});
-    plan.n_counters = 1;
-    plan.grid = 1;
-    plan.block = block;
-    plan.queue_offsets = {0, static_cast<uint32_t>(plan.instructions.size())};
-    for (uint32_t i = 0; i < plan.instructions.size(); ++i) plan.queue_items.push_back(i);
-    for (const amk_instruction_t& ins : plan.instructions) plan.ops_used.push_back(ins.op);
-    std::sort(plan.ops_used.begin(), plan.ops_used.end());
-    plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()),
-                        plan.ops_used.end());
-    built_.program.name = std::move(name);
-    built_.program.launch.block = block;
-    return std::move(built_);
+  Program finish(uint32_t block = 256, std::string name = "secret_program_name") {
+    program_.counters.push_back(Counter{"chain"});
+    program_.name = std::move(name);
+    program_.launch.block = block;
+    return std::move(program_);
   }
 
-  Program& program() { return built_.program; }
+  Program& program() { return program_; }
 
  private:
-  Built built_;
+  Program program_;
 };
+
+// The kernel cache the tier shares within a run (a VM two tests compile is compiled once).
+inline CompileOptions shared_cache() {
+  CompileOptions o;
+  o.cache_dir = std::filesystem::path(AMK_BINARY_DIR) / "nvrtc_cache";
+  return o;
+}
+
+// The config a run on an sm_90 device would choose, and the VM compiled from it.
+inline VmChoice choose_for(const Program& p, const ChooseOptions& c = {}) {
+  return choose(program_facts(p), caps_for_arch(90), c);
+}
+inline CompileOutput compile_program(const Program& p, const ChooseOptions& c = {},
+                                     const CompileOptions& o = shared_cache(),
+                                     bool trust_custom_ops = false) {
+  return compile_vm(vm_source(p, choose_for(p, c), trust_custom_ops),
+                    static_cast<uint32_t>(p.tma.size()), o);
+}
 
 }  // namespace amk::test

@@ -85,7 +85,7 @@ TEST_CASE("driver availability is reported, never fatal") {
     // open fails at its first phase with the same clear error, before compiling anything.
     Program p;
     p.name = "none";
-    const Error o = catch_error([&] { (void)GpuExecutable::open(p, Plan{}, HostBuffers{}, {}); });
+    const Error o = catch_error([&] { (void)GpuExecutable::open(p, HostBuffers{}, {}); });
     CHECK(o.code() == "device.no_driver");
   } else {
     CHECK(cu::driver_if_loaded() != nullptr);
@@ -223,99 +223,3 @@ TEST_CASE("profile statistics") {
   CHECK(summarize_samples({}).samples_ms.empty());
 }
 
-TEST_CASE("$AMK_VM_TUNING: NAME=INT pairs, anything else a usage error naming the variable") {
-  const auto t = amk::parse_vm_tuning("AMK_PREFETCH_BYTES=65536,AMK_VM_SUBS=1", "$AMK_VM_TUNING");
-  REQUIRE(t.size() == 2);
-  CHECK(t[0].first == "AMK_PREFETCH_BYTES");
-  CHECK(t[0].second == 65536);
-  CHECK(t[1].first == "AMK_VM_SUBS");
-  CHECK(t[1].second == 1);
-  CHECK(amk::parse_vm_tuning("", "x").empty());
-  CHECK(amk::parse_vm_tuning("AMK_X=-3", "x").at(0).second == -3);
-  // Weight-stream slots: 0 (off) or 2..64.
-  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=0", "x").at(0).second == 0);
-  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=2", "x").at(0).second == 2);
-  CHECK(amk::parse_vm_tuning("AMK_STREAM_SLOTS=64", "x").at(0).second == 64);
-  // Knobs with a range: its ends pass.
-  CHECK(amk::parse_vm_tuning("AMK_COMBINE_BATCH=1,AMK_COMBINE_BATCH=32", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_GEMV_PRELOAD=0,AMK_GEMV_PRELOAD=4", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_GEMV_SMEM_STAGES=0,AMK_GEMV_SMEM_STAGES=4", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_TILED_WIDE=0,AMK_ATTN_TILED_WIDE=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_TILED_WIDE=2,AMK_ATTN_TILE_DYNAMIC=0,AMK_ATTN_SPLIT_HEADS=1",
-                             "x").size() == 3);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_PASS=0,AMK_ATTN_PASS=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_SMEM_BUFFERS=0,AMK_SMEM_BUFFERS=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_STAGE_DECODE_INS=0,AMK_STAGE_DECODE_INS=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_COMBINE_SMEM=0,AMK_COMBINE_SMEM=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_PRELOAD=0,AMK_ATTN_PRELOAD=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_SPLIT=0,AMK_ATTN_SPLIT=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_BULK=0,AMK_ATTN_BULK=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_SIGNAL_WARP=0,AMK_SIGNAL_WARP=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_EARLY_POLL=0,AMK_EARLY_POLL=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_NEXT_INS_L1=0,AMK_NEXT_INS_L1=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_TRACE_MARKS_EARLY=0,AMK_TRACE_MARKS_EARLY=8", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_GEMV_WHOLE=0,AMK_GEMV_WHOLE=1", "x").size() == 2);
-  CHECK(amk::parse_vm_tuning("AMK_GEMV_STAGE_ONE_TRIP=0,AMK_GEMV_STAGE_ONE_TRIP=1", "x").size() ==
-        2);
-  CHECK(amk::parse_vm_tuning("AMK_ATTN_ROW8=0,AMK_ATTN_ROW8=1", "x").size() == 2);
-  // Tunings whose names share a prefix with derived macros stay tunings.
-  CHECK(amk::parse_vm_tuning("AMK_ELT_UNROLL=2,AMK_GEMV_PRELOAD=1,AMK_ATTN_TILED=0,"
-                             "AMK_TRACE_MARKS_EARLY=1,AMK_GEMV_PINGPONG=1", "x").size() == 5);
-  for (const char* bad : {"FOO=1", "AMK_X", "AMK_X=", "AMK_X=1x", "AMK_x=1", "AMK_X=1,,AMK_Y=2",
-                          "AMK_X=1;rm", "AMK_=1", "AMK_STREAM_SLOTS=1", "AMK_STREAM_SLOTS=65",
-                          "AMK_STREAM_SLOTS=-2", "AMK_COMBINE_BATCH=0", "AMK_COMBINE_BATCH=33",
-                          "AMK_GEMV_PRELOAD=5", "AMK_GEMV_PRELOAD=-1",
-                          "AMK_GEMV_SMEM_STAGES=5", "AMK_GEMV_SMEM_STAGES=-1", "AMK_ATTN_TILED_WIDE=3",
-                          "AMK_ATTN_TILED_WIDE=-1", "AMK_ATTN_TILE_DYNAMIC=2",
-                          "AMK_ATTN_TILE_DYNAMIC=-1", "AMK_ATTN_SPLIT_HEADS=0",
-                          "AMK_ATTN_SPLIT_HEADS=5", "AMK_GEMV_FUSE_COMBINE=1",
-                          "AMK_ATTN_PASS=2", "AMK_ATTN_PASS=-1", "AMK_SMEM_BUFFERS=2",
-                          "AMK_SMEM_BUFFERS=-1", "AMK_STAGE_DECODE_INS=2",
-                          "AMK_STAGE_DECODE_INS=-1", "AMK_COMBINE_SMEM=2", "AMK_COMBINE_SMEM=-1",
-                          "AMK_ATTN_PRELOAD=2", "AMK_ATTN_PRELOAD=-1", "AMK_ATTN_SPLIT=2",
-                          "AMK_ATTN_SPLIT=-1", "AMK_ATTN_BULK=2",
-                          "AMK_ATTN_BULK=-1", "AMK_SIGNAL_WARP=2", "AMK_SIGNAL_WARP=-1",
-                          "AMK_EARLY_POLL=2", "AMK_EARLY_POLL=-1", "AMK_NEXT_INS_L1=2",
-                          "AMK_NEXT_INS_L1=-1",
-                          "AMK_TRACE_MARKS_EARLY=9", "AMK_TRACE_MARKS_EARLY=-1", "AMK_GEMV_WHOLE=2",
-                          "AMK_GEMV_STAGE_ONE_TRIP=2", "AMK_GEMV_STAGE_ONE_TRIP=-1",
-                          "AMK_ATTN_ROW8=2", "AMK_ATTN_ROW8=-1",
-                          // derived from the program by the generated source
-                          "AMK_BLOCK_THREADS=128", "AMK_SMEM_BUFFER_CAP=4", "AMK_TRACE=1",
-                          "AMK_GEMV_RING_SLOT_BYTES=4096",
-                          "AMK_USE_OP_GEMV=0", "AMK_GEMV_BF16_F32=0", "AMK_GEMV_FUSE_NORM=1",
-                          "AMK_ATTN_KV_BF16=0", "AMK_ELT_F16=1", "AMK_STREAM_X_FLOATS=8",
-                          "AMK_COMBINE_SPLITK_MAX_K=2048"}) {
-    CAPTURE(bad);
-    const Error e = catch_error([&] { (void)amk::parse_vm_tuning(bad, "$AMK_VM_TUNING"); });
-    CHECK(e.kind() == amk::ErrorKind::usage);
-    CHECK(e.code() == "usage.vm_tuning");
-  }
-}
-
-TEST_CASE("--tuning-arms: 2..16 arms, each 'default' or a tuning, a bad one named by its number") {
-  const auto arms = amk::parse_tuning_arms("default;AMK_GEMV_PRELOAD=1;AMK_ATTN_PASS=1,AMK_X=-2",
-                                           "--tuning-arms");
-  REQUIRE(arms.size() == 3);
-  CHECK(arms[0].name == "default");
-  CHECK(arms[0].tuning.empty());
-  CHECK(arms[1].name == "AMK_GEMV_PRELOAD=1");
-  REQUIRE(arms[1].tuning.size() == 1);
-  CHECK(arms[1].tuning[0] == std::pair<std::string, int64_t>{"AMK_GEMV_PRELOAD", 1});
-  REQUIRE(arms[2].tuning.size() == 2);
-  CHECK(arms[2].tuning[1].second == -2);
-  std::string sixteen = "default";
-  for (int i = 1; i < 16; ++i) sixteen += ";AMK_X=" + std::to_string(i);
-  CHECK(amk::parse_tuning_arms(sixteen, "x").size() == 16);
-  for (const auto& [bad, where] :
-       {std::pair<std::string, std::string>{"default", "--tuning-arms"},
-        {"", "--tuning-arms arm 1"}, {"default;", "--tuning-arms arm 2"},
-        {";AMK_X=1", "--tuning-arms arm 1"}, {"default;AMK_GEMV_PRELOAD=7", "--tuning-arms arm 2"},
-        {"default;FOO=1", "--tuning-arms arm 2"}, {"Default;AMK_X=1", "--tuning-arms arm 1"},
-        {sixteen + ";AMK_X=99", "--tuning-arms"}}) {
-    CAPTURE(bad);
-    const Error e = catch_error([&] { (void)amk::parse_tuning_arms(bad, "--tuning-arms"); });
-    CHECK(e.kind() == amk::ErrorKind::usage);
-    CHECK(e.where() == where);
-  }
-}

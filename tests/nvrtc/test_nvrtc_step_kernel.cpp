@@ -1,6 +1,6 @@
-// The one-instruction-per-launch entry point (kernels/amk_step.cuh) that `amk bench` compares the
-// VM against: compiled in only on request, next to amk_vm in the same cubin, with and without
-// the tensor-map parameter. No GPU needed.
+// The one-instruction-per-launch entry point (amk_step, kernels/amk_vm.cuh's amk_step_main) that
+// `amk bench` compares the VM against: compiled in only on request, next to amk_vm in the same
+// cubin, with and without the tensor-map parameter. No GPU needed.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -19,7 +19,7 @@ using namespace amk::test;
 
 namespace {
 
-Built elementwise_program() {
+Program elementwise_program() {
   Builder b;
   const uint32_t x = b.buffer("x", DType::f32, {1024});
   const uint32_t y = b.buffer("y", DType::f32, {1024});
@@ -30,7 +30,7 @@ Built elementwise_program() {
 }
 
 // A bf16 gemv whose weights a TMA spec covers: the kernels then take the tensor-map table.
-Built tma_gemv_program() {
+Program tma_gemv_program() {
   Builder b;
   const uint32_t k = 1024, rows = 256;
   const uint32_t w = b.buffer("w", DType::bf16, {rows, k});
@@ -46,11 +46,10 @@ Built tma_gemv_program() {
   return b.finish(256, "step_kernel_test");
 }
 
-CompileOptions options(bool step) {
-  CompileOptions o;
-  o.use_cache = false;
-  o.step_kernel = step;
-  return o;
+ChooseOptions step(bool on) {
+  ChooseOptions c;
+  c.step_kernel = on;
+  return c;
 }
 
 template <class T> T read_le(const std::vector<std::byte>& bytes, size_t at) {
@@ -107,27 +106,26 @@ std::string properties(const std::string& log, const std::string& kernel) {
 }  // namespace
 
 TEST_CASE("the step kernel is in the source only when asked for, and changes the key") {
-  const Built b = elementwise_program();
-  const std::string plain = vm_source(b.program, b.plan, options(false));
-  const std::string step = vm_source(b.program, b.plan, options(true));
-  CHECK(plain.find("AMK_STEP_KERNEL") == std::string::npos);
-  CHECK(plain.find("amk_step.cuh") == std::string::npos);
-  const size_t vm = step.find("#include \"amk_vm.cuh\"");
-  const size_t define = step.find("#define AMK_STEP_KERNEL 1");
-  const size_t include = step.find("#include \"amk_step.cuh\"");
+  const Program b = elementwise_program();
+  const std::string plain = vm_source(b, choose_for(b, step(false)), false);
+  const std::string with = vm_source(b, choose_for(b, step(true)), false);
+  CHECK(plain.find("amk_step") == std::string::npos);
+  CHECK(plain.find("c.step_kernel = false;") != std::string::npos);
+  CHECK(with.find("c.step_kernel = true;") != std::string::npos);
+  const size_t vm = with.find("amk_vm(const __grid_constant__ amk_device_program_t prog) {");
+  const size_t st = with.find(
+      "amk_step(const __grid_constant__ amk_device_program_t prog, uint32_t instruction) {");
   REQUIRE(vm != std::string::npos);
-  REQUIRE(define != std::string::npos);
-  REQUIRE(include != std::string::npos);
-  CHECK(vm < define);
-  CHECK(define < include);
-  CHECK(step.compare(0, vm, plain, 0, vm) == 0);  // everything before the VM is unchanged
+  REQUIRE(st != std::string::npos);
+  CHECK(vm < st);
+  CHECK(with.find("amk_step_main(prog, instruction, nullptr);") != std::string::npos);
 }
 
 TEST_CASE("both entry points compile for sm_90a into one cubin, with and without TMA") {
   for (const bool tma : {false, true}) {
     CAPTURE(tma);
-    const Built b = tma ? tma_gemv_program() : elementwise_program();
-    const CompileOutput with = compile_vm(b.program, b.plan, options(true));
+    const Program b = tma ? tma_gemv_program() : elementwise_program();
+    const CompileOutput with = compile_program(b, step(true));
     CHECK(with.ok);
     CHECK(with.kernel_name == "amk_vm");
     CHECK(with.tma_count == (tma ? 1u : 0u));
@@ -141,7 +139,7 @@ TEST_CASE("both entry points compile for sm_90a into one cubin, with and without
     std::printf("[nvrtc] step kernel (tma=%d): cubin %zu bytes, %.0f ms\n  %s", tma ? 1 : 0,
                 with.cubin.size(), with.compile_ms, step_props.c_str());
 
-    const CompileOutput without = compile_vm(b.program, b.plan, options(false));
+    const CompileOutput without = compile_program(b, step(false));
     CHECK(without.ok);
     const std::set<std::string> plain = global_functions(without.cubin);
     CHECK(plain.count("amk_vm") == 1);

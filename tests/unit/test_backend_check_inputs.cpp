@@ -55,7 +55,7 @@ Program sample(bool with_custom) {
      "y": {"buffer": "consts", "offset": 0, "extent": 8}}},
     {"name": "to_bytes", "op": "copy", "operands": {"x": "bytes_in", "y": "bytes"}},
     {"name": "pick", "op": "argmax", "operands": {"x": "x", "index": "idx"}},
-    {"name": "split", "op": "gemv_splitk", "operands": {"w": "wk", "x": "x8", "y": "acc"}},
+    {"name": "proj", "op": "gemv", "operands": {"w": "wk", "x": "x8", "y": "acc"}},
     {"name": "to_plain", "op": "copy", "operands": {"x": "x", "y": "plain"}},
     {"name": "append", "op": "kv_append", "operands": {"x": {"buffer": "x", "offset": 0, "extent": 8},
      "cache": "cache"}, "params": {"head_dim": 4, "position": 1, "max_len": 3}})";
@@ -90,12 +90,12 @@ TEST_CASE("the outputs --check poisons: only where the initial zeros cannot reac
   CHECK_FALSE(w[5]);   // consts: initialized by the program
   CHECK_FALSE(w[7]);   // bytes: u8, no value to spare for the poison
   CHECK(w[8]);         // idx (i32)
-  CHECK_FALSE(w[10]);  // acc: accumulated into with atomics
+  CHECK(w[10]);        // acc: written by a gemv, never read
   CHECK_FALSE(w[11]);  // custom: a custom op declares no access
   CHECK_FALSE(w[12]);  // plain: not an output
   CHECK_FALSE(w[14]);  // cache: kv_append writes one position and keeps the others
   CHECK_FALSE(w[0]);
-  CHECK(buffer_names(p, w) == "full, after, after_half, idx");
+  CHECK(buffer_names(p, w) == "full, after, after_half, idx, acc");
 }
 
 TEST_CASE("poison, the comparison that catches an unwritten element, and clearing") {
@@ -145,7 +145,7 @@ TEST_CASE("poison, the comparison that catches an unwritten element, and clearin
   for (size_t b = 0; b < p.buffers.size(); ++b) CHECK(cleared.data[b] == plain.data[b]);
   // Where nothing writes, clearing restores the zeros.
   HostBuffers untouched = copy_host_buffers(poisoned);
-  CHECK(clear_poison(p, w, untouched) == 4 * 64 + 1);
+  CHECK(clear_poison(p, w, untouched) == 4 * 64 + 1 + 4);
   for (size_t b = 0; b < p.buffers.size(); ++b) CHECK(untouched.data[b] == zeros.data[b]);
 }
 

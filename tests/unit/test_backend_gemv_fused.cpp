@@ -151,115 +151,6 @@ TEST_CASE("gemv fusions refuse operands of the wrong extent") {
         }) == "run.operand.shape");
 }
 
-// gemv_splitk: the pieces of a matrix cut along K, each added into y, sum to the whole gemv;
-// rows ld apart (a column block of a row-major matrix), the residual added once.
-TEST_CASE("gemv_splitk: K pieces of a column block add up to the gemv, residual once") {
-  for (const DType wt : {DType::bf16, DType::f16, DType::f32}) {
-    CAPTURE(dtype_name(wt));
-    Fixture f;
-    const uint64_t rows = 29, ld = 96, k0 = 8, k = 72;  // columns [8, 80) of a [29, 96] matrix
-    const uint32_t w = f.add("w", wt, nonzero_floats(rows * ld, 201, -0.1f, 0.1f));
-    const uint32_t x = f.add("x", DType::bf16, nonzero_floats(k, 202));
-    const std::vector<float> res = nonzero_floats(rows, 203);
-    const uint32_t r = f.add("res", DType::f32, res);
-    const std::vector<float> y0 = nonzero_floats(rows + 2, 204);  // accumulated into, not zeros
-    const uint32_t y = f.add("y", DType::f32, y0);
-    // Three pieces of 24 columns, in an order that is not the columns' order; the second
-    // carries the residual.
-    const uint64_t piece = 24;
-    for (const uint64_t p : {2u, 0u, 1u}) {
-      const uint64_t c0 = k0 + p * piece;
-      f.run(make_ins(id(OpId::gemv_splitk), 0,
-                     {{w, c0, (rows - 1) * ld + piece},
-                      {x, p * piece, piece},
-                      {y, 1, rows},
-                      p == 1 ? OperandSpec{r, 0, rows} : OperandSpec{}},
-                     {static_cast<uint32_t>(ld)}));
-    }
-    std::vector<double> got, want;
-    for (uint64_t i = 0; i < rows; ++i) {
-      double acc = 0;
-      for (uint64_t c = 0; c < k; ++c) acc += f.get(w, i * ld + k0 + c) * f.get(x, c);
-      want.push_back(y0[1 + i] + acc + res[i]);
-      got.push_back(f.get(y, 1 + i));
-    }
-    CHECK(normalized_error(got, want) < 1e-6);
-    CHECK(f.get(y, 0) == y0[0]);  // rows outside the operand untouched
-    CHECK(f.get(y, rows + 1) == y0[rows + 1]);
-  }
-  SUBCASE("ld 0 means K: a plain row-range gemv added into y") {
-    Fixture f;
-    const uint32_t w = f.add("w", DType::bf16, nonzero_floats(6 * 16, 211));
-    const uint32_t x = f.add("x", DType::f32, nonzero_floats(16, 212));
-    const std::vector<float> y0 = nonzero_floats(6, 213);
-    const uint32_t y = f.add("y", DType::f32, y0);
-    f.run(make_ins(id(OpId::gemv_splitk), 0, {{w, 0, 96}, {x, 0, 16}, {y, 0, 6}, {}}, {0}));
-    for (uint64_t i = 0; i < 6; ++i) {
-      double acc = y0[i];
-      for (uint64_t c = 0; c < 16; ++c) acc += f.get(w, i * 16 + c) * f.get(x, c);
-      CHECK(f.get(y, i) == doctest::Approx(acc).epsilon(1e-6));
-    }
-  }
-}
-
-// gemv_t: x^T w for w stored K rows of N (ld apart); pieces cut along K, each added into y, sum
-// to the whole product; the residual added once; y outside the operand untouched.
-TEST_CASE("gemv_t: K pieces of a transposed matrix add up to x^T w, residual once") {
-  for (const DType wt : {DType::bf16, DType::f16, DType::f32}) {
-    CAPTURE(dtype_name(wt));
-    Fixture f;
-    const uint64_t k = 45, ld = 40, n0 = 3, n = 33;  // columns [3, 36) of a [45, 40] matrix
-    const uint32_t w = f.add("w", wt, nonzero_floats(k * ld, 221, -0.1f, 0.1f));
-    const uint32_t x = f.add("x", DType::bf16, nonzero_floats(k, 222));
-    const std::vector<float> res = nonzero_floats(n, 223);
-    const uint32_t r = f.add("res", DType::f32, res);
-    const std::vector<float> y0 = nonzero_floats(n + 2, 224);  // accumulated into, not zeros
-    const uint32_t y = f.add("y", DType::f32, y0);
-    // Three pieces of 15 rows, out of order; the last carries the residual.
-    const uint64_t piece = 15;
-    for (const uint64_t p : {1u, 2u, 0u}) {
-      f.run(make_ins(id(OpId::gemv_t), 0,
-                     {{w, p * piece * ld + n0, (piece - 1) * ld + n},
-                      {x, p * piece, piece},
-                      {y, 1, n},
-                      p == 0 ? OperandSpec{r, 0, n} : OperandSpec{}},
-                     {static_cast<uint32_t>(ld)}));
-    }
-    std::vector<double> got, want;
-    for (uint64_t j = 0; j < n; ++j) {
-      double acc = 0;
-      for (uint64_t c = 0; c < k; ++c) acc += f.get(w, c * ld + n0 + j) * f.get(x, c);
-      want.push_back(y0[1 + j] + acc + res[j]);
-      got.push_back(f.get(y, 1 + j));
-    }
-    CHECK(normalized_error(got, want) < 1e-6);
-    CHECK(f.get(y, 0) == y0[0]);
-    CHECK(f.get(y, n + 1) == y0[n + 1]);
-  }
-  SUBCASE("ld 0 means N: contiguous rows") {
-    Fixture f;
-    const uint32_t w = f.add("w", DType::bf16, nonzero_floats(5 * 12, 231));
-    const uint32_t x = f.add("x", DType::f32, nonzero_floats(5, 232));
-    const std::vector<float> y0 = nonzero_floats(12, 233);
-    const uint32_t y = f.add("y", DType::f32, y0);
-    f.run(make_ins(id(OpId::gemv_t), 0, {{w, 0, 60}, {x, 0, 5}, {y, 0, 12}, {}}, {0}));
-    for (uint64_t j = 0; j < 12; ++j) {
-      double acc = y0[j];
-      for (uint64_t c = 0; c < 5; ++c) acc += f.get(w, c * 12 + j) * f.get(x, c);
-      CHECK(f.get(y, j) == doctest::Approx(acc).epsilon(1e-6));
-    }
-  }
-  SUBCASE("w of the wrong extent is refused") {
-    Fixture f;
-    const uint32_t w = f.add("w", DType::bf16, nonzero_floats(5 * 12, 241));
-    const uint32_t x = f.add("x", DType::f32, nonzero_floats(5, 242));
-    const uint32_t y = f.add("y", DType::f32, nonzero_floats(12, 243));
-    CHECK(error_code([&] {
-            f.run(make_ins(id(OpId::gemv_t), 0, {{w, 0, 59}, {x, 0, 5}, {y, 0, 12}, {}}, {0}));
-          }) == "run.operand.shape");
-  }
-}
-
 // gemv with head_dim / heads (the o_proj of `amk gen llama --combine oproj`): x is chunk-major
 // attention partials, merged into x' as attention_combine merges them, then the gemv; equal to
 // attention_combine then gemv, and different when a chunk is left out.
@@ -283,7 +174,7 @@ TEST_CASE("gemv merging attention partials equals attention_combine then gemv") 
   const uint32_t two = f.add("two", DType::f32, rows);
   const OperandSpec w_op{w, 2 * k, rows * k};  // rows [2, 13) of a [13, K] matrix
   f.run(make_ins(id(OpId::attention_combine), 0, {{parts, 0, chunks * heads * row}, {attn, 0, k}},
-                 {hd, 1, kNoCounter, 0}));
+                 {hd, 1}));
   f.run(make_ins(id(OpId::gemv), 1, {w_op, {attn, 0, k}, {want, 0, rows}, {res, 0, rows}},
                  {f32_bits(1e-5f), 0, 0}));
   f.run(make_ins(id(OpId::gemv), 2,

@@ -2,8 +2,7 @@
 // attention_combine) against straightforward implementations written here, on fresh random
 // inputs: rope against the direct formula in every Llama 3 frequency band, chunked attention
 // plus combine against one full softmax attention, with GQA groups; attention_decode with fused
-// RoPE and the new token's row against the separate rope + kv_append + attention_decode;
-// attention_combine_splitk pieces against full attention followed by the whole projection.
+// RoPE and the new token's row against the separate rope + kv_append + attention_decode.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -207,74 +206,6 @@ TEST_CASE("attention_decode over chunks + attention_combine == one full softmax 
       CHECK(f.get(part, g * row) == doctest::Approx(o0).epsilon(1e-5).scale(1));
     }
   }
-}
-
-TEST_CASE("attention_combine_splitk pieces over query-head slices and row ranges == full "
-          "attention, then the whole projection, added into y") {
-  const uint32_t hd = 32, group = 4, len = 40, chunk = 16, rows = 12, Q = group * hd;
-  Fixture f;
-  const std::vector<float> qs = randoms(Q, 51), ks = randoms(len * hd, 52, -3.0f, 3.0f),
-                           vs = randoms(len * hd, 53);
-  const uint32_t q = f.add("q", DType::f32, qs), k = f.add("k", DType::f32, ks),
-                 v = f.add("v", DType::f32, vs);
-  const uint32_t chunks = (len + chunk - 1) / chunk, block = group * (hd + 2);
-  const uint32_t part = f.add("partials", DType::f32, chunks * block);
-  for (uint32_t ch = 0; ch < chunks; ++ch) {
-    const uint32_t t0 = ch * chunk, n = std::min(chunk, len - t0);
-    f.run(make_ins(id(OpId::attention_decode), ch,
-                   {{q, 0, Q}, {k, uint64_t{t0} * hd, n * hd}, {v, uint64_t{t0} * hd, n * hd},
-                    {part, uint64_t{ch} * block, block}},
-                   {hd, 0}));
-  }
-  const uint32_t w = f.add("w", DType::bf16, randoms(rows * Q, 54, -0.5f, 0.5f));
-  const std::vector<float> y0 = randoms(rows, 55), res = randoms(rows, 56);
-  const uint32_t y = f.add("y", DType::f32, y0), r = f.add("residual", DType::f32, res);
-  // Slices: heads 0-2 (count 3) and head 3 (count 0: to the last); rows [0, 8) and [8, 12).
-  // The residual comes with the first slice only, as the generator does.
-  uint32_t index = chunks;
-  for (const auto [head0, count] : {std::pair{0u, 3u}, std::pair{3u, 0u}}) {
-    const uint32_t K = (count != 0 ? count : group - head0) * hd;
-    for (const auto [r0, nr] : {std::pair{0u, 8u}, std::pair{8u, 4u}}) {
-      const OperandSpec residual = head0 == 0 ? OperandSpec{r, r0, nr} : OperandSpec{};
-      f.run(make_ins(id(OpId::attention_combine_splitk), index++,
-                     {{w, uint64_t{r0} * Q + head0 * hd, (nr - 1) * Q + K},
-                      {part, 0, chunks * block},
-                      {y, r0, nr},
-                      residual},
-                     {hd, group, head0, count, Q}));
-    }
-  }
-  // Straightforward: each query head's softmax attention over all positions, then y0 + residual
-  // + W attn.
-  std::vector<double> attn(Q, 0.0);
-  for (uint32_t g = 0; g < group; ++g) {
-    std::vector<double> s(len);
-    double m = -INFINITY, sum = 0;
-    for (uint32_t t = 0; t < len; ++t) {
-      double dot = 0;
-      for (uint32_t d = 0; d < hd; ++d) dot += double{qs[g * hd + d]} * ks[t * hd + d];
-      s[t] = dot / std::sqrt(double{hd});
-      m = std::max(m, s[t]);
-    }
-    for (uint32_t t = 0; t < len; ++t) sum += std::exp(s[t] - m);
-    for (uint32_t t = 0; t < len; ++t)
-      for (uint32_t d = 0; d < hd; ++d) attn[g * hd + d] += std::exp(s[t] - m) / sum * vs[t * hd + d];
-  }
-  std::vector<double> got(rows), want(rows);
-  for (uint32_t i = 0; i < rows; ++i) {
-    double acc = double{y0[i]} + res[i];
-    for (uint32_t c = 0; c < Q; ++c) acc += f.get(w, uint64_t{i} * Q + c) * attn[c];
-    want[i] = acc;
-    got[i] = f.get(y, i);
-  }
-  CHECK(norm_err(got, want) < 1e-6);
-
-  // A slice past the heads is refused.
-  CHECK(error_code([&] {
-          f.run(make_ins(id(OpId::attention_combine_splitk), index,
-                         {{w, 0, hd}, {part, 0, chunks * block}, {y, 0, 1}, {}},
-                         {hd, group, group, 1, 0}));
-        }) == "run.operand.shape");
 }
 
 TEST_CASE("attention_decode reads bf16 caches and combine writes bf16") {

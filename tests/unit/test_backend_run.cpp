@@ -100,7 +100,7 @@ TEST_CASE("a plan that cannot drain throws run.deadlock naming the stuck heads")
 
 TEST_CASE("deadlock after partial progress reports the counter's current value") {
   ForkJoin fj;
-  fj.ins[3].waits[0].value = 3;  // only two parts ever arrive
+  fj.ins[3].waits[0].value = 3;  // only two parts are ever signaled
   const Plan plan = make_plan_by_hand(fj.ins, {{0, 3}, {1}, {2}}, 2);
   const auto e = caught([&] { (void)run_cpu(fj.program, plan, fj.host); });
   REQUIRE(e);

@@ -38,17 +38,20 @@ TEST_CASE("operand, buffer, diag and program layout") {
   CHECK(sizeof(amk_diag_t) == 64);
   CHECK(offsetof(amk_diag_t, elapsed_ns) == 32);
   CHECK(offsetof(amk_diag_t, detail) == 40);
-  CHECK(sizeof(amk_device_program_t) == 112);
+  CHECK(sizeof(amk_device_program_t) == 96);
   CHECK(offsetof(amk_device_program_t, timeout_ns) == 64);
   CHECK(offsetof(amk_device_program_t, n_instructions) == 72);
   CHECK(offsetof(amk_device_program_t, iterations) == 88);
-  CHECK(offsetof(amk_device_program_t, stream_slots) == 92);
-  CHECK(offsetof(amk_device_program_t, stream_offsets) == 96);
-  CHECK(offsetof(amk_device_program_t, stream_entries) == 104);
-  CHECK(sizeof(amk_stream_entry_t) == 64);
-  CHECK(offsetof(amk_stream_entry_t, w2) == 8);
-  CHECK(offsetof(amk_stream_entry_t, step) == 16);
-  CHECK(offsetof(amk_stream_entry_t, rows) == 32);
-  CHECK(offsetof(amk_stream_entry_t, tiles) == 40);
-  CHECK(offsetof(amk_stream_entry_t, chunk_bytes) == 52);
+}
+
+// Op ids are stored in .amkb files and dispatched on by the device: never renumbered. Retired
+// ids (16..18) stay reserved below AMK_OP_ID_END.
+TEST_CASE("op ids") {
+  CHECK(static_cast<uint16_t>(amk_op::nop) == 0);
+  CHECK(static_cast<uint16_t>(amk_op::gemv) == 9);
+  CHECK(static_cast<uint16_t>(amk_op::rope) == 12);
+  CHECK(static_cast<uint16_t>(amk_op::attention_decode) == 14);
+  CHECK(static_cast<uint16_t>(amk_op::attention_combine) == 15);
+  CHECK(AMK_OP_ID_END == 19);
+  CHECK(AMK_CUSTOM_OP_BASE == 1000);
 }

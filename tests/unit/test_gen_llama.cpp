@@ -251,11 +251,8 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
   verify(p);
   const auto n = count_ops(p);
   // tiny: qkv 256 rows -> chunks of 4 (q 32 + k 16 + v 16) with the rmsnorm inside; o 32;
-  // gate/up as one GLU gemv over 256 rows -> 4: 64; down 32 (row ranges: split_down is off by
-  // default); lm_head 128 with the final norm.
-  CHECK_FALSE(o.split_down);
+  // gate/up as one GLU gemv over 256 rows -> 4: 64; down 32; lm_head 128 with the final norm.
   CHECK(n.at("gemv") == 2 * (64 + 32 + 64 + 32) + 128);
-  CHECK(n.count("gemv_splitk") == 0);
   CHECK(n.count("rmsnorm") == 0);
   CHECK(n.count("silu_mul") == 0);
   CHECK(n.at("rope") == 2 * 2);  // per kv head: the new k row, rotated into its cache row
@@ -285,254 +282,6 @@ TEST_CASE("tiny, fused layer: structure, verifies, same logits as the unfused la
     CAPTURE(cache);
     CHECK(run.in_a(cache) == run.in_b(cache));
   }
-}
-
-TEST_CASE("tiny, fused layer: split-K down matches the row-range down; queues keep each piece "
-          "on its gate/up block") {
-  gen::LlamaOptions o;
-  o.seed = 4;
-  o.grid = 8;  // queues written by the generator: pieces follow their gate/up chunk
-  o.split_down = true;
-  const Program p = gen::generate_llama(o);
-  verify(p);
-  CHECK(count_ops(p).at("copy") == 2 * 2 + 2);  // + per layer: zeros into the accumulator
-  gen::LlamaOptions r = o;
-  r.split_down = false;
-  const Program q = gen::generate_llama(r);
-  CHECK(count_ops(q).count("gemv_splitk") == 0);
-
-  // Each gemv_splitk reads the columns its gate/up chunk produced, waits only for that chunk,
-  // and sits right after it in the same queue; only the first piece adds the residual.
-  std::vector<uint32_t> queue_of(p.instructions.size()), pos_of(p.instructions.size());
-  REQUIRE(p.queues);
-  for (uint32_t qi = 0; qi < p.queues->size(); ++qi)
-    for (uint32_t k = 0; k < (*p.queues)[qi].size(); ++k) {
-      queue_of[(*p.queues)[qi][k]] = qi;
-      pos_of[(*p.queues)[qi][k]] = k;
-    }
-  uint32_t pieces = 0, with_residual = 0;
-  for (uint32_t i = 0; i < p.instructions.size(); ++i) {
-    const Instruction& in = p.instructions[i];
-    if (op_name(p, in.op) != "gemv_splitk") continue;
-    ++pieces;
-    REQUIRE(in.waits.size() == 1);
-    uint32_t producer = UINT32_MAX;
-    for (uint32_t j = 0; j < p.instructions.size(); ++j)
-      for (const auto& sg : p.instructions[j].signals)
-        if (sg.counter == in.waits[0].counter) producer = j;
-    REQUIRE(producer != UINT32_MAX);
-    const Instruction& glu = p.instructions[producer];
-    CHECK(op_name(p, glu.op) == "gemv");
-    CHECK(glu.operands[2].buffer == in.operands[1].buffer);  // its y is this piece's x
-    CHECK(glu.operands[2].offset == in.operands[1].offset);
-    CHECK(glu.operands[2].extent == in.operands[1].extent);
-    CHECK(queue_of[producer] == queue_of[i]);
-    CHECK(pos_of[producer] + 1 == pos_of[i]);
-    if (in.operands[3].buffer != AMK_NO_BUFFER) ++with_residual;
-  }
-  CHECK(pieces == 2 * 8);  // grid 8: the 256 gate/up rows in 8 chunks of 32, per layer
-  CHECK(with_residual == 2);
-
-  // The planner leaves those waits (and the chunks' signals) out of the device instructions.
-  const Plan plan = make_plan(p);
-  CHECK(plan.elided_waits >= pieces);
-  for (uint32_t i = 0; i < p.instructions.size(); ++i)
-    if (op_name(p, p.instructions[i].op) == "gemv_splitk") CHECK(plan.instructions[i].n_waits == 0);
-
-  // Same step: only the order of the f32 additions into the hidden state differs.
-  const CpuPair run(p, q);
-  const double diff = run.rel_diff("act.logits");
-  CHECK(diff < 1e-5);
-  CHECK(run.in_a("next_token") == run.in_b("next_token"));
-}
-
-TEST_CASE("--down transposed: gemv_t pieces over whole rows of the stored transpose, each "
-          "right behind its gate/up chunk; same step as rows with that matrix; files without "
-          "the transpose refused by name") {
-  gen::LlamaOptions o;
-  o.seed = 5;
-  o.grid = 8;  // queues written by the generator: pieces follow their gate/up chunk
-  o.split_down = true;
-  o.down_t = true;
-  const Program p = gen::generate_llama(o);
-  verify(p);
-  const auto ops = count_ops(p);
-  CHECK(ops.count("gemv_splitk") == 0);
-  const auto r = gen::resolve_llama(o);
-  const uint64_t H = r.cfg.hidden, F = r.cfg.ffn;
-  uint32_t pieces = 0, with_residual = 0;
-  uint64_t rows = 0;
-  const uint32_t t0 = CpuPair::find(p, "model.layers.0.mlp.down_proj.weight.T");
-  CHECK(p.buffers[t0].shape == std::vector<uint64_t>{F, H});
-  for (const auto& b : p.buffers)  // no Hugging Face down matrix beside the transposes
-    if (b.name.find("mlp.down_proj.weight") != std::string::npos) CHECK(b.name.ends_with(".T"));
-  for (const Instruction& in : p.instructions) {
-    if (op_name(p, in.op) != "gemv_t") continue;
-    ++pieces;
-    const uint64_t k = in.operands[1].extent;  // its rows of the transpose: K
-    CHECK(in.operands[0].extent == k * H);     // whole rows, contiguous
-    CHECK(in.operands[0].offset % H == 0);
-    CHECK(in.operands[2].extent == H);
-    if (in.operands[0].buffer == t0) rows += k;
-    if (in.operands[3].buffer != AMK_NO_BUFFER) ++with_residual;
-  }
-  CHECK(ops.at("gemv_t") == pieces);
-  CHECK(pieces > 2);
-  CHECK(rows == F);  // layer 0's pieces cover its F rows once
-  CHECK(with_residual == r.cfg.layers);
-  // Each piece sits behind its gate/up chunk, so the planner drops its wait.
-  const Plan plan = make_plan(p);
-  for (uint32_t i = 0; i < p.instructions.size(); ++i)
-    if (op_name(p, p.instructions[i].op) == "gemv_t") CHECK(plan.instructions[i].n_waits == 0);
-
-  // The same step as the row-range layout whose down projection is that transpose.
-  gen::LlamaOptions ro = o;
-  ro.split_down = false;
-  ro.down_t = false;
-  Program q = gen::generate_llama(ro);
-  for (uint32_t l = 0; l < r.cfg.layers; ++l) {
-    const std::string name = "model.layers." + std::to_string(l) + ".mlp.down_proj.weight";
-    const std::vector<std::byte> t = materialize_buffer(p, CpuPair::find(p, name + ".T"));
-    Buffer& b = q.buffers[CpuPair::find(q, name)];
-    REQUIRE(b.dtype == DType::bf16);
-    REQUIRE(t.size() == 2 * F * H);
-    b.init = BufferInit{};
-    b.init.kind = InitKind::values;
-    b.init.data.resize(t.size());
-    for (uint64_t i = 0; i < H; ++i)
-      for (uint64_t j = 0; j < F; ++j)
-        std::memcpy(b.init.data.data() + 2 * (i * F + j), t.data() + 2 * (j * H + i), 2);
-  }
-  verify(q);
-  const CpuPair run(p, q);
-  CHECK(run.rel_diff("act.logits") < 1e-5);
-  CHECK(run.in_a("next_token") == run.in_b("next_token"));
-
-  // A file with only the Hugging Face tensor: refused, naming both.
-  TempDir dir;
-  Program hf = q;
-  gen::write_llama_safetensors(hf, r, ro, dir.path / "hf.safetensors", "hf.safetensors", 2);
-  Program pt = p;
-  std::string message;
-  try {
-    gen::use_safetensors(pt, gen::read_safetensors_header(dir.path / "hf.safetensors"),
-                         "hf.safetensors", true);
-    FAIL("a file without the transpose was accepted");
-  } catch (const Error& e) {
-    CHECK(e.code() == "gen.weights.missing");
-    message = e.message();
-  }
-  CHECK(message.find("down_proj.weight.T") != std::string::npos);
-  CHECK(message.find("--down rows") != std::string::npos);
-  // --write-weights of the transposed layout writes the transpose (and no HF down tensor), and a
-  // program reading it back computes the same numbers.
-  Program pw = p;
-  gen::write_llama_safetensors(pw, r, o, dir.path / "t.safetensors", "t.safetensors", 2);
-  const auto header = gen::read_safetensors_header(dir.path / "t.safetensors");
-  CHECK(header.tensors.count("model.layers.0.mlp.down_proj.weight.T") == 1);
-  CHECK(header.tensors.count("model.layers.0.mlp.down_proj.weight") == 0);
-  pw.base_dir = dir.path.string();
-  CHECK(materialize_buffer(pw, t0) == materialize_buffer(p, t0));
-}
-
-TEST_CASE("--o-proj split: no combine step; each piece waits for exactly its kv head's chunks "
-          "and h's zeroing; the pieces tile W_o once; same step on the CPU") {
-  for (const bool fused : {true, false}) {
-    CAPTURE(fused);
-    gen::LlamaOptions o;
-    o.seed = 6;
-    o.context = 17;
-    o.fused = fused;
-    o.split_o = true;
-    const Program p = gen::generate_llama(o);
-    verify(p);
-    gen::LlamaOptions r = o;
-    r.split_o = false;
-    r.combine_oproj = false;  // combine steps
-    const Program q = gen::generate_llama(r);
-    const auto n = count_ops(p), nq = count_ops(q);
-    CHECK(n.count("attention_combine") == 0);
-    CHECK(nq.at("attention_combine") == 2 * 2);
-    CHECK(n.at("copy") == nq.at("copy") + 2);  // + per layer: zeros into h
-
-    std::vector<std::vector<uint32_t>> signalers(p.counters.size());
-    for (uint32_t i = 0; i < p.instructions.size(); ++i)
-      for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
-    auto overlaps = [](const Operand& a, const Operand& b) {
-      return a.buffer == b.buffer && a.offset < b.offset + b.extent && b.offset < a.offset + a.extent;
-    };
-    std::map<uint32_t, uint64_t> area, residual_rows;  // per h buffer
-    uint32_t pieces = 0;
-    for (const auto& in : p.instructions) {
-      if (op_name(p, in.op) != "attention_combine_splitk") continue;
-      CAPTURE(in.name);
-      ++pieces;
-      REQUIRE(in.waits.size() == 2);
-      std::vector<uint32_t> chunk_writers, zero_writers;
-      for (uint32_t j = 0; j < p.instructions.size(); ++j) {
-        const Instruction& w = p.instructions[j];
-        const std::string name = op_name(p, w.op);
-        if (name == "attention_decode" && overlaps(w.operands[3], in.operands[1]))
-          chunk_writers.push_back(j);
-        if (name == "copy" && overlaps(w.operands[1], in.operands[2])) zero_writers.push_back(j);
-      }
-      CHECK(chunk_writers.size() == 3);  // 17 positions in chunks of 8
-      CHECK(signalers[in.waits[0].counter] == chunk_writers);
-      CHECK(in.waits[0].value == chunk_writers.size());
-      REQUIRE(zero_writers.size() == 1);
-      CHECK(signalers[in.waits[1].counter] == zero_writers);
-      CHECK(in.waits[1].value == 1);
-      const uint64_t K = uint64_t{in.params[0]} * (in.params[3] != 0 ? in.params[3] : in.params[1] - in.params[2]);
-      area[in.operands[2].buffer] += K * in.operands[2].extent;
-      if (in.operands[3].buffer != AMK_NO_BUFFER) residual_rows[in.operands[2].buffer] += in.operands[2].extent;
-    }
-    CHECK(pieces > 2 * 2);
-    const auto& cfg = gen::resolve_llama(o).cfg;
-    const uint64_t H = cfg.hidden, Q = uint64_t{cfg.heads} * cfg.head_dim;
-    REQUIRE(area.size() == 2);  // one h a layer
-    for (const auto& [hbuf, a] : area) {
-      CHECK(a == H * Q);                   // every weight of W_o once
-      CHECK(residual_rows[hbuf] == H);     // the residual once a row
-    }
-
-    const CpuPair run(p, q);
-    // Only the order of the f32 additions into h differs (and the combined attention is
-    // rounded to f32 in both).
-    CHECK(run.rel_diff("act.logits") < 1e-5);
-    CHECK(run.in_a("next_token") == run.in_b("next_token"));
-  }
-
-  // Llama-3.2-1B: one slice a kv head (4 heads of 64: 512-byte bf16 row pieces), rows in
-  // multiples of 4, as many instructions as the row-range o_proj.
-  gen::LlamaOptions o;
-  o.preset = "llama-3.2-1b";
-  o.layers = 1;
-  o.split_o = true;
-  const Program p = gen::generate_llama(o);
-  verify(p);
-  uint32_t pieces = 0;
-  for (const auto& in : p.instructions) {
-    if (op_name(p, in.op) != "attention_combine_splitk") continue;
-    ++pieces;
-    CHECK(in.params[3] * in.params[0] * 2 == 512);
-    CHECK(in.operands[2].extent % 4 == 0);
-  }
-  CHECK(pieces == 128);
-
-  // Llama-3.1-8B: heads of 128, so two slices of 2 heads a kv head (512-byte pieces again), rows of
-  // 512: 16 x 8 = 128 pieces a layer.
-  o.preset = "llama-3.1-8b";
-  const Program p8 = gen::generate_llama(o);
-  verify(p8);
-  pieces = 0;
-  for (const auto& in : p8.instructions) {
-    if (op_name(p8, in.op) != "attention_combine_splitk") continue;
-    ++pieces;
-    CHECK(in.params[0] == 128);
-    CHECK(in.params[3] == 2);
-    CHECK(in.operands[2].extent == 512);
-  }
-  CHECK(pieces == 128);
 }
 
 TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on the CPU") {
@@ -571,41 +320,6 @@ TEST_CASE("tiny, --rope-ops: rope and kv_append before attention, same step on t
     CAPTURE(cache);
     CHECK(run.in_a(cache) == run.in_b(cache));
   }
-
-  gen::LlamaOptions both = o;
-  both.fused = true;
-  CHECK_THROWS_WITH(gen::generate_llama(both), doctest::Contains("unfused layer only"));
-}
-
-TEST_CASE("tiny, --glu-gemv: gate/up as one GLU gemv, no silu_mul, same step on the CPU") {
-  if (!have_llama_ops()) {
-    MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
-    return;
-  }
-  gen::LlamaOptions o;
-  o.fused = false;
-  o.glu_gemv = true;
-  o.seed = 7;
-  const Program p = gen::generate_llama(o);
-  verify(p);
-  const auto n = count_ops(p);
-  // gate/up: 256 rows -> chunks of 4 -> 64 GLU instructions per layer instead of 64 + 64.
-  CHECK(n.at("gemv") == 2 * (64 + 32 + 64 + 32) + 128);
-  CHECK(n.count("silu_mul") == 0);
-  uint32_t glu = 0;
-  for (const auto& in : p.instructions)
-    if (op_name(p, in.op) == "gemv" && in.operands.size() > 5 &&
-        in.operands[5].buffer != AMK_NO_BUFFER)
-      ++glu;
-  CHECK(glu == 2 * 64);
-
-  gen::LlamaOptions d = o;
-  d.glu_gemv = false;
-  const Program q = gen::generate_llama(d);
-  const CpuPair run(p, q);
-  const double diff = run.rel_diff("act.logits");
-  CHECK(diff < 1e-5);
-  CHECK(run.in_a("next_token") == run.in_b("next_token"));
 
   gen::LlamaOptions both = o;
   both.fused = true;
@@ -657,9 +371,8 @@ TEST_CASE("--mlp-act bf16: the GLU output stored in bf16, the step close to the 
   CHECK(check_tolerances(p)[logits] == doctest::Approx(1e-2));
   CHECK(check_tolerances(q)[logits] == doctest::Approx(1e-4));
 
-  // Only the fused layer with the row-range down projection.
-  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.split_down = true; },
-                           [](gen::LlamaOptions& b) { b.fused = false; }});
+  // Only the fused layer.
+  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; }});
 }
 
 TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
@@ -761,65 +474,6 @@ TEST_CASE("tiny: combines over two kv heads give the same step on the CPU as one
   for (uint32_t l = 0; l < 2; ++l) CHECK(r.rel_diff("act.L" + std::to_string(l) + ".attn") == 0.0);
 }
 
-TEST_CASE("--combine arrive: one arrival group a kv head, each member behind its own chunk; "
-          "same step on the CPU, exactly") {
-  gen::LlamaOptions o;
-  o.seed = 9;
-  o.context = 40;  // 5 chunks of 8 a kv head
-  o.combine_arrive = true;
-  const Program p = gen::generate_llama(o);
-  verify(p);
-  // The arrive counter travels by name in JSON, by index in .amkb.
-  const std::string json = program_to_json(p);
-  CHECK(json.find("\"arrive\": \"L1.combine.head1.arrivals\"") != std::string::npos);
-  CHECK(parse_json_program(json) == p);
-  CHECK(parse_amkb_program(program_to_amkb(p)) == p);
-  gen::LlamaOptions r = o;
-  r.combine_arrive = false;
-  r.combine_oproj = false;  // combine steps
-  const Program q = gen::generate_llama(r);
-  const auto n = count_ops(p);
-  const ArrivalGroups groups = arrival_groups(p);
-  REQUIRE(groups.members.size() == 2 * 2);  // layers x kv heads
-  CHECK(n.at("attention_combine") == n.at("attention_decode"));
-  std::vector<std::vector<uint32_t>> signalers(p.counters.size());
-  for (uint32_t i = 0; i < p.instructions.size(); ++i)
-    for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
-  for (uint32_t a = 0; a < groups.members.size(); ++a) {
-    CHECK(groups.members[a].size() == 5);
-    for (uint32_t m : groups.members[a]) {
-      const Instruction& in = p.instructions[m];
-      CAPTURE(in.name);
-      CHECK(in.params[3] == 5);  // arrivals
-      // Waits for exactly one instruction: the chunk just before it, on that chunk's counter.
-      REQUIRE(in.waits.size() == 1);
-      REQUIRE(signalers[in.waits[0].counter].size() == 1);
-      const Instruction& chunk = p.instructions[signalers[in.waits[0].counter][0]];
-      CHECK(op_name(p, chunk.op) == "attention_decode");
-      CHECK(signalers[in.waits[0].counter][0] + 1 == m);
-      CHECK(chunk.operands[3].buffer == in.operands[0].buffer);
-      CHECK(chunk.operands[3].offset >= in.operands[0].offset);
-      CHECK(chunk.operands[3].offset + chunk.operands[3].extent <=
-            in.operands[0].offset + in.operands[0].extent);
-    }
-  }
-  // The scheduler put every member right behind its chunk, so the planner drops their waits.
-  const auto queues = build_queues(p, 132);
-  std::vector<std::pair<uint32_t, uint32_t>> where(p.instructions.size());
-  for (uint32_t b = 0; b < queues.size(); ++b)
-    for (uint32_t k = 0; k < queues[b].size(); ++k) where[queues[b][k]] = {b, k};
-  for (const auto& members : groups.members)
-    for (uint32_t m : members)
-      CHECK(where[m] == std::make_pair(where[m - 1].first, where[m - 1].second + 1));
-  const CpuPair cpu(p, q);
-  CHECK(cpu.rel_diff("act.logits") == 0.0);
-  for (uint32_t l = 0; l < 2; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".attn") == 0.0);
-  // Refused where it has no meaning.
-  check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; },
-                           [](gen::LlamaOptions& b) { b.split_o = true; },
-                           [](gen::LlamaOptions& b) { b.combine_heads = 2; }});
-}
-
 TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj gemvs merge "
           "every chunk; same step on the CPU") {
   gen::LlamaOptions o;
@@ -879,9 +533,7 @@ TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj 
   for (uint32_t l = 0; l < layers; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".h") < 1e-6);
   // Refused where it has no meaning.
   check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; },
-                           [](gen::LlamaOptions& b) { b.split_o = true; },
-                           [](gen::LlamaOptions& b) { b.combine_heads = 2; },
-                           [](gen::LlamaOptions& b) { b.combine_arrive = true; }});
+                           [](gen::LlamaOptions& b) { b.combine_heads = 2; }});
 }
 
 TEST_CASE("--combine auto (the default): the o_proj merge where a query head's chunk fits the "
@@ -897,9 +549,6 @@ TEST_CASE("--combine auto (the default): the o_proj merge where a query head's c
   o.combine_heads = 2;  // a steps option: steps
   CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
   o.combine_heads = 0;
-  o.split_o = true;
-  CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
-  o.split_o = false;
   o.fused = false;
   CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
   gen::LlamaOptions e;
@@ -1046,7 +695,7 @@ TEST_CASE("tiny: --write-weights, then a CPU run from the file matches the rando
 }
 
 TEST_CASE("fused layer, attention synced per kv head: each wait names exactly the writers of "
-          "what it reads; same results as one counter a layer") {
+          "what it reads") {
   for (const char* preset : {"tiny", "llama-3.2-1b"}) {
     CAPTURE(preset);
     gen::LlamaOptions o;
@@ -1055,10 +704,8 @@ TEST_CASE("fused layer, attention synced per kv head: each wait names exactly th
     o.layers = 1;
     if (std::string(preset) == "tiny") o.context = 17;
     // Combine steps: with --combine oproj (the default where it fits) a chunk of one query head
-    // waits for its kv head's q segment, a superset of its head's writers (see the README's
-    // twenty-seventh session).
+    // waits for its kv head's q segment, a superset of its head's writers.
     o.combine_oproj = false;
-    REQUIRE(o.head_sync);  // the default
     const Program p = gen::generate_llama(o);
     verify(p);
 
@@ -1116,21 +763,6 @@ TEST_CASE("fused layer, attention synced per kv head: each wait names exactly th
     }
     CHECK(chunks > combines);
     CHECK(combines > 1);
-
-    if (std::string(preset) == "tiny") {
-      gen::LlamaOptions l = o;
-      l.head_sync = false;
-      const Program q = gen::generate_llama(l);
-      verify(q);
-      CHECK(q.counters.size() < p.counters.size());
-      // Layer sync: every chunk waits for all q gemvs (one counter).
-      for (const auto& in : q.instructions)
-        if (op_name(q, in.op) == "attention_decode")
-          CHECK(in.waits[0].value == writers_of({in.operands[0].buffer, 0, UINT64_MAX / 2}, "gemv", 2).size());
-      const CpuPair run(p, q);
-      CHECK(run.rel_diff("act.logits") == 0.0);  // only the waits differ
-      CHECK(run.in_a("next_token") == run.in_b("next_token"));
-    }
   }
 }
 

@@ -662,6 +662,7 @@ TEST_CASE("META content is checked like the JSON encoding") {
           p.tma.push_back(t);
         }) == "amkb.meta");
   CHECK(with([](Program& p) { p.custom_ops.push_back({"copy", "x", {}, {}}); }) == "amkb.meta");
+  CHECK(with([](Program& p) { p.custom_ops.push_back({"gemv_t", "x", {}, {}}); }) == "amkb.meta");
   CHECK(with([](Program& p) { p.custom_ops.push_back({"c", "x", {"_a"}, {}}); }) == "amkb.meta");
 }
 
@@ -698,6 +699,26 @@ TEST_CASE("instruction references and signatures") {
   Bytes b = program_to_amkb(p);
   Error e = error_of(b);
   CHECK(e.where() == "section INSTR byte " + std::to_string(section_offset(b, kInstr)));
+}
+
+TEST_CASE("a retired op id is refused as op.retired at the instruction's op field") {
+  for (const RetiredOp& retired : retired_ops()) {
+    CAPTURE(retired.name);
+    Program p = small_program();
+    p.instructions[0].name = "first";
+    p.instructions.push_back(p.instructions[0]);
+    p.instructions[1].name = "second";
+    p.instructions[1].op = retired.id;
+    (*p.queues)[0].push_back(1);
+    const Bytes b = program_to_amkb(p);
+    const Error e = error_of(b);
+    CHECK(e.code() == "op.retired");
+    // op is the first field of the second instruction's 256 bytes.
+    CHECK(e.where() == "section INSTR byte " +
+                           std::to_string(section_offset(b, kInstr) + AMK_INSTRUCTION_BYTES));
+    CHECK(e.message() == "instruction 1: " + retired_op_message(retired));
+    CHECK(e.message().find(std::string(retired.name)) != std::string::npos);
+  }
 }
 
 TEST_CASE("instruction ABI header fields") {

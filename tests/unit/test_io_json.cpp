@@ -504,6 +504,7 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
       {with("/counters/1", "bad name"), "name.invalid", "/counters/1"},
       // custom ops
       {with("/custom_ops/0/name", "gemv"), "custom.name", "/custom_ops/0/name"},
+      {with("/custom_ops/0/name", "gemv_t"), "custom.name", "/custom_ops/0/name"},
       {with("/custom_ops/0/source", ""), "custom.source", "/custom_ops/0/source"},
       {without("/custom_ops/0/source"), "json.missing", "/custom_ops/0"},
       {with("/custom_ops/0/operands", {"a", "b", "c", "d", "e", "f", "g"}), "custom.operands",
@@ -521,6 +522,9 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
       // instructions
       {without("/instructions/3/op"), "json.missing", "/instructions/3"},
       {with("/instructions/3/op", "sub"), "instruction.op", "/instructions/3/op"},
+      {with("/instructions/3/op", "gemv_splitk"), "op.retired", "/instructions/3/op"},
+      {with("/instructions/3/op", "attention_combine_splitk"), "op.retired", "/instructions/3/op"},
+      {with("/instructions/3/op", "gemv_t"), "op.retired", "/instructions/3/op"},
       {with("/instructions/3/op", 3), "json.type", "/instructions/3/op"},
       {with("/instructions/3/name", "g0"), "name.duplicate", "/instructions/9/name"},
       {with("/instructions/3/name", "g 0"), "name.invalid", "/instructions/3/name"},
@@ -645,6 +649,9 @@ TEST_CASE("messages say what was expected and what was found") {
   CHECK(f.message == "expected 4 values (one per element), found 3");
   f = parse_failure(without("/queues/1/5"));
   CHECK(f.message.find("instruction 13 (mine)") != std::string::npos);
+  f = parse_failure(with("/instructions/3/op", "gemv_splitk"));
+  CHECK(f.message == "op gemv_splitk (id 16) was removed because it measured slower than the "
+                     "default layout; use gemv instead");
 }
 
 TEST_CASE("JSON pointer tokens are escaped") {
@@ -911,6 +918,16 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
     CHECK(readme.find("| `" + std::string(op.name) + "` |") != std::string::npos);
     CHECK(schema.find("\"const\": \"" + std::string(op.name) + "\"") != std::string::npos);
   }
+  // Retired ops: listed with their reserved ids; the schema refuses their names.
+  for (const RetiredOp &op : retired_ops()) {
+    INFO(op.name);
+    CHECK(readme.find("| `" + std::string(op.name) + "` | " + std::to_string(op.id) + " |") !=
+          std::string::npos);
+    CHECK(schema.find("\"const\": \"" + std::string(op.name) + "\"") == std::string::npos);
+    const size_t retired = schema.find("\"retired_op\": {");
+    REQUIRE(retired != std::string::npos);
+    CHECK(schema.find("\"" + std::string(op.name) + "\"", retired) != std::string::npos);
+  }
   const char *const codes[] = {"json.syntax",
                                "json.range",
                                "json.type",
@@ -935,6 +952,7 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
                                "ref.counter",
                                "ref.instruction",
                                "instruction.op",
+                               "op.retired",
                                "instruction.operand",
                                "instruction.param",
                                "instruction.capacity",

@@ -58,28 +58,6 @@ TEST_CASE("instruction bytes count every operand at its dtype") {
   CHECK(instruction_bytes(p, p.instructions[2]) == 0);
 }
 
-TEST_CASE("instruction bytes of the split-K ops count the rows x K weights they read") {
-  Program p = two_block_program();
-  // gemv_splitk over columns [256, 320) of 8 rows of w (ld 1024): 8 x 64 bf16 weights read, not
-  // the 7 * 1024 + 64 elements the operand spans.
-  Instruction s;
-  s.op = 16;
-  s.operands = {{1, 256, 7 * 1024 + 64}, {0, 0, 64}, {2, 0, 8}, {AMK_NO_BUFFER, 0, 0}};
-  s.params = {1024};
-  CHECK(instruction_bytes(p, s) == 8 * 64 * 2 + 64 * 4 + 8 * 4);
-  // attention_combine_splitk: heads 1..2 of 4 of head_dim 32 (K = 64), same w piece, partials of
-  // 2 chunks x 4 heads x 34.
-  p.buffers.push_back({"partials", DType::f32, {2 * 4 * 34}, {}, false});
-  Instruction c;
-  c.op = 17;
-  c.operands = {{1, 256, 7 * 1024 + 64}, {3, 0, 2 * 4 * 34}, {2, 0, 8}, {2, 8, 8}};
-  c.params = {32, 4, 1, 2, 1024};
-  CHECK(instruction_bytes(p, c) == 8 * 64 * 2 + 2 * 4 * 34 * 4 + 8 * 4 + 8 * 4);
-  c.params = {32, 4, 2, 0, 1024};  // count 0: heads 2 and 3, K = 64 again
-  CHECK(instruction_bytes(p, c) == 8 * 64 * 2 + 2 * 4 * 34 * 4 + 8 * 4 + 8 * 4);
-  CHECK(trace_mark_name("attention_combine_splitk", 0) == "ml_arrived");
-}
-
 TEST_CASE("chrome trace: one track per block, microseconds from the first start") {
   const Program p = two_block_program();
   const std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
@@ -125,42 +103,26 @@ TEST_CASE("marks: named per op in the Chrome trace, averaged per op in the summa
   CHECK(trace_mark_name("rmsnorm", 0) == "mark0");
 }
 
-TEST_CASE("marks: named for the points the traced VM's AMK_TRACE_MARKS_EARLY level stamps") {
-  // Level 8: a gemv stamps its second batch landed / reduced, not its first batches requested.
-  CHECK(trace_mark_name("gemv", 0, 8) == "second_landed");
-  CHECK(trace_mark_name("gemv", 1, 8) == "second_reduced");
-  CHECK(trace_mark_name("gemv", 0, 3) == "poll_started");
-  CHECK(trace_mark_name("gemv", 1, 3) == "wait_over");
-  CHECK(trace_mark_name("gemv", 0, 4) == "first_landed");
-  CHECK(trace_mark_name("gemv", 0, 1) == "loads_issued");  // level 1 moves attention's only
-  CHECK(trace_mark_name("attention_decode", 0, 1) == "entered");
-  CHECK(trace_mark_name("attention_decode", 1, 2) == "kv_issued");
-  CHECK(trace_mark_name("attention_decode", 0, 5) == "scores_taken");
-  CHECK(trace_mark_name("attention_decode", 1, 6) == "outputs_written");
-  CHECK(trace_mark_name("attention_decode", 0, 7) == "again_started");
-  CHECK(trace_mark_name("attention_decode", 0, 8) == "q_staged");  // 8 moves gemv's only
-  CHECK(trace_mark_name("attention_combine", 0, 2) == "decoded");
-  CHECK(trace_mark_name("attention_combine", 1, 1) == "ml_arrived");
-  CHECK(trace_mark_name("attention_combine", 1, 3) == "values_summed");
-  CHECK(trace_mark_name("attention_combine_splitk", 1, 7) == "ml_arrived");
-  CHECK(trace_mark_name("rmsnorm", 1, 8) == "mark1");
-  // The trace and the summary take the level: the same spans under level 8's names.
+TEST_CASE("marks: each op's two points by name, in the trace's args and the summary") {
+  CHECK(trace_mark_name("gemv", 0) == "loads_issued");
+  CHECK(trace_mark_name("gemv", 1) == "first_batch");
+  CHECK(trace_mark_name("attention_decode", 0) == "q_staged");
+  CHECK(trace_mark_name("attention_combine", 0) == "ml_arrived");
+  CHECK(trace_mark_name("attention_combine", 1) == "values_summed");
+  CHECK(trace_mark_name("rmsnorm", 1) == "mark1");
   const Program p = two_block_program();
   std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
                                   {2, 0, 1, 8000, 8100}};
   spans[0].mark[0] = 5200;
   spans[0].mark[1] = 6000;
-  const auto j = chrome_trace(p, spans, 8);
-  CHECK(j["otherData"]["marks_level"] == 8);
+  const auto j = chrome_trace(p, spans);
   const auto& args = j["traceEvents"][2]["args"];
-  CHECK(args["second_landed_us"].get<double>() == doctest::Approx(0.2));
-  CHECK(args["second_reduced_us"].get<double>() == doctest::Approx(1.0));
-  CHECK_FALSE(args.contains("loads_issued_us"));
-  CHECK(chrome_trace(p, spans)["otherData"]["marks_level"] == 0);
-  const auto s = trace_summary(p, spans, 2, 8);
+  CHECK(args["loads_issued_us"].get<double>() == doctest::Approx(0.2));
+  CHECK(args["first_batch_us"].get<double>() == doctest::Approx(1.0));
+  const auto s = trace_summary(p, spans, 2);
   REQUIRE(s["ops"][0]["op"] == "gemv");
-  CHECK(s["ops"][0]["marks"][0]["name"] == "second_landed");
-  CHECK(s["ops"][0]["marks"][1]["name"] == "second_reduced");
+  CHECK(s["ops"][0]["marks"][0]["name"] == "loads_issued");
+  CHECK(s["ops"][0]["marks"][1]["name"] == "first_batch");
 }
 
 TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle") {

@@ -217,35 +217,6 @@ TEST_CASE("hazards") {
     b.p.queues = std::vector<std::vector<uint32_t>>{{0}, {1}};
     CHECK_ERROR(verify(b.p), "verify.hazard", "/instructions/1/operands/x");
   }
-  SUBCASE("accumulations commute with each other, not with reads or writes") {
-    const uint32_t w = b.buffer("w", DType::bf16, 32 * 8);
-    const uint32_t x = b.buffer("x", DType::f32, 8);
-    const uint32_t d = b.counter("d");
-    b.add("fill", {b.whole(y)}, {}, {{c, 1}}, "zero");
-    b.add("gemv_splitk", {slice(w, 0, 31 * 8 + 4), slice(x, 0, 4), b.whole(y), none()},
-          {{c, 1}}, {{d, 1}}, "a1");
-    b.add("gemv_splitk", {slice(w, 4, 31 * 8 + 4), slice(x, 4, 4), b.whole(y), none()},
-          {{c, 1}}, {{d, 1}}, "a2");
-    b.p.instructions[1].params = {8};
-    b.p.instructions[2].params = {8};
-    CHECK_NOTHROW(verify(b.p)); // a1 and a2 unordered: fine
-    // After the zeroing, but needing only one of the two accumulations.
-    b.add("copy", {b.whole(y), b.whole(z)}, {{c, 1}, {d, 1}}, {}, "r");
-    auto e = error_of([&] { verify(b.p); });
-    REQUIRE(e);
-    CHECK(e->code() == "verify.hazard");
-    INFO(e->message());
-    CHECK(contains(e->message(), "accumulates into"));
-    CHECK(contains(e->message(), "'r' (copy) reads"));
-    b.p.instructions[3].waits[1].value = 2; // after both
-    CHECK_NOTHROW(verify(b.p));
-    // An accumulation the zeroing does not precede races with it.
-    b.p.instructions[2].waits.clear();
-    e = error_of([&] { verify(b.p); });
-    REQUIRE(e);
-    CHECK(contains(e->message(), "'zero' (fill) writes"));
-    CHECK(contains(e->message(), "'a2' (gemv_splitk) accumulates into"));
-  }
   SUBCASE("ordering is transitive") {
     const uint32_t d = b.counter("d");
     b.add("fill", {b.whole(y)}, {}, {{c, 1}});

@@ -40,6 +40,19 @@ TEST_CASE("operand rules") {
     b.p.instructions[0].op = 999;
     CHECK_ERROR(check_instruction(b.p, 0), "verify.op", "/instructions/0/op");
   }
+  SUBCASE("retired op: its id stays reserved, and a program built in memory is refused too") {
+    for (const RetiredOp& retired : retired_ops()) {
+      CAPTURE(retired.name);
+      Builder b = gemv_program();
+      b.p.instructions[0].op = retired.id;
+      CHECK_ERROR(check_instruction(b.p, 0), "op.retired", "/instructions/0/op");
+      CHECK(find_op(retired.id) == nullptr);
+      CHECK(find_op(retired.name) == nullptr);
+      CHECK(find_retired_op(retired.name) == &retired);
+      CHECK(retired.id < AMK_OP_ID_END);
+    }
+    CHECK(find_retired_op(uint16_t{9}) == nullptr);  // gemv
+  }
   SUBCASE("operand count") {
     Builder b = gemv_program();
     b.p.instructions[0].operands.pop_back();

@@ -37,7 +37,7 @@ __device__ __forceinline__ void amk_attn_fold(const float (&in)[2 * N], float (&
 // VPL: vectors of 8 elements a lane takes of each row (head_dim / 64). K at shared address ks
 // and V at vs, rows of 2 hd bytes (K's place takes the partial rows once the scores are
 // taken); staged q (amk_attn_tq: rotated, scaled, two planes) and, with
-// the new row, its k (amk_attn_tk, attn_one_trip) or score (amk_attn_new_s) and v
+// the new row, its k (amk_attn_tk) and v
 // (amk_attn_new_v). Writes out[0, hd) normalized, out[hd] = max, out[hd + 1] = sum of exp.
 template <uint32_t DT, uint32_t VPL>
 __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* out, uint32_t len,
@@ -87,7 +87,6 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
   // The new token's score, on every lane (each row group of eight lanes has the whole q).
   float s_new = amk_neg_inf();
   if (with_new) {
-    if constexpr (kAmkCfg.attn_one_trip) {
     float dot = 0.0f;
 #pragma unroll
     for (uint32_t vv = 0; vv < VPL; ++vv) {
@@ -105,9 +104,6 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
 #pragma unroll
     for (uint32_t o = 4; o > 0; o /= 2) dot += __shfl_xor_sync(kAmkFullMask, dot, o);
     s_new = dot;
-    } else {
-      s_new = amk_attn_new_s[0];
-    }
   }
 
   // The block's max (the warps' maxes through amk_attn_tp, unused by this path), the weights.

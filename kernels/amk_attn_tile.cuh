@@ -43,24 +43,21 @@ __device__ __forceinline__ uint32_t amk_attn_tq_at(uint32_t g, uint32_t d, uint3
   return g * hd + ((d & 4u) != 0 ? half : 0u) + (d >> 3) * 4 + (d & 3u);
 }
 __shared__ __align__(16) float amk_attn_tp[kAmkAttnTileFloats];
-// attn_one_trip: the tiled path reads q, k_new and v_new in one round trip (see
-// amk_attn_tiled), k_new rotated into amk_attn_tk; without it, a loop of reads each (q, then
-// v_new, then k_new with q again).
+// The tiled path reads q, k_new and v_new in one round trip (amk_attn_tiled), k_new rotated into
+// amk_attn_tk.
 __shared__ __align__(16) float amk_attn_tk[kAmkAttnMaxHeadDim];  // k_new rotated
 // Per query head: max score, sum of exp, the new row's weight.
 __shared__ float amk_attn_tm[kAmkAttnNewHeads];
 __shared__ float amk_attn_tl[kAmkAttnNewHeads];
 __shared__ float amk_attn_tn[kAmkAttnNewHeads];
 
-// attn_bulk: thread 0 copies the chunk's K and V rows (each one contiguous run) into shared
-// memory with two bulk copies (cp.async.bulk, completing on amk_attn_kv_bar), where every thread
-// otherwise issues its share of 16-byte cp.async copies.
+// Thread 0 copies the chunk's K and V rows (each one contiguous run) into shared memory with two
+// bulk copies (cp.async.bulk, completing on amk_attn_kv_bar).
 __shared__ __align__(8) uint64_t amk_attn_kv_bar;
 __shared__ uint32_t amk_attn_kv_parity;  // the phase the next copy completes
 // (thread 0, at the block's start, before its first barrier)
 __device__ __forceinline__ void amk_attn_block_init() {
-  if constexpr (amk_uses_op(kAmkOps, amk_op::attention_decode) && kAmkAttnTile &&
-                kAmkCfg.attn_bulk) {
+  if constexpr (amk_uses_op(kAmkOps, amk_op::attention_decode) && kAmkAttnTile) {
     amk_mbar_init(amk_smem_addr(&amk_attn_kv_bar), 1);
     amk_mbar_init_fence();
     amk_attn_kv_parity = 0;

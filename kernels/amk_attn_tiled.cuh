@@ -31,35 +31,18 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
   // partial sums (8 warps x group x hd floats <= half the tile, where K starts at most).
   const uint32_t vs = amk_smem_addr(amk_attn_tile_base()), ks = vs + kv_bytes;
   const uint32_t kv_bar = amk_smem_addr(&amk_attn_kv_bar);
-  const uint32_t kv_parity = kAmkCfg.attn_bulk ? amk_attn_kv_parity : 0u;  // (thread 0 flips it after the block's barrier)
-  if constexpr (kAmkCfg.attn_bulk) {
-    if (threadIdx.x == 0) {
-      // The tile's earlier generic writes (ordered before this thread by the last barrier) before
-      // the copy engine's.
-      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-      amk_mbar_expect_tx(kv_bar, 2 * kv_bytes);
-      amk_bulk_g2s(vs, v.ptr, kv_bytes, kv_bar);
-      amk_bulk_g2s(ks, k.ptr, kv_bytes, kv_bar);
-    }
-  } else {
-    const uint32_t vecs = kv_bytes / 16;
-    for (uint32_t i = threadIdx.x; i < 2 * vecs; i += kAmkBlockThreads) {
-      const bool is_v = i >= vecs;
-      const uint32_t j = is_v ? i - vecs : i;
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((is_v ? vs : ks) + 16 * j),
-                   "l"((is_v ? v.ptr : k.ptr) + 16ull * j)
-                   : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+  const uint32_t kv_parity = amk_attn_kv_parity;  // (thread 0 flips it after the block's barrier)
+  if (threadIdx.x == 0) {
+    // The tile's earlier generic writes (ordered before this thread by the last barrier) before
+    // the copy engine's.
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    amk_mbar_expect_tx(kv_bar, 2 * kv_bytes);
+    amk_bulk_g2s(vs, v.ptr, kv_bytes, kv_bar);
+    amk_bulk_g2s(ks, k.ptr, kv_bytes, kv_bar);
   }
-  // Every thread waits for the copies (both paths below); with the bulk copies thread 0 then
-  // flips the phase.
+  // Every thread waits for the copies, then thread 0 flips the phase.
   auto kv_landed = [&]() {
-    if constexpr (kAmkCfg.attn_bulk) {
-      while (!amk_mbar_try_wait(kv_bar, kv_parity)) {
-      }
-    } else {
-      asm volatile("cp.async.wait_all;" ::: "memory");
+    while (!amk_mbar_try_wait(kv_bar, kv_parity)) {
     }
   };
 
@@ -68,7 +51,6 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
   const float* rope = amk_attn_rotates(ins) ? amk_attn_rope_table(ins) : nullptr;
   const uint32_t half = hd / 2;
   const float* qf = reinterpret_cast<const float*>(q.ptr);
-  if constexpr (kAmkCfg.attn_one_trip) {
   // Every global read of the new token's rows (q, k_new, v_new: written by the step this one
   // waited for, so L2 round trips under load) is issued before any is used: one round trip, not
   // one per loop. The new row's score is taken from shared memory in the softmax stage.
@@ -111,33 +93,10 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
     amk_attn_new_v[threadIdx.x] = vx;
     amk_attn_tk[threadIdx.x] = rotate(kx, ky, threadIdx.x);
   }
-  } else {
-  for (uint32_t i = threadIdx.x; i < group * hd; i += kAmkBlockThreads) {
-    const uint32_t g = i / hd, d = i - g * hd;
-    amk_attn_tq[amk_attn_tq_at(g, d, hd, half)] =
-        amk_attn_rotated_f32(qf + g * hd, d, half, rope) * scale;
-  }
-  if (with_new) {  // the new token's score per head (a warp each) and its v row
-    kn = reinterpret_cast<const float*>(amk_operand(ins, 4).ptr);
-    vn = reinterpret_cast<const float*>(amk_operand(ins, 5).ptr);
-    for (uint32_t d = threadIdx.x; d < hd; d += kAmkBlockThreads) amk_attn_new_v[d] = vn[d];
-    const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
-    for (uint32_t g = warp; g < group; g += kAmkWarps) {
-      float dot = 0.0f;
-      for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
-        dot = fmaf(amk_attn_rotated_f32(qf + g * hd, d, half, rope),
-                   amk_attn_rotated_f32(kn, d, half, rope), dot);
-      dot = amk_warp_sum(dot);
-      if (lane == 0) amk_attn_new_s[g] = scale * dot;
-    }
-  }
-  }
   amk_trace_mark(0);  // q staged (and the new row's scores): K and V may still be landing
   kv_landed();
   __syncthreads();
-  if constexpr (kAmkCfg.attn_bulk) {
-    if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
-  }
+  if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
   amk_trace_mark(1);  // K and V in shared memory
   if constexpr (kAmkCfg.attn_row8) {
     if (amk_attn_row8_fits(hd, group, len)) {
@@ -209,14 +168,12 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
   for (uint32_t g = warp; g < group; g += kAmkWarps) {
     float* sc = amk_attn_tp + g * len;
     float s_new = amk_neg_inf();
-    if (kAmkCfg.attn_one_trip && with_new) {  // staged q (scaled) . rotated k_new
+    if (with_new) {  // staged q (scaled) . rotated k_new
       float dot = 0.0f;
       for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
         dot = fmaf(amk_attn_tq[amk_attn_tq_at(g, d, hd, half)],
                    amk_attn_tk[d], dot);
       s_new = amk_warp_sum(dot);
-    } else if (with_new) {
-      s_new = amk_attn_new_s[g];
     }
     float m = s_new;
     for (uint32_t t = lane; t < len; t += kAmkWarpSize) m = fmaxf(m, sc[t]);

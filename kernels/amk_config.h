@@ -37,20 +37,13 @@ struct amk_vm_config {
   uint32_t prefetch_ahead = 1;      // streaming steps ahead whose first bytes go to L2
   bool next_ins_l1 = false;         // after a wait, the next step's instruction into L1
   bool stage_decode_ins = false;    // waiting attention ops read their instruction from smem
-  bool early_poll = true;           // a preloading gemv reads its counters when it starts
-  uint32_t signal_warp = 1;         // the warp whose lanes release a step's signals
   bool gemv_x_batch = false;        // the unfused gemv loads a batch's x before using any
-  bool gemv_combine_ld8 = true;     // the o_proj merge reads its partials 8 bytes at a time
-  bool gemv_stage_one_trip = true;  // the norm-fused gemv reads x and norm in one round trip
   amk_attn_tile attn_tile = amk_attn_tile::small;
   bool attn_tile_dynamic = false;   // the large tile in dynamic shared memory
   bool attn_pass = true;            // attention's streaming pass compiled in
   bool attn_split = false;          // the tiled path's split score and output stages
   uint32_t attn_split_heads = 4;    // query heads a lane carries in the split stages
   bool attn_row8 = false;           // one-head chunks: stages with eight lanes a row
-  bool attn_one_trip = true;        // the tiled path reads q and the new row in one round trip
-  bool attn_bulk = true;            // the tiled path copies K and V with two bulk copies
-  bool combine_smem = false;        // attention_combine stages its partials in dynamic smem
 };
 
 // What the program uses: the ops and the dtype paths the VM compiles in.
@@ -96,7 +89,7 @@ constexpr uint32_t kAmkGemvSlotBytes = 32 * kAmkGemvUnroll * 16;
 AMK_HD constexpr uint32_t amk_gemv_ring_bytes(const amk_vm_config& c) {
   return c.block_threads / 32 * c.gemv_ring_stages * kAmkGemvSlotBytes;
 }
-// attention_combine's staging in dynamic shared memory (combine_smem): n partials floats (to a
+// attention_combine's staging in gemv's ring: n partials floats (to a
 // 16-byte boundary), then a weight for each of their rows of `row` floats.
 AMK_HD constexpr uint64_t amk_combine_smem_bytes(uint64_t n, uint64_t row) {
   return ((n + 3) / 4 * 4 + n / row) * 4;
@@ -129,7 +122,6 @@ AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
   if (c.gemv_ring_stages == 1 || c.gemv_ring_stages > 4) return "gemv_ring_stages: 0 or 2-4";
   if (c.gemv_preload > 4) return "gemv_preload: 0-4";
   if (c.prefetch_ahead > 8) return "prefetch_ahead: 0-8";
-  if (c.signal_warp > 1) return "signal_warp: 0 or 1";
   if (static_cast<uint32_t>(c.attn_tile) > 2) return "attn_tile: small, wide or large";
   if (c.attn_tile_dynamic && c.attn_tile != amk_attn_tile::large)
     return "attn_tile_dynamic: only with the large tile";

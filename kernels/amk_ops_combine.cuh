@@ -86,8 +86,8 @@ __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunk
   }
 }
 
-// combine_smem (the chooser sets it where the VM's dynamic shared memory is gemv's ring, which
-// nothing keeps across instructions, never beside the TMA gemv): the op copies
+// Where the VM's dynamic shared memory is gemv's ring (which no instruction keeps across
+// instructions; never beside the TMA gemv, whose stages live there), the op copies
 // its whole partials region (kv x chunks x group rows, contiguous) into dynamic shared memory with
 // cp.async from a short loop, computes each head's chunk weights once into shared memory, then
 // merges from there. The register path above unrolls a batch of 16 chunks' loads (~35 KiB of
@@ -166,7 +166,7 @@ __device__ __forceinline__ void amk_op_attention_combine(const amk_device_progra
   if (block == 0) return;
   const uint32_t chunks = static_cast<uint32_t>(partials.n / kv / block);
   const float* p = reinterpret_cast<const float*>(partials.ptr);
-  if constexpr (kAmkCfg.combine_smem && !kAmkCfg.tma_gemv) {
+  if constexpr (kAmkCfg.gemv_ring_stages > 0 && !kAmkCfg.tma_gemv) {
     // The partials, then a weight for each of their rows (amk_combine_smem_bytes).
     const uint64_t n = static_cast<uint64_t>(kv) * chunks * block;  // <= partials.n
     if (amk_combine_smem_bytes(n, row) <= amk_dynamic_smem_size()) {

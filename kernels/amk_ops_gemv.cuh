@@ -49,16 +49,16 @@ constexpr bool kAmkGemvStages =
 // instead of each vector's before its own, so that they are in flight together whatever else
 // the VM holds (ptxas's own scheduling of those loads moves with the rest of the VM).
 //
-// gemv_combine_ld8: the o_proj merge (amk_gemv_stage_combine) reads a chunk's (m, l) and each
-// half of a quad's values with one 8-byte load each (a partials row is hd + 2 floats, hd a
-// multiple of 4: 8-byte aligned) instead of six 4-byte loads.
+// The o_proj merge (amk_gemv_stage_combine) reads a chunk's (m, l) and each half of a quad's
+// values with one 8-byte load each (a partials row is hd + 2 floats, hd a multiple of 4: 8-byte
+// aligned).
 //
-// gemv_stage_one_trip: the norm-fused gemv's staging of x' = x * norm reads up to three of a
+// Through the ring, the norm-fused gemv's staging of x' = x * norm reads up to three of a
 // thread's x and norm quads before it uses any, so the reads after the wait are one round trip
-// to L2 for k <= 3072 at 256 threads, and gemv's ring issues the rest of its first batches
-// between the last pass's reads and their use; without it, a loop of one quad a pass. With the
-// ring only: with the weights in registers the three quads' registers make the VM spill.
-constexpr uint32_t kAmkGemvStageTrip = kAmkCfg.gemv_stage_one_trip ? 3 : 1;
+// to L2 for k <= 3072 at 256 threads, and the ring issues the rest of its first batches between
+// the last pass's reads and their use. With the weights in registers a quad a pass (three quads'
+// registers make that VM spill).
+constexpr uint32_t kAmkGemvStageTrip = 3;
 // 16-byte weight loads per lane per batch (x2 in flight): kAmkGemvUnroll (amk_config.h).
 constexpr uint32_t kAmkGemvBatch = kAmkWarpSize * kAmkGemvUnroll;  // vectors per warp batch
 
@@ -155,7 +155,6 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
         for (uint32_t j = 0; j < kB; ++j) {
           const uint32_t c = min(c0 + j, chunks - 1);  // (past the last chunk: weight 0 below)
           const float* r = p + c * block + at[i];
-          if constexpr (kAmkCfg.gemv_combine_ld8) {
           const float2 ml = *reinterpret_cast<const float2*>(r + hd - dd[i]);
           const float2 o01 = *reinterpret_cast<const float2*>(r);
           const float2 o23 = *reinterpret_cast<const float2*>(r + 2);
@@ -165,12 +164,6 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
           o[i][j][1] = o01.y;
           o[i][j][2] = o23.x;
           o[i][j][3] = o23.y;
-          } else {
-          m[i][j] = r[hd - dd[i]];
-          l[i][j] = r[hd - dd[i] + 1];
-#pragma unroll
-          for (uint32_t e = 0; e < 4; ++e) o[i][j][e] = r[e];
-          }
         }
       }
 #pragma unroll
@@ -684,7 +677,7 @@ template <class Wait>
 __device__ __forceinline__ void amk_op_gemv(const amk_device_program_t& prog,
                                             const amk_instruction_t& ins,
                                             const amk_tma_table_t* tma, Wait& wait) {
-  wait.prime();  // (early_poll: the first poll of the step's waits, if the op runs them)
+  wait.prime();  // (the first poll of the step's waits, if the op runs them)
   const amk_view w = amk_operand(ins, 0);
   const amk_view x = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);

@@ -69,9 +69,9 @@ __device__ __forceinline__ bool amk_wait(const amk_device_program_t& prog,
 // during the hop instead of after it; the op then runs the step's waits itself, through
 // amk_step_wait. 0: off, the VM waits first.
 //
-// early_poll: such a gemv reads each wait's counter once when the op starts (prime(), relaxed,
-// as the first poll), and the wait, after the first weight batches are issued, takes that value
-// if it already suffices (then only the acquire fence) instead of starting to poll there.
+// Such a gemv reads each wait's counter once when the op starts (prime(), relaxed, as the first
+// poll), and the wait, after the first weight batches are issued, takes that value if it already
+// suffices (then only the acquire fence) instead of starting to poll there.
 //
 // next_ins_l1: a step that waits has the two lines of its block's next step's instruction
 // prefetched into L1 by the last warp right after the wait (whose acquire fence drops L1), so
@@ -92,17 +92,15 @@ struct amk_step_wait {
   const amk_instruction_t* ins;
   uint32_t n_waits, pass, queue_pos;
   bool done, stop;
-  uint32_t early = 0;               // early_poll: the counter as prime() read it (wait lanes)
+  uint32_t early = 0;               // the counter as prime() read it (warp 0's wait lanes)
   uint32_t next_ins = 0xFFFFFFFFu;  // next_ins_l1: the block's next step with work
-  // early_poll: the first poll, issued when the op starts (its value is used by the wait).
+  // The first poll, issued when the op starts (its value is used by the wait).
   __device__ __forceinline__ void prime() {
-    if constexpr (kAmkCfg.early_poll) {
-      const uint32_t lane = threadIdx.x % kAmkWarpSize;
-      if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
-        uint32_t counter, value;
-        amk_ldg_nc2(&ins->waits[lane], counter, value);
-        early = amk_ld_relaxed(prog->counters + counter);
-      }
+    const uint32_t lane = threadIdx.x % kAmkWarpSize;
+    if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
+      uint32_t counter, value;
+      amk_ldg_nc2(&ins->waits[lane], counter, value);
+      early = amk_ld_relaxed(prog->counters + counter);
     }
   }
   __device__ __forceinline__ bool operator()() {
@@ -113,9 +111,8 @@ struct amk_step_wait {
     if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
       uint32_t counter, value;
       amk_ldg_nc2(&ins->waits[lane], counter, value);
-      // (early_poll: the relaxed read that saw the value, then the acquire fence: amk_wait's
-      // fast path)
-      if (kAmkCfg.early_poll && early >= value * pass)
+      // (the relaxed read that saw the value, then the acquire fence: amk_wait's fast path)
+      if (early >= value * pass)
         amk_fence_acquire();
       else if (!amk_wait(*prog, *ins, counter, value * pass, queue_pos))
         s = true;

@@ -42,10 +42,10 @@ AMK_HD constexpr uint32_t amk_op_bits(amk_op op) {
   return static_cast<uint32_t>(op);
 }
 
-// signal_warp: the warp whose lanes release a step's signals. Warp 0 also polls the next step's
-// waits, so with 1 warp 1 releases while warp 0 goes on (the next step's first barrier then
-// waits for whichever is later). A one-warp block releases on warp 0.
-constexpr uint32_t kAmkSignalWarp = kAmkCfg.signal_warp < kAmkWarps ? kAmkCfg.signal_warp : 0u;
+// The warp whose lanes release a step's signals: warp 1, so that it releases while warp 0, which
+// polls the next step's waits, goes on (the next step's first barrier then waits for whichever
+// is later). A one-warp block releases on warp 0.
+constexpr uint32_t kAmkSignalWarp = kAmkWarps > 1 ? 1u : 0u;
 
 // Sub-windows of 32 steps held per lane (lookahead of a load: one window).
 constexpr uint32_t kAmkSubs = 2;

@@ -137,34 +137,22 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
       single ? "every chunk has one query head" : "chunks carry up to four heads a lane");
   set("attn_row8", single && f.block == 256,
       single && f.block == 256 ? "every chunk has one query head" : "chunks of several heads");
-  set("attn_one_trip", 1, "the new row's reads in one round trip");
-  set("attn_bulk", 1, "K and V by two bulk copies");
-  set("combine_smem", combine && ring_bytes > 0,
-      !combine ? "no attention_combine"
-      : ring_bytes > 0 ? "gemv's ring gives dynamic shared memory no instruction keeps"
-                       : "no gemv ring to stage in");
 
   // gemv's remaining forms.
   const bool preloading = c.gemv_preload > 0;
-  set("early_poll", !(preloading && c.attn_row8),
-      preloading && c.attn_row8 ? "measured slower with the one-head attention stages"
-                                : "a preloading gemv's first poll as it starts");
-  set("signal_warp", 1, "warp 0 polls the next waits meanwhile");
   set("gemv_x_batch", preloading && c.attn_tile != amk_attn_tile::wide && !c.attn_row8,
       !preloading ? "gemvs do not wait and preload"
       : c.attn_tile == amk_attn_tile::wide || c.attn_row8
           ? "measured slower beside the wide tile and the one-head stages"
           : "a batch's x loads in flight together");
-  set("gemv_combine_ld8", 1, "8-byte loads of the partials");
-  set("gemv_stage_one_trip", 1, "x and norm in one round trip");
 
   if (const char* e = amk_vm_config_error(c))
     throw Error(ErrorKind::usage, "usage.vm", "--vm", std::string("the VM config is invalid: ") + e);
-  if (caps.arch < 90 && (c.attn_bulk || c.tma_gemv))
+  if (caps.arch < 90 && (c.tma_gemv || (attention && f.block == 256)))
     throw Error(ErrorKind::device, "device.arch", "sm_" + std::to_string(caps.arch),
-                "the VM's bulk copies need sm_90 or newer");
+                "the VM's bulk copies (the TMA gemv, the tiled attention) need sm_90 or newer");
   r.dynamic_smem = ring_bytes;
-  if (ring_bytes != 0 && c.combine_smem)
+  if (ring_bytes != 0 && combine)
     r.dynamic_smem = static_cast<uint32_t>(std::max<uint64_t>(ring_bytes, f.combine_staging));
   if (r.dynamic_smem > caps.smem_optin)
     throw Error(ErrorKind::device, "device.smem", "--vm",

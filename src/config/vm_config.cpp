@@ -27,7 +27,7 @@ using K = VmField::Kind;
 
 // In amk_vm_config's declaration order. A field added there changes the struct's size: update
 // this table (and kernels/README.md) with it.
-static_assert(sizeof(VmConfig) == 60, "amk_vm_config changed: update the field table");
+static_assert(sizeof(VmConfig) == 52, "amk_vm_config changed: update the field table");
 constexpr VmField kFields[] = {
     AMK_FIELD(block_threads, K::integer, false, 32, 1024, "threads a block (the program's launch.block)"),
     AMK_FIELD(tma_maps, K::integer, false, 0, 64, "CUtensorMap parameters after the program (its TMA specs)"),
@@ -41,20 +41,13 @@ constexpr VmField kFields[] = {
     AMK_FIELD(prefetch_ahead, K::integer, true, 0, 8, "streaming steps ahead whose first 32 KiB go to L2"),
     AMK_FIELD(next_ins_l1, K::boolean, true, 0, 1, "after a wait, the block's next instruction prefetched into L1"),
     AMK_FIELD(stage_decode_ins, K::boolean, true, 0, 1, "waiting attention ops read their instruction from shared memory"),
-    AMK_FIELD(early_poll, K::boolean, true, 0, 1, "a preloading gemv reads its counters when it starts"),
-    AMK_FIELD(signal_warp, K::integer, true, 0, 1, "the warp whose lanes release a step's signals"),
     AMK_FIELD(gemv_x_batch, K::boolean, true, 0, 1, "the unfused gemv loads a batch's x before using any"),
-    AMK_FIELD(gemv_combine_ld8, K::boolean, true, 0, 1, "the o_proj merge reads its partials 8 bytes at a time"),
-    AMK_FIELD(gemv_stage_one_trip, K::boolean, true, 0, 1, "the norm-fused gemv reads x and norm in one round trip"),
     AMK_FIELD(attn_tile, K::tile, true, 0, 2, "the tiled attention's K+V tile: small 16 KiB, wide 32 KiB, large 64 KiB"),
     AMK_FIELD(attn_tile_dynamic, K::boolean, true, 0, 1, "the large tile in dynamic shared memory"),
     AMK_FIELD(attn_pass, K::boolean, true, 0, 1, "attention's streaming pass compiled in"),
     AMK_FIELD(attn_split, K::boolean, true, 0, 1, "the tiled path's split score and output stages"),
     AMK_FIELD(attn_split_heads, K::integer, true, 1, 4, "query heads a lane carries in the split stages"),
     AMK_FIELD(attn_row8, K::boolean, true, 0, 1, "one-head chunks: stages with eight lanes a row"),
-    AMK_FIELD(attn_one_trip, K::boolean, true, 0, 1, "the tiled path reads q and the new row in one round trip"),
-    AMK_FIELD(attn_bulk, K::boolean, true, 0, 1, "the tiled path copies K and V with two bulk copies"),
-    AMK_FIELD(combine_smem, K::boolean, true, 0, 1, "attention_combine stages its partials in dynamic shared memory"),
 };
 #undef AMK_FIELD
 

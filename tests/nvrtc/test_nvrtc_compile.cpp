@@ -314,7 +314,7 @@ TEST_CASE("cubin cache: hit, miss on a different option or config, corrupt entry
   CHECK(third.source_fingerprint != first.source_fingerprint);
   // Another config is another source, so another key (--vm is part of it).
   ChooseOptions tuned;
-  tuned.overrides = parse_vm_overrides("signal_warp=0", "test");
+  tuned.overrides = parse_vm_overrides("prefetch_ahead=2", "test");
   CHECK(compile_program(b, tuned, o).source_fingerprint != first.source_fingerprint);
 
   {  // truncate the cubin: the entry no longer verifies and is rebuilt

@@ -49,7 +49,6 @@ TEST_CASE("Llama-3.2-1B step: one-head chunks on the large tile, gemv's ring, pr
   CHECK(c.config.gemv_preload == 1);
   CHECK(c.config.prefetch_ahead == 0);
   CHECK(c.config.stage_decode_ins);
-  CHECK_FALSE(c.config.early_poll);
   CHECK(c.config.smem_buffers);
   CHECK(c.dynamic_smem == 65536);  // the ring: 8 warps x 2 stages x 4 KiB
   CHECK(compile_row("llama-3.2-1b", p) <= 255);
@@ -58,15 +57,13 @@ TEST_CASE("Llama-3.2-1B step: one-head chunks on the large tile, gemv's ring, pr
   CHECK(compile_row("llama-3.2-1b traced", p, traced) <= 255);
 }
 
-TEST_CASE("Llama-3.1-8B step: the wide tile with split stages, combine steps staged in smem") {
+TEST_CASE("Llama-3.1-8B step: the wide tile with split stages, combine steps staged in the ring") {
   const Program p = llama("llama-3.1-8b");
   const VmChoice c = choose_for(p);
   CHECK(c.config.attn_tile == amk_attn_tile::wide);
   CHECK(c.config.attn_split);
   CHECK(c.config.attn_split_heads == 4);
   CHECK_FALSE(c.config.attn_row8);
-  CHECK(c.config.combine_smem);
-  CHECK(c.config.early_poll);
   CHECK_FALSE(c.config.gemv_x_batch);
   CHECK(c.dynamic_smem > 65536);  // the ring grown to the largest combine's partials
   CHECK(compile_row("llama-3.1-8b", p) <= 255);

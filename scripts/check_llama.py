@@ -170,6 +170,7 @@ def main():
                     help="kv heads a combine merges (amk gen llama --combine-heads)")
     ap.add_argument("--mlp-act", choices=["f32", "bf16"],
                     help="dtype of the MLP activation (amk gen llama --mlp-act; default f32)")
+    ap.add_argument("--vm", help="VM config overrides for the run (amk run --vm FIELD=VALUE,...)")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -196,7 +197,10 @@ def main():
             gen += ["--combine-heads", str(args.combine_heads)]
         if args.mlp_act:
             gen += ["--mlp-act", args.mlp_act]
-        for cmd in (gen, [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]):
+        run = [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]
+        if args.vm:
+            run += ["--vm", args.vm]
+        for cmd in (gen, run):
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
                 print(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")

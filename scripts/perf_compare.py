@@ -3,6 +3,12 @@
 
     python3 scripts/perf_compare.py scripts/perf_baseline.json
     python3 scripts/perf_compare.py BASELINE.json NEW.json [--noise 0.006]
+    python3 scripts/perf_compare.py BASELINE.json --measured FIGURES.tsv --device D --commit C
+
+--measured: a new results file (on stdout) from a run's figures: a tab-separated file of
+`id value unit [baseline_value]` lines (scripts/gpu_check.sh writes it), each figure's other
+fields taken from the baseline file's figure of that id (its baseline value replaced by the
+run's when the line gives one, and then marked same_run), today's date.
 
 One file: the README's performance table, as Markdown. Two files: per figure (matched by id),
 the old and new values, the change in percent and a verdict: "regression" when the change is
@@ -212,11 +218,50 @@ def compare(old_path, old, new_path, new, noise):
     return counts["regression"]
 
 
+def measured(base, tsv_path, device, commit):
+    """A results document: the baseline's figures for the ids the TSV names, the TSV's values."""
+    import datetime
+    by_id = {f["id"]: f for f in base}
+    out = []
+    try:
+        lines = open(tsv_path, encoding="utf-8").read().splitlines()
+    except OSError as e:
+        raise Malformed(f"{tsv_path}: cannot read: {e.strerror or e}")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        cols = line.split("\t")
+        if len(cols) not in (3, 4):
+            raise Malformed(f"{tsv_path}:{n}: expected 'id value unit [baseline]', got {line!r}")
+        fid, unit = cols[0], cols[2]
+        if fid not in by_id:
+            raise Malformed(f"{tsv_path}:{n}: no figure '{fid}' in the baseline file")
+        f = dict(by_id[fid])
+        if unit != f["unit"]:
+            raise Malformed(f"{tsv_path}:{n}: unit {unit!r}, the baseline's is {f['unit']!r}")
+        try:
+            f["value"] = float(cols[1])
+            if len(cols) == 4 and f["baseline"] is not None:
+                f["baseline"] = dict(f["baseline"], value=float(cols[3]), same_run=True)
+        except ValueError:
+            raise Malformed(f"{tsv_path}:{n}: not a number in {line!r}")
+        f["device"], f["commit"] = device, commit
+        f["date"] = datetime.date.today().isoformat()
+        f.pop("run", None)
+        out.append(f)
+    return {"schema_version": SCHEMA_VERSION, "description": f"measured by scripts/gpu_check.sh",
+            "figures": out}
+
+
 def main(argv):
     ap = argparse.ArgumentParser(
         description="Print amk's performance table, or compare two results files.")
     ap.add_argument("baseline", help="results file (scripts/perf_baseline.json)")
     ap.add_argument("new", nargs="?", help="a new results file to compare with the baseline")
+    ap.add_argument("--measured", metavar="TSV",
+                    help="write a results file from a run's figures (id, value, unit[, baseline])")
+    ap.add_argument("--device", default="unknown", help="with --measured: the device's name")
+    ap.add_argument("--commit", default="unknown", help="with --measured: the commit measured")
     ap.add_argument("--noise", type=float, default=None,
                     help=f"relative change counted as a tie (default {DEFAULT_NOISE}: "
                          "BENCH.md's 0.6%%)")
@@ -229,6 +274,11 @@ def main(argv):
         ap.error(f"--noise {args.noise}: expected a fraction in [0, 1), e.g. 0.006")
     try:
         old = load(args.baseline)
+        if args.measured is not None:
+            if args.new is not None:
+                ap.error("--measured takes the baseline file alone")
+            print(json.dumps(measured(old, args.measured, args.device, args.commit), indent=1))
+            return 0
         if args.new is None:
             print_table(old)
             return 0

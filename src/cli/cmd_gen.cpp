@@ -178,8 +178,8 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "layer's chunks of one query head fit the VM's 64 KiB attention tile, as "
                   "Llama-3.2-1B's do, else steps), oproj (fused layer: one attention chunk per "
                   "query head, and the o_proj gemvs merge the partials themselves while staging "
-                  "x: no combine steps, one hop fewer a layer; 1B step 0.951 ms against 0.975 "
-                  "with steps on the H200) or steps (attention_combine instructions that wait "
+                  "x: no combine steps, one hop fewer a layer) or steps (attention_combine "
+                  "instructions that wait "
                   "for their kv head's chunks, see --combine-heads)")
       ->check(CLI::IsMember({"auto", "steps", "oproj"}));
   cmd->add_option("--mlp-act", o->mlp_act,

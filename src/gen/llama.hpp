@@ -65,9 +65,8 @@ struct LlamaOptions {
   uint32_t grid = 0;                // 0: launch grid auto, amk schedules; else grid + queues
   // Fused layer: rmsnorm inside the gemvs that read the normed vector, gate/up as one GLU
   // gemv, RoPE and the new token's k/v inside attention_decode (the cache append runs off the
-  // critical path): six dependent phases a layer instead of nine. The default since its gemvs
-  // load without conditions (AMK_GEMV_CLAMPED_LOADS): measured on the H200, Llama-3.2-1B step
-  // 1.307-1.310 ms against 1.368-1.372 for the unfused layer (README, performance).
+  // critical path): six dependent phases a layer instead of nine, faster than the unfused
+  // layer.
   bool fused = true;
   // Unfused layer only: RoPE and the cache append as instructions of their own (rope on q and
   // k, kv_append of k and v) before attention, in the HF layer's order. By default attention
@@ -78,9 +77,7 @@ struct LlamaOptions {
   // the default split, the attention chunks take 128 of 132 blocks and the o_proj gemvs 128: a
   // combine on a block that also runs an o_proj delays that o_proj (its weights are not requested
   // until the combine is done), and the o_proj phase with it, so the combines are made few enough
-  // for the blocks no chunk runs on. Measured on the H200 (README, nineteenth session): the 1B
-  // step's o_proj phase 4.36 -> 3.05 us a layer; the step 1.0109 -> 1.0065 ms, the 8B one
-  // 4.455 -> 4.442.
+  // for the blocks no chunk runs on.
   uint32_t combine_heads = 0;
   // Fused layer: no attention_combine steps. Each attention chunk holds one query head (a kv
   // head's K/V read by each of its query heads' chunks) over about split target / heads chunks

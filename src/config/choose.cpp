@@ -67,9 +67,10 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   // ---- tuning ----
   const bool table_fits = f.buffers >= 1 && f.buffers <= 1024;
   set("smem_buffers", table_fits && f.any_wait,
-      !table_fits ? "more than 1024 buffers"
-      : f.any_wait ? "steps wait: after a wait's acquire fence a global table read is an L2 trip"
-                   : "no step waits: the global table stays in L1");
+      f.buffers == 0 ? "no buffers"
+      : !table_fits  ? "more than 1024 buffers"
+      : f.any_wait   ? "steps wait: after a wait's acquire fence a global table read is an L2 trip"
+                     : "no step waits: the global table stays in L1");
 
   // gemv's preload, its ring and the prefetches that depend on them.
   const auto preload_override = override_of(opt.overrides, "gemv_preload");
@@ -125,10 +126,18 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
       : pass     ? "some chunk takes the streaming pass"
                  : "every chunk takes the tiled path");
   const uint32_t ring_bytes = amk_gemv_ring_bytes(c);
-  set("attn_tile_dynamic", chosen == amk_attn_tile::large && ring_bytes >= 65536,
+  const uint32_t large_bytes = amk_attn_tile_bytes(amk_attn_tile::large);
+  set("attn_tile_dynamic", chosen == amk_attn_tile::large && ring_bytes >= large_bytes,
       chosen != amk_attn_tile::large ? "not the large tile"
-      : ring_bytes >= 65536          ? "gemv's ring gives 64 KiB of dynamic shared memory"
+      : ring_bytes >= large_bytes    ? "gemv's ring gives 64 KiB of dynamic shared memory"
                                      : "no 64 KiB of dynamic shared memory");
+  // The tile borrows the ring's memory: without it every chunk would miss the tiled path (and the
+  // streaming pass may not be compiled in).
+  if (c.attn_tile_dynamic && ring_bytes < large_bytes)
+    throw Error(ErrorKind::usage, "usage.vm", "--vm attn_tile_dynamic",
+                "the large tile goes to dynamic shared memory only where gemv's ring gives " +
+                    std::to_string(large_bytes) + " bytes; this config's ring gives " +
+                    std::to_string(ring_bytes));
   set("attn_split", chosen != amk_attn_tile::small,
       chosen != amk_attn_tile::small ? "the wide and large tiles split their stages"
                                      : "the small tile's stages run a thread a score");

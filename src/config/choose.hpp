@@ -39,7 +39,10 @@ struct ChooseOptions {
 };
 
 // Throws Error(program, launch.block) for a block size the VM cannot take, Error(usage, usage.vm)
-// for an override the program cannot take (a tile its chunks need a larger one of, ...).
+// for an override the program cannot take (gemv's ring beside the program's own dynamic shared
+// memory or the TMA gemv, the dynamic tile without a 64 KiB ring, a config amk_vm_config_error
+// refuses), Error(device, device.arch / device.smem) for what the device cannot run. A tile
+// smaller than a chunk needs is not refused: that chunk takes the streaming pass.
 [[nodiscard]] VmChoice choose(const ProgramFacts& facts, const DeviceCaps& caps,
                               const ChooseOptions& options = {});
 

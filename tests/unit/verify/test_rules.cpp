@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "test_verify_support.hpp"
 #include "verify/verify.hpp"
+
+#include "common/program_builder.hpp"
 
 using namespace amk;
 using namespace amk::test;

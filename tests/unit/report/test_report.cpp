@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "report/outputs.hpp"
-#include "test_report_support.hpp"
+
+#include "support.hpp"
 
 using amk::RunReport;
 using nlohmann::ordered_json;

@@ -857,7 +857,7 @@ TEST_CASE("files from before argmax grew value/index_map/base still load, with t
   amk_instruction_t a;
   std::memcpy(&a, b.data() + instr + k * 256, sizeof a);
   REQUIRE(a.n_operands == 4);
-  a.n_operands = 2;  // x, index: as the encoder wrote argmax before 2026-11-30's sixth session
+  a.n_operands = 2;  // x, index: argmax as older encoders wrote it
   a.n_params = 0;
   a.params[0] = 0;
   std::memcpy(b.data() + instr + k * 256, &a, sizeof a);

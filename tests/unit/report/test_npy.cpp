@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "report/outputs.hpp"
-#include "test_report_support.hpp"
+
+#include "support.hpp"
 
 using amk::DType;
 using amk::encode_npy;

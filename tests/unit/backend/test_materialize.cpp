@@ -8,7 +8,8 @@
 
 #include "backend/host_data.hpp"
 #include "backend/init_sources.hpp"
-#include "test_backend_helpers.hpp"
+
+#include "helpers.hpp"
 
 using namespace amk;
 using namespace amk::test;

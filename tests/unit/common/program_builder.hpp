@@ -1,5 +1,5 @@
-// Helpers for the verifier and planner tests: build Programs directly in C++ and capture the
-// amk::Error a call throws.
+// Helpers shared by the verifier, planner and config tests: build Programs directly in C++ and
+// capture the amk::Error a call throws.
 #pragma once
 
 #include <doctest/doctest.h>

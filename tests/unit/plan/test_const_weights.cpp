@@ -3,7 +3,8 @@
 #include <doctest/doctest.h>
 
 #include "plan/plan.hpp"
-#include "test_verify_support.hpp"
+
+#include "common/program_builder.hpp"
 
 using namespace amk;
 using namespace amk::test;

@@ -10,7 +10,8 @@
 
 #include "backend/init_sources.hpp"
 #include "core/numeric.hpp"
-#include "test_backend_helpers.hpp"
+
+#include "helpers.hpp"
 
 using namespace amk;
 using namespace amk::test;

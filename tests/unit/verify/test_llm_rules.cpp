@@ -3,8 +3,9 @@
 
 #include <cmath>
 
-#include "test_verify_support.hpp"
 #include "verify/verify.hpp"
+
+#include "common/program_builder.hpp"
 
 using namespace amk;
 using namespace amk::test;

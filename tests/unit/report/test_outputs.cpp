@@ -11,7 +11,8 @@
 #include "core/hash.hpp"
 #include "io/load.hpp"
 #include "report/outputs.hpp"
-#include "test_report_support.hpp"
+
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 using amk::DType;

@@ -9,7 +9,8 @@
 #include <vector>
 
 #include "report/outputs.hpp"
-#include "test_report_support.hpp"
+
+#include "support.hpp"
 
 namespace fs = std::filesystem;
 using amk_test::read_text;

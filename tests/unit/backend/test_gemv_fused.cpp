@@ -11,7 +11,8 @@
 #include "backend/cpu_backend.hpp"
 #include "core/numeric.hpp"
 #include "ops/registry.hpp"
-#include "test_backend_helpers.hpp"
+
+#include "helpers.hpp"
 
 using namespace amk;
 using namespace amk::test;

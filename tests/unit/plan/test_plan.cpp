@@ -7,8 +7,9 @@
 #include <string>
 
 #include "plan/plan.hpp"
-#include "test_verify_support.hpp"
 #include "verify/verify.hpp"
+
+#include "common/program_builder.hpp"
 
 using namespace amk;
 using namespace amk::test;

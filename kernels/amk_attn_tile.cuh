@@ -3,8 +3,8 @@
 //
 // The streaming pass splits every K/V row over a lane group, so each position costs
 // shuffle reductions, an online-softmax rescale per batch, and the warps merge at the end: for a
-// decode chunk of 64 positions that is ~2000 instructions a warp at ~8 cycles each (measured:
-// ~8.9 us an instruction, nearly all of it independent of the chunk length). When the chunk's K
+// decode chunk of 64 positions that is ~2000 dependent instructions a warp, nearly all of them
+// independent of the chunk length. When the chunk's K
 // and V rows fit in shared memory (16-bit caches, 256 threads), the op instead
 //   1. copies K and V into shared memory (16-byte cp.async that skip L1, issued first, so the
 //      copy runs under what follows), and stages q rotated and scaled in f32 (two planes of 4

@@ -19,7 +19,7 @@ static_assert(kAmkCombineBatch >= 1 && kAmkCombineBatch <= kAmkWarpSize, "1..32 
 // (i / per_kv)-th, kv_stride floats apart. One warp per (query
 // head, 128-dim slice); lane c holds chunk c's (m, l) and the weights are broadcast. The
 // chunks' values do not depend on M, so the first batch loads together with (m, l): a head of up
-// to kAmkCombineBatch chunks costs one round trip (a chain of four cost ~4 us on the H200). More
+// to kAmkCombineBatch chunks costs one round trip instead of a chain of dependent ones. More
 // than 32 chunks: rounds of 32, the running sums rescaled when the max grows.
 template <class Store>
 __device__ __forceinline__ void amk_combine_heads(const float* p, uint32_t chunks, uint64_t block,

@@ -27,7 +27,7 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const
   uint32_t done = 0;
   if (x.dtype == AMK_DTYPE_F32 && amk_aligned16(x.ptr)) {
     // The usual case (f32 logits): 16-byte loads, kAmkArgmaxUnroll per thread issued before any
-    // is compared. One dependent load per element cost 143 us on 128256 logits (H200).
+    // is compared, so the loads overlap instead of costing a round trip each.
     const uint32_t nv = x.n / 4;
     for (uint32_t base = threadIdx.x; base < nv; base += kAmkBlockThreads * kAmkArgmaxUnroll) {
       amk_vec16 v[kAmkArgmaxUnroll];

@@ -1,8 +1,9 @@
 // The persistent VM: one block per queue, each walking its instructions (`iterations` times),
 // waiting on and signalling the monotonic counters, dispatching to the ops compiled in.
 //
-// Fetch. No instruction is staged in shared memory (the buffer table is, with smem_buffers,
-// amk_device.cuh). Every warp walks the queue on its own, in windows
+// Fetch. The instructions stay in global memory, read through L1 (the buffer table goes to shared
+// memory with smem_buffers, amk_device.cuh; a waiting attention step's instruction with
+// stage_decode_ins, below). Every warp walks the queue on its own, in windows
 // of kAmkWindow = 32 * kAmkSubs steps: lane l holds, for sub-window j, the packed header
 // (op, n_waits, n_signals) and the instruction index of step base + 32 j + l, in registers. The
 // headers of window w + 1 (ld.global.nc, 8 bytes each) and the queue items of window w + 2 are

@@ -7,6 +7,7 @@
 #   AMK_BENCH=0 bash scripts/gpu_check.sh     # the checks only
 #   AMK_CHECKS=0 bash scripts/gpu_check.sh    # the benchmarks only
 # AMK_DECODE=0 leaves out the decode steps (1B, 8B, PyTorch), AMK_TORCH=0 the PyTorch baseline,
+# AMK_CTEST=0 the ctest tiers (and builds amk alone),
 # AMK_CHECK_SEED=N reruns the op-level checks on a given seed. Logs go to ./out/gpu_check; on the
 # device machine ($OUT set) the logs stay in the scratch folder and $OUT gets summary.txt,
 # results.json (the figures, scripts/perf_baseline.json's format) and logs.tar.gz.
@@ -45,16 +46,19 @@ check_seed="${AMK_CHECK_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 
 sec "build"
 cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-cmake --build --preset default -j "$(nproc)" >"$out/build.log" 2>&1 ||
+targets=(); [ "${AMK_CTEST:-1}" = 1 ] || targets=(--target amk)
+cmake --build --preset default -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 $amk devices
 row "check seed (--reseed of the op-level checks)" "$check_seed"
 P=tests/gpu/programs
 
 if [ "${AMK_CHECKS:-1}" = 1 ]; then
+if [ "${AMK_CTEST:-1}" = 1 ]; then
 sec "ctest (unit, gpu)"
 ctest --test-dir build/default --output-on-failure -j 8 -L "^(unit|gpu)\$" >"$out/ctest.log" 2>&1
 rc=$?; tail -5 "$out/ctest.log"; row "ctest (unit, gpu)" "$(verdict $rc)"
+fi
 
 sec "samples and test programs on the GPU (--check against the CPU backend)"
 # checked NAME PROGRAM [amk run options]: one --check row.

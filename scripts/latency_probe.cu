@@ -3,7 +3,7 @@
 // inside the data (an 8-byte store of value and epoch, the consumer polling the data itself)
 // instead of in a counter behind a release. The background streams through 16-byte loads (a
 // given number a lane in flight) or through the copy engine (bulk copies of 16 KiB in flight a
-// block). Evidence for the VM's design; not part of the tool (README, seventeenth session).
+// block). Evidence for the VM's design; not part of the tool.
 //   nvcc -O3 -std=c++17 -arch=sm_90a scripts/latency_probe.cu -o latency_probe && ./latency_probe
 // Prints one line per (probe, background) with the median of 5 launches.
 #include <cuda_runtime.h>

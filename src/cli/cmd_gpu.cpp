@@ -41,6 +41,7 @@ struct ProfileCmdOptions {
   ProfileRequest request;
   std::optional<uint64_t> timeout_ms;
   bool no_cache = false;
+  std::string cache_dir;
   bool rounds_given = false;
   bool arms_given = false;  // (an empty --tuning-arms is refused, not ignored)
   std::string tuning_arms;
@@ -70,6 +71,7 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   HostBuffers initial = materialize_all(p, o.program.load_options());
   o.request.gpu.timeout_ms = o.timeout_ms;
   o.request.gpu.use_cache = !o.no_cache;
+  if (!o.cache_dir.empty()) o.request.gpu.cache_dir = o.cache_dir;
   o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
   ordered_json j;
@@ -100,7 +102,7 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto o = std::make_shared<CompileCmdOptions>();
   auto* cmd = app.add_subcommand("compile", "compile a program's VM with NVRTC (no GPU needed)");
   add_program_args(cmd, o->program);
-  cmd->add_option("--arch", o->arch, "target architecture, e.g. sm_90a");
+  cmd->add_option("--arch", o->arch, "target architecture (default sm_90a)");
   cmd->add_option("-o,--output", o->files.cubin, "also write the cubin here");
   cmd->add_option("--source-out", o->files.source,
                   "also write the generated CUDA source here (it includes the kernels/ headers)");
@@ -137,16 +139,18 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
                 "with --events: flush L2 before every launch (untimed), so weights come from HBM");
   cmd->add_option("--tuning-arms", o->tuning_arms,
                   "with --events: compare VM configurations in one process, 'ARM;ARM;...' (2-16 "
-                  "arms, each 'default' or FIELD=VALUE[,FIELD=VALUE] as --vm takes, on top of "
+                  "arms, each 'default' or FIELD=VALUE[,FIELD=VALUE...] as --vm takes, on top of "
                   "--vm); one executable per arm, all in GPU memory at once, timed in "
                   "interleaved rounds")
       ->each([o](const std::string&) { o->arms_given = true; });
   cmd->add_option("--rounds", o->request.rounds, "with --tuning-arms: interleaved rounds (2)")
       ->check(CLI::Range(1u, 100u))
       ->each([o](const std::string&) { o->rounds_given = true; });
-  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms");
+  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
   cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
+  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
   add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
 }

@@ -1,6 +1,6 @@
 // SHA-256 (FIPS 180-4) and CRC-32C (Castagnoli). SHA-256 fingerprints every byte of a run's
 // host data (2.5 GB for a Llama-3.2-1B step, 16 GB for 8B), so on x86-64 CPUs with the SHA
-// extensions its compression runs on them (~6x the portable loop, measured); elsewhere, or when
+// extensions its compression runs on them (several times the portable loop); elsewhere, or when
 // a test turns them off, the portable code below. Both give the same digests (tested).
 #include "core/hash.hpp"
 

@@ -439,7 +439,7 @@ Program generate_llama(const LlamaOptions& o) {
   const uint64_t silu_slices = std::clamp<uint64_t>(F / 128, 1, 8);
   const uint64_t head_chunk = chunk_rows(V, target);
   // argmax split: up to 32 slices of at least 128 logits on separate blocks, then one argmax
-  // over their maxima (one block's pass over 128256 logits took 28 us, bound by load latency).
+  // over their maxima (one block's pass over a vocabulary is bound by load latency).
   const uint64_t argmax_slices = std::clamp<uint64_t>(V / 128, 1, 32);
 
   // ---- embedding ----

@@ -4,7 +4,7 @@
 
 #include "backend/host_data.hpp"
 #include "cli/common.hpp"
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "core/error.hpp"
 
 namespace amk::cli {

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "cli/common.hpp"
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "core/error.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"

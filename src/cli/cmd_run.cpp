@@ -12,7 +12,7 @@
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "cli/common.hpp"
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "cli/run_support.hpp"
 #include "core/error.hpp"
 #include "core/numeric.hpp"

@@ -1,6 +1,5 @@
 #include "cli/common.hpp"
 
-#include <cstdio>
 #include <iostream>
 
 #include <spdlog/spdlog.h>
@@ -60,22 +59,6 @@ void emit(const GlobalOptions& g, const ordered_json& json, const std::string& t
     if (!text.empty() && text.back() != '\n') std::cout << "\n";
   }
   std::cout.flush();
-}
-
-std::string format_bytes(uint64_t bytes) {
-  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024.0 && u < 4) {
-    v /= 1024.0;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0)
-    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else
-    std::snprintf(buf, sizeof buf, "%.1f %s", v, units[u]);
-  return buf;
 }
 
 }  // namespace amk::cli

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config/vm_config.hpp"
+#include "core/numeric.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
 #include "verify/verify.hpp"
@@ -59,9 +60,6 @@ uint64_t write_program(const Program& p, const std::string& path, const std::str
 
 // Prints a result: JSON to stdout with --json, else the text (unless --quiet).
 void emit(const GlobalOptions& g, const ordered_json& json, const std::string& text);
-
-// Human-readable byte count ("12.5 MiB").
-[[nodiscard]] std::string format_bytes(uint64_t bytes);
 
 // Subcommands. Each registers itself and sets `action` when chosen.
 void setup_validate(CLI::App& app, const GlobalOptions& g, Action& action);

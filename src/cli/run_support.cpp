@@ -9,7 +9,7 @@
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "backend/tolerance.hpp"
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
 

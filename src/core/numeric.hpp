@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "program/program.hpp"
 
@@ -23,5 +24,8 @@ void store_element(std::byte* base, DType t, uint64_t i, double v) noexcept;
 // Whether v can be stored as dtype t without saturating (integers:
 // an integral value inside the range; floats: finite values up to the type's max, or inf/nan).
 [[nodiscard]] bool value_fits(DType t, double v) noexcept;
+
+// Human-readable byte count ("12.5 MiB").
+[[nodiscard]] std::string format_bytes(uint64_t bytes);
 
 }  // namespace amk

@@ -1,9 +1,9 @@
-// The GPU bridge of a build without the CUDA toolkit: everything refuses with a device error.
+// The GPU session of a build without the CUDA toolkit: every call refuses with a device error.
 #ifndef AMK_HAVE_CUDA
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "core/error.hpp"
 
-namespace amk::cli {
+namespace amk {
 namespace {
 
 [[noreturn]] void no_cuda() {
@@ -45,5 +45,5 @@ ordered_json compile_for_arch(const Program&, const std::string&, const GpuReque
 }
 ordered_json list_gpus(std::ostringstream&) { no_cuda(); }
 
-}  // namespace amk::cli
+}  // namespace amk
 #endif

@@ -1,5 +1,7 @@
-// What the CLI asks of the GPU backend. Implemented over src/cuda when amk is built with the
-// CUDA toolkit; otherwise every call refuses with a device error.
+// The GPU session the CLI calls: one function per GPU command, each taking a loaded, verified
+// program through device check, config, compile, plan, upload, launch and its JSON result
+// (src/cuda does the work). Built without the CUDA toolkit, every call refuses with a device
+// error (gpu_session_none.cpp).
 #pragma once
 
 #include <cstdint>
@@ -9,14 +11,18 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/host_data.hpp"
-#include "cli/common.hpp"
 #include "config/vm_config.hpp"
 #include "device/device.hpp"
+#include "io/load.hpp"
 #include "plan/plan.hpp"
 #include "program/program.hpp"
 
-namespace amk::cli {
+namespace amk {
+
+using ordered_json = nlohmann::ordered_json;
 
 // Blocks the CPU backend and `inspect` schedule over when a program says grid auto and has no
 // queues: the SM count of the H200 the project targets.
@@ -114,4 +120,4 @@ struct CompileOutputs {
                                             bool explain, std::ostringstream& text);
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
 
-}  // namespace amk::cli
+}  // namespace amk

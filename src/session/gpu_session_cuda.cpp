@@ -1,4 +1,4 @@
-// The GPU bridge over src/cuda (builds with the CUDA toolkit).
+// The GPU session over src/cuda (builds with the CUDA toolkit).
 #ifdef AMK_HAVE_CUDA
 #include <chrono>
 #include <cstdlib>
@@ -7,8 +7,9 @@
 #include <span>
 #include <string_view>
 
-#include "cli/gpu_bridge.hpp"
+#include "session/gpu_session.hpp"
 #include "core/error.hpp"
+#include "core/numeric.hpp"
 #include "cuda/bench.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
@@ -18,7 +19,7 @@
 #include "report/outputs.hpp"
 #include "report/trace.hpp"
 
-namespace amk::cli {
+namespace amk {
 namespace {
 
 GpuOptions gpu_options(const GpuRequest& r) {
@@ -596,5 +597,5 @@ ordered_json list_gpus(std::ostringstream& text) {
   return ordered_json{{"status", "ok"}, {"devices", arr}};
 }
 
-}  // namespace amk::cli
+}  // namespace amk
 #endif

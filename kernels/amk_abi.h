@@ -105,13 +105,13 @@ typedef struct amk_signal {
 // One instruction. `params` are 32-bit words whose meaning (f32 or u32/i32) the op's signature
 // fixes, in signature order.
 typedef struct alignas(16) amk_instruction {
-  uint16_t op;          // op id (src/ops/registry): built-ins below 1000, custom ops from 1000
-  uint8_t n_operands;   // operand slots used (trailing optional slots may hold AMK_NO_BUFFER)
+  uint16_t op;         // op id (src/ops/registry): built-ins below 1000, custom ops from 1000
+  uint8_t n_operands;  // operand slots used (trailing optional slots may hold AMK_NO_BUFFER)
   uint8_t n_waits;
   uint8_t n_signals;
   uint8_t n_params;
-  uint16_t flags;       // zero in files; the planner sets AMK_INS_* bits in the device copy
-  uint32_t index;       // position of this instruction in the program
+  uint16_t flags;  // zero in files; the planner sets AMK_INS_* bits in the device copy
+  uint32_t index;  // position of this instruction in the program
   uint32_t reserved0;
   amk_operand_t operands[AMK_MAX_OPERANDS];
   amk_wait_t waits[AMK_MAX_WAITS];
@@ -122,17 +122,17 @@ typedef struct alignas(16) amk_instruction {
 
 // One entry of the buffer table.
 typedef struct alignas(16) amk_buffer {
-  uint64_t address;   // device address (0 in a plan that is not yet placed)
+  uint64_t address;  // device address (0 in a plan that is not yet placed)
   uint64_t elements;
   uint64_t bytes;
-  uint32_t dtype;     // AMK_DTYPE_*
-  uint32_t flags;     // AMK_BUFFER_*
+  uint32_t dtype;  // AMK_DTYPE_*
+  uint32_t flags;  // AMK_BUFFER_*
 } amk_buffer_t;
 
 // What the watchdog or an op saw, written once by the first block that stops the launch.
 // Lives in host-mapped memory so the host can read it even after the launch misbehaved.
 typedef struct alignas(16) amk_diag {
-  uint32_t status;        // AMK_STATUS_*
+  uint32_t status;  // AMK_STATUS_*
   uint32_t block;
   uint32_t queue_pos;
   uint32_t instruction;
@@ -140,8 +140,8 @@ typedef struct alignas(16) amk_diag {
   uint32_t counter;
   uint32_t have;
   uint32_t need;
-  uint64_t elapsed_ns;    // time the stuck wait had spun
-  uint32_t detail;        // op-specific (e.g. the offending id)
+  uint64_t elapsed_ns;  // time the stuck wait had spun
+  uint32_t detail;      // op-specific (e.g. the offending id)
   uint32_t reserved[5];
 } amk_diag_t;
 
@@ -151,16 +151,16 @@ typedef struct alignas(16) amk_device_program {
   const uint32_t* queue_offsets;  // n_queues + 1 entries into queue_items
   const uint32_t* queue_items;    // instruction indices, queue after queue
   const amk_buffer_t* buffers;
-  uint32_t* counters;             // zeroed before each launch
-  uint32_t* abort_flag;           // device memory; nonzero stops every block
-  amk_diag_t* diag;               // host-mapped
-  uint64_t* trace;                // optional per-instruction timestamps (null when off)
-  uint64_t timeout_ns;            // per-launch deadline, measured from each block's start
+  uint32_t* counters;    // zeroed before each launch
+  uint32_t* abort_flag;  // device memory; nonzero stops every block
+  amk_diag_t* diag;      // host-mapped
+  uint64_t* trace;       // optional per-instruction timestamps (null when off)
+  uint64_t timeout_ns;   // per-launch deadline, measured from each block's start
   uint32_t n_instructions;
   uint32_t n_queues;
   uint32_t n_buffers;
   uint32_t n_counters;
-  uint32_t iterations;            // passes in this launch (waits compare value * pass)
+  uint32_t iterations;  // passes in this launch (waits compare value * pass)
 } amk_device_program_t;
 
 #if !defined(__CUDACC_RTC__) && defined(__cplusplus)

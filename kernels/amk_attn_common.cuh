@@ -33,7 +33,8 @@ AMK_HD constexpr bool amk_attn_kv(uint32_t dtype) {
 // to 128 dims merges in one round; the tiled path keeps its K and V tile here, so it grows with
 // the tile (attn_tile wide: 32 KiB; large: 64 KiB, unless the tile is in dynamic shared memory).
 constexpr uint32_t kAmkAttnMergeFloats =
-    kAmkCfg.attn_tile == amk_attn_tile::large ? (kAmkCfg.attn_tile_dynamic ? 8 * 4 * (128 + 2) : 16384)
+    kAmkCfg.attn_tile == amk_attn_tile::large
+        ? (kAmkCfg.attn_tile_dynamic ? 8 * 4 * (128 + 2) : 16384)
     : kAmkCfg.attn_tile == amk_attn_tile::wide ? 8192
                                                : 8 * 4 * (128 + 2);
 static_assert(kAmkAttnMergeFloats >= kAmkAttnWarps * (kAmkAttnMaxHeadDim + 2),
@@ -115,7 +116,8 @@ __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instructio
   for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
     amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, amk_attn_rope[2 * i],
                      amk_attn_rope[2 * i + 1]);
-  if (threadIdx.x < kAmkRopeTagWords) amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x);
+  if (threadIdx.x < kAmkRopeTagWords)
+    amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x);
   if (threadIdx.x == 0) amk_state.rope_valid = 1;
   __syncthreads();
   return amk_attn_rope;
@@ -123,9 +125,7 @@ __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instructio
 
 // exp for the softmax weights: ex2.approx of x * log2(e) (two instructions instead of expf's
 // range reduction, ~17). Relative error ~1e-6 on the weights that matter; exp(-inf) = 0.
-__device__ __forceinline__ float amk_attn_exp(float x) {
-  return __expf(x);
-}
+__device__ __forceinline__ float amk_attn_exp(float x) { return __expf(x); }
 
 // The weight of an online-softmax state with max m once the common max is `big` (0 for a state
 // that saw no position: m = -inf).
@@ -174,8 +174,8 @@ __device__ __forceinline__ float amk_attn_new_elem(const amk_view& x, uint64_t b
 
 // The new token's row into amk_attn_new_s / amk_attn_new_v for the passes' merge (group <=
 // kAmkAttnNewHeads): one warp per query head. No barrier: the merge's first one orders it.
-__device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_t& ins,
-                                                          uint32_t hd, uint32_t group, float scale,
+__device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_t& ins, uint32_t hd,
+                                                          uint32_t group, float scale,
                                                           const float* table) {
   const amk_view qn = amk_operand(ins, 0);
   const amk_view k_new = amk_operand(ins, 4);
@@ -189,7 +189,8 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
     float dot = 0.0f;
 #pragma unroll 4
     for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
-      dot = fmaf(amk_attn_new_elem(qn, base, d, half, table), amk_attn_new_elem(k_new, 0, d, half, table), dot);
+      dot = fmaf(amk_attn_new_elem(qn, base, d, half, table),
+                 amk_attn_new_elem(k_new, 0, d, half, table), dot);
     dot = amk_warp_sum(dot);
     if (lane == 0) amk_attn_new_s[g] = scale * dot;
   }

@@ -65,27 +65,27 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
     }
   }
   if constexpr (kAmkBlockThreads <= 256) {  // wider blocks stage the rotated q (see the caller)
-  if (rope != nullptr) {
-    // The lane's slice lies in one half (E divides hd / 2), so its pair indices are i0 + e and
-    // the sign of the partner's term is the lane's: y_lo = x cos - x_hi sin, y_hi = x cos + x_lo sin.
-    const uint32_t half = hd / 2, partner = half / E;
-    const bool lo = d0 < half;
-    const uint32_t i0 = lo ? d0 : d0 - half;
+    if (rope != nullptr) {
+      // The lane's slice lies in one half (E divides hd / 2), so its pair indices are i0 + e and
+      // the sign of the partner's term is the lane's: y_lo = x cos - x_hi sin, y_hi = x cos + x_lo sin.
+      const uint32_t half = hd / 2, partner = half / E;
+      const bool lo = d0 < half;
+      const uint32_t i0 = lo ? d0 : d0 - half;
 #pragma unroll
-    for (uint32_t e = 0; e < E; ++e) {
-      const float c = rope[2 * (i0 + e)];
-      const float s = lo ? -rope[2 * (i0 + e) + 1] : rope[2 * (i0 + e) + 1];
+      for (uint32_t e = 0; e < E; ++e) {
+        const float c = rope[2 * (i0 + e)];
+        const float s = lo ? -rope[2 * (i0 + e) + 1] : rope[2 * (i0 + e) + 1];
 #pragma unroll
-      for (uint32_t g = 0; g < G; ++g) {
-        const float p = __shfl_xor_sync(kAmkFullMask, qr[g][e], partner);
-        qr[g][e] = fmaf(qr[g][e], c, p * s);
+        for (uint32_t g = 0; g < G; ++g) {
+          const float p = __shfl_xor_sync(kAmkFullMask, qr[g][e], partner);
+          qr[g][e] = fmaf(qr[g][e], c, p * s);
+        }
       }
     }
-  }
 #pragma unroll
-  for (uint32_t g = 0; g < G; ++g)
+    for (uint32_t g = 0; g < G; ++g)
 #pragma unroll
-    for (uint32_t e = 0; e < E; ++e) qr[g][e] *= scale;
+      for (uint32_t e = 0; e < E; ++e) qr[g][e] *= scale;
   }
 
   if (warp < kAmkAttnWarps) {

@@ -52,7 +52,8 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
   for (uint32_t vv = 0; vv < VPL; ++vv) {
     const uint32_t q0 = amk_smem_addr(amk_attn_tq) + 16 * (j + 8 * vv);
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(qr[vv][0]), "=f"(qr[vv][1]), "=f"(qr[vv][2]), "=f"(qr[vv][3]) : "r"(q0));
+                 : "=f"(qr[vv][0]), "=f"(qr[vv][1]), "=f"(qr[vv][2]), "=f"(qr[vv][3])
+                 : "r"(q0));
     asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
                  : "=f"(qr[vv][4]), "=f"(qr[vv][5]), "=f"(qr[vv][6]), "=f"(qr[vv][7])
                  : "r"(q0 + 4 * half));

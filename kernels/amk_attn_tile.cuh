@@ -79,9 +79,11 @@ __device__ __forceinline__ void amk_attn_fma8(const float (&kf)[8], uint32_t q0,
                                               float& a0, float& a1) {
   float x0, x1, x2, x3, x4, x5, x6, x7;
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3) : "r"(q0));
+               : "=f"(x0), "=f"(x1), "=f"(x2), "=f"(x3)
+               : "r"(q0));
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
-               : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7) : "r"(q1));
+               : "=f"(x4), "=f"(x5), "=f"(x6), "=f"(x7)
+               : "r"(q1));
   a0 = fmaf(kf[0], x0, a0);
   a1 = fmaf(kf[1], x1, a1);
   a0 = fmaf(kf[2], x2, a0);
@@ -110,17 +112,16 @@ __device__ __forceinline__ void amk_attn_tile_out(float* out, uint32_t g, uint32
 __device__ __forceinline__ bool amk_attn_tile_fits(const amk_instruction_t& ins, const amk_view& q,
                                                    const amk_view& k, const amk_view& v,
                                                    uint32_t hd, uint32_t group, bool has_new) {
-  if (q.dtype != AMK_DTYPE_F32 ||
-      (has_new && (amk_operand(ins, 4).dtype != AMK_DTYPE_F32 ||
-                   amk_operand(ins, 5).dtype != AMK_DTYPE_F32)))
+  if (q.dtype != AMK_DTYPE_F32 || (has_new && (amk_operand(ins, 4).dtype != AMK_DTYPE_F32 ||
+                                               amk_operand(ins, 5).dtype != AMK_DTYPE_F32)))
     return false;
   const bool dtype_ok = (amk_attn_kv(AMK_DTYPE_BF16) && k.dtype == AMK_DTYPE_BF16) ||
                         (amk_attn_kv(AMK_DTYPE_F16) && k.dtype == AMK_DTYPE_F16);
   const uint32_t len = k.n / hd;
   return dtype_ok && k.dtype == v.dtype && hd % 8 == 0 && len >= 1 && v.n / hd >= len &&
          amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && 4ull * len * hd <= kAmkAttnTileBytes &&
-         (!kAmkCfg.attn_tile_dynamic || 4ull * len * hd <= amk_dynamic_smem_size()) &&
-         group >= 1 && group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
+         (!kAmkCfg.attn_tile_dynamic || 4ull * len * hd <= amk_dynamic_smem_size()) && group >= 1 &&
+         group <= kAmkAttnNewHeads && group * len <= kAmkAttnTileFloats &&
          group * hd <= kAmkAttnTileQFloats;
 }
 

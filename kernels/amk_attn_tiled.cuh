@@ -85,8 +85,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
     const uint32_t i = threadIdx.x + it * kAmkBlockThreads;
     if (i < group * hd) {
       const uint32_t g = i / hd, d = i - g * hd;
-      amk_attn_tq[amk_attn_tq_at(g, d, hd, half)] =
-          rotate(qx[it], qy[it], d) * scale;
+      amk_attn_tq[amk_attn_tq_at(g, d, hd, half)] = rotate(qx[it], qy[it], d) * scale;
     }
   }
   if (new_lane) {
@@ -144,22 +143,22 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
       }
     }
   } else {
-  // Scores: thread i is (head g, position t).
-  for (uint32_t i = threadIdx.x; i < group * len; i += kAmkBlockThreads) {
-    const uint32_t g = i / len, t = i - g * len;
-    const uint32_t krow = ks + t * row_bytes;
-    const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd), q1 = q0 + 4 * half;
-    float a0 = 0.0f, a1 = 0.0f;
-    uint32_t c = t % nv;
+    // Scores: thread i is (head g, position t).
+    for (uint32_t i = threadIdx.x; i < group * len; i += kAmkBlockThreads) {
+      const uint32_t g = i / len, t = i - g * len;
+      const uint32_t krow = ks + t * row_bytes;
+      const uint32_t q0 = amk_smem_addr(amk_attn_tq + g * hd), q1 = q0 + 4 * half;
+      float a0 = 0.0f, a1 = 0.0f;
+      uint32_t c = t % nv;
 #pragma unroll 2
-    for (uint32_t j = 0; j < nv; ++j) {
-      float kf[8];
-      amk_attn_lds_k8<DT>(krow + 16 * c, kf);
-      amk_attn_fma8(kf, q0 + 16 * c, q1 + 16 * c, a0, a1);
-      c = c + 1 == nv ? 0u : c + 1;
+      for (uint32_t j = 0; j < nv; ++j) {
+        float kf[8];
+        amk_attn_lds_k8<DT>(krow + 16 * c, kf);
+        amk_attn_fma8(kf, q0 + 16 * c, q1 + 16 * c, a0, a1);
+        c = c + 1 == nv ? 0u : c + 1;
+      }
+      amk_attn_tp[i] = a0 + a1;
     }
-    amk_attn_tp[i] = a0 + a1;
-  }
   }
   __syncthreads();
 
@@ -171,8 +170,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
     if (with_new) {  // staged q (scaled) . rotated k_new
       float dot = 0.0f;
       for (uint32_t d = lane; d < hd; d += kAmkWarpSize)
-        dot = fmaf(amk_attn_tq[amk_attn_tq_at(g, d, hd, half)],
-                   amk_attn_tk[d], dot);
+        dot = fmaf(amk_attn_tq[amk_attn_tq_at(g, d, hd, half)], amk_attn_tk[d], dot);
       s_new = amk_warp_sum(dot);
     }
     float m = s_new;
@@ -229,7 +227,8 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
 #pragma unroll
         for (uint32_t h = 0; h < kAmkAttnSplitHeads; ++h)
           if (g0 + h < group)
-            *reinterpret_cast<float2*>(part + warp * gh + (g0 + h) * hd + e) = make_float2(a0[h], a1[h]);
+            *reinterpret_cast<float2*>(part + warp * gh + (g0 + h) * hd + e) =
+                make_float2(a0[h], a1[h]);
       }
     }
     __syncthreads();
@@ -241,21 +240,21 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
       amk_attn_tile_out(out, g, d, hd, acc, with_new);
     }
   } else {
-  // Outputs: thread i is (head g, element d); the chunk-normalized sum, then (m, l).
-  for (uint32_t i = threadIdx.x; i < group * hd; i += kAmkBlockThreads) {
-    const uint32_t g = i / hd, d = i - g * hd;
-    const float* p = amk_attn_tp + g * len;
-    const uint32_t col = vs + 2 * d;
-    float a0 = 0.0f, a1 = 0.0f;
-    uint32_t t = 0;
+    // Outputs: thread i is (head g, element d); the chunk-normalized sum, then (m, l).
+    for (uint32_t i = threadIdx.x; i < group * hd; i += kAmkBlockThreads) {
+      const uint32_t g = i / hd, d = i - g * hd;
+      const float* p = amk_attn_tp + g * len;
+      const uint32_t col = vs + 2 * d;
+      float a0 = 0.0f, a1 = 0.0f;
+      uint32_t t = 0;
 #pragma unroll 2
-    for (; t + 2 <= len; t += 2) {
-      a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
-      a1 = fmaf(p[t + 1], amk_attn_lds_elem<DT>(col + (t + 1) * row_bytes), a1);
+      for (; t + 2 <= len; t += 2) {
+        a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
+        a1 = fmaf(p[t + 1], amk_attn_lds_elem<DT>(col + (t + 1) * row_bytes), a1);
+      }
+      if (t < len) a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
+      amk_attn_tile_out(out, g, d, hd, a0 + a1, with_new);
     }
-    if (t < len) a0 = fmaf(p[t], amk_attn_lds_elem<DT>(col + t * row_bytes), a0);
-    amk_attn_tile_out(out, g, d, hd, a0 + a1, with_new);
-  }
   }
 }
 

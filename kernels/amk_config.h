@@ -31,19 +31,19 @@ struct amk_vm_config {
   uint32_t buffers = 0;          // entries of the buffer table (smem_buffers)
 
   // ---- tuning: the chooser picks each; `--vm FIELD=VALUE` overrides ----
-  bool smem_buffers = false;        // the buffer table copied into shared memory at block start
-  uint32_t gemv_ring_stages = 0;    // 0: gemv weights in registers; 2-4: a per-warp smem ring
-  uint32_t gemv_preload = 0;        // weight batches a waiting gemv requests before its wait
-  uint32_t prefetch_ahead = 1;      // streaming steps ahead whose first bytes go to L2
-  bool next_ins_l1 = false;         // after a wait, the next step's instruction into L1
-  bool stage_decode_ins = false;    // waiting attention ops read their instruction from smem
-  bool gemv_x_batch = false;        // the unfused gemv loads a batch's x before using any
+  bool smem_buffers = false;      // the buffer table copied into shared memory at block start
+  uint32_t gemv_ring_stages = 0;  // 0: gemv weights in registers; 2-4: a per-warp smem ring
+  uint32_t gemv_preload = 0;      // weight batches a waiting gemv requests before its wait
+  uint32_t prefetch_ahead = 1;    // streaming steps ahead whose first bytes go to L2
+  bool next_ins_l1 = false;       // after a wait, the next step's instruction into L1
+  bool stage_decode_ins = false;  // waiting attention ops read their instruction from smem
+  bool gemv_x_batch = false;      // the unfused gemv loads a batch's x before using any
   amk_attn_tile attn_tile = amk_attn_tile::small;
-  bool attn_tile_dynamic = false;   // the large tile in dynamic shared memory
-  bool attn_pass = true;            // attention's streaming pass compiled in
-  bool attn_split = false;          // the tiled path's split score and output stages
-  uint32_t attn_split_heads = 4;    // query heads a lane carries in the split stages
-  bool attn_row8 = false;           // one-head chunks: stages with eight lanes a row
+  bool attn_tile_dynamic = false;  // the large tile in dynamic shared memory
+  bool attn_pass = true;           // attention's streaming pass compiled in
+  bool attn_split = false;         // the tiled path's split score and output stages
+  uint32_t attn_split_heads = 4;   // query heads a lane carries in the split stages
+  bool attn_row8 = false;          // one-head chunks: stages with eight lanes a row
 };
 
 // What the program uses: the ops and the dtype paths the VM compiles in.

@@ -32,7 +32,7 @@ typedef struct alignas(64) amk_tma_table {
 // into its buffer; boxes of box_k x box_rows elements. Filled by amk_tma_gemv_lookup, which the
 // generated source defines.
 struct amk_tma_gemv_geom {
-  uint32_t slot;        // index into amk_tma_table_t::maps
+  uint32_t slot;  // index into amk_tma_table_t::maps
   uint32_t box_k;
   uint32_t box_rows;
   uint32_t elem_bytes;
@@ -43,9 +43,9 @@ struct amk_tma_gemv_geom {
 
 // What the block knows about itself; lives in shared memory so ops can stop the block.
 struct amk_block_state {
-  uint32_t stop;                  // nonzero: return after the current instruction
-  uint32_t rope_valid;            // nonzero: the attention op's RoPE table is filled (its tag says for what)
-  uint64_t block_start;           // %globaltimer at entry (watchdog origin)
+  uint32_t stop;         // nonzero: return after the current instruction
+  uint32_t rope_valid;   // nonzero: the attention op's RoPE table is filled (its tag says for what)
+  uint64_t block_start;  // %globaltimer at entry (watchdog origin)
   const amk_buffer_t* buffers;    // prog.buffers, for amk_operand
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
 };
@@ -69,8 +69,8 @@ struct amk_no_wait {
 };
 
 // Positions in amk_diag_t::detail for failures that are not about a data value.
-constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;       // | op: op not compiled in
-constexpr uint32_t kAmkCounterNone = 0xFFFFFFFFu;           // diag.counter when no counter applies
+constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;  // | op: op not compiled in
+constexpr uint32_t kAmkCounterNone = 0xFFFFFFFFu;      // diag.counter when no counter applies
 
 // ---- time and flags ----
 __device__ __forceinline__ uint64_t amk_globaltimer() {
@@ -144,21 +144,21 @@ __device__ __forceinline__ void amk_mbar_expect_tx(uint32_t bar, uint32_t bytes)
 }
 __device__ __forceinline__ bool amk_mbar_try_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, "
+               "1, 0, p; }"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
   return done != 0;
 }
 // Non-blocking: try_wait may suspend the thread for a while when the phase is not complete.
 __device__ __forceinline__ bool amk_mbar_test_wait(uint32_t bar, uint32_t parity) {
   uint32_t done;
-  asm volatile(
-      "{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-      : "=r"(done)
-      : "r"(bar), "r"(parity)
-      : "memory");
+  asm volatile("{ .reg .pred p; mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 "
+               "%0, 1, 0, p; }"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
   return done != 0;
 }
 __device__ __forceinline__ void amk_mbar_arrive(uint32_t bar) {
@@ -204,7 +204,8 @@ __device__ __forceinline__ void amk_unpack_bf16x2(uint32_t w, float& lo, float& 
   hi = __uint_as_float(w & 0xFFFF0000u);
 }
 __device__ __forceinline__ uint32_t amk_pack_f16x2(float lo, float hi) {
-  return static_cast<uint32_t>(amk_f32_to_f16(lo)) | (static_cast<uint32_t>(amk_f32_to_f16(hi)) << 16);
+  return static_cast<uint32_t>(amk_f32_to_f16(lo)) |
+         (static_cast<uint32_t>(amk_f32_to_f16(hi)) << 16);
 }
 __device__ __forceinline__ uint32_t amk_pack_bf16x2(float lo, float hi) {
   uint32_t w;
@@ -398,7 +399,8 @@ __device__ __forceinline__ long long amk_load_index(const amk_view& v, uint64_t 
 __device__ __forceinline__ void amk_store_index(const amk_view& v, uint64_t i, long long x) {
   switch (v.dtype) {
     case AMK_DTYPE_I32:
-      reinterpret_cast<int32_t*>(v.ptr)[i] = static_cast<int32_t>(min(max(x, -2147483648LL), 2147483647LL));
+      reinterpret_cast<int32_t*>(v.ptr)[i] =
+          static_cast<int32_t>(min(max(x, -2147483648LL), 2147483647LL));
       break;
     case AMK_DTYPE_U32:
       reinterpret_cast<uint32_t*>(v.ptr)[i] = static_cast<uint32_t>(min(max(x, 0LL), 4294967295LL));
@@ -513,7 +515,8 @@ __device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t
   uint64_t a = (reinterpret_cast<uint64_t>(p) + 15) & ~15ull;
   const uint64_t end = (reinterpret_cast<uint64_t>(p) + bytes) & ~15ull;
   while (a < end) {
-    const uint32_t n = static_cast<uint32_t>(min(end - a, static_cast<uint64_t>(kAmkPrefetchChunkBytes)));
+    const uint32_t n =
+        static_cast<uint32_t>(min(end - a, static_cast<uint64_t>(kAmkPrefetchChunkBytes)));
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(a), "r"(n) : "memory");
     a += n;
   }
@@ -556,7 +559,7 @@ __device__ __forceinline__ void amk_load_elems(const unsigned char* p, uint32_t 
 // The same with the dtype a (uniform) runtime value: f16, bf16, anything else read as f32.
 template <uint32_t P>
 __device__ __forceinline__ void amk_load_elems_dt(const unsigned char* p, uint32_t dtype,
-                                                   uint32_t e0, float* f) {
+                                                  uint32_t e0, float* f) {
   if (dtype == AMK_DTYPE_BF16)
     amk_load_elems<AMK_DTYPE_BF16, P>(p, e0, f);
   else if (dtype == AMK_DTYPE_F16)

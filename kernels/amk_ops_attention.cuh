@@ -56,123 +56,123 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
     (void)scratch;
     (void)half;
   } else {
-  // This chunk's K and V rows are pulled into L2 while the block computes the RoPE table and
-  // stages q; the streaming loop then starts on L2 hits.
-  if (kAmkBlockThreads <= 256 && threadIdx.x == 0 && cached) {
-    amk_prefetch_l2(k.ptr, static_cast<uint64_t>(k.n) * amk_dtype_size(k.dtype));
-    amk_prefetch_l2(v.ptr, static_cast<uint64_t>(v.n) * amk_dtype_size(v.dtype));
-  }
-  const float* rope = nullptr;
-  if (amk_attn_rotates(ins)) {
-    if constexpr (kAmkBlockThreads <= 256) {
-      rope = amk_attn_rope_table(ins);
-    } else {  // wider blocks (128 registers): the table per instruction, in the scratch
-      float* table = reinterpret_cast<float*>(scratch);
-      for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
-        amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, table[2 * i], table[2 * i + 1]);
-      __syncthreads();
-      rope = table;
+    // This chunk's K and V rows are pulled into L2 while the block computes the RoPE table and
+    // stages q; the streaming loop then starts on L2 hits.
+    if (kAmkBlockThreads <= 256 && threadIdx.x == 0 && cached) {
+      amk_prefetch_l2(k.ptr, static_cast<uint64_t>(k.n) * amk_dtype_size(k.dtype));
+      amk_prefetch_l2(v.ptr, static_cast<uint64_t>(v.n) * amk_dtype_size(v.dtype));
     }
-  }
+    const float* rope = nullptr;
+    if (amk_attn_rotates(ins)) {
+      if constexpr (kAmkBlockThreads <= 256) {
+        rope = amk_attn_rope_table(ins);
+      } else {  // wider blocks (128 registers): the table per instruction, in the scratch
+        float* table = reinterpret_cast<float*>(scratch);
+        for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
+          amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, table[2 * i], table[2 * i + 1]);
+        __syncthreads();
+        rope = table;
+      }
+    }
 
-  // The new row joins the passes' merge when there are passes (and its heads fit the shared
-  // arrays); otherwise it is folded in after them, below.
-  const bool new_in_merge =
-      kAmkBlockThreads <= 256 && cached && has_new && group <= kAmkAttnNewHeads;
-  if (new_in_merge) amk_attn_new_row_to_merge(ins, hd, group, scale, rope);
+    // The new row joins the passes' merge when there are passes (and its heads fit the shared
+    // arrays); otherwise it is folded in after them, below.
+    const bool new_in_merge =
+        kAmkBlockThreads <= 256 && cached && has_new && group <= kAmkAttnNewHeads;
+    if (new_in_merge) amk_attn_new_row_to_merge(ins, hd, group, scale, rope);
 
-  if (cached) {
-    // q is rotated inside the pass (lane shuffles) when each half of the head is a power-of-two
-    // number of the loader's vectors; otherwise staged rotated first (always at more than 256
-    // threads, where the pass has 128 registers and the shuffles made it spill).
-    // (The vector loader's conditions, as `vector` below says them.)
-    const uint32_t kv_per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
-    const uint32_t half_vecs = half / kv_per_vec;
-    const bool rotate_in_pass =
-        kAmkBlockThreads <= 256 && rope != nullptr && k.dtype == v.dtype &&
-        amk_aligned16(k.ptr) && amk_aligned16(v.ptr) && hd % kv_per_vec == 0 &&
-        hd <= kAmkWarpSize * kv_per_vec && half % kv_per_vec == 0 && half_vecs != 0 &&
-        (half_vecs & (half_vecs - 1)) == 0;
-    amk_view qs = q;
-    if (rope != nullptr && !rotate_in_pass) {
-      // The rotated q, in f32, staged in the tail of out: elements [2*group, group*(hd + 2)).
-      // The pass of head g writes out row g, [g*(hd + 2), (g + 1)*(hd + 2)), which ends before
-      // the staged heads after g, and it reads its own heads before it writes.
-      float* staged = o + 2 * group;
-      for (uint32_t idx = threadIdx.x; idx < group * hd; idx += kAmkBlockThreads) {
-        const uint32_t g = idx / hd, d = idx - g * hd;
-        staged[idx] = amk_attn_rotated(q, static_cast<uint64_t>(g) * hd, d, half, rope);
+    if (cached) {
+      // q is rotated inside the pass (lane shuffles) when each half of the head is a power-of-two
+      // number of the loader's vectors; otherwise staged rotated first (always at more than 256
+      // threads, where the pass has 128 registers and the shuffles made it spill).
+      // (The vector loader's conditions, as `vector` below says them.)
+      const uint32_t kv_per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
+      const uint32_t half_vecs = half / kv_per_vec;
+      const bool rotate_in_pass = kAmkBlockThreads <= 256 && rope != nullptr &&
+                                  k.dtype == v.dtype && amk_aligned16(k.ptr) &&
+                                  amk_aligned16(v.ptr) && hd % kv_per_vec == 0 &&
+                                  hd <= kAmkWarpSize * kv_per_vec && half % kv_per_vec == 0 &&
+                                  half_vecs != 0 && (half_vecs & (half_vecs - 1)) == 0;
+      amk_view qs = q;
+      if (rope != nullptr && !rotate_in_pass) {
+        // The rotated q, in f32, staged in the tail of out: elements [2*group, group*(hd + 2)).
+        // The pass of head g writes out row g, [g*(hd + 2), (g + 1)*(hd + 2)), which ends before
+        // the staged heads after g, and it reads its own heads before it writes.
+        float* staged = o + 2 * group;
+        for (uint32_t idx = threadIdx.x; idx < group * hd; idx += kAmkBlockThreads) {
+          const uint32_t g = idx / hd, d = idx - g * hd;
+          staged[idx] = amk_attn_rotated(q, static_cast<uint64_t>(g) * hd, d, half, rope);
+        }
+        __syncthreads();
+        qs.ptr = reinterpret_cast<unsigned char*>(staged);
+        qs.dtype = AMK_DTYPE_F32;
       }
-      __syncthreads();
-      qs.ptr = reinterpret_cast<unsigned char*>(staged);
-      qs.dtype = AMK_DTYPE_F32;
+      const uint32_t per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
+      // At 64 registers a thread (1024 threads) the four paths inlined together spill: there only
+      // the element-by-element one is built.
+      const bool vector = kAmkBlockThreads <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
+                          amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
+      const float* pass_rope = rotate_in_pass ? rope : nullptr;
+      for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
+        const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
+        // (At 1024 threads only the element-by-element loader is built.)
+        constexpr bool kVec = kAmkBlockThreads <= 512;
+        if (kVec && amk_attn_kv(AMK_DTYPE_BF16) && vector && k.dtype == AMK_DTYPE_BF16)
+          amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn,
+                                                                    pass_rope, new_in_merge);
+        else if (kVec && amk_attn_kv(AMK_DTYPE_F16) && vector && k.dtype == AMK_DTYPE_F16)
+          amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn,
+                                                                   pass_rope, new_in_merge);
+        else if (kVec && amk_attn_kv(AMK_DTYPE_F32) && vector && k.dtype == AMK_DTYPE_F32)
+          amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn,
+                                                                   pass_rope, new_in_merge);
+        else
+          amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn, pass_rope,
+                                                    new_in_merge);
+      }
     }
-    const uint32_t per_vec = kAmkVectorBytes / amk_dtype_size(k.dtype);
-    // At 64 registers a thread (1024 threads) the four paths inlined together spill: there only
-    // the element-by-element one is built.
-    const bool vector = kAmkBlockThreads <= 512 && k.dtype == v.dtype && amk_aligned16(k.ptr) &&
-                        amk_aligned16(v.ptr) && hd % per_vec == 0 && hd <= kAmkWarpSize * per_vec;
-    const float* pass_rope = rotate_in_pass ? rope : nullptr;
-    for (uint32_t g0 = 0; g0 < group; g0 += kAmkAttnHeads) {
-      const uint32_t gn = group - g0 < kAmkAttnHeads ? group - g0 : kAmkAttnHeads;
-      // (At 1024 threads only the element-by-element loader is built.)
-      constexpr bool kVec = kAmkBlockThreads <= 512;
-      if (kVec && amk_attn_kv(AMK_DTYPE_BF16) && vector && k.dtype == AMK_DTYPE_BF16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_BF16>>(qs, k, v, o, hd, scale, g0, gn,
-                                                                  pass_rope, new_in_merge);
-      else if (kVec && amk_attn_kv(AMK_DTYPE_F16) && vector && k.dtype == AMK_DTYPE_F16)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F16>>(qs, k, v, o, hd, scale, g0, gn,
-                                                                 pass_rope, new_in_merge);
-      else if (kVec && amk_attn_kv(AMK_DTYPE_F32) && vector && k.dtype == AMK_DTYPE_F32)
-        amk_attn_decode_pass<amk_attn_vec_loader<AMK_DTYPE_F32>>(qs, k, v, o, hd, scale, g0, gn,
-                                                                 pass_rope, new_in_merge);
-      else
-        amk_attn_decode_pass<amk_attn_any_loader>(qs, k, v, o, hd, scale, g0, gn, pass_rope,
-                                                  new_in_merge);
-    }
-  }
 
-  if (has_new && !new_in_merge) {
-    // The new token's row folded into each head's chunk state (m, l, normalized o) once the
-    // passes (if any) are done (they end with a barrier), one warp per query head. Its operands
-    // are read from the instruction again here: nothing of this stays live through the loop.
-    const amk_view qn = amk_operand(ins, 0);
-    const amk_view k_new = amk_operand(ins, 4);
-    const amk_view v_new = amk_operand(ins, 5);
-    const float* table =  // (not kept live)
-        !amk_attn_rotates(ins) ? nullptr
-        : kAmkBlockThreads <= 256 ? amk_attn_rope
-                                  : reinterpret_cast<const float*>(scratch);
-    const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
-    for (uint32_t g = warp; g < group; g += kAmkWarps) {
-      const uint64_t base = static_cast<uint64_t>(g) * hd;
-      float dot = 0.0f;
-      for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
-        const float qd = table != nullptr ? amk_attn_rotated(qn, base, d, half, table)
-                                          : amk_load_f32(qn, base + d);
-        const float kd = table != nullptr ? amk_attn_rotated(k_new, 0, d, half, table)
-                                          : amk_load_f32(k_new, d);
-        dot = fmaf(scale * qd, kd, dot);
-      }
-      const float s = amk_warp_sum(dot);
-      float* row = o + static_cast<uint64_t>(g) * (hd + 2);
-      const float m = cached ? row[hd] : amk_neg_inf();
-      const float l = cached ? row[hd + 1] : 0.0f;
-      const float big = fmaxf(m, s);
-      const float a = m == amk_neg_inf() ? 0.0f : l * expf(m - big);  // the cached rows' weight
-      const float b = expf(s - big);                                   // the new row's
-      const float total = a + b;
-      for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
-        const float prev = a != 0.0f ? a * row[d] : 0.0f;
-        row[d] = fmaf(b, amk_load_f32(v_new, d), prev) / total;
-      }
-      __syncwarp();  // every lane has read m and l
-      if (lane == 0) {
-        row[hd] = big;
-        row[hd + 1] = total;
+    if (has_new && !new_in_merge) {
+      // The new token's row folded into each head's chunk state (m, l, normalized o) once the
+      // passes (if any) are done (they end with a barrier), one warp per query head. Its operands
+      // are read from the instruction again here: nothing of this stays live through the loop.
+      const amk_view qn = amk_operand(ins, 0);
+      const amk_view k_new = amk_operand(ins, 4);
+      const amk_view v_new = amk_operand(ins, 5);
+      const float* table =  // (not kept live)
+          !amk_attn_rotates(ins)    ? nullptr
+          : kAmkBlockThreads <= 256 ? amk_attn_rope
+                                    : reinterpret_cast<const float*>(scratch);
+      const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+      for (uint32_t g = warp; g < group; g += kAmkWarps) {
+        const uint64_t base = static_cast<uint64_t>(g) * hd;
+        float dot = 0.0f;
+        for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+          const float qd = table != nullptr ? amk_attn_rotated(qn, base, d, half, table)
+                                            : amk_load_f32(qn, base + d);
+          const float kd = table != nullptr ? amk_attn_rotated(k_new, 0, d, half, table)
+                                            : amk_load_f32(k_new, d);
+          dot = fmaf(scale * qd, kd, dot);
+        }
+        const float s = amk_warp_sum(dot);
+        float* row = o + static_cast<uint64_t>(g) * (hd + 2);
+        const float m = cached ? row[hd] : amk_neg_inf();
+        const float l = cached ? row[hd + 1] : 0.0f;
+        const float big = fmaxf(m, s);
+        const float a = m == amk_neg_inf() ? 0.0f : l * expf(m - big);  // the cached rows' weight
+        const float b = expf(s - big);                                  // the new row's
+        const float total = a + b;
+        for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+          const float prev = a != 0.0f ? a * row[d] : 0.0f;
+          row[d] = fmaf(b, amk_load_f32(v_new, d), prev) / total;
+        }
+        __syncwarp();  // every lane has read m and l
+        if (lane == 0) {
+          row[hd] = big;
+          row[hd + 1] = total;
+        }
       }
     }
-  }
   }
 }
 

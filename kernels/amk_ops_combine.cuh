@@ -6,7 +6,7 @@
 
 #include "amk_attn_common.cuh"
 
-constexpr uint32_t kAmkCombineDims = 4;    // output dims per lane: a warp covers 128 per item
+constexpr uint32_t kAmkCombineDims = 4;  // output dims per lane: a warp covers 128 per item
 // Chunks whose values a lane loads at once (fewer where a thread has fewer registers). The
 // batch is unrolled twice (first batch, later ones).
 constexpr uint32_t kAmkCombineBatch = kAmkBlockThreads <= 256 ? 16 : 8;
@@ -105,7 +105,8 @@ __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, u
 #pragma unroll 1
     for (uint32_t i = threadIdx.x; i < n / 4; i += kAmkBlockThreads)
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(base + 16 * i),
-                   "l"(p + 4 * static_cast<uint64_t>(i)) : "memory");
+                   "l"(p + 4 * static_cast<uint64_t>(i))
+                   : "memory");
   } else {
 #pragma unroll 1
     for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads)

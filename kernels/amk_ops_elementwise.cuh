@@ -65,8 +65,8 @@ __device__ __forceinline__ uint32_t amk_elt_vector(const unsigned char* a, const
 }
 
 template <uint32_t K>
-__device__ __forceinline__ void amk_elt_run(const amk_view& a, const amk_view& b,
-                                            const amk_view& y, float alpha) {
+__device__ __forceinline__ void amk_elt_run(const amk_view& a, const amk_view& b, const amk_view& y,
+                                            float alpha) {
   constexpr bool kUsesA = K != kAmkEltFill;
   constexpr bool kUsesB = K == kAmkEltAdd || K == kAmkEltMul || K == kAmkEltSiluMul;
   const uint32_t n = y.n;
@@ -99,26 +99,25 @@ __device__ __forceinline__ float amk_param_f32(const amk_instruction_t& ins, uin
   return __uint_as_float(ins.params[k]);
 }
 
-__device__ __forceinline__ void amk_op_add(const amk_device_program_t&, const amk_instruction_t& ins,
-                                        unsigned char*) {
+__device__ __forceinline__ void amk_op_add(const amk_device_program_t&,
+                                           const amk_instruction_t& ins, unsigned char*) {
   amk_elt_run<kAmkEltAdd>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
 }
-__device__ __forceinline__ void amk_op_mul(const amk_device_program_t&, const amk_instruction_t& ins,
-                                        unsigned char*) {
+__device__ __forceinline__ void amk_op_mul(const amk_device_program_t&,
+                                           const amk_instruction_t& ins, unsigned char*) {
   amk_elt_run<kAmkEltMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
 }
 __device__ __forceinline__ void amk_op_silu_mul(const amk_device_program_t&,
-                                             const amk_instruction_t& ins, unsigned char*) {
-  amk_elt_run<kAmkEltSiluMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2),
-                              0.0f);
+                                                const amk_instruction_t& ins, unsigned char*) {
+  amk_elt_run<kAmkEltSiluMul>(amk_operand(ins, 0), amk_operand(ins, 1), amk_operand(ins, 2), 0.0f);
 }
 __device__ __forceinline__ void amk_op_scale(const amk_device_program_t&,
-                                          const amk_instruction_t& ins, unsigned char*) {
+                                             const amk_instruction_t& ins, unsigned char*) {
   const amk_view x = amk_operand(ins, 0);
   amk_elt_run<kAmkEltScale>(x, x, amk_operand(ins, 1), amk_param_f32(ins, 0));
 }
-__device__ __forceinline__ void amk_op_fill(const amk_device_program_t&, const amk_instruction_t& ins,
-                                         unsigned char*) {
+__device__ __forceinline__ void amk_op_fill(const amk_device_program_t&,
+                                            const amk_instruction_t& ins, unsigned char*) {
   const amk_view y = amk_operand(ins, 0);
   const float value = amk_param_f32(ins, 0);
   const bool is_float =
@@ -130,8 +129,8 @@ __device__ __forceinline__ void amk_op_fill(const amk_device_program_t&, const a
   for (uint32_t i = threadIdx.x; i < y.n; i += kAmkBlockThreads) amk_store_f32(y, i, value);
 }
 // Same dtype: a byte copy (16-byte vectors when aligned). Float <-> float: converts.
-__device__ __forceinline__ void amk_op_copy(const amk_device_program_t&, const amk_instruction_t& ins,
-                                         unsigned char*) {
+__device__ __forceinline__ void amk_op_copy(const amk_device_program_t&,
+                                            const amk_instruction_t& ins, unsigned char*) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view y = amk_operand(ins, 1);
   const uint32_t n = y.n;
@@ -158,7 +157,8 @@ __device__ __forceinline__ void amk_op_copy(const amk_device_program_t&, const a
     for (uint64_t i = done + threadIdx.x; i < bytes; i += kAmkBlockThreads) y.ptr[i] = x.ptr[i];
     return;
   }
-  for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads) amk_store_f32(y, i, amk_load_f32(x, i));
+  for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads)
+    amk_store_f32(y, i, amk_load_f32(x, i));
 }
 
 #endif  // AMK_OPS_ELEMENTWISE_CUH

@@ -24,14 +24,15 @@
 #include "amk_device.cuh"
 #include "amk_sync.cuh"  // amk_step_wait
 
-
 // kAmkOps.gemv_pairs: the (weight, x) dtype pairs with a vector instantiation (the program's);
 // other pairs run the scalar path. kAmkOps.gemv_fusions: the fusion combinations with vector
 // instantiations (each as large as the plain one); an unlisted one still runs, on the scalar
 // path. AMK_GEMV_FUSE_COMBINE (a gemv whose x is attention partials, params head_dim / heads,
 // `amk gen llama --combine oproj`): x' is their merge, staged like the norm's x'; without it such
 // an instruction stops the launch (bad_operand).
-AMK_HD constexpr bool amk_gemv_fuses(uint32_t fusion) { return (kAmkOps.gemv_fusions & fusion) != 0; }
+AMK_HD constexpr bool amk_gemv_fuses(uint32_t fusion) {
+  return (kAmkOps.gemv_fusions & fusion) != 0;
+}
 constexpr bool kAmkGemvStages =
     amk_gemv_fuses(AMK_GEMV_FUSE_NORM | AMK_GEMV_FUSE_NORM_GLU | AMK_GEMV_FUSE_COMBINE);
 
@@ -79,11 +80,11 @@ __device__ __forceinline__ void amk_gemv_store_row(const amk_view& y, const amk_
 struct amk_gemv_fuse {
   const unsigned char* norm;  // [K] rmsnorm weight, or null
   uint32_t norm_dtype;
-  float eps;                  // rmsnorm epsilon (with norm)
-  const unsigned char* w2;    // GLU up matrix, same row range and dtype as w, or null
-  uint32_t combine_hd;        // x is attention partials (0: not): head_dim,
-  uint32_t combine_heads;     // query heads a chunk,
-  uint32_t combine_chunks;    // chunks
+  float eps;                // rmsnorm epsilon (with norm)
+  const unsigned char* w2;  // GLU up matrix, same row range and dtype as w, or null
+  uint32_t combine_hd;      // x is attention partials (0: not): head_dim,
+  uint32_t combine_heads;   // query heads a chunk,
+  uint32_t combine_chunks;  // chunks
 };
 
 // silu(a) * b, as the silu_mul op computes it.
@@ -178,8 +179,7 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
         for (uint32_t e = 0; e < 4; ++e) acc[i][e] *= keep;
 #pragma unroll
         for (uint32_t j = 0; j < kB; ++j) {
-          const float wt =
-              c0 + j < chunks && l[i][j] != 0.0f ? l[i][j] * expf(m[i][j] - mx) : 0.0f;
+          const float wt = c0 + j < chunks && l[i][j] != 0.0f ? l[i][j] * expf(m[i][j] - mx) : 0.0f;
           total[i] += wt;
 #pragma unroll
           for (uint32_t e = 0; e < 4; ++e) acc[i][e] = fmaf(wt, o[i][j][e], acc[i][e]);
@@ -221,7 +221,7 @@ __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uin
   const uint32_t plane_len = k / kPlanes;
   float ss = 0.0f;
   // Thread i's quads (4 elements from 4q) are q = i, i + kAmkBlockThreads, ...
-  auto finish = [&](uint32_t q, const float (&f)[4], const float (&g)[4]) {
+  auto finish = [&](uint32_t q, const float(&f)[4], const float(&g)[4]) {
     ss = fmaf(f[0], f[0], fmaf(f[1], f[1], fmaf(f[2], f[2], fmaf(f[3], f[3], ss))));
     const uint32_t v = 4 * q / kPer, plane = q % kPlanes;
     *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
@@ -232,8 +232,7 @@ __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uin
     // last pass's are.
     const uint32_t quads = k / 4;
     bool between_done = false;
-    for (uint32_t q0 = threadIdx.x; q0 < quads || !between_done;
-         q0 += kTrip * kAmkBlockThreads) {
+    for (uint32_t q0 = threadIdx.x; q0 < quads || !between_done; q0 += kTrip * kAmkBlockThreads) {
       float f[kTrip][4], g[kTrip][4];
 #pragma unroll
       for (uint32_t i = 0; i < kTrip; ++i) {
@@ -341,7 +340,7 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
   float acc0 = 0.0f, acc1 = 0.0f;
   float gate = 0.0f;  // kGlu: row's (W x') while w2's row streams
   // Reduces the batch at the reduce cursor (row, mat, col), held in `use`, and advances the cursor.
-  auto reduce = [&](const amk_vec16 (&use)[kAmkGemvUnroll], bool kWhole) {
+  auto reduce = [&](const amk_vec16(&use)[kAmkGemvUnroll], bool kWhole) {
     // (gemv_x_batch) every x load of the batch before its first multiply-add: clamped past the
     // row's end like the weights' (those vectors are never used).
     float xb[kNorm || !kAmkCfg.gemv_x_batch ? 1 : kAmkGemvUnroll][kPer];
@@ -409,8 +408,8 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
     constexpr uint32_t kStages = kAmkCfg.gemv_ring_stages;
     constexpr uint32_t kSlotBytes = kAmkGemvBatch * kAmkVectorBytes;
     static_assert(kSlotBytes == kAmkGemvSlotBytes, "the ring's slot is a warp's batch");
-    const uint32_t ring = amk_smem_addr(amk_dynamic_smem) + warp * kStages * kSlotBytes +
-                          lane * kAmkVectorBytes;
+    const uint32_t ring =
+        amk_smem_addr(amk_dynamic_smem) + warp * kStages * kSlotBytes + lane * kAmkVectorBytes;
     uint32_t ir = warp, im = 0, ic = 0;  // issue cursor
     uint32_t issued = 0, slot_in = 0;    // batches issued (real or empty), the slot they fill
     const uint64_t policy = amk_evict_first_policy();
@@ -419,9 +418,10 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
         const uint32_t dst = ring + slot_in * kSlotBytes;
 #pragma unroll
         for (uint32_t u = 0; u < kAmkGemvUnroll; ++u)
-          asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;"
-                       ::"r"(dst + u * kAmkWarpSize * kAmkVectorBytes),
-                       "l"(vec_addr(ir, im, ic, u, whole)), "l"(policy) : "memory");
+          asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(
+                           dst + u * kAmkWarpSize * kAmkVectorBytes),
+                       "l"(vec_addr(ir, im, ic, u, whole)), "l"(policy)
+                       : "memory");
         advance(ir, im, ic);
       }
       asm volatile("cp.async.commit_group;" ::: "memory");
@@ -432,7 +432,8 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
     if constexpr (Wait::active()) {
       pre = kAmkCfg.gemv_preload < 1 ? 1u : min(kStages, kAmkCfg.gemv_preload);
       for (uint32_t s = 0; s < pre; ++s) issue_next(false);
-      if (wait() || (!kNorm && batches == 0)) {  // every warp (a barrier), its first batches in flight
+      if (wait() ||
+          (!kNorm && batches == 0)) {  // every warp (a barrier), its first batches in flight
         asm volatile("cp.async.wait_all;" ::: "memory");  // nothing may land after the op is gone
         return;
       }
@@ -496,8 +497,7 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
     if (kNorm) inv_rms = amk_gemv_stage_norm<X, kPer, 1>(x, k, fuse, []() {});
     amk_trace_mark(0);  // first batch of weights requested (and x' staged): waiting on memory
     // One batch: start loading the next one into `fill` (if any), reduce `use`.
-    auto step = [&](amk_vec16 (&use)[kAmkGemvUnroll], amk_vec16 (&fill)[kAmkGemvUnroll],
-                    uint32_t b) {
+    auto step = [&](amk_vec16(&use)[kAmkGemvUnroll], amk_vec16(&fill)[kAmkGemvUnroll], uint32_t b) {
       uint32_t next_row = row, next_mat = mat, next_col = col;
       advance(next_row, next_mat, next_col);
       if (b + 1 < batches && !(b == 0 && second_in_flight))
@@ -577,9 +577,8 @@ __device__ __forceinline__ void amk_gemv_scalar(const amk_view& w, const amk_vie
 // they did not take the instruction.
 template <uint32_t W, uint32_t X, class Wait>
 __device__ __forceinline__ bool amk_gemv_pair(const amk_view& w, const amk_view& x, uint32_t k,
-                                              uint32_t rows, const amk_view& y,
-                                              const amk_view& res, const amk_gemv_fuse& fuse,
-                                              Wait& wait) {
+                                              uint32_t rows, const amk_view& y, const amk_view& res,
+                                              const amk_gemv_fuse& fuse, Wait& wait) {
   if constexpr ((kAmkOps.gemv_pairs & amk_gemv_pair_bit(W, X)) != 0) {
     if (w.dtype == W && x.dtype == X)
       return amk_gemv_vector_any<W, X>(w.ptr, x.ptr, k, rows, y, res, fuse, wait);
@@ -590,8 +589,8 @@ __device__ __forceinline__ bool amk_gemv_pair(const amk_view& w, const amk_view&
 template <class Wait>
 __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view& x,
                                                const amk_view& y, const amk_view& res,
-                                               const amk_view& norm, const amk_view& w2,
-                                               float eps, Wait& wait) {
+                                               const amk_view& norm, const amk_view& w2, float eps,
+                                               Wait& wait) {
   const uint32_t k = x.n;
   if (k == 0) {
     wait();
@@ -624,7 +623,8 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
         amk_gemv_pair<BF16, BF16>(w, x, k, rows, y, res, fuse, wait))
       return;
   }
-  if (wait()) return;  // (reached when no vector form took the instruction: its waits are still due)
+  if (wait())
+    return;  // (reached when no vector form took the instruction: its waits are still due)
   amk_gemv_scalar(w, x, k, rows, y, res, norm, w2,
                   norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f);
 }
@@ -651,7 +651,7 @@ __device__ __forceinline__ void amk_gemv_combine(const amk_view& w, const amk_vi
     if (w.dtype == AMK_DTYPE_BF16 && amk_aligned16(w.ptr) && amk_aligned16(x.ptr) &&
         (2ull * k) % kAmkVectorBytes == 0) {
       amk_gemv_vector<AMK_DTYPE_BF16, AMK_DTYPE_F32, true, false>(w.ptr, x.ptr, k, rows, y, res,
-                                                                   fuse, wait);
+                                                                  fuse, wait);
       return;
     }
   }

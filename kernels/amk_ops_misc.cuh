@@ -18,8 +18,9 @@ __device__ __forceinline__ void amk_argmax_merge(float& bv, uint32_t& bi, float 
 constexpr uint32_t kAmkArgmaxUnroll = amk_per_thread_at_256(8);
 
 // Operands x, index, value?, index_map?; param base (schemas/README.md).
-__device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const amk_instruction_t& ins,
-                             unsigned char* scratch) {
+__device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&,
+                                              const amk_instruction_t& ins,
+                                              unsigned char* scratch) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view out = amk_operand(ins, 1);
   float bv = -__int_as_float(0x7f800000);
@@ -41,7 +42,8 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const
         const uint32_t i = base + u * kAmkBlockThreads;
         if (i < nv)
 #pragma unroll
-          for (uint32_t e = 0; e < 4; ++e) amk_argmax_merge(bv, bi, __uint_as_float(v[u].w[e]), 4 * i + e);
+          for (uint32_t e = 0; e < 4; ++e)
+            amk_argmax_merge(bv, bi, __uint_as_float(v[u].w[e]), 4 * i + e);
       }
     }
     done = nv * 4;
@@ -79,7 +81,8 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const
       const amk_view value = amk_operand(ins, 2);
       const amk_view map = amk_operand(ins, 3);
       const uint32_t i = bi == 0xFFFFFFFFu ? 0u : bi;
-      long long at = map.present() && i < map.n ? amk_load_index(map, i) : static_cast<long long>(i);
+      long long at =
+          map.present() && i < map.n ? amk_load_index(map, i) : static_cast<long long>(i);
       at += static_cast<long long>(ins.n_params > 0 ? ins.params[0] : 0u);
       amk_store_index(out, 0, at);
       if (value.present() && value.n > 0)
@@ -91,8 +94,8 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&, const
 
 // y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids). An id outside the table's rows stops
 // the launch with AMK_STATUS_BAD_OPERAND (detail = the id); nothing of that row is written.
-__device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& prog, const amk_instruction_t& ins,
-                                unsigned char*) {
+__device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& prog,
+                                                 const amk_instruction_t& ins, unsigned char*) {
   const amk_view table = amk_operand(ins, 0);
   const amk_view ids = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);

@@ -64,8 +64,9 @@ __device__ __forceinline__ void amk_rmsnorm_vec(const amk_view& x, const amk_vie
 }
 
 // y = x / sqrt(mean(x^2) + eps) * weight, rows of extent(weight).
-__device__ __forceinline__ void amk_op_rmsnorm(const amk_device_program_t&, const amk_instruction_t& ins,
-                              unsigned char* scratch) {
+__device__ __forceinline__ void amk_op_rmsnorm(const amk_device_program_t&,
+                                               const amk_instruction_t& ins,
+                                               unsigned char* scratch) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view w = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);
@@ -73,11 +74,14 @@ __device__ __forceinline__ void amk_op_rmsnorm(const amk_device_program_t&, cons
   const uint32_t d = w.n;
   if (d == 0) return;
   const uint32_t rows = x.n / d;
-  if (x.dtype == AMK_DTYPE_F32 && y.dtype == AMK_DTYPE_F32 && d % 4 == 0 &&
-      amk_aligned16(x.ptr) && amk_aligned16(y.ptr) && amk_aligned16(w.ptr)) {
-    if (w.dtype == AMK_DTYPE_BF16) return amk_rmsnorm_vec<AMK_DTYPE_BF16>(x, w, y, d, rows, eps, scratch);
-    if (w.dtype == AMK_DTYPE_F32) return amk_rmsnorm_vec<AMK_DTYPE_F32>(x, w, y, d, rows, eps, scratch);
-    if (w.dtype == AMK_DTYPE_F16) return amk_rmsnorm_vec<AMK_DTYPE_F16>(x, w, y, d, rows, eps, scratch);
+  if (x.dtype == AMK_DTYPE_F32 && y.dtype == AMK_DTYPE_F32 && d % 4 == 0 && amk_aligned16(x.ptr) &&
+      amk_aligned16(y.ptr) && amk_aligned16(w.ptr)) {
+    if (w.dtype == AMK_DTYPE_BF16)
+      return amk_rmsnorm_vec<AMK_DTYPE_BF16>(x, w, y, d, rows, eps, scratch);
+    if (w.dtype == AMK_DTYPE_F32)
+      return amk_rmsnorm_vec<AMK_DTYPE_F32>(x, w, y, d, rows, eps, scratch);
+    if (w.dtype == AMK_DTYPE_F16)
+      return amk_rmsnorm_vec<AMK_DTYPE_F16>(x, w, y, d, rows, eps, scratch);
   }
   for (uint32_t r = 0; r < rows; ++r) {
     const uint64_t base = static_cast<uint64_t>(r) * d;
@@ -94,8 +98,9 @@ __device__ __forceinline__ void amk_op_rmsnorm(const amk_device_program_t&, cons
 }
 
 // Row-wise softmax(scale * x) over rows of `cols` elements (0: the whole extent).
-__device__ __forceinline__ void amk_op_softmax(const amk_device_program_t&, const amk_instruction_t& ins,
-                              unsigned char* scratch) {
+__device__ __forceinline__ void amk_op_softmax(const amk_device_program_t&,
+                                               const amk_instruction_t& ins,
+                                               unsigned char* scratch) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view y = amk_operand(ins, 1);
   const uint32_t cols = ins.params[0] != 0 ? ins.params[0] : x.n;

@@ -10,8 +10,8 @@ __device__ __forceinline__ float amk_neg_inf() { return -__int_as_float(0x7f8000
 
 // (cos, sin) pairs that fit in the op scratch; longer heads compute each pair where it is used.
 constexpr uint32_t kAmkRopeTable = kAmkScratchBytes / (2 * sizeof(float));
-constexpr double kAmkTwoPi = 6.283185307179586;            // 2*pi rounded to double
-constexpr double kAmkTwoPiLo = 2.4492935982947064e-16;     // 2*pi - kAmkTwoPi
+constexpr double kAmkTwoPi = 6.283185307179586;         // 2*pi rounded to double
+constexpr double kAmkTwoPiLo = 2.4492935982947064e-16;  // 2*pi - kAmkTwoPi
 constexpr double kAmkInvTwoPi = 0.15915494309189535;
 constexpr double kAmkInvPi = 0.3183098861837907;
 // Where the RoPE params start (position, theta, scaling_factor, low_freq_factor,
@@ -53,8 +53,8 @@ __device__ __forceinline__ void amk_rope_cos_sin(const amk_instruction_t& ins, u
 
 // y[i] = x[i] cos - x[i + hd/2] sin, y[i + hd/2] = x[i + hd/2] cos + x[i] sin for each head.
 // One thread per (head, i) pair reads both inputs before writing: y may alias x.
-__device__ __forceinline__ void amk_op_rope(const amk_device_program_t&, const amk_instruction_t& ins,
-                           unsigned char* scratch) {
+__device__ __forceinline__ void amk_op_rope(const amk_device_program_t&,
+                                            const amk_instruction_t& ins, unsigned char* scratch) {
   const amk_view x = amk_operand(ins, 0);
   const amk_view y = amk_operand(ins, 1);
   const uint32_t hd = ins.params[0];

@@ -15,22 +15,18 @@
 
 __device__ __forceinline__ void amk_tma_load_2d(uint32_t dst, const amk_tensor_map* map, int32_t c0,
                                                 int32_t c1, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-      "l"(map), "r"(c0), "r"(c1), "r"(bar)
-      : "memory");
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
 }
 
 template <uint32_t W, uint32_t X>
-__device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& prog,
-                                              const amk_instruction_t& ins,
-                                              const amk_tensor_map* map,
-                                              const amk_tma_gemv_geom& g, uint32_t r0,
-                                              uint32_t rows, const amk_view& x,
-                                              const amk_view& y, const amk_view& res,
-                                              unsigned char* smem, uint32_t head,
-                                              uint32_t stages, uint32_t stage_bytes) {
+__device__ __forceinline__ void amk_gemv_tma_run(
+    const amk_device_program_t& prog, const amk_instruction_t& ins, const amk_tensor_map* map,
+    const amk_tma_gemv_geom& g, uint32_t r0, uint32_t rows, const amk_view& x, const amk_view& y,
+    const amk_view& res, unsigned char* smem, uint32_t head, uint32_t stages,
+    uint32_t stage_bytes) {
   typedef amk_ftype<W> TW;
   constexpr uint32_t kPer = TW::per_vec;
   const uint32_t k = x.n;
@@ -111,15 +107,11 @@ __device__ __forceinline__ void amk_gemv_tma_run(const amk_device_program_t& pro
 
 // The pipeline for dtype pair (W, X), where the program uses the pair; false otherwise.
 template <uint32_t W, uint32_t X>
-__device__ __forceinline__ bool amk_gemv_tma_pair(const amk_device_program_t& prog,
-                                                  const amk_instruction_t& ins,
-                                                  const amk_tensor_map* map,
-                                                  const amk_tma_gemv_geom& g, uint64_t r0,
-                                                  uint32_t rows, const amk_view& w,
-                                                  const amk_view& x, const amk_view& y,
-                                                  const amk_view& res, unsigned char* smem,
-                                                  uint32_t head, uint32_t stages,
-                                                  uint32_t stage_bytes) {
+__device__ __forceinline__ bool amk_gemv_tma_pair(
+    const amk_device_program_t& prog, const amk_instruction_t& ins, const amk_tensor_map* map,
+    const amk_tma_gemv_geom& g, uint64_t r0, uint32_t rows, const amk_view& w, const amk_view& x,
+    const amk_view& y, const amk_view& res, unsigned char* smem, uint32_t head, uint32_t stages,
+    uint32_t stage_bytes) {
   if constexpr ((kAmkOps.gemv_pairs & amk_gemv_pair_bit(W, X)) != 0) {
     if (w.dtype == W && x.dtype == X) {
       amk_gemv_tma_run<W, X>(prog, ins, map, g, r0, rows, x, y, res, smem, head, stages,
@@ -157,15 +149,24 @@ __device__ __forceinline__ bool amk_gemv_tma(const amk_device_program_t& prog,
   const amk_tensor_map* map = &tma->maps[g.slot];
 
   constexpr uint32_t F32 = AMK_DTYPE_F32, F16 = AMK_DTYPE_F16, BF16 = AMK_DTYPE_BF16;
-  return amk_gemv_tma_pair<F32, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<F32, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<F32, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<F16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<F16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<F16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<BF16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<BF16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes) ||
-         amk_gemv_tma_pair<BF16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages, stage_bytes);
+  return amk_gemv_tma_pair<F32, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                     stage_bytes) ||
+         amk_gemv_tma_pair<F32, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                     stage_bytes) ||
+         amk_gemv_tma_pair<F32, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                      stage_bytes) ||
+         amk_gemv_tma_pair<F16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                     stage_bytes) ||
+         amk_gemv_tma_pair<F16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                     stage_bytes) ||
+         amk_gemv_tma_pair<F16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                      stage_bytes) ||
+         amk_gemv_tma_pair<BF16, F32>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                      stage_bytes) ||
+         amk_gemv_tma_pair<BF16, F16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head, stages,
+                                      stage_bytes) ||
+         amk_gemv_tma_pair<BF16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head,
+                                       stages, stage_bytes);
 }
 
 #endif  // AMK_OPS_TMA_CUH

@@ -29,8 +29,7 @@ __device__ __noinline__ bool amk_wait_slow(const amk_device_program_t& prog,
                                            uint32_t need, uint32_t queue_pos) {
   const uint32_t* c = prog.counters + counter;
   const uint64_t wait_start = amk_globaltimer();
-  const uint64_t deadline =
-      prog.timeout_ns != 0 ? amk_state.block_start + prog.timeout_ns : ~0ull;
+  const uint64_t deadline = prog.timeout_ns != 0 ? amk_state.block_start + prog.timeout_ns : ~0ull;
   uint32_t sleep_ns = 0;
   for (;;) {
 #pragma unroll 1
@@ -43,8 +42,8 @@ __device__ __noinline__ bool amk_wait_slow(const amk_device_program_t& prog,
     if (now > deadline) {
       const uint32_t have = amk_ld_relaxed(c);
       if (have >= need) return true;
-      amk_raise_at(prog, ins, queue_pos, AMK_STATUS_TIMEOUT, counter, have, need,
-                   now - wait_start, 0);
+      amk_raise_at(prog, ins, queue_pos, AMK_STATUS_TIMEOUT, counter, have, need, now - wait_start,
+                   0);
       return false;
     }
     if (now - wait_start > kAmkSpinFastNs)

@@ -36,12 +36,8 @@
 #include "amk_ops_attention.cuh"
 #include "amk_ops_combine.cuh"
 
-AMK_HD constexpr bool amk_vm_uses(amk_op op) {
-  return amk_uses_op(kAmkOps, op);
-}
-AMK_HD constexpr uint32_t amk_op_bits(amk_op op) {
-  return static_cast<uint32_t>(op);
-}
+AMK_HD constexpr bool amk_vm_uses(amk_op op) { return amk_uses_op(kAmkOps, op); }
+AMK_HD constexpr uint32_t amk_op_bits(amk_op op) { return static_cast<uint32_t>(op); }
 
 // The warp whose lanes release a step's signals: warp 1, so that it releases while warp 0, which
 // polls the next step's waits, goes on (the next step's first barrier then waits for whichever
@@ -175,8 +171,7 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
       if constexpr (amk_vm_uses(amk_op::argmax)) return amk_op_argmax(prog, ins, amk_scratch);
       break;
     case amk_op::embedding:
-      if constexpr (amk_vm_uses(amk_op::embedding))
-        return amk_op_embedding(prog, ins, amk_scratch);
+      if constexpr (amk_vm_uses(amk_op::embedding)) return amk_op_embedding(prog, ins, amk_scratch);
       break;
     case amk_op::rope:
       if constexpr (amk_vm_uses(amk_op::rope)) return amk_op_rope(prog, ins, amk_scratch);
@@ -249,7 +244,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
 
   uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
   bool dirty = false;                // a data op ran since the last barrier
-  uint32_t ins_slot = 0;  // stage_decode_ins: amk_ins_stage slot of the next staged step
+  uint32_t ins_slot = 0;             // stage_decode_ins: amk_ins_stage slot of the next staged step
   uint32_t p = 0;
   for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
     if (p != 0) {
@@ -271,8 +266,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
           ms[j] = __ballot_sync(kAmkFullMask,
                                 amk_op_streams(cur[j] & 0xFFFFu) && ((cur[j] >> 16) & 0xFu) == 0);
         if (cur[j] != 0 && itc[j] != kAmkNoItem)
-          amk_prefetch_l1(reinterpret_cast<const unsigned char*>(prog.instructions + itc[j]) +
-                          128);
+          amk_prefetch_l1(reinterpret_cast<const unsigned char*>(prog.instructions + itc[j]) + 128);
         itn[j] = itnn[j];
         load_header(itn[j], hw0[j], hw1[j]);
         itnn[j] = load_item(p + 2 * kAmkWindow + kAmkWarpSize * j + lane);
@@ -317,8 +311,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
 #pragma unroll
           for (uint32_t j = 0; j < kAmkSubs; ++j) {
             if (j >= kAmkSubs - sub || count >= kAmkCfg.prefetch_ahead) break;
-            uint32_t bits =
-                j != 0 ? ms[j] : (l + 1 < kAmkWarpSize ? ms[0] & (~0u << (l + 1)) : 0u);
+            uint32_t bits = j != 0 ? ms[j] : (l + 1 < kAmkWarpSize ? ms[0] & (~0u << (l + 1)) : 0u);
             while (bits != 0 && count < kAmkCfg.prefetch_ahead) {
               const uint32_t src = __ffs(bits) - 1;
               bits &= bits - 1;
@@ -348,8 +341,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
         if (n_waits != 0) {
           constexpr uint32_t j1 = kAmkSubs > 1 ? 1 : 0;
           const uint32_t sub = (p / kAmkWarpSize) % kAmkSubs;
-          uint32_t bits =
-              l + 1 < n ? m[0] & (~0u << (l + 1)) & (n < 32 ? (1u << n) - 1 : ~0u) : 0u;
+          uint32_t bits = l + 1 < n ? m[0] & (~0u << (l + 1)) & (n < 32 ? (1u << n) - 1 : ~0u) : 0u;
           uint32_t src_item = itc[0];
           if (bits == 0 && kAmkSubs > 1 && sub == 0 && n == kAmkWarpSize && p + n < total) {
             const uint32_t n1 = min(kAmkWarpSize, total - p - n);
@@ -362,14 +354,14 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
       // gemv_preload: a gemv whose weights no instruction writes runs its waits itself, once its
       // first weight batch is requested (amk_step_wait; header bit 24: the planner's
       // AMK_INS_CONST_WEIGHTS).
-      const bool preload = kPreload && op == amk_op_bits(amk_op::gemv) && n_waits != 0 &&
-                           ((h >> 24) & 1u) != 0;
+      const bool preload =
+          kPreload && op == amk_op_bits(amk_op::gemv) && n_waits != 0 && ((h >> 24) & 1u) != 0;
       auto step_wait = amk_make_step_wait<kPreload>(prog, ins, n_waits, pass, qpos, preload);
       if constexpr (kPreload && kAmkCfg.next_ins_l1) {
         if (preload) step_wait.next_ins = next_item;
       }
-      const bool staged = kAmkCfg.stage_decode_ins && n_waits != 0 && !preload &&
-                          amk_stages_ins(op);
+      const bool staged =
+          kAmkCfg.stage_decode_ins && n_waits != 0 && !preload && amk_stages_ins(op);
       if constexpr (kAmkCfg.stage_decode_ins) {
         if (staged && warp == kAmkWarps - 1 && lane < sizeof(amk_instruction_t) / 16) {
           // (16 bytes a lane; ordered before the op's reads by the wait's barrier below)

@@ -7,7 +7,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 pkgs=(cmake g++ ninja-build libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev
       python3 python3-numpy python3-jsonschema)
-if [ "${AMK_SETUP_FUZZ:-0}" = "1" ]; then pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev); fi
+# CI's extra tools: the fuzzing toolchain and clang-format (scripts/format.sh --check).
+if [ "${AMK_SETUP_FUZZ:-0}" = "1" ]; then pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format); fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,12 +17,27 @@ size_t poison_pattern(DType t, std::byte* out) noexcept {
   uint64_t v = 0;
   size_t n = 0;
   switch (t) {
-    case DType::f32: v = 0x7FA5A5A5u; n = 4; break;
-    case DType::f16: v = 0x7DA5u; n = 2; break;
-    case DType::bf16: v = 0x7FA5u; n = 2; break;
+    case DType::f32:
+      v = 0x7FA5A5A5u;
+      n = 4;
+      break;
+    case DType::f16:
+      v = 0x7DA5u;
+      n = 2;
+      break;
+    case DType::bf16:
+      v = 0x7FA5u;
+      n = 2;
+      break;
     case DType::i32:
-    case DType::u32: v = 0xA5A5A5A5u; n = 4; break;
-    case DType::i64: v = 0xA5A5A5A5A5A5A5A5ull; n = 8; break;
+    case DType::u32:
+      v = 0xA5A5A5A5u;
+      n = 4;
+      break;
+    case DType::i64:
+      v = 0xA5A5A5A5A5A5A5A5ull;
+      n = 8;
+      break;
     default: return 0;  // u8: every byte value is a plausible result
   }
   for (size_t k = 0; k < n; ++k) out[k] = static_cast<std::byte>((v >> (8 * k)) & 0xFFu);
@@ -51,7 +66,8 @@ std::vector<bool> poisonable_outputs(const Program& program) {
   std::byte pattern[8];
   for (size_t b = 0; b < nb; ++b) {
     const Buffer& buf = program.buffers[b];
-    ok[b] = buf.output && buf.init.kind == InitKind::zeros && poison_pattern(buf.dtype, pattern) != 0;
+    ok[b] =
+        buf.output && buf.init.kind == InitKind::zeros && poison_pattern(buf.dtype, pattern) != 0;
   }
   struct View {
     uint32_t ins;

@@ -40,7 +40,8 @@ void check_plan(const Plan& plan) {
     for (uint32_t s = 0; s < ins.n_signals; ++s)
       if (ins.signals[s].counter >= plan.n_counters)
         plan_error("instruction " + std::to_string(ins.index) + " signals counter " +
-                   std::to_string(ins.signals[s].counter) + " of " + std::to_string(plan.n_counters));
+                   std::to_string(ins.signals[s].counter) + " of " +
+                   std::to_string(plan.n_counters));
   }
 }
 
@@ -62,7 +63,8 @@ std::string counter_label(const Program& program, uint32_t c) {
 CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffers,
                     const CpuRunOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.iterations == 0) throw Error(ErrorKind::usage, "run.iterations", "", "iterations must be >= 1");
+  if (options.iterations == 0)
+    throw Error(ErrorKind::usage, "run.iterations", "", "iterations must be >= 1");
   check_plan(plan);
 
   const uint32_t n_queues = plan.n_queues();
@@ -108,8 +110,8 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
             "block " + std::to_string(b) + " position " + std::to_string(blocks[b].pos) +
             " (pass " + std::to_string(blocks[b].pass) + "): instruction " +
             std::to_string(ins.index) + " (" + op_name(program, ins.op) + ") waits " +
-            counter_label(program, wait.counter) + " >= " +
-            std::to_string(static_cast<uint64_t>(wait.value) * blocks[b].pass) + ", has " +
+            counter_label(program, wait.counter) +
+            " >= " + std::to_string(static_cast<uint64_t>(wait.value) * blocks[b].pass) + ", has " +
             std::to_string(counters[wait.counter]);
         detail += line + "\n";
         if (stuck++ < 4) summary += (summary.empty() ? "" : "; ") + line;

@@ -114,7 +114,7 @@ double dot_row(const std::byte* row, const float* x, uint64_t k, size_t item, De
 }
 
 class Context {
- public:
+public:
   Context(const Program& program, const amk_instruction_t& ins, HostBuffers& buffers,
           const OpSig& sig)
       : program_(program), ins_(ins), buffers_(buffers), sig_(sig),
@@ -131,7 +131,8 @@ class Context {
     const OperandSig& os = sig_.operands[slot];
     View v;
     if (slot >= ins_.n_operands || ins_.operands[slot].buffer == AMK_NO_BUFFER) {
-      if (!os.optional) fail("run.operand.missing", "operand '" + std::string(os.name) + "' is absent");
+      if (!os.optional)
+        fail("run.operand.missing", "operand '" + std::string(os.name) + "' is absent");
       return v;
     }
     const amk_operand_t& o = ins_.operands[slot];
@@ -142,8 +143,8 @@ class Context {
     }
     v.dtype = program_.buffers[o.buffer].dtype;
     if ((dtype_bit(v.dtype) & os.dtypes) == 0) {
-      fail("run.operand.dtype", "operand '" + std::string(os.name) + "' has dtype " +
-                                    std::string(dtype_name(v.dtype)));
+      fail("run.operand.dtype",
+           "operand '" + std::string(os.name) + "' has dtype " + std::string(dtype_name(v.dtype)));
     }
     std::vector<std::byte>& data = buffers_.data[o.buffer];
     const uint64_t elements = data.size() / dtype_size(v.dtype);
@@ -162,12 +163,13 @@ class Context {
   uint32_t param_word(size_t i) const {
     if (i < ins_.n_params) return ins_.params[i];
     const ParamSig& ps = sig_.params[i];
-    if (!ps.default_value) fail("run.param.missing", "param '" + std::string(ps.name) + "' is absent");
+    if (!ps.default_value)
+      fail("run.param.missing", "param '" + std::string(ps.name) + "' is absent");
     return encode_param(ps.type, *ps.default_value).value_or(0);
   }
   float param_f32(size_t i) const { return bits_f32(param_word(i)); }
 
- private:
+private:
   const Program& program_;
   const amk_instruction_t& ins_;
   HostBuffers& buffers_;
@@ -242,7 +244,8 @@ void run_softmax(const Context& c) {
   c.require(x.extent == y.extent, "extent(x) " + n(x.extent) + " != extent(y) " + n(y.extent));
   if (x.extent == 0) return;
   const uint64_t cols = c.param_word(0) == 0 ? x.extent : c.param_word(0);
-  c.require(x.extent % cols == 0, "extent " + n(x.extent) + " is not a multiple of cols " + n(cols));
+  c.require(x.extent % cols == 0,
+            "extent " + n(x.extent) + " is not a multiple of cols " + n(cols));
   const double scale = c.param_f32(1);
   const std::vector<float> xv = to_floats(x);
   std::vector<double> e(cols);
@@ -349,7 +352,8 @@ void run_argmax(const Context& c) {
   const View x = c.operand(0), idx = c.operand(1), value = c.operand(2), map = c.operand(3);
   const uint64_t rows = idx.extent;
   c.require(rows > 0 && x.extent % rows == 0 && x.extent / rows > 0,
-            "extent(x) " + n(x.extent) + " must be a positive multiple of extent(index) " + n(rows));
+            "extent(x) " + n(x.extent) + " must be a positive multiple of extent(index) " +
+                n(rows));
   c.require(!value.present || value.extent == rows,
             "extent(value) " + n(value.extent) + " != extent(index) " + n(rows));
   c.require(!map.present || map.extent == x.extent,
@@ -391,8 +395,8 @@ void run_embedding(const Context& c) {
   for (uint64_t i = 0; i < ids.extent; ++i) {
     const int64_t v = load_index(ids, i);
     if (v < 0 || static_cast<uint64_t>(v) >= rows) {
-      c.fail("run.embedding.id", "ids element " + n(i) + ": id " + std::to_string(v) +
-                                     " outside [0, " + n(rows) + ")");
+      c.fail("run.embedding.id",
+             "ids element " + n(i) + ": id " + std::to_string(v) + " outside [0, " + n(rows) + ")");
     }
     id[i] = static_cast<uint64_t>(v);
   }
@@ -433,9 +437,8 @@ struct RopeAngles {
     cs.resize(half);
     sn.resize(half);
     for (uint32_t i = 0; i < half; ++i) {
-      const double angle = position * rope_inv_freq(i, hd, c.param_f32(at + 1),
-                                                    c.param_f32(at + 2), c.param_f32(at + 3),
-                                                    c.param_f32(at + 4),
+      const double angle = position * rope_inv_freq(i, hd, c.param_f32(at + 1), c.param_f32(at + 2),
+                                                    c.param_f32(at + 3), c.param_f32(at + 4),
                                                     static_cast<double>(c.param_word(at + 5)));
       cs[i] = std::cos(angle);
       sn[i] = std::sin(angle);
@@ -474,9 +477,9 @@ void run_kv_append(const Context& c) {
   c.require(hd > 0 && x.extent % hd == 0,
             "extent(x) " + n(x.extent) + " is not a multiple of head_dim " + n(hd));
   c.require(position < max_len, "position " + n(position) + " >= max_len " + n(max_len));
-  c.require(cache.extent == x.extent * max_len,
-            "extent(cache) " + n(cache.extent) + " != n_kv_heads * max_len * head_dim " +
-                n(x.extent * max_len));
+  c.require(cache.extent == x.extent * max_len, "extent(cache) " + n(cache.extent) +
+                                                    " != n_kv_heads * max_len * head_dim " +
+                                                    n(x.extent * max_len));
   const std::vector<float> xv = to_floats(x);
   for (uint64_t e = 0; e < x.extent; ++e) {
     const uint64_t h = e / hd, d = e % hd;
@@ -494,8 +497,8 @@ void run_attention_decode(const Context& c) {
   c.require(!k_new.present || (k_new.extent == hd && v_new.extent == hd),
             "extents k_new " + n(k_new.extent) + ", v_new " + n(v_new.extent) +
                 " must equal head_dim " + n(hd));
-  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 &&
-                (k.extent > 0 || k_new.present) && v.extent == k.extent,
+  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 && (k.extent > 0 || k_new.present) &&
+                v.extent == k.extent,
             "extents q " + n(q.extent) + ", k " + n(k.extent) + ", v " + n(v.extent) +
                 " must be multiples of head_dim " + n(hd) +
                 " with extent(v) == extent(k) (0 only with k_new)");
@@ -506,11 +509,9 @@ void run_attention_decode(const Context& c) {
   c.require(out.extent == group * (hd + 2),
             "extent(out) " + n(out.extent) + " != group * (head_dim + 2) " + n(group * (hd + 2)));
   const float scale_param = c.param_f32(1);
-  const double scale =
-      scale_param != 0.0f ? scale_param : 1.0 / std::sqrt(static_cast<double>(hd));
+  const double scale = scale_param != 0.0f ? scale_param : 1.0 / std::sqrt(static_cast<double>(hd));
   const std::vector<float> qf = to_floats(q), kf = to_floats(k), vf = to_floats(v);
-  std::vector<double> qv(qf.begin(), qf.end()), kv(kf.begin(), kf.end()),
-      vv(vf.begin(), vf.end());
+  std::vector<double> qv(qf.begin(), qf.end()), kv(kf.begin(), kf.end()), vv(vf.begin(), vf.end());
   if (k_new.present) {
     const std::vector<float> kn = to_floats(k_new), vn = to_floats(v_new);
     kv.insert(kv.end(), kn.begin(), kn.end());
@@ -549,7 +550,8 @@ void run_attention_decode(const Context& c) {
 void combine_head(const std::vector<float>& pv, uint64_t chunks, uint64_t block, uint64_t hd,
                   uint64_t g, std::vector<double>& acc) {
   double big = -std::numeric_limits<double>::infinity();
-  for (uint64_t ch = 0; ch < chunks; ++ch) big = std::max<double>(big, pv[ch * block + g * (hd + 2) + hd]);
+  for (uint64_t ch = 0; ch < chunks; ++ch)
+    big = std::max<double>(big, pv[ch * block + g * (hd + 2) + hd]);
   std::vector<double> w(chunks);
   double total = 0.0;
   for (uint64_t ch = 0; ch < chunks; ++ch) {
@@ -572,9 +574,10 @@ void run_attention_combine(const Context& c) {
             "extent(out) " + n(out.extent) + " is not a multiple of head_dim * kv_heads " +
                 n(hd * kv));
   const uint64_t group = out.extent / (hd * kv), block = group * (hd + 2);
-  c.require(partials.extent % (block * kv) == 0,
-            "extent(partials) " + n(partials.extent) + " is not a multiple of kv_heads * group * "
-            "(head_dim + 2) " + n(block * kv));
+  c.require(partials.extent % (block * kv) == 0, "extent(partials) " + n(partials.extent) +
+                                                     " is not a multiple of kv_heads * group * "
+                                                     "(head_dim + 2) " +
+                                                     n(block * kv));
   const uint64_t chunks = partials.extent / (block * kv);
   const std::vector<float> all = to_floats(partials);
   std::vector<double> acc;

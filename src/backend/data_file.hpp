@@ -14,7 +14,7 @@
 namespace amk::detail {
 
 class DataFile {
- public:
+public:
   // Throws Error io `io.missing` (no such file) or `io.read` (cannot open / not a file), with
   // `where` (the program pointer of the path, e.g. /buffers/3/init/path) and the file name.
   DataFile(const std::filesystem::path& path, std::string where);
@@ -30,7 +30,7 @@ class DataFile {
   // Throws Error program `code` at where(), the message prefixed with the file name.
   [[noreturn]] void fail(const std::string& code, const std::string& message) const;
 
- private:
+private:
   struct Closer {
     void operator()(std::FILE* f) const noexcept { std::fclose(f); }
   };

@@ -26,7 +26,9 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
   uint64_t elements = 1;
   for (uint64_t d : buffer.shape) {
     const auto e = checked_mul(elements, d);
-    if (!e) throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape", "element count overflows");
+    if (!e)
+      throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape",
+                          "element count overflows");
     elements = *e;
   }
   const size_t item = dtype_size(buffer.dtype);
@@ -60,11 +62,11 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
       }
       return init.data;
     case InitKind::npy:
-      return read_npy(resolve_data_path(program, init.path, where + "/path", options),
-                      buffer.dtype, elements, where + "/path");
+      return read_npy(resolve_data_path(program, init.path, where + "/path", options), buffer.dtype,
+                      elements, where + "/path");
     case InitKind::raw:
-      return read_raw(resolve_data_path(program, init.path, where + "/path", options),
-                      init.offset, buffer.dtype, elements, where + "/path");
+      return read_raw(resolve_data_path(program, init.path, where + "/path", options), init.offset,
+                      buffer.dtype, elements, where + "/path");
     case InitKind::safetensors:
       return read_safetensors(resolve_data_path(program, init.path, where + "/path", options),
                               init.tensor, buffer.dtype, elements, where + "/path");

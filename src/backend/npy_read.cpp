@@ -26,7 +26,7 @@ struct NpyHeader {
 
 // Recursive-descent parser over the header text; the first failure is kept in `why`.
 class HeaderParser {
- public:
+public:
   explicit HeaderParser(std::string_view text) : s_(text) {}
 
   std::optional<NpyHeader> parse(std::string& why) {
@@ -53,9 +53,12 @@ class HeaderParser {
       } else if (key == "fortran_order") {
         if (seen_fortran) return fail(why, "duplicate key 'fortran_order'");
         seen_fortran = true;
-        if (word("True")) h.fortran_order = true;
-        else if (word("False")) h.fortran_order = false;
-        else return fail(why, "'fortran_order' is not True or False");
+        if (word("True"))
+          h.fortran_order = true;
+        else if (word("False"))
+          h.fortran_order = false;
+        else
+          return fail(why, "'fortran_order' is not True or False");
       } else if (key == "shape") {
         if (seen_shape) return fail(why, "duplicate key 'shape'");
         seen_shape = true;
@@ -79,7 +82,7 @@ class HeaderParser {
 
   [[nodiscard]] bool structured() const noexcept { return structured_; }
 
- private:
+private:
   std::optional<NpyHeader> fail(std::string& why, std::string message) {
     why = std::move(message);
     return std::nullopt;
@@ -91,8 +94,8 @@ class HeaderParser {
     return true;
   }
   void ws() noexcept {
-    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' ||
-                                s_[pos_] == '\r'))
+    while (pos_ < s_.size() &&
+           (s_[pos_] == ' ' || s_[pos_] == '\n' || s_[pos_] == '\t' || s_[pos_] == '\r'))
       ++pos_;
   }
   bool word(std::string_view w) noexcept {
@@ -222,17 +225,20 @@ std::vector<std::byte> read_npy(const std::filesystem::path& path, DType dtype, 
 
   // dtype: object and big-endian arrays are refused by name, anything else must match.
   const std::string& d = header->descr;
-  if (d.find('O') != std::string::npos) file.fail("init.npy.dtype", "object arrays ('" + d + "') are not supported");
+  if (d.find('O') != std::string::npos)
+    file.fail("init.npy.dtype", "object arrays ('" + d + "') are not supported");
   if (!d.empty() && d[0] == '>' && !(d.size() == 3 && d[2] == '1')) {
-    file.fail("init.npy.endian", "big-endian data ('" + d + "') is not supported; save with "
-                                 "arr.astype(arr.dtype.newbyteorder('<'))");
+    file.fail("init.npy.endian", "big-endian data ('" + d +
+                                     "') is not supported; save with "
+                                     "arr.astype(arr.dtype.newbyteorder('<'))");
   }
   const auto accepted = accepted_descrs(dtype);
   const auto match = std::find_if(accepted.begin(), accepted.end(),
                                   [&](const Accepted& a) { return a.descr == d; });
   if (match == accepted.end()) {
     std::string expect;
-    for (const auto& a : accepted) expect += (expect.empty() ? "'" : " or '") + std::string(a.descr) + "'";
+    for (const auto& a : accepted)
+      expect += (expect.empty() ? "'" : " or '") + std::string(a.descr) + "'";
     file.fail("init.npy.dtype", "descr '" + d + "' does not match buffer dtype " +
                                     std::string(dtype_name(dtype)) + " (expected " + expect + ")");
   }

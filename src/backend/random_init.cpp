@@ -82,8 +82,7 @@ std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t
   }
   if (init.distribution == Distribution::normal) {
     if (init.b < 0.0) {
-      throw_program_error("init.random.std", where,
-                          "normal std must be >= 0, got " + num(init.b));
+      throw_program_error("init.random.std", where, "normal std must be >= 0, got " + num(init.b));
     }
     if (!value_fits(dtype, is_float ? init.a : std::floor(init.a))) {
       throw_program_error("init.random.range", where,
@@ -115,14 +114,15 @@ std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t
   }
   const auto bytes = checked_mul(elements, dtype_size(dtype));
   if (!bytes || *bytes > kMaxBufferBytes) {
-    throw_program_error("init.size", where, "buffer of " + std::to_string(elements) +
-                                                " elements is too large");
+    throw_program_error("init.size", where,
+                        "buffer of " + std::to_string(elements) + " elements is too large");
   }
   std::vector<std::byte> out = host_bytes(*bytes);
   // Every element is a pure function of (seed, index), so large fills split over threads and
   // give the same bytes (weights of a 1B-parameter model: ~30 s on one core).
   auto fill = [&](uint64_t begin, uint64_t end) {
-    for (uint64_t i = begin; i < end; ++i) store_element(out.data(), dtype, i, random_value(init, dtype, i));
+    for (uint64_t i = begin; i < end; ++i)
+      store_element(out.data(), dtype, i, random_value(init, dtype, i));
   };
   constexpr uint64_t kPerThreadMin = uint64_t{1} << 20;
   const uint64_t threads = std::min<uint64_t>(

@@ -14,10 +14,9 @@ std::vector<std::byte> read_raw(const std::filesystem::path& path, uint64_t offs
   const auto bytes = checked_mul(elements, dtype_size(dtype));
   const auto end = bytes ? checked_add(offset, *bytes) : std::nullopt;
   if (!end || *end > file.size()) {
-    file.fail("init.raw.range",
-              "needs bytes [" + std::to_string(offset) + ", " +
-                  (end ? std::to_string(*end) : std::string("beyond 2^64")) + ") but the file has " +
-                  std::to_string(file.size()) + " bytes");
+    file.fail("init.raw.range", "needs bytes [" + std::to_string(offset) + ", " +
+                                    (end ? std::to_string(*end) : std::string("beyond 2^64")) +
+                                    ") but the file has " + std::to_string(file.size()) + " bytes");
   }
   std::vector<std::byte> out = host_bytes(*bytes);
   file.read(offset, out);

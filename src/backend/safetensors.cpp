@@ -28,7 +28,8 @@ std::optional<DType> safetensors_dtype(const std::string& s) noexcept {
 
 std::optional<uint64_t> as_u64(const nlohmann::json& v) {
   if (v.is_number_unsigned()) return v.get<uint64_t>();
-  if (v.is_number_integer() && v.get<int64_t>() >= 0) return static_cast<uint64_t>(v.get<int64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0)
+    return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
 }
 
@@ -38,7 +39,8 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
                                         const std::string& tensor, DType dtype, uint64_t elements,
                                         const std::string& where) {
   const detail::DataFile file(path, where);
-  if (file.size() < 8) file.fail("init.safetensors.header", "file too short for the 8-byte header length");
+  if (file.size() < 8)
+    file.fail("init.safetensors.header", "file too short for the 8-byte header length");
   std::byte len_bytes[8];
   file.read(0, len_bytes);
   uint64_t header_len = 0;
@@ -88,20 +90,23 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
   const std::string st_dtype = entry["dtype"].get<std::string>();
   const std::optional<DType> mapped = safetensors_dtype(st_dtype);
   if (!mapped || *mapped != dtype) {
-    file.fail("init.safetensors.dtype", ctx + "dtype " + st_dtype + " does not match buffer dtype " +
+    file.fail("init.safetensors.dtype", ctx + "dtype " + st_dtype +
+                                            " does not match buffer dtype " +
                                             std::string(dtype_name(dtype)));
   }
   uint64_t count = 1;
   for (const auto& d : entry["shape"]) {
     const auto dim = as_u64(d);
-    if (!dim) file.fail("init.safetensors.shape", ctx + "shape holds a non-integer or negative value");
+    if (!dim)
+      file.fail("init.safetensors.shape", ctx + "shape holds a non-integer or negative value");
     const auto c = checked_mul(count, *dim);
     if (!c) file.fail("init.safetensors.shape", ctx + "shape element count overflows 64 bits");
     count = *c;
   }
   if (count != elements) {
     file.fail("init.safetensors.shape", ctx + "has " + std::to_string(count) +
-                                            " elements, the buffer has " + std::to_string(elements));
+                                            " elements, the buffer has " +
+                                            std::to_string(elements));
   }
   const auto begin = as_u64(entry["data_offsets"][0]);
   const auto end = as_u64(entry["data_offsets"][1]);
@@ -112,7 +117,8 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
   if (!total) file.fail("init.safetensors.shape", ctx + "tensor byte size overflows 64 bits");
   const uint64_t bytes = *total;
   if (*end - *begin != bytes) {
-    file.fail("init.safetensors.offsets", ctx + "data_offsets span " + std::to_string(*end - *begin) +
+    file.fail("init.safetensors.offsets", ctx + "data_offsets span " +
+                                              std::to_string(*end - *begin) +
                                               " bytes, the tensor needs " + std::to_string(bytes));
   }
   const uint64_t data_start = 8 + header_len;

@@ -20,8 +20,10 @@ int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
   std::string to = o.to;
   if (to.empty()) {
     const std::string ext = std::filesystem::path(o.output).extension().string();
-    if (ext == ".amkb") to = "amkb";
-    else if (ext == ".json") to = "json";
+    if (ext == ".amkb")
+      to = "amkb";
+    else if (ext == ".json")
+      to = "json";
     else
       throw Error(ErrorKind::usage, "usage.convert.format", o.output,
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");

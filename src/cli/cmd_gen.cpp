@@ -30,10 +30,10 @@ struct GenLlamaOptions {
   std::string output;
   std::string to;
   bool allow_outside = false;
-  bool fused = false;    // --fused given
-  bool unfused = false;  // --unfused given
-  std::string combine = "auto";    // --combine: "auto", "steps" or "oproj"
-  std::string mlp_act = "f32";     // --mlp-act: "f32" or "bf16"
+  bool fused = false;            // --fused given
+  bool unfused = false;          // --unfused given
+  std::string combine = "auto";  // --combine: "auto", "steps" or "oproj"
+  std::string mlp_act = "f32";   // --mlp-act: "f32" or "bf16"
 };
 
 // The data path as the program stores it: relative to the output's folder.
@@ -57,8 +57,10 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   std::string to = o.to;
   if (to.empty()) {
     const std::string ext = fs::path(o.output).extension().string();
-    if (ext == ".amkb") to = "amkb";
-    else if (ext == ".json") to = "json";
+    if (ext == ".amkb")
+      to = "amkb";
+    else if (ext == ".json")
+      to = "json";
     else
       throw Error(ErrorKind::usage, "usage.gen.format", o.output,
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");
@@ -99,9 +101,12 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   for (const auto& in : p.instructions) ++by_op[op_name(p, in.op)];
   uint64_t weight_bytes = 0, kv_bytes = 0, act_bytes = 0;
   for (const auto& b : p.buffers) {
-    if (b.name.rfind("amk.kv.", 0) == 0) kv_bytes += b.bytes();
-    else if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight") weight_bytes += b.bytes();
-    else act_bytes += b.bytes();
+    if (b.name.rfind("amk.kv.", 0) == 0)
+      kv_bytes += b.bytes();
+    else if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight")
+      weight_bytes += b.bytes();
+    else
+      act_bytes += b.bytes();
   }
   ordered_json j;
   j["status"] = "ok";
@@ -121,9 +126,9 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   j["activation_bytes"] = act_bytes;
   j["critical_path"] = vs.critical_path;
   std::ostringstream text;
-  text << "wrote " << o.output << " (" << to << ", " << format_bytes(bytes) << "): "
-       << r.cfg.preset << ", " << r.cfg.layers << " layers, context " << r.context << ", "
-       << p.instructions.size() << " instructions (";
+  text << "wrote " << o.output << " (" << to << ", " << format_bytes(bytes) << "): " << r.cfg.preset
+       << ", " << r.cfg.layers << " layers, context " << r.context << ", " << p.instructions.size()
+       << " instructions (";
   bool first = true;
   for (const auto& [name, n] : by_op) {
     text << (first ? "" : ", ") << name << " " << n;
@@ -141,7 +146,8 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto* gen_cmd = app.add_subcommand("gen", "generate programs for real workloads");
   gen_cmd->require_subcommand(1);
   auto o = std::make_shared<GenLlamaOptions>();
-  auto* cmd = gen_cmd->add_subcommand("llama", "a whole Llama decode step (batch 1) as one program");
+  auto* cmd =
+      gen_cmd->add_subcommand("llama", "a whole Llama decode step (batch 1) as one program");
   cmd->add_option("--preset", o->gen.preset, "model shape")
       ->check(CLI::IsMember(gen::llama_preset_names()))
       ->default_val("tiny");
@@ -149,7 +155,8 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--context", o->context,
                   "KV length including the new token, which sits at position context-1 "
                   "(default: 16 for tiny, 1024 otherwise)");
-  cmd->add_option("--seed", o->gen.seed, "seed of the random weights and KV prefill")->default_val(0);
+  cmd->add_option("--seed", o->gen.seed, "seed of the random weights and KV prefill")
+      ->default_val(0);
   cmd->add_option("--token", o->gen.token, "input token id")->default_val(1);
   cmd->add_option("--grid", o->gen.grid,
                   "persistent blocks: sets the launch grid, splits work for it and writes the "

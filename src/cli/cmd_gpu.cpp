@@ -106,8 +106,9 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("-o,--output", o->files.cubin, "also write the cubin here");
   cmd->add_option("--source-out", o->files.source,
                   "also write the generated CUDA source here (it includes the kernels/ headers)");
-  cmd->add_option("--ptx-out", o->files.ptx,
-                  "also write the VM's PTX here (virtual architecture of --arch, e.g. compute_90a)");
+  cmd->add_option(
+      "--ptx-out", o->files.ptx,
+      "also write the VM's PTX here (virtual architecture of --arch, e.g. compute_90a)");
   cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
   cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
   add_vm_args(cmd, o->vm);

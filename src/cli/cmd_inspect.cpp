@@ -51,8 +51,8 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
                     {"init", std::string(init_kind_name(b.init.kind))},
                     {"output", b.output}});
   }
-  j["buffers"] = {{"count", p.buffers.size()}, {"bytes", total}, {"output_bytes", out_bytes},
-                  {"list", bufs}};
+  j["buffers"] = {
+      {"count", p.buffers.size()}, {"bytes", total}, {"output_bytes", out_bytes}, {"list", bufs}};
   t << "buffers       " << p.buffers.size() << " (" << format_bytes(total) << ", outputs "
     << format_bytes(out_bytes) << ")\n";
   if (o.list_buffers) {
@@ -88,23 +88,27 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   const uint32_t qmin = sorted.empty() ? 0 : sorted.front();
   const uint32_t qmax = sorted.empty() ? 0 : sorted.back();
   const uint32_t qmed = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  j["queues"] = {{"count", plan.n_queues()},   {"built_by_amk", plan.queues_built},
-                 {"lengths", lengths},         {"min", qmin},
-                 {"median", qmed},             {"max", qmax},
-                 {"elided_waits", plan.elided_waits}, {"elided_signals", plan.elided_signals}};
+  j["queues"] = {{"count", plan.n_queues()},
+                 {"built_by_amk", plan.queues_built},
+                 {"lengths", lengths},
+                 {"min", qmin},
+                 {"median", qmed},
+                 {"max", qmax},
+                 {"elided_waits", plan.elided_waits},
+                 {"elided_signals", plan.elided_signals}};
   t << "queues        " << plan.n_queues()
-    << (plan.queues_built ? " (built by amk for grid " + std::to_string(plan.grid) +
-                                (p.launch.grid == 0 ? ", auto: the GPU uses its co-resident maximum)"
-                                                    : ")")
-                          : " (from the program)")
+    << (plan.queues_built
+            ? " (built by amk for grid " + std::to_string(plan.grid) +
+                  (p.launch.grid == 0 ? ", auto: the GPU uses its co-resident maximum)" : ")")
+            : " (from the program)")
     << ", length min " << qmin << " / median " << qmed << " / max " << qmax << "\n";
   if (plan.elided_waits + plan.elided_signals != 0)
     t << "              queue order already orders " << plan.elided_waits << " wait(s); they and "
       << plan.elided_signals << " signal(s) nobody else waits for are left out on the device\n";
   j["critical_path"] = summary.critical_path;
   j["dependency_edges"] = summary.dependency_edges;
-  t << "critical path " << summary.critical_path << " instructions ("
-    << summary.dependency_edges << " dependency edges)\n";
+  t << "critical path " << summary.critical_path << " instructions (" << summary.dependency_edges
+    << " dependency edges)\n";
 
   // Launch and target.
   j["launch"] = {{"mode", p.launch.mode == LaunchMode::cluster ? "cluster" : "cooperative"},
@@ -120,8 +124,8 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   j["custom_ops"] = p.custom_ops.size();
   t << "launch        " << (p.launch.mode == LaunchMode::cluster ? "cluster" : "cooperative")
     << ", grid " << (p.launch.grid == 0 ? std::string("auto") : std::to_string(p.launch.grid))
-    << ", block " << p.launch.block << ", dynamic smem " << p.launch.dynamic_smem
-    << " B, timeout " << p.launch.timeout_ms << " ms\n";
+    << ", block " << p.launch.block << ", dynamic smem " << p.launch.dynamic_smem << " B, timeout "
+    << p.launch.timeout_ms << " ms\n";
   if (!p.tma.empty()) t << "tma specs     " << p.tma.size() << "\n";
   if (!p.custom_ops.empty()) t << "custom ops    " << p.custom_ops.size() << "\n";
 

@@ -181,7 +181,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     return 0;
   } catch (const Error& e) {
     if (report.status == "ok") {
-      report.status = e.kind() == ErrorKind::timeout    ? "timeout"
+      report.status = e.kind() == ErrorKind::timeout   ? "timeout"
                       : e.kind() == ErrorKind::program ? "rejected"
                       : e.kind() == ErrorKind::device  ? "rejected"
                                                        : "error";
@@ -190,8 +190,8 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
     if (!report_file.empty()) {
       try {
         std::filesystem::create_directories(report_file.parent_path().empty()
-                                                 ? std::filesystem::path(".")
-                                                 : report_file.parent_path());
+                                                ? std::filesystem::path(".")
+                                                : report_file.parent_path());
         write_report(report_file, report);
       } catch (const std::exception& w) {
         spdlog::error("could not write {}: {}", report_file.string(), w.what());
@@ -209,20 +209,22 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_program_args(cmd, o->program);
   cmd->add_option("-b,--backend", o->backend, "auto | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  cmd->add_option("-o,--out", o->out_dir, "write outputs (.npy + manifest.json) and report.json here");
+  cmd->add_option("-o,--out", o->out_dir,
+                  "write outputs (.npy + manifest.json) and report.json here");
   cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
   cmd->add_flag("--check", o->check,
-                "compare every output with the CPU backend (normalized error at the output dtype's tolerance, or a coarser one where it follows bf16/f16 stores: README)");
+                "compare every output with the CPU backend (normalized error at the output dtype's "
+                "tolerance, or a coarser one where it follows bf16/f16 stores: README)");
   cmd->add_flag("--save-inputs", o->save_inputs, "also write every input buffer under OUT/inputs");
-  cmd->add_option("--reseed", o->reseed,
-                  "draw every random init from another seed (random_bits(RESEED, seed): schemas/init.md)")
+  cmd->add_option(
+         "--reseed", o->reseed,
+         "draw every random init from another seed (random_bits(RESEED, seed): schemas/init.md)")
       ->check([](const std::string& v) -> std::string {
         // (CLI11 would take "-1" as 2^64 - 1 and "" as 0: only a plain decimal in range is one)
         uint64_t x = 0;
         const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-        const bool digits = !v.empty() && std::all_of(v.begin(), v.end(), [](char c) {
-          return c >= '0' && c <= '9';
-        });
+        const bool digits = !v.empty() && std::all_of(v.begin(), v.end(),
+                                                      [](char c) { return c >= '0' && c <= '9'; });
         return digits && ec == std::errc() && end == v.data() + v.size()
                    ? std::string()
                    : "expected a decimal integer in 0..18446744073709551615, got '" + v + "'";

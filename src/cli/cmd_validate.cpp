@@ -34,8 +34,10 @@ int run_validate(const GlobalOptions& g, const ValidateOptions& o) {
     } catch (const Error& e) {
       if (o.paths.size() == 1 && !g.json) throw;  // one program: the usual one-line error
       r["status"] = "invalid";
-      r["error"] = {{"kind", std::string(kind_name(e.kind()))}, {"code", e.code()},
-                    {"where", e.where()}, {"message", e.message()}};
+      r["error"] = {{"kind", std::string(kind_name(e.kind()))},
+                    {"code", e.code()},
+                    {"where", e.where()},
+                    {"message", e.message()}};
       text << "invalid " << path << ": " << e.what() << "\n";
       const int code = static_cast<int>(e.exit_code());
       if (worst == 0 || code == static_cast<int>(ExitCode::io)) worst = code;

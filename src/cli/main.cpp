@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   auto logger = spdlog::stderr_color_mt("amk");
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("amk: %^%l%$: %v");
-  spdlog::set_level(g.quiet ? spdlog::level::err
+  spdlog::set_level(g.quiet          ? spdlog::level::err
                     : g.verbose >= 2 ? spdlog::level::debug
                     : g.verbose == 1 ? spdlog::level::info
                                      : spdlog::level::warn);
@@ -88,8 +88,8 @@ int main(int argc, char** argv) {
   } catch (const amk::Error& e) {
     return report_error(g, e);
   } catch (const std::bad_alloc&) {
-    return report_error(g, amk::Error(amk::ErrorKind::internal, "internal.memory", "",
-                                      "out of host memory"));
+    return report_error(
+        g, amk::Error(amk::ErrorKind::internal, "internal.memory", "", "out of host memory"));
   } catch (const std::exception& e) {
     return report_error(g, amk::Error(amk::ErrorKind::internal, "internal.exception", "",
                                       std::string("unexpected: ") + e.what()));

@@ -32,9 +32,8 @@ double normalized_error(DType t, const std::vector<std::byte>& a, const std::vec
   return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
 }
 
-ordered_json check_against_cpu(const Program& program, HostBuffers ref,
-                               const HostBuffers& result, uint32_t iterations,
-                               const std::vector<bool>& poisoned) {
+ordered_json check_against_cpu(const Program& program, HostBuffers ref, const HostBuffers& result,
+                               uint32_t iterations, const std::vector<bool>& poisoned) {
   PlanOptions popts;
   popts.grid_hint = kDefaultGridHint;
   Plan plan = make_plan(program, popts);
@@ -75,8 +74,8 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref,
     // A poisoned output: elements one run wrote and the other left poisoned (NaN poison beside a
     // NaN result would pass the error above).
     const bool poison = i < poisoned.size() && poisoned[i];
-    const PoisonDiff pd = poison ? compare_poison(b.dtype, result.data[i], ref.data[i], n)
-                                 : PoisonDiff{};
+    const PoisonDiff pd =
+        poison ? compare_poison(b.dtype, result.data[i], ref.data[i], n) : PoisonDiff{};
     const bool written = pd.unwritten == 0 && pd.extra == 0;
     double ratio = tol > 0 ? err / tol : (ok ? 0.0 : std::numeric_limits<double>::infinity());
     if (!written) ratio = std::numeric_limits<double>::infinity();
@@ -93,22 +92,28 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref,
                       static_cast<unsigned long long>(pd.extra),
                       static_cast<unsigned long long>(pd.first));
       else
-        std::snprintf(line, sizeof line, "differs from the CPU reference: %s %.3g (tolerance %.3g%s)",
+        std::snprintf(line, sizeof line,
+                      "differs from the CPU reference: %s %.3g (tolerance %.3g%s)",
                       dtype_is_float(b.dtype) ? "normalized error" : "mismatched fraction", err,
                       tol, coarser ? ", a coarser dtype's: it follows bf16/f16 stores" : "");
       summary = "output " + b.name + ": " + line;
     }
     ok = ok && written;
     passed = passed && ok;
-    outs.push_back({{"name", b.name}, {"dtype", std::string(dtype_name(b.dtype))},
-                    {"error", err}, {"tolerance", tol}, {"poisoned", poison},
-                    {"unwritten", pd.unwritten}, {"passed", ok}});
+    outs.push_back({{"name", b.name},
+                    {"dtype", std::string(dtype_name(b.dtype))},
+                    {"error", err},
+                    {"tolerance", tol},
+                    {"poisoned", poison},
+                    {"unwritten", pd.unwritten},
+                    {"passed", ok}});
   }
   if (passed)
     summary = "every output matches the CPU reference" +
               (loosened.empty() ? std::string()
-                                : " (" + loosened + ": following bf16/f16 stores, at a coarser "
-                                  "dtype's tolerance)");
+                                : " (" + loosened +
+                                      ": following bf16/f16 stores, at a coarser "
+                                      "dtype's tolerance)");
   return ordered_json{{"passed", passed},
                       {"summary", summary},
                       {"worst", worst},

@@ -59,9 +59,11 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   // ---- the program's shape ----
   set("block_threads", f.block, "the program's launch.block");
   set("tma_maps", f.tma_maps, "the program's TMA specs");
-  set("tma_gemv", f.tma_gemv, f.tma_gemv ? "a TMA spec covers a gemv's weights" : "no TMA spec a gemv can stream");
+  set("tma_gemv", f.tma_gemv,
+      f.tma_gemv ? "a TMA spec covers a gemv's weights" : "no TMA spec a gemv can stream");
   set("trace", opt.trace, opt.trace ? "amk profile --trace" : "not traced");
-  set("step_kernel", opt.step_kernel, opt.step_kernel ? "amk bench" : "no per-instruction launches");
+  set("step_kernel", opt.step_kernel,
+      opt.step_kernel ? "amk bench" : "no per-instruction launches");
   set("buffers", f.buffers, "the program's buffers");
 
   // ---- tuning ----
@@ -97,8 +99,11 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   while (ring >= 2 && uint64_t{warps} * ring * kAmkGemvSlotBytes > kGemvRingCap) --ring;
   if (ring < 2) ring = 0;
   set.fixed("gemv_ring_stages", ring, ring_why);
-  set("gemv_preload", !gemv || !f.gemv_preloads ? 0u : ring != 0 ? 1u : 2u,
-      !gemv             ? "no gemv"
+  set("gemv_preload",
+      !gemv || !f.gemv_preloads ? 0u
+      : ring != 0               ? 1u
+                                : 2u,
+      !gemv              ? "no gemv"
       : !f.gemv_preloads ? "no gemv waits on weights nothing writes"
       : ring != 0        ? "one batch through the ring before the wait"
                          : "two register batches before the wait");
@@ -109,16 +114,17 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
       gemv && c.gemv_preload == 0 ? "its lookup's registers would cost gemvs their occupancy"
                                   : "a wait's fence empties L1; the next step decodes from it");
   set("stage_decode_ins", f.attention_waits,
-      f.attention_waits ? "attention steps wait: their instruction read after the wait is an L2 trip"
-                        : "no attention step waits");
+      f.attention_waits
+          ? "attention steps wait: their instruction read after the wait is an L2 trip"
+          : "no attention step waits");
 
   // attention_decode's tile and paths.
   const amk_attn_tile tile =
       attention && f.block == 256 ? f.attn_tile_needed : amk_attn_tile::small;
   set("attn_tile", static_cast<uint32_t>(tile),
-      !attention        ? "no attention_decode"
-      : f.block != 256  ? "the tiled path takes 256 threads a block"
-                        : "the smallest tile every chunk fits: " + tile_name(tile));
+      !attention       ? "no attention_decode"
+      : f.block != 256 ? "the tiled path takes 256 threads a block"
+                       : "the smallest tile every chunk fits: " + tile_name(tile));
   const amk_attn_tile chosen = c.attn_tile;
   const bool pass = f.block != 256 || f.attn_pass_needed || f.attn_tile_needed > chosen;
   set("attn_pass", !attention || pass,
@@ -156,7 +162,8 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
           : "a batch's x loads in flight together");
 
   if (const char* e = amk_vm_config_error(c))
-    throw Error(ErrorKind::usage, "usage.vm", "--vm", std::string("the VM config is invalid: ") + e);
+    throw Error(ErrorKind::usage, "usage.vm", "--vm",
+                std::string("the VM config is invalid: ") + e);
   if (caps.arch < 90 && (c.tma_gemv || (attention && f.block == 256)))
     throw Error(ErrorKind::device, "device.arch", "sm_" + std::to_string(caps.arch),
                 "the VM's bulk copies (the TMA gemv, the tiled attention) need sm_90 or newer");

@@ -164,7 +164,8 @@ ProgramFacts program_facts(const Program& program) {
     if ((is(in, OpId::attention_decode) || is(in, OpId::attention_combine)) && waits)
       f.attention_waits = true;
     if (is(in, OpId::attention_combine) && !in.operands.empty()) {
-      const uint64_t need = amk_combine_smem_bytes(in.operands[0].extent, uint64_t{param(in, 0)} + 2);
+      const uint64_t need =
+          amk_combine_smem_bytes(in.operands[0].extent, uint64_t{param(in, 0)} + 2);
       if (need <= kGemvRingCap) f.combine_staging = std::max(f.combine_staging, need);
     }
     std::optional<size_t> y_slot;  // the stored operand of an elementwise op with a fast path

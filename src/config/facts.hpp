@@ -32,16 +32,16 @@ struct TmaGemvSpec {
 inline constexpr uint64_t kGemvRingCap = 128 * 1024;
 
 struct ProgramFacts {
-  uint32_t block = 256;         // launch.block
+  uint32_t block = 256;  // launch.block
   uint32_t buffers = 0;
-  uint32_t tma_maps = 0;        // TMA specs
-  uint32_t dynamic_smem = 0;    // launch.dynamic_smem (the program's own)
+  uint32_t tma_maps = 0;      // TMA specs
+  uint32_t dynamic_smem = 0;  // launch.dynamic_smem (the program's own)
   bool custom_ops = false;
-  VmOps ops;                    // what the program uses (ops, dtype pairs, fusions)
-  bool tma_gemv = false;        // some TMA spec gemv can stream
-  bool any_wait = false;        // some instruction waits
-  bool gemv_preloads = false;   // some gemv waits and reads weights no instruction writes
-  bool attention_waits = false; // some attention_decode or attention_combine waits
+  VmOps ops;                     // what the program uses (ops, dtype pairs, fusions)
+  bool tma_gemv = false;         // some TMA spec gemv can stream
+  bool any_wait = false;         // some instruction waits
+  bool gemv_preloads = false;    // some gemv waits and reads weights no instruction writes
+  bool attention_waits = false;  // some attention_decode or attention_combine waits
   // attention_decode at 256 threads: the largest tile a chunk needs (small when none), whether
   // some chunk needs the streaming pass, and whether every chunk has one query head.
   amk_attn_tile attn_tile_needed = amk_attn_tile::small;

@@ -22,31 +22,48 @@ void set_field(VmConfig& c, uint32_t v) {
 }
 
 using K = VmField::Kind;
-#define AMK_FIELD(name, kind, tunable, lo, hi, doc) \
-  VmField { #name, kind, tunable, lo, hi, doc, &get_field<&VmConfig::name>, &set_field<&VmConfig::name> }
+#define AMK_FIELD(name, kind, tunable, lo, hi, doc)                                                \
+  VmField {                                                                                        \
+#name, kind, tunable, lo, hi, doc, &get_field < &VmConfig::name>,                              \
+        &set_field < &VmConfig::name>                                                              \
+  }
 
 // In amk_vm_config's declaration order. A field added there changes the struct's size: update
 // this table (and kernels/README.md) with it.
 static_assert(sizeof(VmConfig) == 52, "amk_vm_config changed: update the field table");
 constexpr VmField kFields[] = {
-    AMK_FIELD(block_threads, K::integer, false, 32, 1024, "threads a block (the program's launch.block)"),
-    AMK_FIELD(tma_maps, K::integer, false, 0, 64, "CUtensorMap parameters after the program (its TMA specs)"),
+    AMK_FIELD(block_threads, K::integer, false, 32, 1024,
+              "threads a block (the program's launch.block)"),
+    AMK_FIELD(tma_maps, K::integer, false, 0, 64,
+              "CUtensorMap parameters after the program (its TMA specs)"),
     AMK_FIELD(tma_gemv, K::boolean, false, 0, 1, "gemv streams the w buffers that have a TMA spec"),
-    AMK_FIELD(trace, K::boolean, false, 0, 1, "per-instruction timestamps and op marks (amk profile --trace)"),
-    AMK_FIELD(step_kernel, K::boolean, false, 0, 1, "amk_step, one instruction a launch (amk bench)"),
+    AMK_FIELD(trace, K::boolean, false, 0, 1,
+              "per-instruction timestamps and op marks (amk profile --trace)"),
+    AMK_FIELD(step_kernel, K::boolean, false, 0, 1,
+              "amk_step, one instruction a launch (amk bench)"),
     AMK_FIELD(buffers, K::integer, false, 0, 0xFFFFFFFFu, "entries of the buffer table"),
-    AMK_FIELD(smem_buffers, K::boolean, true, 0, 1, "the buffer table copied into shared memory at block start"),
-    AMK_FIELD(gemv_ring_stages, K::integer, true, 0, 4, "gemv weights through a per-warp shared-memory ring of this many batches (0: registers)"),
-    AMK_FIELD(gemv_preload, K::integer, true, 0, 4, "weight batches a gemv whose weights nothing writes requests before its waits"),
-    AMK_FIELD(prefetch_ahead, K::integer, true, 0, 8, "streaming steps ahead whose first 32 KiB go to L2"),
-    AMK_FIELD(next_ins_l1, K::boolean, true, 0, 1, "after a wait, the block's next instruction prefetched into L1"),
-    AMK_FIELD(stage_decode_ins, K::boolean, true, 0, 1, "waiting attention ops read their instruction from shared memory"),
-    AMK_FIELD(gemv_x_batch, K::boolean, true, 0, 1, "the unfused gemv loads a batch's x before using any"),
-    AMK_FIELD(attn_tile, K::tile, true, 0, 2, "the tiled attention's K+V tile: small 16 KiB, wide 32 KiB, large 64 KiB"),
+    AMK_FIELD(smem_buffers, K::boolean, true, 0, 1,
+              "the buffer table copied into shared memory at block start"),
+    AMK_FIELD(
+        gemv_ring_stages, K::integer, true, 0, 4,
+        "gemv weights through a per-warp shared-memory ring of this many batches (0: registers)"),
+    AMK_FIELD(gemv_preload, K::integer, true, 0, 4,
+              "weight batches a gemv whose weights nothing writes requests before its waits"),
+    AMK_FIELD(prefetch_ahead, K::integer, true, 0, 8,
+              "streaming steps ahead whose first 32 KiB go to L2"),
+    AMK_FIELD(next_ins_l1, K::boolean, true, 0, 1,
+              "after a wait, the block's next instruction prefetched into L1"),
+    AMK_FIELD(stage_decode_ins, K::boolean, true, 0, 1,
+              "waiting attention ops read their instruction from shared memory"),
+    AMK_FIELD(gemv_x_batch, K::boolean, true, 0, 1,
+              "the unfused gemv loads a batch's x before using any"),
+    AMK_FIELD(attn_tile, K::tile, true, 0, 2,
+              "the tiled attention's K+V tile: small 16 KiB, wide 32 KiB, large 64 KiB"),
     AMK_FIELD(attn_tile_dynamic, K::boolean, true, 0, 1, "the large tile in dynamic shared memory"),
     AMK_FIELD(attn_pass, K::boolean, true, 0, 1, "attention's streaming pass compiled in"),
     AMK_FIELD(attn_split, K::boolean, true, 0, 1, "the tiled path's split score and output stages"),
-    AMK_FIELD(attn_split_heads, K::integer, true, 1, 4, "query heads a lane carries in the split stages"),
+    AMK_FIELD(attn_split_heads, K::integer, true, 1, 4,
+              "query heads a lane carries in the split stages"),
     AMK_FIELD(attn_row8, K::boolean, true, 0, 1, "one-head chunks: stages with eight lanes a row"),
 };
 #undef AMK_FIELD
@@ -171,7 +188,8 @@ std::vector<TuningArm> parse_tuning_arms(std::string_view text, const std::strin
       throw Error(ErrorKind::usage, "usage.tuning_arms", at,
                   "an arm is empty; expected ARM;ARM;... with each arm 'default' or "
                   "FIELD=VALUE[,FIELD=VALUE...]");
-    arms.push_back({std::string(arm), arm == "default" ? VmOverrides{} : parse_vm_overrides(arm, at)});
+    arms.push_back(
+        {std::string(arm), arm == "default" ? VmOverrides{} : parse_vm_overrides(arm, at)});
     if (semi == text.size()) break;
     pos = semi + 1;
   }

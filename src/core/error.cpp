@@ -55,11 +55,8 @@ std::string_view kind_name(ErrorKind kind) noexcept {
 }
 
 Error::Error(ErrorKind kind, std::string code, std::string where, std::string message)
-    : std::runtime_error(compose(kind, code, where, message)),
-      kind_(kind),
-      code_(std::move(code)),
-      where_(std::move(where)),
-      message_(std::move(message)) {}
+    : std::runtime_error(compose(kind, code, where, message)), kind_(kind), code_(std::move(code)),
+      where_(std::move(where)), message_(std::move(message)) {}
 
 void throw_program_error(std::string code, std::string where, std::string message) {
   throw Error(ErrorKind::program, std::move(code), std::move(where), std::move(message));

@@ -11,21 +11,21 @@ namespace amk {
 // Documented exit codes (README "Exit codes"). Stable: scripts depend on them.
 enum class ExitCode : int {
   ok = 0,
-  internal = 1,        // a bug in amk
-  usage = 2,           // bad command line
-  invalid_program = 3, // the program failed to load or verify
-  io = 4,              // a file could not be read or written
-  device = 5,          // no usable GPU, or the GPU cannot run this program
-  compile = 6,         // NVRTC rejected the kernel source
-  launch = 7,          // launch failure or device fault
-  timeout = 8,         // the watchdog stopped a hung launch
-  mismatch = 9,        // --check found outputs that differ from the CPU reference
+  internal = 1,         // a bug in amk
+  usage = 2,            // bad command line
+  invalid_program = 3,  // the program failed to load or verify
+  io = 4,               // a file could not be read or written
+  device = 5,           // no usable GPU, or the GPU cannot run this program
+  compile = 6,          // NVRTC rejected the kernel source
+  launch = 7,           // launch failure or device fault
+  timeout = 8,          // the watchdog stopped a hung launch
+  mismatch = 9,         // --check found outputs that differ from the CPU reference
 };
 
 enum class ErrorKind {
   internal,
   usage,
-  program,   // load / verify / plan of a user's program
+  program,  // load / verify / plan of a user's program
   io,
   device,    // capability or compatibility refusal
   driver,    // a CUDA driver call failed
@@ -39,7 +39,7 @@ enum class ErrorKind {
 [[nodiscard]] std::string_view kind_name(ErrorKind kind) noexcept;
 
 class Error : public std::runtime_error {
- public:
+public:
   // code: stable dotted identifier (e.g. "json.buffer.dtype"); where: a JSON pointer
   // ("/buffers/3/dtype"), "section INSTR byte 1024", a file path, or empty.
   Error(ErrorKind kind, std::string code, std::string where, std::string message);
@@ -57,7 +57,7 @@ class Error : public std::runtime_error {
     return *this;
   }
 
- private:
+private:
   ErrorKind kind_;
   std::string code_;
   std::string where_;

@@ -55,8 +55,8 @@ bool cpu_has_sha_ni() {
 
 // n 64-byte blocks at p into h[8], with SHA256RNDS2 (two rounds on the state split as ABEF and
 // CDGH, A in the high lane) and SHA256MSG1/MSG2 (the message schedule, four words at a time).
-__attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_ni(uint32_t h[8],
-                                                                  const uint8_t* p, size_t n) {
+__attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_ni(uint32_t h[8], const uint8_t* p,
+                                                                  size_t n) {
   const __m128i bswap = _mm_set_epi64x(0x0c0d0e0f08090a0bLL, 0x0405060700010203LL);
   // h[0..3] = A B C D, h[4..7] = E F G H (lane 0 first) -> abef = [F E B A], cdgh = [H G D C].
   __m128i t = _mm_shuffle_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)), 0xB1);
@@ -86,7 +86,7 @@ __attribute__((target("sha,sse4.1,ssse3"))) void sha256_blocks_ni(uint32_t h[8],
     cdgh = _mm_add_epi32(cdgh, cdgh0);
   }
   // Back to A B C D / E F G H.
-  t = _mm_shuffle_epi32(abef, 0x1B);  // [A B E F]
+  t = _mm_shuffle_epi32(abef, 0x1B);     // [A B E F]
   cdgh = _mm_shuffle_epi32(cdgh, 0xB1);  // [G H C D]
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h), _mm_blend_epi16(t, cdgh, 0xF0));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(h + 4), _mm_alignr_epi8(cdgh, t, 8));
@@ -111,8 +111,8 @@ std::string to_hex(const std::array<uint8_t, 32>& digest) {
 }  // namespace
 
 Sha256::Sha256()
-    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-         0x5be0cd19},
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+         0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19},
       buf_{} {}
 
 bool sha256_sha_ni(bool allow) {

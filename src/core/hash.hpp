@@ -11,16 +11,16 @@
 namespace amk {
 
 class Sha256 {
- public:
+public:
   Sha256();
   void update(std::span<const std::byte> data);
   void update(std::string_view text);
   [[nodiscard]] std::array<uint8_t, 32> finish();
   [[nodiscard]] std::string finish_hex();
 
- private:
+private:
   void blocks(const uint8_t* p, size_t n);  // n 64-byte blocks
-  void block(const uint8_t* p);              // one, portable code
+  void block(const uint8_t* p);             // one, portable code
   uint32_t h_[8];
   uint8_t buf_[64];
   uint64_t len_ = 0;

@@ -27,10 +27,10 @@ constexpr double kTolF32 = 1e-4, kTolF16 = 2e-3, kTolBf16 = 1e-2;
 
 double tolerance_for(DType t) noexcept {
   switch (t) {
-  case DType::f32: return kTolF32;
-  case DType::f16: return kTolF16;
-  case DType::bf16: return kTolBf16;
-  default: return 0.0;
+    case DType::f32: return kTolF32;
+    case DType::f16: return kTolF16;
+    case DType::bf16: return kTolBf16;
+    default: return 0.0;
   }
 }
 
@@ -44,8 +44,7 @@ public:
   Graph& operator=(Graph&&) = delete;
   ~Graph() {
     if (graph_ != nullptr)
-      if (const cu::DriverApi* d = cu::driver_if_loaded())
-        (void)d->graph_destroy(graph_);
+      if (const cu::DriverApi* d = cu::driver_if_loaded()) (void)d->graph_destroy(graph_);
   }
   [[nodiscard]] CUgraph get() const noexcept { return graph_; }
 
@@ -61,8 +60,7 @@ public:
   GraphExec& operator=(GraphExec&&) = delete;
   ~GraphExec() {
     if (exec_ != nullptr)
-      if (const cu::DriverApi* d = cu::driver_if_loaded())
-        (void)d->graph_exec_destroy(exec_);
+      if (const cu::DriverApi* d = cu::driver_if_loaded()) (void)d->graph_exec_destroy(exec_);
   }
   [[nodiscard]] CUgraphExec get() const noexcept { return exec_; }
 
@@ -77,7 +75,7 @@ void enqueue_steps(const GpuExecutable::StepLaunch& l, const std::vector<uint32_
   uint32_t index = 0;
   void* params[3] = {&prog, &index, const_cast<CUtensorMap*>(l.tma)};
   for (const uint32_t i : sequence) {
-    index = i; // kernelParams are copied at launch (and at capture)
+    index = i;  // kernelParams are copied at launch (and at capture)
     cu::check(d.launch_kernel(l.function, 1, 1, 1, l.block, 1, 1, l.dynamic_smem, l.stream, params,
                               nullptr),
               "cuLaunchKernel", [&] {
@@ -97,7 +95,7 @@ GraphExec capture_steps(const GpuExecutable::StepLaunch& l, const std::vector<ui
   try {
     enqueue_steps(l, sequence);
   } catch (...) {
-    (void)d.stream_end_capture(l.stream, &raw); // leave the stream usable
+    (void)d.stream_end_capture(l.stream, &raw);  // leave the stream usable
     Graph discard(raw);
     throw;
   }
@@ -111,8 +109,7 @@ GraphExec capture_steps(const GpuExecutable::StepLaunch& l, const std::vector<ui
 }
 
 void require_ok(const amk_diag_t& d, const char* arm, const std::string& when) {
-  if (d.status == AMK_STATUS_OK)
-    return;
+  if (d.status == AMK_STATUS_OK) return;
   const std::string status = launch_status_name(d.status);
   throw Error(status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "launch." + status,
               std::string("bench arm ") + arm, when + " did not finish ok: " + describe_diag(d));
@@ -122,11 +119,9 @@ void require_ok(const amk_diag_t& d, const char* arm, const std::string& when) {
 std::vector<uint32_t> compared_buffers(const Program& program) {
   std::vector<uint32_t> out;
   for (uint32_t i = 0; i < program.buffers.size(); ++i)
-    if (program.buffers[i].output)
-      out.push_back(i);
+    if (program.buffers[i].output) out.push_back(i);
   if (out.empty())
-    for (uint32_t i = 0; i < program.buffers.size(); ++i)
-      out.push_back(i);
+    for (uint32_t i = 0; i < program.buffers.size(); ++i) out.push_back(i);
   return out;
 }
 
@@ -151,8 +146,7 @@ BenchCheck compare(const Program& program, uint32_t i, const char* arm,
       const double x = load_element(got.data(), b.dtype, k);
       const double y = load_element(want.data(), b.dtype, k);
       if (std::isnan(x) || std::isnan(y)) {
-        if (std::isnan(x) && std::isnan(y))
-          continue;
+        if (std::isnan(x) && std::isnan(y)) continue;
         diff = std::numeric_limits<double>::infinity();
         break;
       }
@@ -170,10 +164,10 @@ BenchCheck compare(const Program& program, uint32_t i, const char* arm,
   return c;
 }
 
-} // namespace
+}  // namespace
 
-BenchResult run_bench(GpuExecutable& exe, const Program& program,
-                      const HostBuffers& initial, const BenchOptions& options) {
+BenchResult run_bench(GpuExecutable& exe, const Program& program, const HostBuffers& initial,
+                      const BenchOptions& options) {
   const GpuExecutable::StepLaunch l = exe.step_launch();
   if (l.function == nullptr)
     throw Error(ErrorKind::usage, "bench.step_kernel", "",
@@ -191,13 +185,12 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program,
   if (order.size() != ran.queue_items.size())
     throw Error(ErrorKind::program, "bench.order", "",
                 "the plan's queues do not drain when run one instruction at a time: " +
-                    std::to_string(order.size()) + " of " +
-                    std::to_string(ran.queue_items.size()) + " instructions ran");
+                    std::to_string(order.size()) + " of " + std::to_string(ran.queue_items.size()) +
+                    " instructions ran");
   std::vector<uint32_t> sequence;
   sequence.reserve(order.size());
   for (const uint32_t i : order)
-    if (ran.instructions[i].op != 0)
-      sequence.push_back(i);
+    if (ran.instructions[i].op != 0) sequence.push_back(i);
   result.skipped_nops = static_cast<uint32_t>(order.size() - sequence.size());
   if (sequence.empty())
     throw Error(ErrorKind::usage, "bench.empty", "",
@@ -207,16 +200,14 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program,
   const cu::Event start = cu::Event::create("the bench start event");
   const cu::Event end = cu::Event::create("the bench end event");
   cu::L2Flush flush;
-  if (options.cold)
-    flush = cu::L2Flush(options.flush_bytes);
+  if (options.cold) flush = cu::L2Flush(options.flush_bytes);
   const GraphExec graph = capture_steps(l, sequence);
 
   // ---- correctness, once: B and C against A from the same initial contents ----
   exe.upload(initial);
   {
     const LaunchResult r = exe.launch(1);
-    if (r.status != "ok")
-      require_ok(r.diag, "megakernel", "the reference launch");
+    if (r.status != "ok") require_ok(r.diag, "megakernel", "the reference launch");
   }
   const HostBuffers want = exe.download();
   const auto check_arm = [&](const char* arm, auto&& enqueue) {
@@ -246,16 +237,14 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program,
 
   // ---- sampling ----
   const auto prepare = [&](bool reset) {
-    if (options.cold)
-      flush.enqueue(l.stream);
-    if (reset)
-      exe.enqueue_reset();
+    if (options.cold) flush.enqueue(l.stream);
+    if (reset) exe.enqueue_reset();
     // Idle before the start event: B's span then includes its host launch cost in both modes.
     require_ok(exe.wait_idle(), "prepare", "the flush and reset");
   };
   const auto sample = [&](size_t arm, const std::string& when) -> double {
     if (arm == kMegakernel) {
-      prepare(false); // profile's "launch" scope times the reset itself
+      prepare(false);  // profile's "launch" scope times the reset itself
       return exe.profile(0, 1, "launch").samples_ms.front();
     }
     prepare(true);
@@ -270,8 +259,7 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program,
   };
 
   for (uint32_t w = 0; w < options.warmup; ++w)
-    for (size_t arm = 0; arm < kArms; ++arm)
-      (void)sample(arm, "warm-up " + std::to_string(w));
+    for (size_t arm = 0; arm < kArms; ++arm) (void)sample(arm, "warm-up " + std::to_string(w));
 
   std::vector<double> samples[kArms];
   bench::RunningStats running[kArms];
@@ -313,4 +301,4 @@ BenchResult run_bench(GpuExecutable& exe, const Program& program,
   return result;
 }
 
-} // namespace amk
+}  // namespace amk

@@ -29,18 +29,18 @@
 namespace amk {
 
 struct BenchOptions {
-  uint32_t warmup = 3;         // untimed samples of each arm (interleaved) before sampling
-  bench::StopRule stop;        // min samples / time, noise threshold, time limit
-  bool cold = false;           // flush L2 before every sample
+  uint32_t warmup = 3;   // untimed samples of each arm (interleaved) before sampling
+  bench::StopRule stop;  // min samples / time, noise threshold, time limit
+  bool cold = false;     // flush L2 before every sample
   uint64_t flush_bytes = uint64_t{256} << 20;  // the cold-mode scratch buffer (H200 L2: 60 MiB)
   double roofline_bytes_per_s = 4.47e12;       // H200 streaming read (BENCH.md)
 };
 
 struct BenchArm {
-  std::string name;            // megakernel | launches | graph
+  std::string name;  // megakernel | launches | graph
   std::string description;
-  uint32_t launches = 0;       // kernel launches (or graph nodes) per sample
-  ProfileStats stats;          // scope: the name; warmup: BenchOptions::warmup
+  uint32_t launches = 0;  // kernel launches (or graph nodes) per sample
+  ProfileStats stats;     // scope: the name; warmup: BenchOptions::warmup
 };
 
 // Arm B's and C's outputs against arm A's, once, before timing (from the same initial contents).
@@ -49,8 +49,8 @@ struct BenchCheck {
   uint32_t buffer = 0;
   std::string buffer_name;
   bool bitwise_equal = false;
-  double error = 0;            // normalized error (floats) or mismatched fraction (integers)
-  double tolerance = 0;        // as `amk run --check`
+  double error = 0;      // normalized error (floats) or mismatched fraction (integers)
+  double tolerance = 0;  // as `amk run --check`
   bool passed = false;
 };
 
@@ -74,4 +74,4 @@ struct BenchResult {
 [[nodiscard]] BenchResult run_bench(GpuExecutable& exe, const Program& program,
                                     const HostBuffers& initial, const BenchOptions& options);
 
-} // namespace amk
+}  // namespace amk

@@ -56,10 +56,10 @@ enum class StopReason { none, noise, converged, time_limit };
 
 [[nodiscard]] inline std::string_view stop_reason_name(StopReason r) noexcept {
   switch (r) {
-  case StopReason::noise: return "noise_below_threshold";
-  case StopReason::converged: return "noise_converged";
-  case StopReason::time_limit: return "time_limit";
-  default: return "running";
+    case StopReason::noise: return "noise_below_threshold";
+    case StopReason::converged: return "noise_converged";
+    case StopReason::time_limit: return "time_limit";
+    default: return "running";
   }
 }
 
@@ -77,25 +77,20 @@ public:
       fewest = std::min(fewest, a.count());
     }
     history_.push_back(worst);
-    while (history_.size() > rule_.convergence_window)
-      history_.pop_front();
-    if (elapsed_s >= rule_.time_limit_s)
-      return StopReason::time_limit;
-    if (fewest < rule_.min_samples || elapsed_s < rule_.min_time_s)
-      return StopReason::none;
-    if (worst < rule_.max_noise)
-      return StopReason::noise;
+    while (history_.size() > rule_.convergence_window) history_.pop_front();
+    if (elapsed_s >= rule_.time_limit_s) return StopReason::time_limit;
+    if (fewest < rule_.min_samples || elapsed_s < rule_.min_time_s) return StopReason::none;
+    if (worst < rule_.max_noise) return StopReason::noise;
     if (rule_.convergence_window > 0 && history_.size() == rule_.convergence_window) {
       const auto [lo, hi] = std::minmax_element(history_.begin(), history_.end());
-      if (*hi - *lo <= rule_.convergence_tolerance * worst)
-        return StopReason::converged;
+      if (*hi - *lo <= rule_.convergence_tolerance * worst) return StopReason::converged;
     }
     return StopReason::none;
   }
 
 private:
   StopRule rule_;
-  std::deque<double> history_; // worst relative spread after each of the last rounds
+  std::deque<double> history_;  // worst relative spread after each of the last rounds
 };
 
 // One legal serial order of a plan's instructions for iterations == 1: the queues merged by a
@@ -104,13 +99,11 @@ private:
 // its waits need -- one of the interleavings the megakernel itself may run, hence the same
 // results. Returns fewer than queue_items.size() indices when the queues cannot drain (a plan
 // that did not pass the deadlock proof, or a counter index past n_counters).
-[[nodiscard]] inline std::vector<uint32_t>
-serial_order(std::span<const amk_instruction_t> instructions,
-             std::span<const uint32_t> queue_offsets, std::span<const uint32_t> queue_items,
-             uint32_t n_counters) {
+[[nodiscard]] inline std::vector<uint32_t> serial_order(
+    std::span<const amk_instruction_t> instructions, std::span<const uint32_t> queue_offsets,
+    std::span<const uint32_t> queue_items, uint32_t n_counters) {
   std::vector<uint32_t> order;
-  if (queue_offsets.size() < 2)
-    return order;
+  if (queue_offsets.size() < 2) return order;
   order.reserve(queue_items.size());
   const size_t n_queues = queue_offsets.size() - 1;
   std::vector<uint64_t> counters(n_counters, 0);
@@ -118,8 +111,7 @@ serial_order(std::span<const amk_instruction_t> instructions,
   const auto ready = [&](const amk_instruction_t& ins) {
     for (uint32_t w = 0; w < ins.n_waits && w < AMK_MAX_WAITS; ++w) {
       const amk_wait_t& wait = ins.waits[w];
-      if (wait.counter >= n_counters || counters[wait.counter] < wait.value)
-        return false;
+      if (wait.counter >= n_counters || counters[wait.counter] < wait.value) return false;
     }
     return true;
   };
@@ -128,8 +120,7 @@ serial_order(std::span<const amk_instruction_t> instructions,
     for (size_t q = 0; q < n_queues; ++q) {
       for (; head[q] < queue_offsets[q + 1] && head[q] < queue_items.size(); ++head[q]) {
         const uint32_t item = queue_items[head[q]];
-        if (item >= instructions.size() || !ready(instructions[item]))
-          break;
+        if (item >= instructions.size() || !ready(instructions[item])) break;
         const amk_instruction_t& ins = instructions[item];
         for (uint32_t s = 0; s < ins.n_signals && s < AMK_MAX_SIGNALS; ++s)
           if (ins.signals[s].counter < n_counters)
@@ -142,4 +133,4 @@ serial_order(std::span<const amk_instruction_t> instructions,
   return order;
 }
 
-} // namespace amk::bench
+}  // namespace amk::bench

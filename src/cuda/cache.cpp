@@ -72,7 +72,7 @@ bool write_atomically(const fs::path& path, std::string_view data) {
 // An exclusive flock on `<key>.lock`, released on destruction. Not held if the directory cannot
 // take it (read-only cache): the caller then compiles without storing.
 class CacheLock {
- public:
+public:
   explicit CacheLock(const fs::path& path) {
     fd_ = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd_ >= 0 && ::flock(fd_, LOCK_EX) != 0) {
@@ -90,7 +90,7 @@ class CacheLock {
   }
   [[nodiscard]] bool held() const noexcept { return fd_ >= 0; }
 
- private:
+private:
   int fd_ = -1;
 };
 
@@ -189,8 +189,9 @@ std::string vm_ptx(const std::string& source, const CompileOptions& options) {
   NvrtcResult r = nvrtc_compile(source, opts);
   if (!r.ok)
     throw Error(ErrorKind::nvrtc, "nvrtc.compile", virt.arch,
-                "NVRTC " + nvrtc_version_string() + " failed to compile " + std::string(kKernelName) +
-                    " to PTX for " + virt.arch + " (options: " + join(opts) + ")")
+                "NVRTC " + nvrtc_version_string() + " failed to compile " +
+                    std::string(kKernelName) + " to PTX for " + virt.arch +
+                    " (options: " + join(opts) + ")")
         .with_detail(r.log);
   return r.ptx;
 }

@@ -59,7 +59,8 @@ std::string vm_source(const Program& program, const VmChoice& choice, bool trust
   for (const VmField& f : vm_fields())
     s += "  c." + std::string(f.name) + " = " + vm_field_source(f, c) + ";\n";
   s += "  return c;\n}\nconstexpr amk_vm_config kAmkCfg = amk_make_config();\n\n";
-  s += "// What the program uses.\nAMK_HD constexpr amk_vm_ops amk_make_ops() {\n  amk_vm_ops o{};\n";
+  s += "// What the program uses.\nAMK_HD constexpr amk_vm_ops amk_make_ops() {\n  amk_vm_ops "
+       "o{};\n";
   s += "  o.ops = " + hex(o.ops) + ";\n";
   s += "  o.gemv_pairs = " + hex(o.gemv_pairs) + ";\n";
   s += "  o.gemv_plain_only = " + hex(o.gemv_plain_only) + ";\n";
@@ -93,19 +94,22 @@ std::string vm_source(const Program& program, const VmChoice& choice, bool trust
   s += dispatch + "  return false;\n}\n\n";
 
   // The w buffers gemv streams through TMA (buffer index -> tensor map slot, geometry).
-  s += "__device__ __forceinline__ bool amk_tma_gemv_lookup(uint32_t buffer, amk_tma_gemv_geom& g) {\n";
-  const std::vector<TmaGemvSpec> specs = c.tma_gemv ? tma_gemv_specs(program) : std::vector<TmaGemvSpec>{};
+  s += "__device__ __forceinline__ bool amk_tma_gemv_lookup(uint32_t buffer, amk_tma_gemv_geom& g) "
+       "{\n";
+  const std::vector<TmaGemvSpec> specs =
+      c.tma_gemv ? tma_gemv_specs(program) : std::vector<TmaGemvSpec>{};
   if (specs.empty()) {
     s += "  (void)buffer;\n  (void)g;\n  return false;\n}\n\n";
   } else {
     s += "  switch (buffer) {\n";
     for (const TmaGemvSpec& t : specs)
       s += "    case " + std::to_string(t.buffer) + "u: g.slot = " + std::to_string(t.slot) +
-           "u; g.box_k = " + std::to_string(t.box_k) + "u; g.box_rows = " +
-           std::to_string(t.box_rows) + "u; g.elem_bytes = " + std::to_string(t.elem_bytes) +
-           "u; g.dim_k = " + std::to_string(t.dim_k) + "ull; g.dim_rows = " +
-           std::to_string(t.dim_rows) + "ull; g.offset = " + std::to_string(t.offset) +
-           "ull; return true;\n";
+           "u; g.box_k = " + std::to_string(t.box_k) +
+           "u; g.box_rows = " + std::to_string(t.box_rows) +
+           "u; g.elem_bytes = " + std::to_string(t.elem_bytes) +
+           "u; g.dim_k = " + std::to_string(t.dim_k) +
+           "ull; g.dim_rows = " + std::to_string(t.dim_rows) +
+           "ull; g.offset = " + std::to_string(t.offset) + "ull; return true;\n";
     s += "    default: return false;\n  }\n}\n\n";
   }
   s += "#include \"amk_vm.cuh\"\n\n";

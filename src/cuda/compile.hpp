@@ -9,14 +9,13 @@
 #include <string>
 #include <vector>
 
-
 namespace amk {
 
 struct CompileOptions {
-  std::string arch = "sm_90a";           // --gpu-architecture
+  std::string arch = "sm_90a";  // --gpu-architecture
   bool use_cache = true;
   std::optional<std::filesystem::path> cache_dir;  // default: $AMK_CACHE_DIR, else XDG cache
-  bool line_info = false;                // -lineinfo (for ncu's source view)
+  bool line_info = false;                          // -lineinfo (for ncu's source view)
   std::vector<std::string> extra_options;
 };
 
@@ -24,15 +23,15 @@ struct CompileOptions {
 struct CompileOutput {
   bool ok = false;
   std::vector<std::byte> cubin;
-  std::string kernel_name;               // extern "C" entry point
+  std::string kernel_name;  // extern "C" entry point
   std::string arch;
-  std::string log;                       // always kept
+  std::string log;  // always kept
   std::vector<std::string> options;
-  std::string nvrtc_version;             // "13.0"
-  std::string source_fingerprint;        // sha256 of source + headers + options + versions
+  std::string nvrtc_version;       // "13.0"
+  std::string source_fingerprint;  // sha256 of source + headers + options + versions
   bool cache_hit = false;
   double compile_ms = 0.0;
-  uint32_t tma_count = 0;                // CUtensorMap parameters after the program struct
+  uint32_t tma_count = 0;  // CUtensorMap parameters after the program struct
 };
 
 // Compiles (or fetches from the cache) a VM translation unit (cuda/codegen.hpp's vm_source) whose

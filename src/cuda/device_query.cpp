@@ -29,7 +29,7 @@ int func_attribute(CUfunction f, CUfunction_attribute attr, const char* name,
   return v;
 }
 
-} // namespace
+}  // namespace
 
 int device_count() {
   int n = 0;
@@ -70,7 +70,7 @@ DeviceInfo query_device(int ordinal) {
   info.global_mem_bytes = total;
   check(d.driver_get_version(&info.driver_version), "cuDriverGetVersion");
   int major = 0, minor = 0;
-  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) { // informational; compile reports failures
+  if (nvrtcVersion(&major, &minor) == NVRTC_SUCCESS) {  // informational; compile reports failures
     info.nvrtc_major = major;
     info.nvrtc_minor = minor;
   }
@@ -114,15 +114,13 @@ KernelResources query_kernel(CUfunction function, const LaunchShape& shape, std:
            std::to_string(shape.dynamic_smem) + " bytes dynamic shared memory";
   };
   // A block larger than the kernel allows has no occupancy; prove_coresidency reports it.
-  if (shape.block == 0 || shape.block > k.max_threads)
-    return k;
+  if (shape.block == 0 || shape.block > k.max_threads) return k;
   int blocks = 0;
   check(d.occupancy_max_active_blocks(&blocks, function, static_cast<int>(shape.block),
                                       shape.dynamic_smem),
         "cuOccupancyMaxActiveBlocksPerMultiprocessor", at_shape);
   k.blocks_per_sm = u32(blocks);
-  if (shape.cluster_size <= 1)
-    return k;
+  if (shape.cluster_size <= 1) return k;
 
   // Cluster queries take a launch config; one cluster when the grid is not known yet.
   const uint32_t c = shape.cluster_size;
@@ -146,8 +144,7 @@ KernelResources query_kernel(CUfunction function, const LaunchShape& shape, std:
   check(d.occupancy_max_potential_cluster_size(&max_cluster, function, &config),
         "cuOccupancyMaxPotentialClusterSize", at_shape);
   k.max_cluster_size = u32(max_cluster);
-  if (c > k.max_cluster_size)
-    return k; // the query below would fail; the proof names both
+  if (c > k.max_cluster_size) return k;  // the query below would fail; the proof names both
   int clusters = 0;
   check(d.occupancy_max_active_clusters(&clusters, function, &config),
         "cuOccupancyMaxActiveClusters",
@@ -156,4 +153,4 @@ KernelResources query_kernel(CUfunction function, const LaunchShape& shape, std:
   return k;
 }
 
-} // namespace amk::cu
+}  // namespace amk::cu

@@ -18,10 +18,10 @@ namespace amk::cu {
 
 // The launch a kernel is configured and measured for.
 struct LaunchShape {
-  uint32_t grid = 0; // 0: not known yet (cluster queries then use one cluster)
+  uint32_t grid = 0;  // 0: not known yet (cluster queries then use one cluster)
   uint32_t block = 0;
   uint32_t dynamic_smem = 0;
-  uint32_t cluster_size = 1; // > 1: cluster launch
+  uint32_t cluster_size = 1;  // > 1: cluster launch
 };
 
 // Function attributes a launch needs: the dynamic shared memory limit (when any is requested:
@@ -35,4 +35,4 @@ void configure_function(CUfunction function, const LaunchShape& shape, std::stri
 [[nodiscard]] KernelResources query_kernel(CUfunction function, const LaunchShape& shape,
                                            std::string_view what);
 
-} // namespace amk::cu
+}  // namespace amk::cu

@@ -14,14 +14,13 @@ constexpr const char* kDriverLibrary = "libcuda.so.1";
 struct LoadedDriver {
   DriverApi api;
   bool ok = false;
-  std::string why; // set when !ok
+  std::string why;  // set when !ok
 };
 
 std::string join(const std::vector<std::string>& items) {
   std::string s;
   for (const auto& item : items) {
-    if (!s.empty())
-      s += ", ";
+    if (!s.empty()) s += ", ";
     s += item;
   }
   return s;
@@ -99,23 +98,21 @@ LoadedDriver load_driver() {
 }
 
 const LoadedDriver& loaded() {
-  static const LoadedDriver d = load_driver(); // thread-safe one-time load
+  static const LoadedDriver d = load_driver();  // thread-safe one-time load
   return d;
 }
 
-} // namespace
+}  // namespace
 
 bool driver_available(std::string* why) {
   const LoadedDriver& d = loaded();
-  if (!d.ok && why != nullptr)
-    *why = d.why;
+  if (!d.ok && why != nullptr) *why = d.why;
   return d.ok;
 }
 
 const DriverApi& driver() {
   const LoadedDriver& d = loaded();
-  if (!d.ok)
-    throw Error(ErrorKind::device, "device.no_driver", "", d.why);
+  if (!d.ok) throw Error(ErrorKind::device, "device.no_driver", "", d.why);
   return d.api;
 }
 
@@ -126,23 +123,21 @@ const DriverApi* driver_if_loaded() noexcept {
 
 bool is_sticky(CUresult result) noexcept {
   switch (result) {
-  case CUDA_ERROR_ECC_UNCORRECTABLE:
-  case CUDA_ERROR_NVLINK_UNCORRECTABLE:
-  case CUDA_ERROR_CONTAINED:
-  case CUDA_ERROR_ILLEGAL_ADDRESS:
-  case CUDA_ERROR_LAUNCH_TIMEOUT:
-  case CUDA_ERROR_ASSERT:
-  case CUDA_ERROR_HARDWARE_STACK_ERROR:
-  case CUDA_ERROR_ILLEGAL_INSTRUCTION:
-  case CUDA_ERROR_MISALIGNED_ADDRESS:
-  case CUDA_ERROR_INVALID_ADDRESS_SPACE:
-  case CUDA_ERROR_INVALID_PC:
-  case CUDA_ERROR_LAUNCH_FAILED:
-  case CUDA_ERROR_TENSOR_MEMORY_LEAK:
-  case CUDA_ERROR_EXTERNAL_DEVICE:
-    return true;
-  default:
-    return false;
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_NVLINK_UNCORRECTABLE:
+    case CUDA_ERROR_CONTAINED:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_TENSOR_MEMORY_LEAK:
+    case CUDA_ERROR_EXTERNAL_DEVICE: return true;
+    default: return false;
   }
 }
 
@@ -167,8 +162,7 @@ std::string error_string(CUresult result) {
 void throw_driver_error(CUresult result, std::string_view call, std::string what) {
   const std::string name = error_name(result);
   std::string message(call);
-  if (!what.empty())
-    message += " for " + what;
+  if (!what.empty()) message += " for " + what;
   message += " failed: " + name + " (" + error_string(result) + ")";
   if (is_sticky(result)) {
     message += "; the CUDA context is no longer usable";
@@ -181,4 +175,4 @@ void throw_driver_error(CUresult result, std::string_view call, std::string what
   throw Error(ErrorKind::driver, std::move(code), std::move(what), std::move(message));
 }
 
-} // namespace amk::cu
+}  // namespace amk::cu

@@ -97,12 +97,10 @@ struct DriverApi {
 
 // One check per call. `what` is built only on failure.
 inline void check(CUresult result, std::string_view call) {
-  if (result != CUDA_SUCCESS)
-    throw_driver_error(result, call, {});
+  if (result != CUDA_SUCCESS) throw_driver_error(result, call, {});
 }
 inline void check(CUresult result, std::string_view call, std::string_view what) {
-  if (result != CUDA_SUCCESS)
-    throw_driver_error(result, call, std::string(what));
+  if (result != CUDA_SUCCESS) throw_driver_error(result, call, std::string(what));
 }
 template <class F>
 requires std::invocable<F>
@@ -111,4 +109,4 @@ void check(CUresult result, std::string_view call, F&& what) {
     throw_driver_error(result, call, std::string(std::forward<F>(what)()));
 }
 
-} // namespace amk::cu
+}  // namespace amk::cu

@@ -44,11 +44,12 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
-template <class T> std::span<const std::byte> bytes_of(const std::vector<T>& v) {
+template <class T>
+std::span<const std::byte> bytes_of(const std::vector<T>& v) {
   return std::as_bytes(std::span<const T>(v.data(), v.size()));
 }
 
-} // namespace
+}  // namespace
 
 struct GpuExecutable::Impl {
   // Declaration order is destruction order reversed: the context is released last, after the module
@@ -56,16 +57,16 @@ struct GpuExecutable::Impl {
   cu::PrimaryContext context;
   cu::Module module;
   CUfunction function = nullptr;
-  CUfunction step_function = nullptr; // amk_step (GpuOptions::step_kernel only)
-  cu::DeviceMemory arena; // every program buffer, kBufferAlignment apart
+  CUfunction step_function = nullptr;  // amk_step (GpuOptions::step_kernel only)
+  cu::DeviceMemory arena;              // every program buffer, kBufferAlignment apart
   cu::DeviceMemory instructions, queue_offsets, queue_items, buffer_table, counters, abort_flag,
       trace_words;
   cu::HostMappedMemory control;
-  cu::Stream stream;       // launches, resets, event records
-  cu::Stream abort_stream; // the host abort copy only
+  cu::Stream stream;        // launches, resets, event records
+  cu::Stream abort_stream;  // the host abort copy only
   cu::Event start, end;
 
-  Program program; // copy without inline data: sizes, launch, TMA specs
+  Program program;  // copy without inline data: sizes, launch, TMA specs
   Plan plan;
   VmChoice vm;
   std::vector<uint64_t> buffer_offsets;
@@ -78,7 +79,7 @@ struct GpuExecutable::Impl {
   uint64_t timeout_ms = 0;
   uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
   uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
-  bool hung = false; // a kernel may still be running: never free (it could block forever)
+  bool hung = false;  // a kernel may still be running: never free (it could block forever)
 
   std::string kernel_label() const {
     return "kernel " + compiled.kernel_name + ", arch " + compiled.arch;
@@ -98,8 +99,7 @@ struct GpuExecutable::Impl {
     const auto* src = static_cast<const volatile uint32_t*>(static_cast<const volatile void*>(
         static_cast<const std::byte*>(control.host()) + kDiagOffset));
     uint32_t words[sizeof(amk_diag_t) / 4];
-    for (size_t i = 0; i < sizeof(amk_diag_t) / 4; ++i)
-      words[i] = src[i];
+    for (size_t i = 0; i < sizeof(amk_diag_t) / 4; ++i) words[i] = src[i];
     std::memcpy(&d, words, sizeof d);
     return d;
   }
@@ -178,17 +178,15 @@ struct GpuExecutable::Impl {
   // true when the host had to raise the abort flag.
   bool wait() {
     const auto t0 = Clock::now();
-    constexpr uint64_t kMaxDeadlineMs = uint64_t{1} << 40; // ~35 years: no time_point overflow
+    constexpr uint64_t kMaxDeadlineMs = uint64_t{1} << 40;  // ~35 years: no time_point overflow
     const auto deadline =
         t0 + std::chrono::milliseconds(std::min(timeout_ms, kMaxDeadlineMs)) + kHostGrace;
     std::optional<Clock::time_point> abort_deadline;
     auto sleep = std::chrono::microseconds(10);
     for (;;) {
       const CUresult r = stream.query();
-      if (r == CUDA_SUCCESS)
-        return abort_deadline.has_value();
-      if (r != CUDA_ERROR_NOT_READY)
-        fault(r);
+      if (r == CUDA_SUCCESS) return abort_deadline.has_value();
+      if (r != CUDA_ERROR_NOT_READY) fault(r);
       const auto now = Clock::now();
       // timeout 0 disables the watchdog in the VM; the host then waits as long as it takes.
       if (timeout_ms != 0 && !abort_deadline && now > deadline) {
@@ -230,10 +228,9 @@ struct GpuExecutable::Impl {
   }
 
   [[noreturn]] void fault(CUresult r) {
-    const amk_diag_t d = read_diag(); // host memory: readable even after a fault
+    const amk_diag_t d = read_diag();  // host memory: readable even after a fault
     std::string what = launch_label();
-    if (d.status != AMK_STATUS_OK)
-      what += "; diag saw " + describe_diag(d);
+    if (d.status != AMK_STATUS_OK) what += "; diag saw " + describe_diag(d);
     cu::throw_driver_error(r, "the launch (cuStreamQuery)", std::move(what));
   }
 
@@ -259,8 +256,7 @@ struct GpuExecutable::Impl {
 namespace {
 
 void require(bool ok, const char* code, const std::string& message) {
-  if (!ok)
-    throw Error(ErrorKind::internal, code, "", message);
+  if (!ok) throw Error(ErrorKind::internal, code, "", message);
 }
 
 DeviceCaps device_caps(const DeviceInfo& d) {
@@ -270,7 +266,7 @@ DeviceCaps device_caps(const DeviceInfo& d) {
   return c;
 }
 
-} // namespace
+}  // namespace
 
 void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
   const size_t nb = program.buffers.size();
@@ -308,8 +304,7 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
                 "the driver placed the program's buffers above 2^56, where amk's VM cannot "
                 "address them");
   std::vector<amk_buffer_t> table = plan.buffers;
-  for (size_t i = 0; i < nb; ++i)
-    table[i].address = arena.get() + buffer_offsets[i];
+  for (size_t i = 0; i < nb; ++i) table[i].address = arena.get() + buffer_offsets[i];
 
   instructions = cu::DeviceMemory::allocate(plan.instructions.size() * sizeof(amk_instruction_t),
                                             "the instruction table");
@@ -346,8 +341,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   Impl& m = *exe.impl_;
   m.options = options;
   m.program = program;
-  for (auto& b : m.program.buffers)
-    b.init.data.clear(); // contents come from `initial`
+  for (auto& b : m.program.buffers) b.init.data.clear();  // contents come from `initial`
   m.timeout_ms = options.timeout_ms.value_or(program.launch.timeout_ms);
   const auto phase = [&](const char* name, Clock::time_point t0) {
     const double ms = ms_since(t0);
@@ -365,7 +359,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
 
   t0 = Clock::now();
   m.device = options.checked_device ? *options.checked_device
-                                     : check_device_target(program, options.device);
+                                    : check_device_target(program, options.device);
   phase("device", t0);
 
   t0 = Clock::now();
@@ -399,15 +393,15 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   // gemv's stages in what the compiled kernel's static shared memory leaves.
   m.dynamic_smem = std::max(l.dynamic_smem, m.vm.dynamic_smem);
   if (m.vm.config.tma_gemv && m.device.smem_per_block_optin > footprint.static_smem)
-    m.dynamic_smem = std::max(
-        m.dynamic_smem,
-        tma_dynamic_smem(program, m.device.smem_per_block_optin - footprint.static_smem));
+    m.dynamic_smem =
+        std::max(m.dynamic_smem,
+                 tma_dynamic_smem(program, m.device.smem_per_block_optin - footprint.static_smem));
   // The grid: the program's, or its queues', or (grid auto, amk scheduling) every block of this
   // kernel that can be co-resident here.
   cu::LaunchShape shape{1, m.block, m.dynamic_smem, m.cluster_size};
   if (footprint.static_smem + m.dynamic_smem > m.device.smem_per_block_optin || m.block == 0 ||
       m.block > footprint.max_threads)
-    prove_coresidency(program, 1, m.device, footprint); // throws device.smem / .block
+    prove_coresidency(program, 1, m.device, footprint);  // throws device.smem / .block
   cu::configure_function(m.function, shape, m.kernel_label());
   if (options.step_kernel) {
     // One block per launch, same shared memory as the VM (the ops are the same code).
@@ -441,8 +435,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
 
   t0 = Clock::now();
   std::vector<uint64_t> addresses(m.buffer_offsets.size());
-  for (size_t i = 0; i < addresses.size(); ++i)
-    addresses[i] = m.arena.get() + m.buffer_offsets[i];
+  for (size_t i = 0; i < addresses.size(); ++i) addresses[i] = m.arena.get() + m.buffer_offsets[i];
   m.tma = cu::encode_tma(program, addresses);
   phase("tma_encode", t0);
   return exe;
@@ -473,13 +466,12 @@ LaunchResult GpuExecutable::launch(uint32_t iterations) {
     throw Error(ErrorKind::usage, "launch.iterations", "", "a launch needs at least one pass");
   m.context.make_current();
   LaunchResult r = m.run(iterations);
-  if (r.status != "ok")
-    spdlog::debug("launch stopped: {}", describe_diag(r.diag));
+  if (r.status != "ok") spdlog::debug("launch stopped: {}", describe_diag(r.diag));
   return r;
 }
 
-ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations,
-                                    const std::string& scope, uint64_t flush_bytes) {
+ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
+                                    uint64_t flush_bytes) {
   Impl& m = impl();
   if (scope != "kernel" && scope != "launch")
     throw Error(ErrorKind::usage, "profile.scope", "",
@@ -506,8 +498,7 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations,
     m.end.record(m.stream.get(), "the profile end event");
     const bool host_aborted = m.wait();
     amk_diag_t d = m.read_diag();
-    if (host_aborted && d.status == AMK_STATUS_OK)
-      d.status = AMK_STATUS_ABORTED;
+    if (host_aborted && d.status == AMK_STATUS_OK) d.status = AMK_STATUS_ABORTED;
     if (d.status != AMK_STATUS_OK) {
       const std::string status = launch_status_name(d.status);
       throw Error(status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "launch." + status,
@@ -516,8 +507,7 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations,
                       " did not finish ok: " + describe_diag(d));
     }
     const double ms = cu::elapsed_ms(m.start, m.end, "the profile events");
-    if (i >= warmup)
-      samples.push_back(ms);
+    if (i >= warmup) samples.push_back(ms);
   }
   ProfileStats s = summarize_samples(std::move(samples));
   s.warmup = warmup;
@@ -592,16 +582,14 @@ amk_diag_t GpuExecutable::wait_idle() {
   m.context.make_current();
   const bool host_aborted = m.wait();
   amk_diag_t d = m.read_diag();
-  if (host_aborted && d.status == AMK_STATUS_OK)
-    d.status = AMK_STATUS_ABORTED;
+  if (host_aborted && d.status == AMK_STATUS_OK) d.status = AMK_STATUS_ABORTED;
   return d;
 }
 
 std::vector<uint64_t> GpuExecutable::trace() const {
   Impl& m = impl();
   std::vector<uint64_t> words;
-  if (m.trace_words.get() == 0)
-    return words;
+  if (m.trace_words.get() == 0) return words;
   m.context.make_current();
   words.resize(m.trace_words.size() / sizeof(uint64_t));
   m.trace_words.download(std::as_writable_bytes(std::span<uint64_t>(words)), 0, m.stream.get(),
@@ -611,8 +599,7 @@ std::vector<uint64_t> GpuExecutable::trace() const {
 }
 
 void GpuExecutable::close() {
-  if (!impl_)
-    return;
+  if (!impl_) return;
   std::unique_ptr<Impl> m = std::move(impl_);
   if (m->hung) {
     // A kernel may still be running: freeing its memory or module could block forever or pull
@@ -625,12 +612,11 @@ void GpuExecutable::close() {
     return;
   }
   try {
-    if (m->context)
-      m->context.make_current(); // the frees below act on the current context
+    if (m->context) m->context.make_current();  // the frees below act on the current context
   } catch (const Error& e) {
     spdlog::debug("closing the GPU executable: {}", e.what());
   }
-  m.reset(); // members in reverse declaration order; the context goes last
+  m.reset();  // members in reverse declaration order; the context goes last
 }
 
 DeviceInfo check_device_target(const Program& program, int ordinal) {
@@ -638,24 +624,19 @@ DeviceInfo check_device_target(const Program& program, int ordinal) {
   if (const auto mismatches = target_mismatches(program, d); !mismatches.empty()) {
     std::string msg = "program '" + program.name + "' cannot run on " + d.name + " (" + d.arch() +
                       ", device fingerprint " + d.fingerprint() + "): ";
-    for (size_t i = 0; i < mismatches.size(); ++i)
-      msg += (i ? "; " : "") + mismatches[i];
+    for (size_t i = 0; i < mismatches.size(); ++i) msg += (i ? "; " : "") + mismatches[i];
     throw Error(ErrorKind::device, "device.target", "/target", msg);
   }
   return d;
 }
 
 bool gpu_available(std::string* why) {
-  if (!cu::driver_available(why))
-    return false;
+  if (!cu::driver_available(why)) return false;
   try {
-    if (cu::device_count() > 0)
-      return true;
-    if (why != nullptr)
-      *why = "the NVIDIA driver reports no CUDA devices";
+    if (cu::device_count() > 0) return true;
+    if (why != nullptr) *why = "the NVIDIA driver reports no CUDA devices";
   } catch (const Error& e) {
-    if (why != nullptr)
-      *why = e.message();
+    if (why != nullptr) *why = e.message();
   }
   return false;
 }
@@ -664,9 +645,8 @@ std::vector<DeviceInfo> list_devices() {
   const int n = cu::device_count();
   std::vector<DeviceInfo> out;
   out.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i)
-    out.push_back(cu::query_device(i));
+  for (int i = 0; i < n; ++i) out.push_back(cu::query_device(i));
   return out;
 }
 
-} // namespace amk
+}  // namespace amk

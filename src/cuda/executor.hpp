@@ -28,26 +28,26 @@ struct GpuOptions {
   // The device as check_device_target saw it, when the caller checked it already (the CLI does,
   // before it makes the host data): the target is not checked again.
   std::optional<DeviceInfo> checked_device;
-  CompileOptions compile;             // arch is replaced by the device's arch
-  VmOverrides vm;                     // --vm FIELD=VALUE
-  bool trust_custom_ops = false;      // compile the program's custom op sources
-  bool step_kernel = false;           // also compile amk_step (one instruction a launch: bench)
-  std::optional<uint64_t> timeout_ms; // default: program.launch.timeout_ms
-  bool trace = false;                 // compile in and collect per-instruction timestamps
+  CompileOptions compile;              // arch is replaced by the device's arch
+  VmOverrides vm;                      // --vm FIELD=VALUE
+  bool trust_custom_ops = false;       // compile the program's custom op sources
+  bool step_kernel = false;            // also compile amk_step (one instruction a launch: bench)
+  std::optional<uint64_t> timeout_ms;  // default: program.launch.timeout_ms
+  bool trace = false;                  // compile in and collect per-instruction timestamps
 };
 
 struct LaunchResult {
-  std::string status; // ok | timeout | bad_operand
-  amk_diag_t diag{};  // what the watchdog or an op recorded (status AMK_STATUS_OK: nothing)
-  double host_ms = 0; // reset + launch + wait, host clock
+  std::string status;  // ok | timeout | bad_operand
+  amk_diag_t diag{};   // what the watchdog or an op recorded (status AMK_STATUS_OK: nothing)
+  double host_ms = 0;  // reset + launch + wait, host clock
 };
 
 struct ProfileStats {
   uint32_t warmup = 0, iterations = 0;
-  std::string scope; // kernel | launch
+  std::string scope;  // kernel | launch
   std::vector<double> samples_ms;
   double median_ms = 0, min_ms = 0, max_ms = 0, mean_ms = 0, stddev_ms = 0;
-  double rel_spread = 0; // stddev / mean: the relative noise of the samples
+  double rel_spread = 0;  // stddev / mean: the relative noise of the samples
 };
 
 // Trace layout (when GpuOptions::trace): kTraceWordsPerInstruction (report/trace.hpp) words per
@@ -83,8 +83,8 @@ public:
   ProfileStats profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
                        uint64_t flush_bytes = 0);
 
-  [[nodiscard]] HostBuffers download() const; // every buffer, in program order
-  void upload(const HostBuffers& buffers);    // e.g. the initial contents again
+  [[nodiscard]] HostBuffers download() const;  // every buffer, in program order
+  void upload(const HostBuffers& buffers);     // e.g. the initial contents again
 
   [[nodiscard]] const std::vector<std::pair<std::string, double>>& setup_timings_ms() const;
   [[nodiscard]] const DeviceInfo& device() const;
@@ -97,16 +97,16 @@ public:
   // Dynamic shared memory amk_vm launches with: the program's own, or what the VM needs (gemv's
   // ring, the TMA gemv's stages), whichever is larger.
   [[nodiscard]] uint32_t dynamic_smem() const;
-  [[nodiscard]] std::vector<uint64_t> trace() const; // raw words; empty unless options.trace
+  [[nodiscard]] std::vector<uint64_t> trace() const;  // raw words; empty unless options.trace
 
   // ---- the pieces of a launch, for cuda/bench.cpp (`amk bench`); valid while open ----
   struct StepLaunch {
-    CUfunction function = nullptr;    // amk_step; null unless GpuOptions::step_kernel
-    CUstream stream = nullptr;        // the executable's stream: resets, launches, copies, events
-    amk_device_program_t program{};   // amk_vm's and amk_step's first parameter (one pass)
-    const CUtensorMap* tma = nullptr; // the tensor-map table parameter; null without TMA specs
+    CUfunction function = nullptr;     // amk_step; null unless GpuOptions::step_kernel
+    CUstream stream = nullptr;         // the executable's stream: resets, launches, copies, events
+    amk_device_program_t program{};    // amk_vm's and amk_step's first parameter (one pass)
+    const CUtensorMap* tma = nullptr;  // the tensor-map table parameter; null without TMA specs
     uint32_t block = 0;
-    uint32_t dynamic_smem = 0;        // what amk_vm launches with; amk_step is configured for it
+    uint32_t dynamic_smem = 0;  // what amk_vm launches with; amk_step is configured for it
   };
   // Also makes the executable's context current on this thread.
   [[nodiscard]] StepLaunch step_launch() const;
@@ -117,7 +117,7 @@ public:
   // fault throws) and returns the diag record (status AMK_STATUS_ABORTED when the host aborted).
   [[nodiscard]] amk_diag_t wait_idle();
 
-  void close(); // idempotent; the destructor calls it
+  void close();  // idempotent; the destructor calls it
   [[nodiscard]] bool is_open() const noexcept { return impl_ != nullptr; }
 
   struct Impl;
@@ -149,4 +149,4 @@ private:
 // Median, min, max, mean, sample stddev and stddev/mean of the samples.
 [[nodiscard]] ProfileStats summarize_samples(std::vector<double> samples_ms);
 
-} // namespace amk
+}  // namespace amk

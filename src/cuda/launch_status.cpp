@@ -10,39 +10,25 @@ namespace amk {
 
 std::string launch_status_name(uint32_t status) {
   switch (status) {
-  case AMK_STATUS_OK:
-    return "ok";
-  case AMK_STATUS_TIMEOUT:
-    return "timeout";
-  case AMK_STATUS_ABORTED:
-    return "timeout"; // only the watchdog path or the host abort sets it
-  case AMK_STATUS_BAD_OPERAND:
-    return "bad_operand";
-  default:
-    throw Error(ErrorKind::launch, "launch.diag", "",
-                "the VM wrote unknown diag status " + std::to_string(status) +
-                    " (kernel and host disagree on the ABI)");
+    case AMK_STATUS_OK: return "ok";
+    case AMK_STATUS_TIMEOUT: return "timeout";
+    case AMK_STATUS_ABORTED: return "timeout";  // only the watchdog path or the host abort sets it
+    case AMK_STATUS_BAD_OPERAND: return "bad_operand";
+    default:
+      throw Error(ErrorKind::launch, "launch.diag", "",
+                  "the VM wrote unknown diag status " + std::to_string(status) +
+                      " (kernel and host disagree on the ABI)");
   }
 }
 
 std::string describe_diag(const amk_diag_t& d) {
   std::string status;
   switch (d.status) {
-  case AMK_STATUS_OK:
-    status = "ok";
-    break;
-  case AMK_STATUS_TIMEOUT:
-    status = "timeout";
-    break;
-  case AMK_STATUS_ABORTED:
-    status = "aborted";
-    break;
-  case AMK_STATUS_BAD_OPERAND:
-    status = "bad_operand";
-    break;
-  default:
-    status = "unknown(" + std::to_string(d.status) + ")";
-    break;
+    case AMK_STATUS_OK: status = "ok"; break;
+    case AMK_STATUS_TIMEOUT: status = "timeout"; break;
+    case AMK_STATUS_ABORTED: status = "aborted"; break;
+    case AMK_STATUS_BAD_OPERAND: status = "bad_operand"; break;
+    default: status = "unknown(" + std::to_string(d.status) + ")"; break;
   }
   return "status " + status + ", block " + std::to_string(d.block) + ", queue position " +
          std::to_string(d.queue_pos) + ", instruction " + std::to_string(d.instruction) + ", op " +
@@ -55,8 +41,7 @@ ProfileStats summarize_samples(std::vector<double> samples_ms) {
   ProfileStats s;
   s.samples_ms = std::move(samples_ms);
   const size_t n = s.samples_ms.size();
-  if (n == 0)
-    return s;
+  if (n == 0) return s;
   std::vector<double> sorted = s.samples_ms;
   std::sort(sorted.begin(), sorted.end());
   s.min_ms = sorted.front();
@@ -65,12 +50,11 @@ ProfileStats summarize_samples(std::vector<double> samples_ms) {
   s.mean_ms = std::accumulate(sorted.begin(), sorted.end(), 0.0) / static_cast<double>(n);
   if (n > 1) {
     double sq = 0;
-    for (double v : sorted)
-      sq += (v - s.mean_ms) * (v - s.mean_ms);
+    for (double v : sorted) sq += (v - s.mean_ms) * (v - s.mean_ms);
     s.stddev_ms = std::sqrt(sq / static_cast<double>(n - 1));
   }
   s.rel_spread = s.mean_ms > 0 ? s.stddev_ms / s.mean_ms : 0.0;
   return s;
 }
 
-} // namespace amk
+}  // namespace amk

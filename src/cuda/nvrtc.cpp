@@ -28,13 +28,12 @@ void check(nvrtcResult r, const char* call) {
 
 // Owns one nvrtcProgram.
 class NvrtcProgram {
- public:
+public:
   NvrtcProgram(const std::string& source, const char* name,
                const std::vector<const char*>& header_texts,
                const std::vector<const char*>& header_names) {
-    check(nvrtcCreateProgram(&program_, source.c_str(), name,
-                             static_cast<int>(header_texts.size()), header_texts.data(),
-                             header_names.data()),
+    check(nvrtcCreateProgram(&program_, source.c_str(), name, static_cast<int>(header_texts.size()),
+                             header_texts.data(), header_names.data()),
           "nvrtcCreateProgram");
   }
   NvrtcProgram(const NvrtcProgram&) = delete;
@@ -44,7 +43,7 @@ class NvrtcProgram {
   }
   [[nodiscard]] nvrtcProgram get() const noexcept { return program_; }
 
- private:
+private:
   nvrtcProgram program_ = nullptr;
 };
 

@@ -15,7 +15,7 @@ struct NvrtcResult {
   bool ok = false;
   std::vector<std::byte> cubin;  // for a real architecture (--gpu-architecture=sm_*)
   std::string ptx;               // for a virtual one (--gpu-architecture=compute_*)
-  std::string log;  // always fetched (ptxas -v lines included)
+  std::string log;               // always fetched (ptxas -v lines included)
 };
 
 // Toolkit include directories handed to NVRTC: $AMK_CUDA_INCLUDE (colon-separated) when set,

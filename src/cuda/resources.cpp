@@ -22,7 +22,7 @@ PrimaryContext PrimaryContext::retain(int ordinal) {
   PrimaryContext ctx;
   check(d.device_get(&ctx.device_, ordinal), "cuDeviceGet", what);
   check(d.primary_ctx_retain(&ctx.context_, ctx.device_), "cuDevicePrimaryCtxRetain", what);
-  ctx.make_current(); // on failure ctx's destructor releases the retain
+  ctx.make_current();  // on failure ctx's destructor releases the retain
   return ctx;
 }
 
@@ -41,11 +41,9 @@ void PrimaryContext::make_current() const {
 }
 
 void PrimaryContext::reset() noexcept {
-  if (context_ == nullptr)
-    return;
+  if (context_ == nullptr) return;
   context_ = nullptr;
-  if (const DriverApi* d = driver_if_loaded())
-    (void)d->primary_ctx_release(device_);
+  if (const DriverApi* d = driver_if_loaded()) (void)d->primary_ctx_release(device_);
 }
 
 // ---- Module ----
@@ -72,8 +70,7 @@ CUfunction Module::function(const std::string& name) const {
 }
 
 void Module::reset() noexcept {
-  if (module_ == nullptr)
-    return;
+  if (module_ == nullptr) return;
   if (const DriverApi* d = driver_if_loaded())
     (void)d->module_unload(std::exchange(module_, nullptr));
 }
@@ -90,8 +87,9 @@ DeviceMemory DeviceMemory::allocate(size_t bytes, std::string_view what) {
 }
 
 void L2Flush::enqueue(CUstream stream) {
-  check(driver().memset_d32_async(buffer_.get(), 0x9E3779B9u + ++count_, buffer_.size() / 4, stream),
-        "cuMemsetD32Async", "the L2 flush buffer");
+  check(
+      driver().memset_d32_async(buffer_.get(), 0x9E3779B9u + ++count_, buffer_.size() / 4, stream),
+      "cuMemsetD32Async", "the L2 flush buffer");
 }
 
 DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
@@ -112,12 +110,11 @@ void check_range(size_t offset, size_t count, size_t size, std::string_view call
                     std::to_string(offset) + " exceeds the allocation of " + std::to_string(size) +
                     " bytes");
 }
-} // namespace
+}  // namespace
 
 void DeviceMemory::upload(std::span<const std::byte> data, size_t offset, CUstream stream,
                           std::string_view what) const {
-  if (data.empty())
-    return;
+  if (data.empty()) return;
   check_range(offset, data.size(), bytes_, "cuMemcpyHtoDAsync", what);
   check(driver().memcpy_htod_async(ptr_ + offset, data.data(), data.size(), stream),
         "cuMemcpyHtoDAsync", what);
@@ -125,19 +122,16 @@ void DeviceMemory::upload(std::span<const std::byte> data, size_t offset, CUstre
 
 void DeviceMemory::download(std::span<std::byte> out, size_t offset, CUstream stream,
                             std::string_view what) const {
-  if (out.empty())
-    return;
+  if (out.empty()) return;
   check_range(offset, out.size(), bytes_, "cuMemcpyDtoHAsync", what);
   check(driver().memcpy_dtoh_async(out.data(), ptr_ + offset, out.size(), stream),
         "cuMemcpyDtoHAsync", what);
 }
 
 void DeviceMemory::reset() noexcept {
-  if (ptr_ == 0)
-    return;
+  if (ptr_ == 0) return;
   bytes_ = 0;
-  if (const DriverApi* d = driver_if_loaded())
-    (void)d->mem_free(std::exchange(ptr_, 0));
+  if (const DriverApi* d = driver_if_loaded()) (void)d->mem_free(std::exchange(ptr_, 0));
 }
 
 // ---- HostMappedMemory ----
@@ -151,7 +145,7 @@ HostMappedMemory HostMappedMemory::allocate(size_t bytes, std::string_view what)
   m.bytes_ = n;
   std::memset(m.host_, 0, n);
   check(driver().mem_host_get_device_pointer(&m.device_, m.host_, 0), "cuMemHostGetDevicePointer",
-        describe); // on failure m's destructor frees the host allocation
+        describe);  // on failure m's destructor frees the host allocation
   return m;
 }
 
@@ -166,8 +160,7 @@ HostMappedMemory& HostMappedMemory::operator=(HostMappedMemory&& o) noexcept {
 }
 
 void HostMappedMemory::reset() noexcept {
-  if (host_ == nullptr)
-    return;
+  if (host_ == nullptr) return;
   device_ = 0;
   bytes_ = 0;
   if (const DriverApi* d = driver_if_loaded())
@@ -197,8 +190,7 @@ void Stream::synchronize(std::string_view what) const {
 }
 
 void Stream::reset() noexcept {
-  if (stream_ == nullptr)
-    return;
+  if (stream_ == nullptr) return;
   if (const DriverApi* d = driver_if_loaded())
     (void)d->stream_destroy(std::exchange(stream_, nullptr));
 }
@@ -228,8 +220,7 @@ void Event::synchronize(std::string_view what) const {
 }
 
 void Event::reset() noexcept {
-  if (event_ == nullptr)
-    return;
+  if (event_ == nullptr) return;
   if (const DriverApi* d = driver_if_loaded())
     (void)d->event_destroy(std::exchange(event_, nullptr));
 }
@@ -240,4 +231,4 @@ double elapsed_ms(const Event& start, const Event& end, std::string_view what) {
   return static_cast<double>(ms);
 }
 
-} // namespace amk::cu
+}  // namespace amk::cu

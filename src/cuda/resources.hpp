@@ -26,7 +26,7 @@ public:
   PrimaryContext& operator=(const PrimaryContext&) = delete;
   ~PrimaryContext() { reset(); }
 
-  void make_current() const; // cuCtxSetCurrent, checked
+  void make_current() const;  // cuCtxSetCurrent, checked
   [[nodiscard]] CUdevice device() const noexcept { return device_; }
   [[nodiscard]] CUcontext get() const noexcept { return context_; }
   [[nodiscard]] explicit operator bool() const noexcept { return context_ != nullptr; }
@@ -111,7 +111,7 @@ class HostMappedMemory {
 public:
   HostMappedMemory() = default;
   static HostMappedMemory allocate(size_t bytes,
-                                   std::string_view what); // zero-filled
+                                   std::string_view what);  // zero-filled
   HostMappedMemory(HostMappedMemory&& o) noexcept
       : host_(std::exchange(o.host_, nullptr)), device_(std::exchange(o.device_, 0)),
         bytes_(std::exchange(o.bytes_, 0)) {}
@@ -162,7 +162,7 @@ private:
 class Event {
 public:
   Event() = default;
-  static Event create(std::string_view what); // timing enabled
+  static Event create(std::string_view what);  // timing enabled
   Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
   Event& operator=(Event&& o) noexcept;
   Event(const Event&) = delete;
@@ -182,4 +182,4 @@ private:
 // Milliseconds between two recorded, completed events.
 [[nodiscard]] double elapsed_ms(const Event& start, const Event& end, std::string_view what);
 
-} // namespace amk::cu
+}  // namespace amk::cu

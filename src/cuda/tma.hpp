@@ -17,9 +17,9 @@ namespace amk::cu {
 struct TmaArguments {
   CUtensorMapDataType dtype = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
   uint32_t rank = 0;
-  uint64_t address = 0;            // buffer address + element offset
-  std::vector<cuuint64_t> dims;    // innermost first
-  std::vector<cuuint64_t> strides; // bytes, rank - 1 entries
+  uint64_t address = 0;             // buffer address + element offset
+  std::vector<cuuint64_t> dims;     // innermost first
+  std::vector<cuuint64_t> strides;  // bytes, rank - 1 entries
   std::vector<cuuint32_t> box;
   std::vector<cuuint32_t> element_strides;
   CUtensorMapInterleave interleave = CU_TENSOR_MAP_INTERLEAVE_NONE;
@@ -41,4 +41,4 @@ struct TmaArguments {
 [[nodiscard]] std::vector<CUtensorMap> encode_tma(const Program& program,
                                                   const std::vector<uint64_t>& buffer_addresses);
 
-} // namespace amk::cu
+}  // namespace amk::cu

@@ -8,8 +8,8 @@
 namespace amk {
 namespace {
 
-constexpr uint32_t kTmaMinMajor = 9;     // the tensor memory accelerator first appears in sm_90
-constexpr uint32_t kClusterMinMajor = 9; // thread block clusters likewise
+constexpr uint32_t kTmaMinMajor = 9;      // the tensor memory accelerator first appears in sm_90
+constexpr uint32_t kClusterMinMajor = 9;  // thread block clusters likewise
 
 std::string cc_string(const DeviceInfo& d) {
   return std::to_string(d.cc_major) + "." + std::to_string(d.cc_minor);
@@ -23,14 +23,13 @@ uint64_t cluster_size(const Launch& launch) {
   return uint64_t{launch.cluster[0]} * launch.cluster[1] * launch.cluster[2];
 }
 
-} // namespace
+}  // namespace
 
 std::string DeviceInfo::arch() const {
   // Hopper's arch-specific features (wgmma, setmaxnreg) need the `a` target; later archs get the
   // portable target until amk has code that needs theirs.
   std::string s = "sm_" + std::to_string(cc_major) + std::to_string(cc_minor);
-  if (cc_major == 9 && cc_minor == 0)
-    s += 'a';
+  if (cc_major == 9 && cc_minor == 0) s += 'a';
   return s;
 }
 
@@ -96,12 +95,9 @@ std::vector<std::string> target_mismatches(const Program& program, const DeviceI
 
   // Features the program asks for, plus those its launch and TMA specs imply.
   uint32_t features = t.features;
-  if (program.launch.mode == LaunchMode::cooperative)
-    features |= kFeatureCooperative;
-  if (program.launch.mode == LaunchMode::cluster)
-    features |= kFeatureCluster;
-  if (!program.tma.empty())
-    features |= kFeatureTma;
+  if (program.launch.mode == LaunchMode::cooperative) features |= kFeatureCooperative;
+  if (program.launch.mode == LaunchMode::cluster) features |= kFeatureCluster;
+  if (!program.tma.empty()) features |= kFeatureTma;
 
   if ((features & kFeatureCooperative) && !device.cooperative_launch)
     out.push_back("the program needs cooperative launch (persistent blocks "
@@ -227,8 +223,7 @@ uint32_t auto_grid(const Program& program, const DeviceInfo& device,
   uint64_t g = 0;
   if (program.launch.mode == LaunchMode::cluster) {
     const uint64_t c = cluster_size(program.launch);
-    if (c == 0)
-      return 0;
+    if (c == 0) return 0;
     // Whole clusters only, also under the queue limit.
     g = std::min<uint64_t>(kernel.max_active_clusters, kMaxQueues / c) * c;
   } else {
@@ -237,4 +232,4 @@ uint32_t auto_grid(const Program& program, const DeviceInfo& device,
   return static_cast<uint32_t>(g);
 }
 
-} // namespace amk
+}  // namespace amk

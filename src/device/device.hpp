@@ -15,9 +15,9 @@ namespace amk {
 struct DeviceInfo {
   std::string name;
   int ordinal = 0;
-  uint32_t cc_major = 0, cc_minor = 0;   // compute capability
+  uint32_t cc_major = 0, cc_minor = 0;  // compute capability
   uint32_t sm_count = 0;
-  uint64_t smem_per_block = 0;           // default limit
+  uint64_t smem_per_block = 0;  // default limit
   uint64_t smem_per_block_optin = 0;
   uint64_t smem_per_sm = 0;
   uint32_t regs_per_sm = 0;
@@ -29,12 +29,12 @@ struct DeviceInfo {
   uint64_t global_mem_bytes = 0;
   bool cooperative_launch = false;
   bool cluster_launch = false;
-  int driver_version = 0;                // e.g. 13000
+  int driver_version = 0;  // e.g. 13000
   int nvrtc_major = 0, nvrtc_minor = 0;
 
-  [[nodiscard]] std::string arch() const;          // "sm_90a" on Hopper, else "sm_XY"
+  [[nodiscard]] std::string arch() const;  // "sm_90a" on Hopper, else "sm_XY"
   [[nodiscard]] uint32_t arch_number() const { return cc_major * 10 + cc_minor; }
-  [[nodiscard]] std::string fingerprint() const;   // sha256 over the fields that matter
+  [[nodiscard]] std::string fingerprint() const;  // sha256 over the fields that matter
   [[nodiscard]] nlohmann::json to_json() const;
 };
 
@@ -45,8 +45,8 @@ struct KernelResources {
   uint64_t local_bytes = 0;
   uint64_t const_bytes = 0;
   uint32_t max_threads = 0;
-  uint32_t blocks_per_sm = 0;      // occupancy at (block, dynamic smem)
-  uint32_t max_cluster_size = 0;   // cuOccupancyMaxPotentialClusterSize (cluster mode)
+  uint32_t blocks_per_sm = 0;        // occupancy at (block, dynamic smem)
+  uint32_t max_cluster_size = 0;     // cuOccupancyMaxPotentialClusterSize (cluster mode)
   uint32_t max_active_clusters = 0;  // cuOccupancyMaxActiveClusters (cluster mode)
 };
 

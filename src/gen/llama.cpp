@@ -51,7 +51,7 @@ Operand slice(uint32_t buffer, uint64_t offset, uint64_t extent) {
 // Builds a program instruction by instruction, with operands and params by slot name (encoded
 // through the op registry, so the generator follows the registry's signatures).
 class Builder {
- public:
+public:
   explicit Builder(Program& p) : p_(p) {}
 
   uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape,
@@ -142,7 +142,7 @@ class Builder {
     return q;
   }
 
- private:
+private:
   Program& p_;
 };
 
@@ -260,13 +260,14 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
   if (!cfg) {
     std::string names;
     for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
-    usage_error("usage.gen.preset", "--preset", "unknown preset '" + o.preset + "' (" + names + ")");
+    usage_error("usage.gen.preset", "--preset",
+                "unknown preset '" + o.preset + "' (" + names + ")");
   }
   ResolvedLlama r{*cfg, cfg->default_context};
   if (o.layers) {
     if (*o.layers < 1 || *o.layers > 1024)
-      usage_error("usage.gen.layers", "--layers", "layers must be in 1..1024, got " +
-                                                      std::to_string(*o.layers));
+      usage_error("usage.gen.layers", "--layers",
+                  "layers must be in 1..1024, got " + std::to_string(*o.layers));
     r.cfg.layers = *o.layers;
   }
   if (o.context) {
@@ -323,20 +324,20 @@ Program generate_llama(const LlamaOptions& o) {
 
   Program p;
   p.name = "llama_decode_" + c.preset;
-  p.description = "Llama decode step, batch 1 (amk gen llama --preset " + c.preset +
-                  "): hidden " + std::to_string(H) + ", " + std::to_string(c.layers) +
-                  " layers, " + std::to_string(c.heads) + " heads / " + std::to_string(nkv) +
-                  " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
-                  ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
-                  " (new token at position " + std::to_string(pos) +
-                  "). bf16 weights and KV caches, f32 activations" +
-                  (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
-                  (r.combine_oproj
-                       ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
-                       : std::string()) +
-                  (o.fused      ? std::string("fused layer.")
-                   : o.rope_ops ? std::string("unfused layer, rope and kv_append ops.")
-                                : std::string("unfused layer, RoPE inside attention."));
+  p.description =
+      "Llama decode step, batch 1 (amk gen llama --preset " + c.preset + "): hidden " +
+      std::to_string(H) + ", " + std::to_string(c.layers) + " layers, " + std::to_string(c.heads) +
+      " heads / " + std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " +
+      std::to_string(F) + ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
+      " (new token at position " + std::to_string(pos) +
+      "). bf16 weights and KV caches, f32 activations" +
+      (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
+      (r.combine_oproj
+           ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
+           : std::string()) +
+      (o.fused      ? std::string("fused layer.")
+       : o.rope_ops ? std::string("unfused layer, rope and kv_append ops.")
+                    : std::string("unfused layer, RoPE inside attention."));
   p.launch.grid = o.grid;
   Builder b(p);
 
@@ -446,29 +447,32 @@ Program generate_llama(const LlamaOptions& o) {
   uint32_t x = act("x.0", H);
   uint32_t x_ready = b.counter("x.0");
   uint32_t x_need = 1;
-  b.add("embed", "embedding", {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}},
-        {}, {}, {{x_ready, 1}});
+  b.add("embed", "embedding",
+        {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}}, {}, {},
+        {{x_ready, 1}});
 
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
     const std::string wp = layer_prefix(l);
     // Buffers and counters only the unfused layout uses (the fused one never names them).
-    auto uact = [&](const std::string& name, uint64_t n) { return o.fused ? kUnused : act(name, n); };
+    auto uact = [&](const std::string& name, uint64_t n) {
+      return o.fused ? kUnused : act(name, n);
+    };
     auto ucounter = [&](const std::string& name) { return o.fused ? kUnused : b.counter(name); };
     // ... and those only the rope-ops layout uses.
     const bool rope_ops = !o.fused && o.rope_ops;
-    auto ract = [&](const std::string& name, uint64_t n) { return rope_ops ? act(name, n) : kUnused; };
+    auto ract = [&](const std::string& name, uint64_t n) {
+      return rope_ops ? act(name, n) : kUnused;
+    };
     auto rcounter = [&](const std::string& name) { return rope_ops ? b.counter(name) : kUnused; };
     const uint32_t xn = uact(L + "xn", H), q = act(L + "q", Q), k = act(L + "k", KV),
                    v = act(L + "v", KV), qr = ract(L + "q_rope", Q), kr = ract(L + "k_rope", KV),
-                   parts = r.combine_oproj
-                               ? b.buffer("act." + L + "attn_partials", DType::f32,
-                                          {n_chunks, uint64_t{c.heads}, hd + 2})
-                               : b.buffer("act." + L + "attn_partials", DType::f32, {nkv, n_chunks, part}),
-                   attn = r.combine_oproj ? kUnused : act(L + "attn", Q),
-                   h = act(L + "h", H),
-                   hn = uact(L + "hn", H),
-                   gate = uact(L + "gate", F), up = uact(L + "up", F),
+                   parts = r.combine_oproj ? b.buffer("act." + L + "attn_partials", DType::f32,
+                                                      {n_chunks, uint64_t{c.heads}, hd + 2})
+                                           : b.buffer("act." + L + "attn_partials", DType::f32,
+                                                      {nkv, n_chunks, part}),
+                   attn = r.combine_oproj ? kUnused : act(L + "attn", Q), h = act(L + "h", H),
+                   hn = uact(L + "hn", H), gate = uact(L + "gate", F), up = uact(L + "up", F),
                    mlp = act(L + "mlp", F, false, o.mlp_bf16 ? DType::bf16 : DType::f32),
                    x_next = act("x." + std::to_string(l + 1), H);
     const uint32_t kc = buf.at("amk.kv.layers." + std::to_string(l) + ".k");
@@ -481,7 +485,8 @@ Program generate_llama(const LlamaOptions& o) {
     // instruction count.
     const bool head_sync = !rope_ops && [&] {
       auto overlap = [](uint64_t chunk, uint64_t seg) { return (chunk + seg - 2) / seg + 1; };
-      return overlap(qkv_chunk, group * hd) <= AMK_MAX_SIGNALS && overlap(qkv_chunk, hd) <= AMK_MAX_SIGNALS;
+      return overlap(qkv_chunk, group * hd) <= AMK_MAX_SIGNALS &&
+             overlap(qkv_chunk, hd) <= AMK_MAX_SIGNALS;
     }();
     // The o_proj gemvs merge the partials (LlamaOptions::combine_oproj): every chunk signals c_attn.
     const bool oproj_merge = r.combine_oproj;
@@ -523,8 +528,7 @@ Program generate_llama(const LlamaOptions& o) {
       const uint32_t nk = gemv_rows(L + "k_proj", buf.at(wp + "self_attn.k_proj.weight"), KV, H,
                                     qkv_chunk, xin, k, e, waits, c_k, segs[1]);
       const uint32_t nv = gemv_rows(L + "v_proj", buf.at(wp + "self_attn.v_proj.weight"), KV, H,
-                                    qkv_chunk, xin, v, e, std::move(waits),
-                                    c_v, segs[2]);
+                                    qkv_chunk, xin, v, e, std::move(waits), c_v, segs[2]);
       if (!head_sync) {
         sq.counters.assign(nkv, c_q);
         sk.counters.assign(nkv, c_k);
@@ -557,8 +561,8 @@ Program generate_llama(const LlamaOptions& o) {
         const uint64_t kv = std::min(combine_kv, nkv - g);
         std::vector<Wait> waits;
         for (uint64_t j = 0; j < kv && (head_sync || j == 0); ++j)
-          waits.push_back({parts_g[g + j],
-                           static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)});
+          waits.push_back(
+              {parts_g[g + j], static_cast<uint32_t>(head_sync ? n_chunks : nkv * n_chunks)});
         b.add(L + "combine." + std::to_string(n), "attention_combine",
               {{"partials", slice(parts, g * n_chunks * part, kv * n_chunks * part)},
                {"out", slice(attn, g * group * hd, kv * group * hd)}},
@@ -573,10 +577,10 @@ Program generate_llama(const LlamaOptions& o) {
     auto add_o_proj = [&]() -> uint32_t {
       const uint32_t w_o = buf.at(wp + "self_attn.o_proj.weight");
       if (oproj_merge)  // every chunk signals c_attn; x is the partials, merged in the gemv
-        return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, parts, h,
-                         {.residual = x, .combine_hd = static_cast<uint32_t>(hd),
-                          .combine_heads = c.heads},
-                         {{c_attn, static_cast<uint32_t>(uint64_t{c.heads} * n_chunks)}}, c_h);
+        return gemv_rows(
+            L + "o_proj", w_o, H, Q, o_chunk, parts, h,
+            {.residual = x, .combine_hd = static_cast<uint32_t>(hd), .combine_heads = c.heads},
+            {{c_attn, static_cast<uint32_t>(uint64_t{c.heads} * n_chunks)}}, c_h);
       const uint32_t nc = add_combines();
       return gemv_rows(L + "o_proj", w_o, H, Q, o_chunk, attn, h, {.residual = x}, {{c_attn, nc}},
                        c_h);
@@ -643,8 +647,8 @@ Program generate_llama(const LlamaOptions& o) {
       for (uint64_t g = 0; g < nkv; ++g) {
         const std::string G = std::to_string(g);
         b.add(L + "k_cache." + G, "rope",
-              {{"x", slice(k, g * hd, hd)}, {"y", slice(kc, (g * T + pos) * hd, hd)}},
-              rope_params, {{sk.counters[g], sk.need[g]}}, {{c_kc, 1}});
+              {{"x", slice(k, g * hd, hd)}, {"y", slice(kc, (g * T + pos) * hd, hd)}}, rope_params,
+              {{sk.counters[g], sk.need[g]}}, {{c_kc, 1}});
         b.add(L + "v_cache." + G, "copy",
               {{"x", slice(v, g * hd, hd)}, {"y", slice(vc, (g * T + pos) * hd, hd)}}, {},
               {{sv.counters[g], sv.need[g]}}, {{c_vc, 1}});
@@ -655,11 +659,11 @@ Program generate_llama(const LlamaOptions& o) {
       qkv_gemvs(x, {.norm = buf.at(wp + "input_layernorm.weight")}, {{x_ready, x_need}});
       add_attention_with_rope();
       const uint32_t no = add_o_proj();
-      const uint32_t ng = gemv_rows(
-          L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H, glu_chunk, h, mlp,
-          {.norm = buf.at(wp + "post_attention_layernorm.weight"),
-           .w2 = buf.at(wp + "mlp.up_proj.weight")},
-          {{c_h, no}}, c_mlp);
+      const uint32_t ng = gemv_rows(L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
+                                    glu_chunk, h, mlp,
+                                    {.norm = buf.at(wp + "post_attention_layernorm.weight"),
+                                     .w2 = buf.at(wp + "mlp.up_proj.weight")},
+                                    {{c_h, no}}, c_mlp);
       const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
                                     down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, ng}}, c_x);
       x = x_next;
@@ -669,7 +673,8 @@ Program generate_llama(const LlamaOptions& o) {
     }
 
     b.add(L + "input_norm", "rmsnorm",
-          {{"x", b.whole(x)}, {"weight", b.whole(buf.at(wp + "input_layernorm.weight"))},
+          {{"x", b.whole(x)},
+           {"weight", b.whole(buf.at(wp + "input_layernorm.weight"))},
            {"y", b.whole(xn)}},
           {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xn, 1}});
 
@@ -683,8 +688,8 @@ Program generate_llama(const LlamaOptions& o) {
             {{c_qr, 1}});
       b.add(L + "k_rope", "rope", {{"x", b.whole(k)}, {"y", b.whole(kr)}}, rope_params, {{c_k, nk}},
             {{c_kr, 1}});
-      b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}},
-            append_params, {{c_v, nv}}, {{c_vc, 1}});
+      b.add(L + "v_append", "kv_append", {{"x", b.whole(v)}, {"cache", b.whole(vc)}}, append_params,
+            {{c_v, nv}}, {{c_vc, 1}});
       b.add(L + "k_append", "kv_append", {{"x", b.whole(kr)}, {"cache", b.whole(kc)}},
             append_params, {{c_kr, 1}}, {{c_kc, 1}});
 
@@ -704,13 +709,14 @@ Program generate_llama(const LlamaOptions& o) {
     }
     const uint32_t no = add_o_proj();
     b.add(L + "post_norm", "rmsnorm",
-          {{"x", b.whole(h)}, {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
+          {{"x", b.whole(h)},
+           {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},
           {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
     const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
                                   gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
-    const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H,
-                                  gu_chunk, hn, up, {}, {{c_hn, 1}}, c_up);
+    const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H, gu_chunk,
+                                  hn, up, {}, {{c_hn, 1}}, c_up);
     // silu_mul in slices on several blocks: one block's pass over all F elements is bound by
     // its instruction issue (an exp and a division per element), not by the 2F floats it reads.
     const uint64_t silu_len = ceil_div(F, silu_slices);
@@ -721,8 +727,9 @@ Program generate_llama(const LlamaOptions& o) {
             {{"gate", slice(gate, r0, nr)}, {"up", slice(up, r0, nr)}, {"y", slice(mlp, r0, nr)}},
             {}, {{c_gate, ng}, {c_up, nu}}, {{c_mlp, 1}});
     }
-    const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
-                                  down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);
+    const uint32_t nd =
+        gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F, down_chunk, mlp,
+                  x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);
     x = x_next;
     x_ready = c_x;
     x_need = nd;
@@ -764,7 +771,9 @@ Program generate_llama(const LlamaOptions& o) {
             {{"base", static_cast<double>(r0)}}, {{c_logits, nl}}, {{c_part, 1}});
     }
     b.add("argmax", "argmax",
-          {{"x", slice(part_v, 0, parts)}, {"index", b.whole(next)}, {"index_map", slice(part_i, 0, parts)}},
+          {{"x", slice(part_v, 0, parts)},
+           {"index", b.whole(next)},
+           {"index_map", slice(part_i, 0, parts)}},
           {}, {{c_part, parts}}, {});
   }
 
@@ -887,8 +896,8 @@ std::string llama_config_json(const ResolvedLlama& r, const LlamaOptions& o) {
   return j.dump();
 }
 
-std::vector<std::byte> safetensors_header_bytes(const std::vector<TensorSpec>& tensors,
-                                                const std::map<std::string, std::string>& metadata) {
+std::vector<std::byte> safetensors_header_bytes(
+    const std::vector<TensorSpec>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json j;
   if (!metadata.empty()) {
     nlohmann::ordered_json m = nlohmann::ordered_json::object();
@@ -898,7 +907,8 @@ std::vector<std::byte> safetensors_header_bytes(const std::vector<TensorSpec>& t
   uint64_t off = 0;
   for (const TensorSpec& t : tensors) {
     const uint64_t bytes = t.elements() * dtype_size(t.dtype);
-    j[t.name] = {{"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
+    j[t.name] = {
+        {"dtype", st_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {off, off + bytes}}};
     off += bytes;
   }
   std::string text = j.dump();

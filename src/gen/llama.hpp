@@ -61,8 +61,8 @@ struct LlamaOptions {
   std::optional<uint32_t> layers;   // override the preset's layer count
   std::optional<uint32_t> context;  // KV length incl. the new token (position = context - 1)
   uint64_t seed = 0;
-  int64_t token = 1;                // input token id
-  uint32_t grid = 0;                // 0: launch grid auto, amk schedules; else grid + queues
+  int64_t token = 1;  // input token id
+  uint32_t grid = 0;  // 0: launch grid auto, amk schedules; else grid + queues
   // Fused layer: rmsnorm inside the gemvs that read the normed vector, gate/up as one GLU
   // gemv, RoPE and the new token's k/v inside attention_decode (the cache append runs off the
   // critical path): six dependent phases a layer instead of nine, faster than the unfused

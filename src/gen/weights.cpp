@@ -26,8 +26,8 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
     t.dtype = it->dtype;
     index.push_back(static_cast<uint32_t>(it - program.buffers.begin()));
   }
-  const auto header =
-      safetensors_header_bytes(tensors, {{"format", "pt"}, {"amk.config", llama_config_json(r, options)}});
+  const auto header = safetensors_header_bytes(
+      tensors, {{"format", "pt"}, {"amk.config", llama_config_json(r, options)}});
 
   const std::filesystem::path tmp =
       file.string() + ".tmp." + std::to_string(static_cast<long long>(::getpid()));
@@ -42,17 +42,20 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw_io_error("io.write", tmp.string(), "cannot create the weights file");
-    out.write(reinterpret_cast<const char*>(header.data()), static_cast<std::streamsize>(header.size()));
+    out.write(reinterpret_cast<const char*>(header.data()),
+              static_cast<std::streamsize>(header.size()));
     if (threads == 0) threads = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
     for (size_t first = 0; first < index.size(); first += threads) {
       const size_t last = std::min(index.size(), first + threads);
       std::vector<std::future<std::vector<std::byte>>> jobs;
       for (size_t i = first; i < last; ++i)
-        jobs.push_back(std::async(std::launch::async,
-                                  [&program, b = index[i]] { return materialize_buffer(program, b); }));
+        jobs.push_back(std::async(std::launch::async, [&program, b = index[i]] {
+          return materialize_buffer(program, b);
+        }));
       for (auto& j : jobs) {
         const std::vector<std::byte> data = j.get();
-        out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+        out.write(reinterpret_cast<const char*>(data.data()),
+                  static_cast<std::streamsize>(data.size()));
       }
     }
     out.flush();
@@ -60,7 +63,8 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
   }
   std::error_code ec;
   std::filesystem::rename(tmp, file, ec);
-  if (ec) throw_io_error("io.write", file.string(), "cannot rename the weights file: " + ec.message());
+  if (ec)
+    throw_io_error("io.write", file.string(), "cannot rename the weights file: " + ec.message());
   cleanup.armed = false;
 
   use_safetensors(program, read_safetensors_header(file), program_path, /*require_kv=*/true);

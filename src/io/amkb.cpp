@@ -132,10 +132,14 @@ bool valid_utf8(std::string_view s) {
     size_t n = 0;
     uint32_t cp = 0;
     uint32_t min = 0;
-    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07, min = 0x10000;
-    else return false;
+    if ((c & 0xE0) == 0xC0)
+      n = 1, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0)
+      n = 2, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0)
+      n = 3, cp = c & 0x07, min = 0x10000;
+    else
+      return false;
     if (s.size() - i - 1 < n) return false;
     for (size_t k = 1; k <= n; ++k) {
       auto d = static_cast<uint8_t>(s[i + k]);
@@ -177,7 +181,7 @@ struct Section {
 // A bounds-checked cursor over one section. Every read states what it reads, so a short section
 // names the field it ended in.
 class Cursor {
- public:
+public:
   Cursor(const uint8_t* file, const Section& s, std::string code)
       : file_(file), pos_(s.offset), end_(s.offset + s.size), code_(std::move(code)) {
     area_ = std::string("section ") + s.name;
@@ -193,7 +197,8 @@ class Cursor {
   [[noreturn]] void bad(uint64_t at, std::string msg) const { fail_at(at, code_, std::move(msg)); }
 
   void need(uint64_t n, std::string_view what) const {
-    if (remaining() < n) bad(pos_, std::string(area_.substr(8)) + " ends inside " + std::string(what));
+    if (remaining() < n)
+      bad(pos_, std::string(area_.substr(8)) + " ends inside " + std::string(what));
   }
   const uint8_t* take(uint64_t n, std::string_view what) {
     need(n, what);
@@ -222,8 +227,9 @@ class Cursor {
     uint64_t at = pos_;
     uint32_t len = u32(what);
     if (len > max_len)
-      fail_at(at, std::string(limit_code), std::string(what) + " is " + std::to_string(len) +
-                                               " bytes (limit " + std::to_string(max_len) + ")");
+      fail_at(at, std::string(limit_code),
+              std::string(what) + " is " + std::to_string(len) + " bytes (limit " +
+                  std::to_string(max_len) + ")");
     const uint8_t* p = take(len, what);
     std::string s(reinterpret_cast<const char*>(p), len);
     if (!valid_utf8(s)) bad(at, std::string(what) + " is not valid UTF-8");
@@ -270,7 +276,7 @@ class Cursor {
     return c;
   }
 
- private:
+private:
   const uint8_t* file_;
   uint64_t pos_;
   uint64_t end_;
@@ -292,7 +298,7 @@ struct Meta {
 };
 
 void read_section_table(const uint8_t* f, uint64_t file_bytes, uint32_t count,
-                           std::array<Section, 5>& by_kind) {
+                        std::array<Section, 5>& by_kind) {
   const uint64_t table_end = kHeaderBytes + uint64_t{count} * kEntryBytes;
   uint64_t prev_end = table_end;
   const char* prev_name = "section table";
@@ -301,7 +307,8 @@ void read_section_table(const uint8_t* f, uint64_t file_bytes, uint32_t count,
     const uint8_t* p = f + e;
     uint32_t kind = rd32(p);
     const KindInfo* info = find_kind(kind);
-    if (!info) fail("amkb.section", "section table", e, "unknown section kind " + std::to_string(kind));
+    if (!info)
+      fail("amkb.section", "section table", e, "unknown section kind " + std::to_string(kind));
     if (by_kind[kind].present)
       fail("amkb.section", "section table", e, std::string("duplicate section ") + info->name);
     if (rd32(p + 4) != 0 || rd32(p + 28) != 0)
@@ -327,8 +334,8 @@ void read_section_table(const uint8_t* f, uint64_t file_bytes, uint32_t count,
     // Entries are in file order; a section starting before the previous one ends overlaps it.
     if (s.offset < prev_end)
       fail("amkb.section.overlap", "section table", e + 8,
-           std::string("section ") + info->name + " at " + std::to_string(s.offset) +
-               " overlaps " + prev_name + " ending at " + std::to_string(prev_end));
+           std::string("section ") + info->name + " at " + std::to_string(s.offset) + " overlaps " +
+               prev_name + " ending at " + std::to_string(prev_end));
     if (!all_zero(f + prev_end, s.offset - prev_end))
       fail("amkb.section", "section table", e + 8,
            "nonzero padding before section " + std::string(info->name));
@@ -365,8 +372,8 @@ void read_buffers(Cursor& r, Program& p, Meta& meta) {
     at = r.pos();
     uint8_t rank = r.u8("buffer rank");
     if (rank > kMaxRank)
-      r.fail_at(at, "limit.rank", "rank " + std::to_string(rank) + " exceeds " +
-                                     std::to_string(kMaxRank));
+      r.fail_at(at, "limit.rank",
+                "rank " + std::to_string(rank) + " exceeds " + std::to_string(kMaxRank));
     at = r.pos();
     uint8_t kind = r.u8("init kind");
     if (kind > static_cast<uint8_t>(InitKind::safetensors))
@@ -380,8 +387,10 @@ void read_buffers(Cursor& r, Program& p, Meta& meta) {
       uint64_t dim = r.u64("buffer shape");
       if (dim == 0) r.bad(at, "buffer '" + b.name + "' has a zero dimension");
       auto e = checked_mul(elements, dim);
-      if (!e) too_big = true;
-      else elements = *e;
+      if (!e)
+        too_big = true;
+      else
+        elements = *e;
       b.shape.push_back(dim);
     }
     auto bytes = checked_mul(elements, dtype_size(b.dtype));
@@ -477,7 +486,8 @@ void read_tma(Cursor& r, Program& p) {
     if (rank < 1 || rank > 5) r.bad(at, "tma rank " + std::to_string(rank) + " is not 1..5");
     if (n_strides != 0 && n_strides != rank - 1)
       r.bad(at + 1, "tma strides must be empty or rank-1 entries");
-    if (n_es != 0 && n_es != rank) r.bad(at + 2, "tma element_strides must be empty or rank entries");
+    if (n_es != 0 && n_es != rank)
+      r.bad(at + 2, "tma element_strides must be empty or rank entries");
     if (h[3] > 3) r.bad(at + 3, "unknown tma swizzle " + std::to_string(h[3]));
     if (h[4] > 2) r.bad(at + 4, "unknown tma interleave " + std::to_string(h[4]));
     if (h[5] > 3) r.bad(at + 5, "unknown tma l2_promotion " + std::to_string(h[5]));
@@ -490,7 +500,8 @@ void read_tma(Cursor& r, Program& p) {
     for (uint8_t k = 0; k < rank; ++k) {
       at = r.pos();
       uint64_t d = r.u64("tma dims");
-      if (d == 0 || d > kMaxTmaDim) r.bad(at, "tma dimension " + std::to_string(d) + " is not 1..2^32");
+      if (d == 0 || d > kMaxTmaDim)
+        r.bad(at, "tma dimension " + std::to_string(d) + " is not 1..2^32");
       t.dims.push_back(d);
     }
     for (uint8_t k = 0; k < n_strides; ++k) t.strides.push_back(r.u64("tma strides"));
@@ -535,7 +546,8 @@ void read_custom_ops(Cursor& r, Program& p, const LoadOptions& options) {
       uint64_t cat = r.pos();
       uint32_t c = r.u32(what);
       if (c > limit)
-        r.bad(cat, std::string(what) + " " + std::to_string(c) + " exceeds " + std::to_string(limit));
+        r.bad(cat,
+              std::string(what) + " " + std::to_string(c) + " exceeds " + std::to_string(limit));
       std::set<std::string, std::less<>> seen;
       for (uint32_t k = 0; k < c; ++k) {
         uint64_t kat = r.pos();
@@ -558,8 +570,9 @@ Meta read_meta(const uint8_t* f, const Section& s, uint64_t n_instructions, Prog
   uint64_t at = r.pos();
   p.version = r.u32("program version");
   if (p.version != kFormatVersion)
-    r.fail_at(at, "amkb.version", "program version " + std::to_string(p.version) + " (expected " +
-                                      std::to_string(kFormatVersion) + ")");
+    r.fail_at(at, "amkb.version",
+              "program version " + std::to_string(p.version) + " (expected " +
+                  std::to_string(kFormatVersion) + ")");
 
   at = r.pos();
   p.target.min_arch = r.u32("target min_arch");
@@ -618,7 +631,8 @@ Meta read_meta(const uint8_t* f, const Section& s, uint64_t n_instructions, Prog
     at = r.pos();
     // Empty = unnamed; otherwise a name, unique.
     meta.instruction_names.push_back(r.name("instruction name", false, true));
-    if (!meta.instruction_names.back().empty() && !names.insert(meta.instruction_names.back()).second)
+    if (!meta.instruction_names.back().empty() &&
+        !names.insert(meta.instruction_names.back()).second)
       r.bad(at, "duplicate instruction name '" + meta.instruction_names.back() + "'");
   }
 
@@ -649,8 +663,8 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
     if (a.index != i)
       bad(offsetof(amk_instruction_t, index), "amkb.instruction",
           "index field " + std::to_string(a.index) + " differs from its position");
-    if (a.flags != 0 || a.reserved0 != 0 || !all_zero(reinterpret_cast<const uint8_t*>(a.reserved1),
-                                                      sizeof a.reserved1))
+    if (a.flags != 0 || a.reserved0 != 0 ||
+        !all_zero(reinterpret_cast<const uint8_t*>(a.reserved1), sizeof a.reserved1))
       bad(offsetof(amk_instruction_t, flags), "amkb.instruction", "reserved fields must be zero");
     if (a.n_operands > AMK_MAX_OPERANDS || a.n_waits > AMK_MAX_WAITS ||
         a.n_signals > AMK_MAX_SIGNALS || a.n_params > AMK_MAX_PARAMS)
@@ -696,7 +710,8 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
                            const char* what) {
       const auto* b = static_cast<const uint8_t*>(arr);
       if (!all_zero(b + used * elem, (cap - used) * elem))
-        bad(field + used * elem, "amkb.instruction", std::string("unused ") + what + " slots must be zero");
+        bad(field + used * elem, "amkb.instruction",
+            std::string("unused ") + what + " slots must be zero");
     };
     for (size_t k = a.n_operands; k < AMK_MAX_OPERANDS; ++k) {
       const amk_operand_t& o = a.operands[k];
@@ -728,7 +743,8 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
             "operand " + std::to_string(k) + " names buffer " + std::to_string(o.buffer) + " of " +
                 std::to_string(p.buffers.size()));
       } else if (!checked_add(o.offset, o.extent)) {
-        bad(field, "amkb.instruction", "operand " + std::to_string(k) + " offset + extent overflows");
+        bad(field, "amkb.instruction",
+            "operand " + std::to_string(k) + " offset + extent overflows");
       }
       in.operands.push_back({o.buffer, o.offset, o.extent});
     }
@@ -769,12 +785,12 @@ void read_queues(const uint8_t* f, const Section& s, Program& p) {
   uint32_t n_queues = r.u32("queue count");
   uint32_t n_items = r.u32("queue item count");
   if (n_queues > kMaxQueues)
-    r.fail_at(at, "limit.queues", "queue count " + std::to_string(n_queues) + " exceeds " +
-                                      std::to_string(kMaxQueues));
+    r.fail_at(at, "limit.queues",
+              "queue count " + std::to_string(n_queues) + " exceeds " + std::to_string(kMaxQueues));
   if (n_queues == 0) r.bad(at, "queue count must be positive");
   if (p.launch.grid != 0 && p.launch.grid != n_queues)
-    r.bad(at, std::to_string(n_queues) + " queues but launch.grid is " +
-                  std::to_string(p.launch.grid));
+    r.bad(at,
+          std::to_string(n_queues) + " queues but launch.grid is " + std::to_string(p.launch.grid));
   // n_queues <= 2^16 and n_items < 2^32: no overflow in 64 bits.
   const uint64_t expect = 8 + 4 * (uint64_t{n_queues} + 1) + 4 * uint64_t{n_items};
   if (s.size != expect)
@@ -796,8 +812,8 @@ void read_queues(const uint8_t* f, const Section& s, Program& p) {
     uint32_t b = rd32(f + offsets_at + 4 * uint64_t{q});
     uint32_t e = rd32(f + offsets_at + 4 * (uint64_t{q} + 1));
     if (e < b || e > n_items)
-      r.bad(offsets_at + 4 * (uint64_t{q} + 1), "queue offsets must be non-decreasing and <= " +
-                                                     std::to_string(n_items));
+      r.bad(offsets_at + 4 * (uint64_t{q} + 1),
+            "queue offsets must be non-decreasing and <= " + std::to_string(n_items));
     std::vector<uint32_t> items;
     items.reserve(e - b);
     for (uint32_t k = b; k < e; ++k) {
@@ -805,9 +821,10 @@ void read_queues(const uint8_t* f, const Section& s, Program& p) {
       uint32_t v = rd32(f + item_at);
       if (v >= p.instructions.size())
         r.fail_at(item_at, "ref.instruction",
-                  "queue " + std::to_string(q) + " names instruction " + std::to_string(v) + " of " +
-                      std::to_string(p.instructions.size()));
-      if (seen[v]) r.bad(item_at, "instruction " + std::to_string(v) + " appears twice in the queues");
+                  "queue " + std::to_string(q) + " names instruction " + std::to_string(v) +
+                      " of " + std::to_string(p.instructions.size()));
+      if (seen[v])
+        r.bad(item_at, "instruction " + std::to_string(v) + " appears twice in the queues");
       seen[v] = 1;
       items.push_back(v);
     }
@@ -848,7 +865,7 @@ void read_data(const uint8_t* f, const Section& s, const Meta& meta, Program& p)
 // Writing
 
 class Out {
- public:
+public:
   std::vector<std::byte> bytes;
   void u8(uint8_t v) { bytes.push_back(std::byte{v}); }
   void u32(uint32_t v) { raw(&v, 4); }
@@ -873,7 +890,8 @@ class Out {
 };
 
 uint8_t small_count(size_t n, size_t cap, const std::string& where, const char* what) {
-  if (n > cap) encode_fail(where, std::string(what) + ": " + std::to_string(n) + " > " + std::to_string(cap));
+  if (n > cap)
+    encode_fail(where, std::string(what) + ": " + std::to_string(n) + " > " + std::to_string(cap));
   return static_cast<uint8_t>(n);
 }
 
@@ -897,7 +915,8 @@ amk_instruction_t to_abi(const Instruction& in, uint32_t index) {
     a.operands[k].extent = static_cast<uint32_t>(o.extent);
     a.operands[k].buffer = o.buffer;
   }
-  for (size_t k = 0; k < in.waits.size(); ++k) a.waits[k] = {in.waits[k].counter, in.waits[k].value};
+  for (size_t k = 0; k < in.waits.size(); ++k)
+    a.waits[k] = {in.waits[k].counter, in.waits[k].value};
   for (size_t k = 0; k < in.signals.size(); ++k)
     a.signals[k] = {in.signals[k].counter, in.signals[k].add};
   for (size_t k = 0; k < in.params.size(); ++k) a.params[k] = in.params[k];
@@ -1060,7 +1079,8 @@ Program parse_amkb_program(std::span<const std::byte> bytes, const LoadOptions& 
          std::to_string(n - file_bytes) + " trailing bytes after the declared end");
   const uint64_t table_end = kHeaderBytes + uint64_t{count} * kEntryBytes;
   if (table_end > file_bytes)
-    fail("amkb.header", "header", kHdrSectionCount, "the section table runs past the end of the file");
+    fail("amkb.header", "header", kHdrSectionCount,
+         "the section table runs past the end of the file");
   if (crc_mismatch(rd32(f + kHdrTableCrc), f + kHeaderBytes, table_end - kHeaderBytes))
     fail("amkb.checksum", "section table", kHeaderBytes, "section table checksum mismatch");
 
@@ -1085,7 +1105,8 @@ Program parse_amkb_program(std::span<const std::byte> bytes, const LoadOptions& 
   Meta meta = read_meta(f, sec[kMeta], n_instructions, p, options);
   read_instructions(f, instr, meta.instruction_names, p);
   if (sec[kQueues].present) read_queues(f, sec[kQueues], p);
-  if (sec[kData].present) read_data(f, sec[kData], meta, p);
+  if (sec[kData].present)
+    read_data(f, sec[kData], meta, p);
   else if (!meta.values.empty())
     fail("amkb.section.missing", "section table", kHeaderBytes,
          "buffers have inline values but the DATA section is missing");

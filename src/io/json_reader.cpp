@@ -30,7 +30,7 @@ constexpr uint64_t kMaxTmaRank = 5;
 
 // ---- JSON pointers, built only when an error is thrown ----
 
-void append_pointer_token(std::string &out, std::string_view token) {
+void append_pointer_token(std::string& out, std::string_view token) {
   out += '/';
   for (char c : token) {
     if (c == '~')
@@ -45,7 +45,7 @@ void append_pointer_token(std::string &out, std::string_view token) {
 // A location in the document: a chain of stack-allocated segments, so walking 100k
 // instructions costs no string building.
 struct Loc {
-  const Loc *parent = nullptr;
+  const Loc* parent = nullptr;
   std::string_view key;
   size_t index = 0;
   bool is_index = false;
@@ -54,13 +54,11 @@ struct Loc {
   [[nodiscard]] Loc operator/(size_t i) const { return Loc{this, {}, i, true}; }
 
   [[nodiscard]] std::string str() const {
-    std::vector<const Loc *> chain;
-    for (const Loc *l = this; l && l->parent; l = l->parent)
-      chain.push_back(l);
+    std::vector<const Loc*> chain;
+    for (const Loc* l = this; l && l->parent; l = l->parent) chain.push_back(l);
     // The root itself is written "/" (strictly, "" in RFC 6901), so that a location is never
     // empty and reads unambiguously in messages and tables.
-    if (chain.empty())
-      return "/";
+    if (chain.empty()) return "/";
     std::string out;
     for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
       if ((*it)->is_index)
@@ -72,7 +70,7 @@ struct Loc {
   }
 };
 
-[[noreturn]] void fail(std::string_view code, const Loc &loc, std::string message) {
+[[noreturn]] void fail(std::string_view code, const Loc& loc, std::string message) {
   throw_program_error(std::string(code), loc.str(), std::move(message));
 }
 
@@ -83,11 +81,11 @@ std::string in_quotes(std::string_view s) {
   return out;
 }
 
-template <typename Range> std::string join(const Range &items) {
+template <typename Range>
+std::string join(const Range& items) {
   std::string out;
-  for (const auto &it : items) {
-    if (!out.empty())
-      out += ", ";
+  for (const auto& it : items) {
+    if (!out.empty()) out += ", ";
     out += std::string_view(it);
   }
   return out.empty() ? "(none)" : out;
@@ -114,9 +112,9 @@ enum class Kind : uint8_t {
 struct Node {
   Kind kind = Kind::null;
   bool boolean = false;
-  uint32_t first = 0;   // array/object: index of the first child; string: offset in the pool
-  uint32_t count = 0;   // array/object: number of children; string: length
-  uint32_t key_off = 0; // a member of an object: its key in the pool
+  uint32_t first = 0;    // array/object: index of the first child; string: offset in the pool
+  uint32_t count = 0;    // array/object: number of children; string: length
+  uint32_t key_off = 0;  // a member of an object: its key in the pool
   uint32_t key_len = 0;
   union {
     int64_t i;
@@ -134,7 +132,7 @@ struct Doc {
 // A cheap handle on one node of a Doc.
 class Value {
 public:
-  Value(const Doc *doc, const Node *node) : doc_(doc), node_(node) {}
+  Value(const Doc* doc, const Node* node) : doc_(doc), node_(node) {}
 
   [[nodiscard]] Kind kind() const { return node_->kind; }
   [[nodiscard]] bool is_object() const { return kind() == Kind::object; }
@@ -163,59 +161,48 @@ public:
   [[nodiscard]] uint64_t u64() const { return node_->num.u; }
   [[nodiscard]] double number() const {
     switch (kind()) {
-    case Kind::integer:
-      return static_cast<double>(node_->num.i);
-    case Kind::unsigned_integer:
-      return static_cast<double>(node_->num.u);
-    default:
-      return node_->num.d;
+      case Kind::integer: return static_cast<double>(node_->num.i);
+      case Kind::unsigned_integer: return static_cast<double>(node_->num.u);
+      default: return node_->num.d;
     }
   }
   // Members are few (a dozen keys at most in valid programs): a linear scan beats hashing.
   [[nodiscard]] std::optional<Value> find(std::string_view k) const {
     for (size_t i = 0; i < size(); ++i) {
       Value m = (*this)[i];
-      if (m.key() == k)
-        return m;
+      if (m.key() == k) return m;
     }
     return std::nullopt;
   }
 
 private:
-  const Doc *doc_;
-  const Node *node_;
+  const Doc* doc_;
+  const Node* node_;
 };
 
 // A short, one-line rendering of a value for messages.
-std::string describe(const Value &j) {
+std::string describe(const Value& j) {
   switch (j.kind()) {
-  case Kind::object:
-    return "an object";
-  case Kind::array:
-    return "an array";
-  case Kind::null:
-    return "null";
-  case Kind::boolean:
-    return j.boolean() ? "true" : "false";
-  case Kind::integer:
-    return std::to_string(j.i64());
-  case Kind::unsigned_integer:
-    return std::to_string(j.u64());
-  case Kind::floating:
-    return json(j.number()).dump();
-  case Kind::string: {
-    std::string s = json(std::string(j.str())).dump(-1, ' ', true, json::error_handler_t::replace);
-    if (s.size() > 48)
-      s = s.substr(0, 44) + "...\"";
-    return "string " + s;
-  }
+    case Kind::object: return "an object";
+    case Kind::array: return "an array";
+    case Kind::null: return "null";
+    case Kind::boolean: return j.boolean() ? "true" : "false";
+    case Kind::integer: return std::to_string(j.i64());
+    case Kind::unsigned_integer: return std::to_string(j.u64());
+    case Kind::floating: return json(j.number()).dump();
+    case Kind::string: {
+      std::string s =
+          json(std::string(j.str())).dump(-1, ' ', true, json::error_handler_t::replace);
+      if (s.size() > 48) s = s.substr(0, 44) + "...\"";
+      return "string " + s;
+    }
   }
   return "?";
 }
 
 class DocBuilder {
 public:
-  explicit DocBuilder(Doc &doc) : doc_(doc) {}
+  explicit DocBuilder(Doc& doc) : doc_(doc) {}
 
   std::string code, where, message;
 
@@ -235,39 +222,39 @@ public:
     n.num.u = v;
     return add(n);
   }
-  bool number_float(json::number_float_t v, const std::string &) {
+  bool number_float(json::number_float_t v, const std::string&) {
     Node n = make(Kind::floating);
     n.num.d = v;
     return add(n);
   }
-  bool string(std::string &v) {
+  bool string(std::string& v) {
     Node n = make(Kind::string);
     n.first = static_cast<uint32_t>(doc_.chars.size());
     n.count = static_cast<uint32_t>(v.size());
     doc_.chars += v;
     return add(n);
   }
-  bool binary(json::binary_t &) { return add(make(Kind::null)); } // not produced by JSON text
+  bool binary(json::binary_t&) { return add(make(Kind::null)); }  // not produced by JSON text
 
   bool start_object(size_t) { return open(Kind::object); }
   bool start_array(size_t) { return open(Kind::array); }
   bool end_object() { return close(); }
   bool end_array() { return close(); }
 
-  bool key(std::string &k) {
+  bool key(std::string& k) {
     key_off_ = static_cast<uint32_t>(doc_.chars.size());
     key_len_ = static_cast<uint32_t>(k.size());
     doc_.chars += k;
     return true;
   }
 
-  bool parse_error(size_t position, const std::string &, const nlohmann::detail::exception &ex) {
+  bool parse_error(size_t position, const std::string&, const nlohmann::detail::exception& ex) {
     size_t byte = position;
     code = "json.syntax";
-    if (const auto *pe = dynamic_cast<const json::parse_error *>(&ex))
+    if (const auto* pe = dynamic_cast<const json::parse_error*>(&ex))
       byte = pe->byte;
     else
-      code = "json.range"; // a number too large for a double
+      code = "json.range";  // a number too large for a double
     where = "byte " + std::to_string(byte);
     message = ex.what();
     // Drop nlohmann's "[json.exception.parse_error.101] " prefix: the code says it.
@@ -288,7 +275,7 @@ private:
     }
     return n;
   }
-  bool add(const Node &n) {
+  bool add(const Node& n) {
     if (open_.empty())
       doc_.root = n;
     else
@@ -297,17 +284,15 @@ private:
   }
   bool open(Kind kind) {
     open_.push_back(make(kind));
-    if (pending_.size() < open_.size())
-      pending_.emplace_back();
+    if (pending_.size() < open_.size()) pending_.emplace_back();
     pending_[open_.size() - 1].clear();
     return true;
   }
   // Moves the finished container's children, contiguous, into the node array.
   bool close() {
     Node c = open_.back();
-    std::vector<Node> &kids = pending_[open_.size() - 1];
-    if (c.kind == Kind::object && !check_unique_keys(kids))
-      return false;
+    std::vector<Node>& kids = pending_[open_.size() - 1];
+    if (c.kind == Kind::object && !check_unique_keys(kids)) return false;
     if (doc_.nodes.size() + kids.size() > std::numeric_limits<uint32_t>::max()) {
       code = "json.range";
       message = "the document has too many values";
@@ -321,31 +306,27 @@ private:
     return add(c);
   }
 
-  std::string_view key_of(const Node &n) const {
+  std::string_view key_of(const Node& n) const {
     return std::string_view(doc_.chars).substr(n.key_off, n.key_len);
   }
 
-  bool check_unique_keys(const std::vector<Node> &kids) {
-    const Node *dup = nullptr;
+  bool check_unique_keys(const std::vector<Node>& kids) {
+    const Node* dup = nullptr;
     if (kids.size() <= 16) {
       for (size_t i = 1; i < kids.size() && !dup; ++i)
         for (size_t j = 0; j < i && !dup; ++j)
-          if (key_of(kids[i]) == key_of(kids[j]))
-            dup = &kids[i];
+          if (key_of(kids[i]) == key_of(kids[j])) dup = &kids[i];
     } else {
       std::vector<std::string_view> keys;
       keys.reserve(kids.size());
-      for (const Node &k : kids)
-        keys.push_back(key_of(k));
+      for (const Node& k : kids) keys.push_back(key_of(k));
       std::sort(keys.begin(), keys.end());
       for (size_t i = 1; i < keys.size() && !dup; ++i)
         if (keys[i] == keys[i - 1])
-          for (const Node &k : kids)
-            if (key_of(k) == keys[i])
-              dup = &k;
+          for (const Node& k : kids)
+            if (key_of(k) == keys[i]) dup = &k;
     }
-    if (!dup)
-      return true;
+    if (!dup) return true;
     code = "json.duplicate_key";
     where = pointer();
     append_pointer_token(where, key_of(*dup));
@@ -365,9 +346,9 @@ private:
     return out;
   }
 
-  Doc &doc_;
-  std::vector<Node> open_;                 // containers being read, outermost first
-  std::vector<std::vector<Node>> pending_; // their children so far (storage reused)
+  Doc& doc_;
+  std::vector<Node> open_;                  // containers being read, outermost first
+  std::vector<std::vector<Node>> pending_;  // their children so far (storage reused)
   uint32_t key_off_ = 0, key_len_ = 0;
 };
 
@@ -375,97 +356,85 @@ private:
 
 bool is_comment_key(std::string_view k) { return !k.empty() && k[0] == '_'; }
 
-void expect_object(const Value &j, const Loc &loc) {
-  if (!j.is_object())
-    fail("json.type", loc, "expected an object, found " + describe(j));
+void expect_object(const Value& j, const Loc& loc) {
+  if (!j.is_object()) fail("json.type", loc, "expected an object, found " + describe(j));
 }
 
-void expect_array(const Value &j, const Loc &loc) {
-  if (!j.is_array())
-    fail("json.type", loc, "expected an array, found " + describe(j));
+void expect_array(const Value& j, const Loc& loc) {
+  if (!j.is_array()) fail("json.type", loc, "expected an array, found " + describe(j));
 }
 
 // Refuses keys outside `allowed` (comments excepted).
-void check_keys(const Value &obj, const Loc &loc, std::initializer_list<std::string_view> allowed) {
+void check_keys(const Value& obj, const Loc& loc, std::initializer_list<std::string_view> allowed) {
   expect_object(obj, loc);
   for (size_t i = 0; i < obj.size(); ++i) {
     const std::string_view k = obj[i].key();
-    if (is_comment_key(k))
-      continue;
+    if (is_comment_key(k)) continue;
     if (std::find(allowed.begin(), allowed.end(), k) == allowed.end())
       fail("json.unknown_key", loc / std::string_view(k),
            "unknown key " + in_quotes(k) + "; expected one of: " + join(allowed));
   }
 }
 
-std::optional<Value> member(const Value &obj, std::string_view key) { return obj.find(key); }
+std::optional<Value> member(const Value& obj, std::string_view key) { return obj.find(key); }
 
-Value required(const Value &obj, const Loc &loc, std::string_view key) {
+Value required(const Value& obj, const Loc& loc, std::string_view key) {
   auto m = member(obj, key);
-  if (!m)
-    fail("json.missing", loc, "missing required key " + in_quotes(key));
+  if (!m) fail("json.missing", loc, "missing required key " + in_quotes(key));
   return *m;
 }
 
-std::string_view get_string(const Value &j, const Loc &loc) {
-  if (!j.is_string())
-    fail("json.type", loc, "expected a string, found " + describe(j));
+std::string_view get_string(const Value& j, const Loc& loc) {
+  if (!j.is_string()) fail("json.type", loc, "expected a string, found " + describe(j));
   return j.str();
 }
 
-bool get_bool(const Value &j, const Loc &loc) {
-  if (!j.is_boolean())
-    fail("json.type", loc, "expected true or false, found " + describe(j));
+bool get_bool(const Value& j, const Loc& loc) {
+  if (!j.is_boolean()) fail("json.type", loc, "expected true or false, found " + describe(j));
   return j.boolean();
 }
 
-double get_number(const Value &j, const Loc &loc) {
-  if (!j.is_number())
-    fail("json.type", loc, "expected a number, found " + describe(j));
+double get_number(const Value& j, const Loc& loc) {
+  if (!j.is_number()) fail("json.type", loc, "expected a number, found " + describe(j));
   return j.number();
 }
 
 // An unsigned integer in 0..max. Integral floats (1e3) are accepted; negative, fractional and
 // too-large numbers are refused whichever of nlohmann's three number types holds them.
-uint64_t get_uint(const Value &j, const Loc &loc, uint64_t max) {
+uint64_t get_uint(const Value& j, const Loc& loc, uint64_t max) {
   auto range = [&]() {
     fail("json.range", loc,
          "expected an integer in 0.." + std::to_string(max) + ", found " + describe(j));
   };
   switch (j.kind()) {
-  case Kind::unsigned_integer: {
-    const uint64_t v = j.u64();
-    if (v > max)
-      range();
-    return v;
-  }
-  case Kind::integer: {
-    const int64_t v = j.i64();
-    if (v < 0 || static_cast<uint64_t>(v) > max)
-      range();
-    return static_cast<uint64_t>(v);
-  }
-  case Kind::floating: {
-    const double d = j.number();
-    if (!(d >= 0.0 && d < 18446744073709551616.0) || d != std::floor(d))
-      range();
-    const auto v = static_cast<uint64_t>(d);
-    if (v > max)
-      range();
-    return v;
-  }
-  default:
-    fail("json.type", loc, "expected a non-negative integer, found " + describe(j));
+    case Kind::unsigned_integer: {
+      const uint64_t v = j.u64();
+      if (v > max) range();
+      return v;
+    }
+    case Kind::integer: {
+      const int64_t v = j.i64();
+      if (v < 0 || static_cast<uint64_t>(v) > max) range();
+      return static_cast<uint64_t>(v);
+    }
+    case Kind::floating: {
+      const double d = j.number();
+      if (!(d >= 0.0 && d < 18446744073709551616.0) || d != std::floor(d)) range();
+      const auto v = static_cast<uint64_t>(d);
+      if (v > max) range();
+      return v;
+    }
+    default: fail("json.type", loc, "expected a non-negative integer, found " + describe(j));
   }
 }
 
-uint64_t opt_uint(const Value &obj, const Loc &loc, std::string_view key, uint64_t max,
+uint64_t opt_uint(const Value& obj, const Loc& loc, std::string_view key, uint64_t max,
                   uint64_t fallback) {
   auto m = member(obj, key);
   return m ? get_uint(*m, loc / key, max) : fallback;
 }
 
-double opt_number(const Value &obj, const Loc &loc, std::string_view key, double fallback) {
+double opt_number(const Value& obj, const Loc& loc, std::string_view key, double fallback) {
   auto m = member(obj, key);
   return m ? get_number(*m, loc / key) : fallback;
 }
@@ -476,7 +445,7 @@ bool name_char(char c) {
          c == '.' || c == ':' || c == '/' || c == '-';
 }
 
-std::string_view get_name(const Value &j, const Loc &loc) {
+std::string_view get_name(const Value& j, const Loc& loc) {
   const std::string_view s = get_string(j, loc);
   if (s.empty() || s.size() > kMaxNameLength)
     fail("name.invalid", loc,
@@ -490,7 +459,7 @@ std::string_view get_name(const Value &j, const Loc &loc) {
 }
 
 // Slot and param names are JSON keys of instructions, where '_' starts a comment.
-std::string_view get_key_name(const Value &j, const Loc &loc) {
+std::string_view get_key_name(const Value& j, const Loc& loc) {
   const std::string_view s = get_name(j, loc);
   if (s[0] == '_')
     fail("name.invalid", loc,
@@ -499,7 +468,7 @@ std::string_view get_key_name(const Value &j, const Loc &loc) {
   return s;
 }
 
-void check_count(const Value &arr, const Loc &loc, uint64_t limit, std::string_view code,
+void check_count(const Value& arr, const Loc& loc, uint64_t limit, std::string_view code,
                  std::string_view what) {
   if (arr.size() > limit)
     fail(code, loc,
@@ -510,7 +479,7 @@ void check_count(const Value &arr, const Loc &loc, uint64_t limit, std::string_v
 using NameMap = std::unordered_map<std::string_view, uint32_t>;
 
 // Names are keyed by views into the parsed document, which outlives the maps.
-void add_name(NameMap &map, std::string_view name, uint32_t index, const Loc &loc,
+void add_name(NameMap& map, std::string_view name, uint32_t index, const Loc& loc,
               std::string_view what) {
   auto [it, inserted] = map.emplace(name, index);
   if (!inserted)
@@ -523,17 +492,17 @@ void add_name(NameMap &map, std::string_view name, uint32_t index, const Loc &lo
 
 class Reader {
 public:
-  Reader(Program &p, const LoadOptions &options) : p_(p), options_(options) {}
+  Reader(Program& p, const LoadOptions& options) : p_(p), options_(options) {}
 
-  void read(const Value &root) {
+  void read(const Value& root) {
     const Loc loc;
     check_keys(root, loc,
                {"format", "version", "name", "description", "target", "launch", "buffers",
                 "counters", "instructions", "queues", "tma", "custom_ops"});
-    const Value &format = required(root, loc, "format");
+    const Value& format = required(root, loc, "format");
     if (get_string(format, loc / "format") != "amk.program")
       fail("program.format", loc / "format", "expected \"amk.program\", found " + describe(format));
-    const Value &version = required(root, loc, "version");
+    const Value& version = required(root, loc, "version");
     const uint64_t v = get_uint(version, loc / "version", kU32Max);
     if (v != kFormatVersion)
       fail("program.version", loc / "version",
@@ -541,31 +510,23 @@ public:
                std::to_string(v));
     p_.version = static_cast<uint32_t>(v);
     p_.name = get_name(required(root, loc, "name"), loc / "name");
-    if (auto m = member(root, "description"))
-      p_.description = get_string(*m, loc / "description");
-    if (auto m = member(root, "target"))
-      read_target(*m, loc / "target");
-    if (auto m = member(root, "launch"))
-      read_launch(*m, loc / "launch");
+    if (auto m = member(root, "description")) p_.description = get_string(*m, loc / "description");
+    if (auto m = member(root, "target")) read_target(*m, loc / "target");
+    if (auto m = member(root, "launch")) read_launch(*m, loc / "launch");
     read_buffers(required(root, loc, "buffers"), loc / "buffers");
-    if (auto m = member(root, "counters"))
-      read_counters(*m, loc / "counters");
-    if (auto m = member(root, "custom_ops"))
-      read_custom_ops(*m, loc / "custom_ops");
+    if (auto m = member(root, "counters")) read_counters(*m, loc / "counters");
+    if (auto m = member(root, "custom_ops")) read_custom_ops(*m, loc / "custom_ops");
     read_instructions(required(root, loc, "instructions"), loc / "instructions");
-    if (auto m = member(root, "queues"))
-      read_queues(*m, loc / "queues");
-    if (auto m = member(root, "tma"))
-      read_tma(*m, loc / "tma");
+    if (auto m = member(root, "queues")) read_queues(*m, loc / "queues");
+    if (auto m = member(root, "tma")) read_tma(*m, loc / "tma");
   }
 
 private:
   // ---- target and launch ----
 
-  void read_target(const Value &j, const Loc &loc) {
+  void read_target(const Value& j, const Loc& loc) {
     check_keys(j, loc, {"min_arch", "features", "smem_per_block"});
-    if (auto m = member(j, "min_arch"))
-      p_.target.min_arch = read_arch(*m, loc / "min_arch");
+    if (auto m = member(j, "min_arch")) p_.target.min_arch = read_arch(*m, loc / "min_arch");
     if (auto m = member(j, "features")) {
       const Loc floc = loc / "features";
       expect_array(*m, floc);
@@ -585,7 +546,7 @@ private:
   }
 
   // "sm_90" or "sm_90a" -> 90; the integer 0 means any architecture.
-  static uint32_t read_arch(const Value &j, const Loc &loc) {
+  static uint32_t read_arch(const Value& j, const Loc& loc) {
     if (j.is_number()) {
       if (get_uint(j, loc, kU32Max) != 0)
         fail("target.min_arch", loc, "expected \"sm_XY\", \"sm_XYa\" or 0, found " + describe(j));
@@ -594,23 +555,20 @@ private:
     const std::string_view s = get_string(j, loc);
     std::string_view digits = s;
     bool ok = digits.substr(0, 3) == "sm_";
-    if (ok)
-      digits.remove_prefix(3);
-    if (ok && !digits.empty() && digits.back() == 'a')
-      digits.remove_suffix(1);
+    if (ok) digits.remove_prefix(3);
+    if (ok && !digits.empty() && digits.back() == 'a') digits.remove_suffix(1);
     ok = ok && digits.size() >= 2 && digits.size() <= 3 && digits[0] != '0' &&
          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (!ok)
       fail("target.min_arch", loc, "expected \"sm_XY\", \"sm_XYa\" or 0, found " + describe(j));
     uint32_t v = 0;
-    for (char c : digits)
-      v = v * 10 + static_cast<uint32_t>(c - '0');
+    for (char c : digits) v = v * 10 + static_cast<uint32_t>(c - '0');
     return v;
   }
 
-  void read_launch(const Value &j, const Loc &loc) {
+  void read_launch(const Value& j, const Loc& loc) {
     check_keys(j, loc, {"mode", "grid", "block", "cluster", "dynamic_smem", "timeout_ms"});
-    Launch &l = p_.launch;
+    Launch& l = p_.launch;
     if (auto m = member(j, "mode")) {
       const std::string_view s = get_string(*m, loc / "mode");
       if (s == "cooperative")
@@ -669,7 +627,7 @@ private:
 
   // ---- buffers ----
 
-  void read_buffers(const Value &j, const Loc &loc) {
+  void read_buffers(const Value& j, const Loc& loc) {
     expect_array(j, loc);
     check_count(j, loc, kMaxBuffers, "limit.buffers", "buffers");
     p_.buffers.resize(j.size());
@@ -687,19 +645,19 @@ private:
     }
   }
 
-  void read_buffer(const Value &j, const Loc &loc, Buffer &b, uint32_t index) {
+  void read_buffer(const Value& j, const Loc& loc, Buffer& b, uint32_t index) {
     check_keys(j, loc, {"name", "dtype", "shape", "init", "output"});
     const std::string_view name = get_name(required(j, loc, "name"), loc / "name");
     add_name(buffer_names_, name, index, loc / "name", "buffer");
     b.name = name;
-    const Value &dtype = required(j, loc, "dtype");
+    const Value& dtype = required(j, loc, "dtype");
     const auto t = parse_dtype(get_string(dtype, loc / "dtype"));
     if (!t)
       fail("buffer.dtype", loc / "dtype",
            "expected one of f32 f16 bf16 i32 u32 i64 u8, found " + describe(dtype));
     b.dtype = *t;
     const Loc sloc = loc / "shape";
-    const Value &shape = required(j, loc, "shape");
+    const Value& shape = required(j, loc, "shape");
     expect_array(shape, sloc);
     if (shape.size() > kMaxRank)
       fail("buffer.shape", sloc,
@@ -709,12 +667,10 @@ private:
     b.shape.resize(shape.size());
     for (size_t d = 0; d < shape.size(); ++d) {
       const uint64_t n = get_uint(shape[d], sloc / d, kU64Max);
-      if (n == 0)
-        fail("buffer.shape", sloc / d, "expected a positive dimension, found 0");
+      if (n == 0) fail("buffer.shape", sloc / d, "expected a positive dimension, found 0");
       b.shape[d] = n;
       const auto e = checked_mul(elements, n);
-      if (!e)
-        fail("buffer.size", sloc, "the element count overflows 64 bits");
+      if (!e) fail("buffer.size", sloc, "the element count overflows 64 bits");
       elements = *e;
     }
     const auto bytes = checked_mul(elements, dtype_size(b.dtype));
@@ -722,24 +678,22 @@ private:
       fail("buffer.size", sloc,
            "expected at most " + std::to_string(kMaxBufferBytes) + " bytes per buffer, found " +
                (bytes ? std::to_string(*bytes) : std::string("more than 2^64")));
-    if (auto m = member(j, "init"))
-      read_init(*m, loc / "init", b, elements);
-    if (auto m = member(j, "output"))
-      b.output = get_bool(*m, loc / "output");
+    if (auto m = member(j, "init")) read_init(*m, loc / "init", b, elements);
+    if (auto m = member(j, "output")) b.output = get_bool(*m, loc / "output");
   }
 
-  static void read_init(const Value &j, const Loc &loc, Buffer &b, uint64_t elements) {
+  static void read_init(const Value& j, const Loc& loc, Buffer& b, uint64_t elements) {
     expect_object(j, loc);
-    const Value &kind_j = required(j, loc, "kind");
+    const Value& kind_j = required(j, loc, "kind");
     const std::string_view kind = get_string(kind_j, loc / "kind");
-    BufferInit &init = b.init;
+    BufferInit& init = b.init;
     if (kind == "zeros") {
       check_keys(j, loc, {"kind"});
       init.kind = InitKind::zeros;
     } else if (kind == "constant") {
       check_keys(j, loc, {"kind", "value"});
       init.kind = InitKind::constant;
-      const Value &value = required(j, loc, "value");
+      const Value& value = required(j, loc, "value");
       init.constant = get_number(value, loc / "value");
       if (!value_fits(b.dtype, init.constant))
         fail("init.constant", loc / "value",
@@ -748,8 +702,7 @@ private:
     } else if (kind == "random") {
       init.kind = InitKind::random;
       std::string_view dist = "uniform";
-      if (auto m = member(j, "distribution"))
-        dist = get_string(*m, loc / "distribution");
+      if (auto m = member(j, "distribution")) dist = get_string(*m, loc / "distribution");
       if (dist == "uniform") {
         check_keys(j, loc, {"kind", "seed", "distribution", "low", "high"});
         init.distribution = Distribution::uniform;
@@ -798,10 +751,9 @@ private:
     }
   }
 
-  static std::string read_path(const Value &j, const Loc &loc) {
+  static std::string read_path(const Value& j, const Loc& loc) {
     const std::string_view s = get_string(required(j, loc, "path"), loc / "path");
-    if (s.empty())
-      fail("init.path", loc / "path", "expected a file path, found \"\"");
+    if (s.empty()) fail("init.path", loc / "path", "expected a file path, found \"\"");
     if (s.find('\0') != std::string::npos)
       fail("init.path", loc / "path", "expected a file path, found one with a NUL character");
     return std::string(s);
@@ -809,7 +761,7 @@ private:
 
   // Inline values, stored as the buffer's dtype. Integer JSON tokens are range-checked exactly
   // (i64 values beyond 2^53 survive); everything else goes through value_fits/store_element.
-  static void read_values(const Value &j, const Loc &loc, Buffer &b, uint64_t elements) {
+  static void read_values(const Value& j, const Loc& loc, Buffer& b, uint64_t elements) {
     expect_array(j, loc);
     check_count(j, loc, kMaxInlineValues, "limit.values", "inline values");
     if (j.size() != elements)
@@ -817,13 +769,12 @@ private:
            "expected " + std::to_string(elements) + " values (one per element), found " +
                std::to_string(j.size()));
     const size_t esize = dtype_size(b.dtype);
-    std::vector<std::byte> &data = b.init.data;
+    std::vector<std::byte>& data = b.init.data;
     data.assign(j.size() * esize, std::byte{0});
     for (size_t i = 0; i < j.size(); ++i) {
-      const Value &v = j[i];
-      if (!v.is_number())
-        fail("json.type", loc / i, "expected a number, found " + describe(v));
-      std::byte *slot = data.data() + i * esize;
+      const Value& v = j[i];
+      if (!v.is_number()) fail("json.type", loc / i, "expected a number, found " + describe(v));
+      std::byte* slot = data.data() + i * esize;
       if (b.dtype == DType::i64 && !(v.kind() == Kind::floating)) {
         int64_t x = 0;
         if ((v.kind() == Kind::unsigned_integer)) {
@@ -848,7 +799,7 @@ private:
 
   // ---- counters ----
 
-  void read_counters(const Value &j, const Loc &loc) {
+  void read_counters(const Value& j, const Loc& loc) {
     expect_array(j, loc);
     check_count(j, loc, kMaxCounters, "limit.counters", "counters");
     p_.counters.resize(j.size());
@@ -862,7 +813,7 @@ private:
 
   // ---- custom ops ----
 
-  void read_custom_ops(const Value &j, const Loc &loc) {
+  void read_custom_ops(const Value& j, const Loc& loc) {
     expect_array(j, loc);
     if (!j.empty() && !options_.trust_custom_ops)
       fail("custom.untrusted", loc,
@@ -873,8 +824,8 @@ private:
     p_.custom_ops.resize(j.size());
     for (size_t i = 0; i < j.size(); ++i) {
       const Loc cloc = loc / i;
-      const Value &c = j[i];
-      CustomOp &op = p_.custom_ops[i];
+      const Value& c = j[i];
+      CustomOp& op = p_.custom_ops[i];
       check_keys(c, cloc, {"name", "source", "operands", "params"});
       const std::string_view name = get_name(required(c, cloc, "name"), cloc / "name");
       if (find_op(name))
@@ -891,20 +842,18 @@ private:
         fail("limit.custom_source", sloc,
              "expected at most " + std::to_string(kMaxCustomSourceBytes) +
                  " bytes of source, found " + std::to_string(op.source.size()));
-      if (op.source.empty())
-        fail("custom.source", sloc, "expected CUDA device code, found \"\"");
+      if (op.source.empty()) fail("custom.source", sloc, "expected CUDA device code, found \"\"");
       op.operands = read_slot_names(c, cloc, "operands", AMK_MAX_OPERANDS, "custom.operands");
       op.params = read_slot_names(c, cloc, "params", AMK_MAX_PARAMS, "custom.params");
     }
   }
 
-  static std::vector<std::string> read_slot_names(const Value &c, const Loc &cloc,
+  static std::vector<std::string> read_slot_names(const Value& c, const Loc& cloc,
                                                   std::string_view key, uint64_t limit,
                                                   std::string_view code) {
     std::vector<std::string> out;
     auto m = member(c, key);
-    if (!m)
-      return out;
+    if (!m) return out;
     const Loc loc = cloc / key;
     expect_array(*m, loc);
     if (m->size() > limit)
@@ -923,7 +872,7 @@ private:
 
   // ---- instructions ----
 
-  void read_instructions(const Value &j, const Loc &loc) {
+  void read_instructions(const Value& j, const Loc& loc) {
     expect_array(j, loc);
     check_count(j, loc, kMaxInstructions, "limit.instructions", "instructions");
     p_.instructions.resize(j.size());
@@ -932,37 +881,35 @@ private:
       read_instruction(j[i], loc / i, p_.instructions[i], static_cast<uint32_t>(i));
   }
 
-  void read_instruction(const Value &j, const Loc &loc, Instruction &ins, uint32_t index) {
+  void read_instruction(const Value& j, const Loc& loc, Instruction& ins, uint32_t index) {
     check_keys(j, loc, {"name", "op", "operands", "params", "waits", "signals"});
     if (auto m = member(j, "name")) {
       const std::string_view name = get_name(*m, loc / "name");
       add_name(instruction_names_, name, index, loc / "name", "instruction");
       ins.name = name;
     }
-    const Value &op_j = required(j, loc, "op");
+    const Value& op_j = required(j, loc, "op");
     const std::string_view op_name = get_string(op_j, loc / "op");
-    const OpSig *sig = find_op(op_name);
-    const CustomOp *custom = nullptr;
+    const OpSig* sig = find_op(op_name);
+    const CustomOp* custom = nullptr;
     if (sig) {
       ins.op = static_cast<uint16_t>(sig->id);
-    } else if (const RetiredOp *retired = find_retired_op(op_name)) {
+    } else if (const RetiredOp* retired = find_retired_op(op_name)) {
       fail("op.retired", loc / "op", retired_op_message(*retired));
     } else if (auto it = custom_names_.find(op_name); it != custom_names_.end()) {
       custom = &p_.custom_ops[it->second];
       ins.op = static_cast<uint16_t>(kCustomOpBase + it->second);
     } else {
       std::vector<std::string_view> names;
-      for (const OpSig &s : builtin_ops())
-        names.push_back(s.name);
-      for (const CustomOp &c : p_.custom_ops)
-        names.push_back(c.name);
+      for (const OpSig& s : builtin_ops()) names.push_back(s.name);
+      for (const CustomOp& c : p_.custom_ops) names.push_back(c.name);
       fail("instruction.op", loc / "op",
            "expected a built-in or custom op, found " + in_quotes(op_name) +
                "; ops are: " + join(names));
     }
     read_operands(j, loc, ins, sig, custom, op_name);
     read_params(j, loc, ins, sig, custom, op_name);
-    read_sync(j, loc, "waits", AMK_MAX_WAITS, [&](const Value &w, const Loc &wloc) {
+    read_sync(j, loc, "waits", AMK_MAX_WAITS, [&](const Value& w, const Loc& wloc) {
       check_keys(w, wloc, {"counter", "value"});
       Wait x;
       x.counter = counter_ref(required(w, wloc, "counter"), wloc / "counter");
@@ -970,7 +917,7 @@ private:
           static_cast<uint32_t>(get_uint(required(w, wloc, "value"), wloc / "value", kU32Max));
       ins.waits.push_back(x);
     });
-    read_sync(j, loc, "signals", AMK_MAX_SIGNALS, [&](const Value &s, const Loc &sloc) {
+    read_sync(j, loc, "signals", AMK_MAX_SIGNALS, [&](const Value& s, const Loc& sloc) {
       check_keys(s, sloc, {"counter", "add"});
       Signal x;
       x.counter = counter_ref(required(s, sloc, "counter"), sloc / "counter");
@@ -980,28 +927,25 @@ private:
   }
 
   template <typename F>
-  static void read_sync(const Value &j, const Loc &loc, std::string_view key, uint64_t limit,
-                        F &&each) {
+  static void read_sync(const Value& j, const Loc& loc, std::string_view key, uint64_t limit,
+                        F&& each) {
     auto m = member(j, key);
-    if (!m)
-      return;
+    if (!m) return;
     const Loc kloc = loc / key;
     expect_array(*m, kloc);
     if (m->size() > limit)
       fail("instruction.capacity", kloc,
            "expected at most " + std::to_string(limit) + " " + std::string(key) + ", found " +
                std::to_string(m->size()));
-    for (size_t i = 0; i < m->size(); ++i)
-      each((*m)[i], kloc / i);
+    for (size_t i = 0; i < m->size(); ++i) each((*m)[i], kloc / i);
   }
 
-  void read_operands(const Value &j, const Loc &loc, Instruction &ins, const OpSig *sig,
-                     const CustomOp *custom, std::string_view op_name_view) {
+  void read_operands(const Value& j, const Loc& loc, Instruction& ins, const OpSig* sig,
+                     const CustomOp* custom, std::string_view op_name_view) {
     const std::string op_name(op_name_view);
     auto ops = member(j, "operands");
     const Loc oloc = loc / "operands";
-    if (ops)
-      expect_object(*ops, oloc);
+    if (ops) expect_object(*ops, oloc);
     const size_t n = sig ? sig->operands.size() : custom->operands.size();
     ins.operands.resize(n);
     auto slot_name = [&](size_t s) -> std::string_view {
@@ -1011,26 +955,21 @@ private:
       const std::string_view slot = slot_name(s);
       const std::optional<Value> v = ops ? member(*ops, slot) : std::nullopt;
       if (!v) {
-        if (sig && sig->operands[s].optional)
-          continue; // stays {AMK_NO_BUFFER, 0, 0}
+        if (sig && sig->operands[s].optional) continue;  // stays {AMK_NO_BUFFER, 0, 0}
         fail("instruction.operand", ops ? oloc : loc,
              "missing required operand " + in_quotes(slot) + " of op " + op_name);
       }
       ins.operands[s] = read_operand(*v, oloc / slot);
     }
-    if (!ops)
-      return;
+    if (!ops) return;
     for (size_t i = 0; i < ops->size(); ++i) {
       const std::string_view k = (*ops)[i].key();
-      if (is_comment_key(k))
-        continue;
+      if (is_comment_key(k)) continue;
       bool known = false;
-      for (size_t s = 0; s < n && !known; ++s)
-        known = slot_name(s) == k;
+      for (size_t s = 0; s < n && !known; ++s) known = slot_name(s) == k;
       if (!known) {
         std::vector<std::string_view> slots;
-        for (size_t s = 0; s < n; ++s)
-          slots.push_back(slot_name(s));
+        for (size_t s = 0; s < n; ++s) slots.push_back(slot_name(s));
         fail("instruction.operand", oloc / std::string_view(k),
              "op " + op_name + " has no operand " + in_quotes(k) +
                  "; its operands are: " + join(slots));
@@ -1038,9 +977,9 @@ private:
     }
   }
 
-  Operand read_operand(const Value &v, const Loc &loc) {
+  Operand read_operand(const Value& v, const Loc& loc) {
     Operand o;
-    const Buffer *b = nullptr;
+    const Buffer* b = nullptr;
     if (v.is_string()) {
       o.buffer = buffer_ref(v, loc);
       b = &p_.buffers[o.buffer];
@@ -1080,13 +1019,12 @@ private:
     return o;
   }
 
-  void read_params(const Value &j, const Loc &loc, Instruction &ins, const OpSig *sig,
-                   const CustomOp *custom, std::string_view op_name_view) {
+  void read_params(const Value& j, const Loc& loc, Instruction& ins, const OpSig* sig,
+                   const CustomOp* custom, std::string_view op_name_view) {
     const std::string op_name(op_name_view);
     auto params = member(j, "params");
     const Loc ploc = loc / "params";
-    if (params)
-      expect_object(*params, ploc);
+    if (params) expect_object(*params, ploc);
     const size_t n = sig ? sig->params.size() : custom->params.size();
     ins.params.resize(n);
     auto param_name = [&](size_t s) -> std::string_view {
@@ -1096,7 +1034,7 @@ private:
       const std::string_view name = param_name(s);
       const std::optional<Value> v = params ? member(*params, name) : std::nullopt;
       if (sig) {
-        const ParamSig &ps = sig->params[s];
+        const ParamSig& ps = sig->params[s];
         if (!v) {
           if (!ps.default_value)
             fail("instruction.param", params ? ploc : loc,
@@ -1118,19 +1056,15 @@ private:
         ins.params[s] = custom_word(*v, ploc / name);
       }
     }
-    if (!params)
-      return;
+    if (!params) return;
     for (size_t i = 0; i < params->size(); ++i) {
       const std::string_view k = (*params)[i].key();
-      if (is_comment_key(k))
-        continue;
+      if (is_comment_key(k)) continue;
       bool known = false;
-      for (size_t s = 0; s < n && !known; ++s)
-        known = param_name(s) == k;
+      for (size_t s = 0; s < n && !known; ++s) known = param_name(s) == k;
       if (!known) {
         std::vector<std::string_view> names;
-        for (size_t s = 0; s < n; ++s)
-          names.push_back(param_name(s));
+        for (size_t s = 0; s < n; ++s) names.push_back(param_name(s));
         fail("instruction.param", ploc / std::string_view(k),
              "op " + op_name + " has no param " + in_quotes(k) +
                  "; its params are: " + join(names));
@@ -1140,53 +1074,46 @@ private:
 
   static std::string_view param_type_name(ParamType t) {
     switch (t) {
-    case ParamType::f32:
-      return "f32";
-    case ParamType::u32:
-      return "u32";
-    case ParamType::i32:
-      return "i32";
+      case ParamType::f32: return "f32";
+      case ParamType::u32: return "u32";
+      case ParamType::i32: return "i32";
     }
     return "?";
   }
 
   // Custom op params are raw 32-bit words: an integer token is the word itself (negative values
   // as two's complement i32), a token with a fraction or exponent is stored as f32 bits.
-  static uint32_t custom_word(const Value &v, const Loc &loc) {
+  static uint32_t custom_word(const Value& v, const Loc& loc) {
     switch (v.kind()) {
-    case Kind::unsigned_integer: {
-      const uint64_t u = v.u64();
-      if (u <= kU32Max)
-        return static_cast<uint32_t>(u);
-      break;
-    }
-    case Kind::integer: {
-      const int64_t x = v.i64();
-      if (x >= std::numeric_limits<int32_t>::min() && x <= static_cast<int64_t>(kU32Max))
-        return static_cast<uint32_t>(x);
-      break;
-    }
-    case Kind::floating: {
-      if (const auto w = encode_param(ParamType::f32, v.number()))
-        return *w;
-      break;
-    }
-    default:
-      fail("json.type", loc, "expected a number, found " + describe(v));
+      case Kind::unsigned_integer: {
+        const uint64_t u = v.u64();
+        if (u <= kU32Max) return static_cast<uint32_t>(u);
+        break;
+      }
+      case Kind::integer: {
+        const int64_t x = v.i64();
+        if (x >= std::numeric_limits<int32_t>::min() && x <= static_cast<int64_t>(kU32Max))
+          return static_cast<uint32_t>(x);
+        break;
+      }
+      case Kind::floating: {
+        if (const auto w = encode_param(ParamType::f32, v.number())) return *w;
+        break;
+      }
+      default: fail("json.type", loc, "expected a number, found " + describe(v));
     }
     fail("instruction.param", loc,
          "expected an integer in -2147483648..4294967295 or an f32 value, found " + describe(v));
   }
 
-  uint32_t buffer_ref(const Value &v, const Loc &loc) const {
+  uint32_t buffer_ref(const Value& v, const Loc& loc) const {
     const std::string_view name = get_string(v, loc);
     auto it = buffer_names_.find(name);
-    if (it == buffer_names_.end())
-      fail("ref.buffer", loc, "no buffer is named " + in_quotes(name));
+    if (it == buffer_names_.end()) fail("ref.buffer", loc, "no buffer is named " + in_quotes(name));
     return it->second;
   }
 
-  uint32_t counter_ref(const Value &v, const Loc &loc) const {
+  uint32_t counter_ref(const Value& v, const Loc& loc) const {
     const std::string_view name = get_string(v, loc);
     auto it = counter_names_.find(name);
     if (it == counter_names_.end())
@@ -1196,13 +1123,11 @@ private:
 
   // ---- queues ----
 
-  void read_queues(const Value &j, const Loc &loc) {
-    if (j.is_null())
-      return; // amk builds the queues
+  void read_queues(const Value& j, const Loc& loc) {
+    if (j.is_null()) return;  // amk builds the queues
     expect_array(j, loc);
     check_count(j, loc, kMaxQueues, "limit.queues", "queues");
-    if (j.empty())
-      fail("queue.shape", loc, "expected at least one queue, found none");
+    if (j.empty()) fail("queue.shape", loc, "expected at least one queue, found none");
     if (p_.launch.grid != 0 && j.size() != p_.launch.grid)
       fail("queue.shape", loc,
            "expected one queue per block of launch.grid = " + std::to_string(p_.launch.grid) +
@@ -1213,7 +1138,7 @@ private:
     std::vector<std::vector<uint32_t>> queues(j.size());
     for (size_t q = 0; q < j.size(); ++q) {
       const Loc qloc = loc / q;
-      const Value &items = j[q];
+      const Value& items = j[q];
       expect_array(items, qloc);
       queues[q].reserve(items.size());
       for (size_t k = 0; k < items.size(); ++k) {
@@ -1236,7 +1161,7 @@ private:
     p_.queues = std::move(queues);
   }
 
-  uint32_t instruction_ref(const Value &v, const Loc &loc) const {
+  uint32_t instruction_ref(const Value& v, const Loc& loc) const {
     if (v.is_string()) {
       const std::string_view name = v.str();
       auto it = instruction_names_.find(name);
@@ -1256,15 +1181,15 @@ private:
 
   // ---- TMA descriptor specs ----
 
-  void read_tma(const Value &j, const Loc &loc) {
+  void read_tma(const Value& j, const Loc& loc) {
     expect_array(j, loc);
     check_count(j, loc, kMaxTmaDescriptors, "limit.tma", "TMA descriptors");
     p_.tma.resize(j.size());
     NameMap names;
     for (size_t i = 0; i < j.size(); ++i) {
       const Loc tloc = loc / i;
-      const Value &t = j[i];
-      TmaSpec &s = p_.tma[i];
+      const Value& t = j[i];
+      TmaSpec& s = p_.tma[i];
       check_keys(t, tloc,
                  {"name", "buffer", "offset", "dims", "strides", "box", "element_strides",
                   "swizzle", "interleave", "l2_promotion", "oob_fill"});
@@ -1275,7 +1200,7 @@ private:
       s.offset = opt_uint(t, tloc, "offset", kU64Max, 0);
 
       const Loc dloc = tloc / "dims";
-      const Value &dims = required(t, tloc, "dims");
+      const Value& dims = required(t, tloc, "dims");
       expect_array(dims, dloc);
       if (dims.empty() || dims.size() > kMaxTmaRank)
         fail("tma.rank", dloc, "expected 1 to 5 dimensions, found " + std::to_string(dims.size()));
@@ -1297,7 +1222,7 @@ private:
           s.strides.push_back(get_uint((*m)[d], sloc / d, kU64Max));
       }
       const Loc bloc = tloc / "box";
-      const Value &box = required(t, tloc, "box");
+      const Value& box = required(t, tloc, "box");
       expect_array(box, bloc);
       if (box.size() != rank)
         fail("tma.box", bloc,
@@ -1338,29 +1263,27 @@ private:
 
   // Enum names in the order of the enum's values.
   template <typename E>
-  static E read_enum(const Value &obj, const Loc &loc, std::string_view key, std::string_view code,
+  static E read_enum(const Value& obj, const Loc& loc, std::string_view key, std::string_view code,
                      std::initializer_list<std::string_view> names, E fallback) {
     auto m = member(obj, key);
-    if (!m)
-      return fallback;
+    if (!m) return fallback;
     const std::string_view s = get_string(*m, loc / key);
     size_t i = 0;
     for (std::string_view n : names) {
-      if (n == s)
-        return static_cast<E>(i);
+      if (n == s) return static_cast<E>(i);
       ++i;
     }
     fail(code, loc / key, "expected one of " + join(names) + ", found " + in_quotes(s));
   }
 
-  Program &p_;
-  const LoadOptions &options_;
+  Program& p_;
+  const LoadOptions& options_;
   NameMap buffer_names_, counter_names_, instruction_names_, custom_names_;
 };
 
-} // namespace
+}  // namespace
 
-Program parse_json_program(std::string_view text, const LoadOptions &options) {
+Program parse_json_program(std::string_view text, const LoadOptions& options) {
   // Offsets in the document tree are 32-bit; the file limit keeps them in range.
   if (text.size() > kMaxFileBytes)
     throw_io_error("io.too_large", "",
@@ -1374,13 +1297,12 @@ Program parse_json_program(std::string_view text, const LoadOptions &options) {
   bool ok = false;
   try {
     ok = json::sax_parse(text, &builder, json::input_format_t::json, /*strict=*/true);
-  } catch (const json::exception &e) {
+  } catch (const json::exception& e) {
     // sax_parse reports through the builder; this is a last line of defense.
     throw_program_error("json.syntax", "", e.what());
   }
   if (!ok) {
-    if (builder.code.empty())
-      throw_program_error("json.syntax", "", "the JSON text is invalid");
+    if (builder.code.empty()) throw_program_error("json.syntax", "", "the JSON text is invalid");
     throw_program_error(builder.code, builder.where, builder.message);
   }
   Program program;
@@ -1388,4 +1310,4 @@ Program parse_json_program(std::string_view text, const LoadOptions &options) {
   return program;
 }
 
-} // namespace amk
+}  // namespace amk

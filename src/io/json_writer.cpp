@@ -35,7 +35,7 @@ std::string num(uint64_t v) { return std::to_string(v); }
 
 class Writer {
 public:
-  explicit Writer(const Program &p) : p_(p) { out_.reserve(256 + p.instructions.size() * 192); }
+  explicit Writer(const Program& p) : p_(p) { out_.reserve(256 + p.instructions.size() * 192); }
 
   std::string run() {
     out_ += "{\n";
@@ -72,12 +72,11 @@ public:
     if (!p_.queues) {
       out_ += "null";
     } else {
-      const auto &qs = *p_.queues;
+      const auto& qs = *p_.queues;
       write_list(qs.size(), [&](size_t q) {
         out_ += '[';
         for (size_t k = 0; k < qs[q].size(); ++k) {
-          if (k)
-            out_ += ", ";
+          if (k) out_ += ", ";
           if (qs[q][k] >= p_.instructions.size())
             throw_program_error("ref.instruction", ptr({"queues", num(q), num(k)}),
                                 "instruction index " + num(qs[q][k]) + " is out of range");
@@ -112,7 +111,7 @@ private:
   void put_bool(bool v) { out_ += v ? "true" : "false"; }
 
   // Strings go through nlohmann so escaping (and UTF-8 validation) match the reader exactly.
-  void put_string(std::string_view s, const std::string &where) {
+  void put_string(std::string_view s, const std::string& where) {
     // Names (the common case) need no escaping.
     bool plain = true;
     for (char c : s) {
@@ -130,20 +129,20 @@ private:
     }
     try {
       out_ += json(std::string(s)).dump(-1, ' ', false, json::error_handler_t::strict);
-    } catch (const json::exception &) {
+    } catch (const json::exception&) {
       throw_program_error("json.unrepresentable", where,
                           "the string is not valid UTF-8 and cannot be written as JSON");
     }
   }
 
   // Shortest text that reads back to the same double.
-  void put_double(double d, const std::string &where) {
+  void put_double(double d, const std::string& where) {
     if (!std::isfinite(d))
       throw_program_error("json.unrepresentable", where,
                           "JSON has no representation for " +
                               std::string(std::isnan(d) ? "NaN" : "infinity"));
     if (d == 0.0 && std::signbit(d)) {
-      out_ += "-0.0"; // "-0" would read back as the integer 0 and lose the sign
+      out_ += "-0.0";  // "-0" would read back as the integer 0 and lose the sign
       return;
     }
     char buf[32];
@@ -155,9 +154,9 @@ private:
   // the same float. Falls back to the exact value when the short form would double-round, or
   // would read as a double above the type's maximum (FLT_MAX prints as 3.4028235e+38, which the
   // reader's range check refuses).
-  void put_f32(float f, DType range, const std::string &where) {
+  void put_f32(float f, DType range, const std::string& where) {
     if (!std::isfinite(f) || f == 0.0f) {
-      put_double(f, where); // non-finite: json.unrepresentable; zero: keeps the sign
+      put_double(f, where);  // non-finite: json.unrepresentable; zero: keeps the sign
       return;
     }
     char buf[32];
@@ -180,14 +179,14 @@ private:
     out_ += "  ";
     key(k);
   }
-  void sep(bool &first) {
-    if (!first)
-      out_ += ", ";
+  void sep(bool& first) {
+    if (!first) out_ += ", ";
     first = false;
   }
 
   // A list of records, one per line; [] when empty.
-  template <typename F> void write_list(size_t n, F &&each) {
+  template <typename F>
+  void write_list(size_t n, F&& each) {
     if (n == 0) {
       out_ += "[]";
       return;
@@ -201,11 +200,11 @@ private:
     out_ += "  ]";
   }
 
-  template <typename T> void uint_array(const std::vector<T> &v) {
+  template <typename T>
+  void uint_array(const std::vector<T>& v) {
     out_ += '[';
     for (size_t i = 0; i < v.size(); ++i) {
-      if (i)
-        out_ += ", ";
+      if (i) out_ += ", ";
       put_uint(v[i]);
     }
     out_ += ']';
@@ -214,7 +213,7 @@ private:
   // ---- sections ----
 
   void write_target() {
-    const Target &t = p_.target;
+    const Target& t = p_.target;
     out_ += "{\"min_arch\": ";
     if (t.min_arch == 0)
       out_ += '0';
@@ -222,7 +221,7 @@ private:
       out_ += "\"sm_" + num(t.min_arch) + '"';
     out_ += ", \"features\": [";
     bool first = true;
-    for (const std::string &f : feature_names(t.features)) {
+    for (const std::string& f : feature_names(t.features)) {
       sep(first);
       put_string(f, "/target/features");
     }
@@ -232,7 +231,7 @@ private:
   }
 
   void write_launch() {
-    const Launch &l = p_.launch;
+    const Launch& l = p_.launch;
     out_ += "{\"mode\": ";
     out_ += l.mode == LaunchMode::cluster ? "\"cluster\"" : "\"cooperative\"";
     out_ += ", \"grid\": ";
@@ -256,7 +255,7 @@ private:
   }
 
   void write_buffer(size_t i) {
-    const Buffer &b = p_.buffers[i];
+    const Buffer& b = p_.buffers[i];
     const std::string where = ptr({"buffers", num(i)});
     out_ += "{\"name\": ";
     put_string(b.name, where + "/name");
@@ -271,102 +270,96 @@ private:
     out_ += '}';
   }
 
-  void write_init(const Buffer &b, const std::string &where) {
-    const BufferInit &init = b.init;
+  void write_init(const Buffer& b, const std::string& where) {
+    const BufferInit& init = b.init;
     out_ += "{\"kind\": \"";
     out_ += init_kind_name(init.kind);
     out_ += '"';
     switch (init.kind) {
-    case InitKind::zeros:
-      break;
-    case InitKind::constant:
-      out_ += ", \"value\": ";
-      put_double(init.constant, where + "/value");
-      break;
-    case InitKind::random: {
-      const bool normal = init.distribution == Distribution::normal;
-      out_ += ", \"seed\": ";
-      put_uint(init.seed);
-      out_ += normal ? ", \"distribution\": \"normal\", \"mean\": "
-                     : ", \"distribution\": \"uniform\", \"low\": ";
-      put_double(init.a, where + (normal ? "/mean" : "/low"));
-      out_ += normal ? ", \"std\": " : ", \"high\": ";
-      put_double(init.b, where + (normal ? "/std" : "/high"));
-      break;
-    }
-    case InitKind::values:
-      write_values(b, where + "/values");
-      break;
-    case InitKind::npy:
-      out_ += ", \"path\": ";
-      put_string(init.path, where + "/path");
-      break;
-    case InitKind::raw:
-      out_ += ", \"path\": ";
-      put_string(init.path, where + "/path");
-      out_ += ", \"offset\": ";
-      put_uint(init.offset);
-      break;
-    case InitKind::safetensors:
-      out_ += ", \"path\": ";
-      put_string(init.path, where + "/path");
-      out_ += ", \"tensor\": ";
-      put_string(init.tensor, where + "/tensor");
-      break;
-    default:
-      throw_program_error("init.kind", where + "/kind",
-                          "unknown init kind " + num(static_cast<unsigned>(init.kind)));
+      case InitKind::zeros: break;
+      case InitKind::constant:
+        out_ += ", \"value\": ";
+        put_double(init.constant, where + "/value");
+        break;
+      case InitKind::random: {
+        const bool normal = init.distribution == Distribution::normal;
+        out_ += ", \"seed\": ";
+        put_uint(init.seed);
+        out_ += normal ? ", \"distribution\": \"normal\", \"mean\": "
+                       : ", \"distribution\": \"uniform\", \"low\": ";
+        put_double(init.a, where + (normal ? "/mean" : "/low"));
+        out_ += normal ? ", \"std\": " : ", \"high\": ";
+        put_double(init.b, where + (normal ? "/std" : "/high"));
+        break;
+      }
+      case InitKind::values: write_values(b, where + "/values"); break;
+      case InitKind::npy:
+        out_ += ", \"path\": ";
+        put_string(init.path, where + "/path");
+        break;
+      case InitKind::raw:
+        out_ += ", \"path\": ";
+        put_string(init.path, where + "/path");
+        out_ += ", \"offset\": ";
+        put_uint(init.offset);
+        break;
+      case InitKind::safetensors:
+        out_ += ", \"path\": ";
+        put_string(init.path, where + "/path");
+        out_ += ", \"tensor\": ";
+        put_string(init.tensor, where + "/tensor");
+        break;
+      default:
+        throw_program_error("init.kind", where + "/kind",
+                            "unknown init kind " + num(static_cast<unsigned>(init.kind)));
     }
     out_ += '}';
   }
 
   // Integer dtypes are written exactly (i64 included); floats as the shortest text that reads
   // back to the stored element.
-  void write_values(const Buffer &b, const std::string &where) {
+  void write_values(const Buffer& b, const std::string& where) {
     const size_t esize = dtype_size(b.dtype);
     const uint64_t n = b.elements();
     if (esize == 0 || b.init.data.size() / esize != n || b.init.data.size() % esize != 0)
       throw_program_error("init.values", where,
                           "inline data holds " + num(b.init.data.size()) + " bytes, expected " +
                               num(n) + " elements of " + std::string(dtype_name(b.dtype)));
-    const std::byte *data = b.init.data.data();
+    const std::byte* data = b.init.data.data();
     out_ += ", \"values\": [";
     for (uint64_t i = 0; i < n; ++i) {
-      if (i)
-        out_ += ", ";
+      if (i) out_ += ", ";
       switch (b.dtype) {
-      case DType::i64: {
-        int64_t v;
-        std::memcpy(&v, data + i * 8, 8);
-        put_int(v);
-        break;
-      }
-      case DType::i32:
-      case DType::u32:
-      case DType::u8:
-        put_int(static_cast<int64_t>(load_element(data, b.dtype, i)));
-        break;
-      default: {
-        // f32 / f16 / bf16 all widen exactly to f32.
-        const auto f = static_cast<float>(load_element(data, b.dtype, i));
-        put_f32(f, b.dtype, where + "/" + num(i));
-      }
+        case DType::i64: {
+          int64_t v;
+          std::memcpy(&v, data + i * 8, 8);
+          put_int(v);
+          break;
+        }
+        case DType::i32:
+        case DType::u32:
+        case DType::u8: put_int(static_cast<int64_t>(load_element(data, b.dtype, i))); break;
+        default: {
+          // f32 / f16 / bf16 all widen exactly to f32.
+          const auto f = static_cast<float>(load_element(data, b.dtype, i));
+          put_f32(f, b.dtype, where + "/" + num(i));
+        }
       }
     }
     out_ += ']';
   }
 
-  const std::string &counter_name(uint32_t c, const std::string &where) {
+  const std::string& counter_name(uint32_t c, const std::string& where) {
     if (c >= p_.counters.size())
       throw_program_error("ref.counter", where, "counter index " + num(c) + " is out of range");
     return p_.counters[c].name;
   }
 
   void write_instruction(size_t i) {
-    const Instruction &ins = p_.instructions[i];
+    const Instruction& ins = p_.instructions[i];
     const std::string where = ptr({"instructions", num(i)});
-    const OpSig *sig = find_op(ins.op);
-    const CustomOp *custom = nullptr;
+    const OpSig* sig = find_op(ins.op);
+    const CustomOp* custom = nullptr;
     if (!sig) {
       if (ins.op >= kCustomOpBase && size_t{ins.op} - kCustomOpBase < p_.custom_ops.size())
         custom = &p_.custom_ops[ins.op - kCustomOpBase];
@@ -394,12 +387,11 @@ private:
     out_ += ", \"operands\": {";
     bool first = true;
     for (size_t s = 0; s < n_slots; ++s) {
-      const Operand &o = ins.operands[s];
+      const Operand& o = ins.operands[s];
       const std::string_view slot =
           sig ? sig->operands[s].name : std::string_view(custom->operands[s]);
       if (o.buffer == AMK_NO_BUFFER) {
-        if (sig && sig->operands[s].optional)
-          continue;
+        if (sig && sig->operands[s].optional) continue;
         throw_program_error("instruction.operand", where + "/operands/" + std::string(slot),
                             "required operand has no buffer");
       }
@@ -422,26 +414,22 @@ private:
       const uint32_t w = ins.params[s];
       if (!custom && sig->params[s].omit_default &&
           encode_param(sig->params[s].type, sig->params[s].default_value.value_or(0)) == w)
-        continue; // a later param at its default: left out
+        continue;  // a later param at its default: left out
       sep(first);
       if (custom) {
         put_string(custom->params[s], where + "/params");
         out_ += ": ";
-        put_uint(w); // raw word; integers read back unchanged
+        put_uint(w);  // raw word; integers read back unchanged
         continue;
       }
-      const ParamSig &ps = sig->params[s];
+      const ParamSig& ps = sig->params[s];
       key(ps.name);
       switch (ps.type) {
-      case ParamType::f32:
-        put_f32(bits_f32(w), DType::f32, where + "/params/" + std::string(ps.name));
-        break;
-      case ParamType::u32:
-        put_uint(w);
-        break;
-      case ParamType::i32:
-        put_int(static_cast<int32_t>(w));
-        break;
+        case ParamType::f32:
+          put_f32(bits_f32(w), DType::f32, where + "/params/" + std::string(ps.name));
+          break;
+        case ParamType::u32: put_uint(w); break;
+        case ParamType::i32: put_int(static_cast<int32_t>(w)); break;
       }
     }
     out_ += "}, \"waits\": [";
@@ -468,7 +456,7 @@ private:
   }
 
   template <typename E>
-  void put_enum(E v, std::initializer_list<std::string_view> names, const std::string &where) {
+  void put_enum(E v, std::initializer_list<std::string_view> names, const std::string& where) {
     const auto i = static_cast<size_t>(v);
     if (i >= names.size())
       throw_program_error("json.unrepresentable", where,
@@ -479,7 +467,7 @@ private:
   }
 
   void write_tma(size_t i) {
-    const TmaSpec &t = p_.tma[i];
+    const TmaSpec& t = p_.tma[i];
     const std::string where = ptr({"tma", num(i)});
     if (t.buffer >= p_.buffers.size())
       throw_program_error("ref.buffer", where + "/buffer",
@@ -510,15 +498,15 @@ private:
   }
 
   void write_custom_op(size_t i) {
-    const CustomOp &c = p_.custom_ops[i];
+    const CustomOp& c = p_.custom_ops[i];
     const std::string where = ptr({"custom_ops", num(i)});
     out_ += "{\"name\": ";
     put_string(c.name, where + "/name");
-    for (const auto *list : {&c.operands, &c.params}) {
+    for (const auto* list : {&c.operands, &c.params}) {
       const bool ops = list == &c.operands;
       out_ += ops ? ", \"operands\": [" : ", \"params\": [";
       bool first = true;
-      for (const std::string &s : *list) {
+      for (const std::string& s : *list) {
         sep(first);
         put_string(s, where + (ops ? "/operands" : "/params"));
       }
@@ -529,12 +517,12 @@ private:
     out_ += '}';
   }
 
-  const Program &p_;
+  const Program& p_;
   std::string out_;
 };
 
-} // namespace
+}  // namespace
 
-std::string program_to_json(const Program &program) { return Writer(program).run(); }
+std::string program_to_json(const Program& program) { return Writer(program).run(); }
 
-} // namespace amk
+}  // namespace amk

@@ -17,13 +17,11 @@ namespace fs = std::filesystem;
 
 constexpr char kAmkbMagic[4] = {'A', 'M', 'K', 'B'};
 
-std::string read_file_limited(const fs::path &path) {
+std::string read_file_limited(const fs::path& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  if (ec || !fs::exists(st))
-    throw_io_error("io.missing", path.string(), "no such file");
-  if (fs::is_directory(st))
-    throw_io_error("io.read", path.string(), "is a directory, not a file");
+  if (ec || !fs::exists(st)) throw_io_error("io.missing", path.string(), "no such file");
+  if (fs::is_directory(st)) throw_io_error("io.read", path.string(), "is a directory, not a file");
 
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -35,8 +33,7 @@ std::string read_file_limited(const fs::path &path) {
       throw_io_error("io.too_large", path.string(),
                      "the file is " + std::to_string(size) + " bytes, more than the " +
                          std::to_string(kMaxFileBytes) + " a program may have");
-    if (!ec)
-      text.reserve(static_cast<size_t>(size));
+    if (!ec) text.reserve(static_cast<size_t>(size));
   }
   // Read in chunks: pipes and special files have no size up front.
   std::vector<char> buf(size_t{1} << 20);
@@ -49,43 +46,39 @@ std::string read_file_limited(const fs::path &path) {
                          " bytes a program may have");
     text.append(buf.data(), got);
   }
-  if (in.bad())
-    throw_io_error("io.read", path.string(), "read failed");
+  if (in.bad()) throw_io_error("io.read", path.string(), "read failed");
   return text;
 }
 
-bool is_within(const fs::path &p, const fs::path &base) {
+bool is_within(const fs::path& p, const fs::path& base) {
   auto b = base.begin(), be = base.end();
   // A trailing separator leaves an empty last component; it does not count.
-  if (b != be && std::prev(be)->empty())
-    --be;
+  if (b != be && std::prev(be)->empty()) --be;
   auto i = p.begin();
   for (; b != be; ++b, ++i)
-    if (i == p.end() || *i != *b)
-      return false;
+    if (i == p.end() || *i != *b) return false;
   return true;
 }
 
-} // namespace
+}  // namespace
 
-Program load_program_file(const fs::path &path, const LoadOptions &options) {
+Program load_program_file(const fs::path& path, const LoadOptions& options) {
   const std::string bytes = read_file_limited(path);
   Program program;
   if (bytes.size() >= sizeof kAmkbMagic && std::memcmp(bytes.data(), kAmkbMagic, 4) == 0)
     program = parse_amkb_program(
-        std::span<const std::byte>(reinterpret_cast<const std::byte *>(bytes.data()), bytes.size()),
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),
         options);
   else
     program = parse_json_program(bytes, options);
 
   std::error_code ec;
   fs::path abs = fs::absolute(path, ec);
-  if (ec)
-    abs = path;
+  if (ec) abs = path;
   program.base_dir = abs.lexically_normal().parent_path().string();
 
   for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const BufferInit &init = program.buffers[i].init;
+    const BufferInit& init = program.buffers[i].init;
     if (init.kind == InitKind::npy || init.kind == InitKind::raw ||
         init.kind == InitKind::safetensors)
       (void)resolve_data_path(program, init.path, "/buffers/" + std::to_string(i) + "/init/path",
@@ -94,8 +87,8 @@ Program load_program_file(const fs::path &path, const LoadOptions &options) {
   return program;
 }
 
-fs::path resolve_data_path(const Program &program, const std::string &path,
-                           const std::string &where, const LoadOptions &options) {
+fs::path resolve_data_path(const Program& program, const std::string& path,
+                           const std::string& where, const LoadOptions& options) {
   if (path.empty())
     throw_program_error("path.empty", where, "expected a data file path, found \"\"");
   if (path.find('\0') != std::string::npos)
@@ -115,8 +108,7 @@ fs::path resolve_data_path(const Program &program, const std::string &path,
     return rel.lexically_normal();
   }
   const fs::path joined = (base / rel).lexically_normal();
-  if (options.allow_outside_paths)
-    return joined;
+  if (options.allow_outside_paths) return joined;
 
   const fs::path norm = rel.lexically_normal();
   if (!norm.empty() && *norm.begin() == "..")
@@ -143,4 +135,4 @@ fs::path resolve_data_path(const Program &program, const std::string &path,
   return real;
 }
 
-} // namespace amk
+}  // namespace amk

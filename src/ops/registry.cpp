@@ -10,7 +10,8 @@ namespace {
 
 constexpr DTypeSet kF = kFloatTypes;
 
-constexpr OperandSig kCopyOperands[] = {{"x", Access::read, kAnyType}, {"y", Access::write, kAnyType}};
+constexpr OperandSig kCopyOperands[] = {{"x", Access::read, kAnyType},
+                                        {"y", Access::write, kAnyType}};
 constexpr OperandSig kFillOperands[] = {{"y", Access::write, kAnyType}};
 constexpr ParamSig kFillParams[] = {{"value", ParamType::f32, std::nullopt}};
 constexpr OperandSig kBinaryOperands[] = {
@@ -22,13 +23,12 @@ constexpr OperandSig kSiluMulOperands[] = {
 constexpr OperandSig kRmsnormOperands[] = {
     {"x", Access::read, kF}, {"weight", Access::read, kF}, {"y", Access::write, kF}};
 constexpr ParamSig kRmsnormParams[] = {{"eps", ParamType::f32, 1e-5}};
-constexpr ParamSig kSoftmaxParams[] = {{"cols", ParamType::u32, 0.0}, {"scale", ParamType::f32, 1.0}};
-constexpr OperandSig kGemvOperands[] = {{"w", Access::read, kF},
-                                        {"x", Access::read, kF},
-                                        {"y", Access::write, kF},
-                                        {"residual", Access::read, kF, true},
-                                        {"norm", Access::read, kF, true},
-                                        {"w2", Access::read, kF, true}};
+constexpr ParamSig kSoftmaxParams[] = {{"cols", ParamType::u32, 0.0},
+                                       {"scale", ParamType::f32, 1.0}};
+constexpr OperandSig kGemvOperands[] = {
+    {"w", Access::read, kF},          {"x", Access::read, kF},
+    {"y", Access::write, kF},         {"residual", Access::read, kF, true},
+    {"norm", Access::read, kF, true}, {"w2", Access::read, kF, true}};
 // head_dim / heads (0: off): x is attention_decode partials merged into x' first (gemv_k).
 constexpr ParamSig kGemvParams[] = {{"eps", ParamType::f32, 1e-5},
                                     {"head_dim", ParamType::u32, 0.0, true},
@@ -50,26 +50,20 @@ constexpr ParamSig kRopeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
                                     {"low_freq_factor", ParamType::f32, 1.0},
                                     {"high_freq_factor", ParamType::f32, 4.0},
                                     {"original_max_position", ParamType::u32, 8192.0}};
-constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF},
-                                            {"cache", Access::write, kF}};
+constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF}, {"cache", Access::write, kF}};
 constexpr ParamSig kKvAppendParams[] = {{"head_dim", ParamType::u32, std::nullopt},
                                         {"position", ParamType::u32, std::nullopt},
                                         {"max_len", ParamType::u32, std::nullopt}};
-constexpr OperandSig kAttentionDecodeOperands[] = {{"q", Access::read, kF},
-                                                   {"k", Access::read, kF},
-                                                   {"v", Access::read, kF},
-                                                   {"out", Access::write, kF32},
-                                                   {"k_new", Access::read, kF, true},
-                                                   {"v_new", Access::read, kF, true}};
+constexpr OperandSig kAttentionDecodeOperands[] = {
+    {"q", Access::read, kF},           {"k", Access::read, kF},
+    {"v", Access::read, kF},           {"out", Access::write, kF32},
+    {"k_new", Access::read, kF, true}, {"v_new", Access::read, kF, true}};
 // The RoPE params: the rope op's names, meaning and order (here theta 0 = no rotation).
-constexpr ParamSig kAttentionDecodeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                               {"scale", ParamType::f32, 0.0},
-                                               {"position", ParamType::u32, 0.0},
-                                               {"theta", ParamType::f32, 0.0},
-                                               {"scaling_factor", ParamType::f32, 32.0},
-                                               {"low_freq_factor", ParamType::f32, 1.0},
-                                               {"high_freq_factor", ParamType::f32, 4.0},
-                                               {"original_max_position", ParamType::u32, 8192.0}};
+constexpr ParamSig kAttentionDecodeParams[] = {
+    {"head_dim", ParamType::u32, std::nullopt}, {"scale", ParamType::f32, 0.0},
+    {"position", ParamType::u32, 0.0},          {"theta", ParamType::f32, 0.0},
+    {"scaling_factor", ParamType::f32, 32.0},   {"low_freq_factor", ParamType::f32, 1.0},
+    {"high_freq_factor", ParamType::f32, 4.0},  {"original_max_position", ParamType::u32, 8192.0}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
@@ -77,15 +71,18 @@ constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std
 
 constexpr std::array<OpSig, 16> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
-    {OpId::copy, "copy", "y = x (float types convert; integer types must match)", kCopyOperands, {}},
+    {OpId::copy,
+     "copy",
+     "y = x (float types convert; integer types must match)",
+     kCopyOperands,
+     {}},
     {OpId::fill, "fill", "y = value", kFillOperands, kFillParams},
     {OpId::add, "add", "y = a + b", kBinaryOperands, {}},
     {OpId::mul, "mul", "y = a * b", kBinaryOperands, {}},
     {OpId::scale, "scale", "y = alpha * x", kUnaryOperands, kScaleParams},
     {OpId::silu_mul, "silu_mul", "y = silu(gate) * up", kSiluMulOperands, {}},
-    {OpId::rmsnorm, "rmsnorm",
-     "rows of extent(weight): y = x / sqrt(mean(x^2) + eps) * weight", kRmsnormOperands,
-     kRmsnormParams},
+    {OpId::rmsnorm, "rmsnorm", "rows of extent(weight): y = x / sqrt(mean(x^2) + eps) * weight",
+     kRmsnormOperands, kRmsnormParams},
     {OpId::softmax, "softmax", "row-wise softmax(scale * x) over rows of `cols` (0: whole extent)",
      kUnaryOperands, kSoftmaxParams},
     {OpId::gemv, "gemv",
@@ -101,8 +98,11 @@ constexpr std::array<OpSig, 16> kOps = {{
      "with base = their offset write (index, value) pairs, then one argmax over the values with "
      "the indices as index_map",
      kArgmaxOperands, kArgmaxParams},
-    {OpId::embedding, "embedding", "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
-     kEmbeddingOperands, {}},
+    {OpId::embedding,
+     "embedding",
+     "y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids)",
+     kEmbeddingOperands,
+     {}},
     {OpId::rope, "rope",
      "rotary embedding of each head of head_dim in x at `position` (HF rotate_half pairs i, "
      "i + head_dim/2; inv_freq theta^(-2i/head_dim) with Llama 3 scaling unless "
@@ -195,7 +195,8 @@ std::optional<uint32_t> encode_param(ParamType type, double value) noexcept {
       return f32_bits(static_cast<float>(value));
     }
     case ParamType::u32:
-      if (!(value >= 0.0 && value <= 4294967295.0) || value != std::floor(value)) return std::nullopt;
+      if (!(value >= 0.0 && value <= 4294967295.0) || value != std::floor(value))
+        return std::nullopt;
       return static_cast<uint32_t>(value);
     case ParamType::i32:
       if (!(value >= -2147483648.0 && value <= 2147483647.0) || value != std::floor(value))

@@ -29,4 +29,4 @@ static_assert(sizeof(amk_device_program_t) == 96 &&
               offsetof(amk_device_program_t, n_instructions) == 72 &&
               offsetof(amk_device_program_t, iterations) == 88);
 
-} // namespace amk::detail
+}  // namespace amk::detail

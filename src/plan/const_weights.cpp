@@ -49,10 +49,9 @@ bool view_written(const WrittenRanges& ranges, const Operand& o) {
   const auto& r = ranges[o.buffer];
   const uint64_t begin = o.offset, end = o.offset + o.extent;
   // the first range that ends after the view begins
-  auto it = std::upper_bound(r.begin(), r.end(), begin,
-                             [](uint64_t b, const std::pair<uint64_t, uint64_t>& x) {
-                               return b < x.second;
-                             });
+  auto it = std::upper_bound(
+      r.begin(), r.end(), begin,
+      [](uint64_t b, const std::pair<uint64_t, uint64_t>& x) { return b < x.second; });
   return it != r.end() && it->first < end;
 }
 

@@ -11,7 +11,7 @@
 namespace amk {
 namespace {
 
-[[noreturn]] void capacity_error(uint32_t index, const std::string &what, size_t have,
+[[noreturn]] void capacity_error(uint32_t index, const std::string& what, size_t have,
                                  size_t room) {
   throw_program_error("plan.capacity", "/instructions/" + std::to_string(index) + "/" + what,
                       std::to_string(have) + " " + what + ", the ABI holds " +
@@ -26,56 +26,51 @@ namespace {
 // costs a round trip to L2 (and its signal a release fence) for nothing.
 // Keeps the entries of items[0, n) that `keep` accepts, in order, zeroes the rest; returns the
 // count kept.
-template <typename T, typename Keep> uint8_t compact(T *items, uint8_t n, Keep keep) {
+template <typename T, typename Keep>
+uint8_t compact(T* items, uint8_t n, Keep keep) {
   uint8_t kept = 0;
   for (uint8_t i = 0; i < n; ++i)
-    if (keep(items[i]))
-      items[kept++] = items[i];
-  for (uint8_t i = kept; i < n; ++i)
-    items[i] = {0, 0};
+    if (keep(items[i])) items[kept++] = items[i];
+  for (uint8_t i = kept; i < n; ++i) items[i] = {0, 0};
   return kept;
 }
 
-void elide_ordered_syncs(const std::vector<std::vector<uint32_t>> &queues, Plan &plan) {
+void elide_ordered_syncs(const std::vector<std::vector<uint32_t>>& queues, Plan& plan) {
   std::vector<uint64_t> added(plan.n_counters, 0);
   std::vector<uint32_t> touched;
-  for (const auto &q : queues) {
-    for (uint32_t c : touched)
-      added[c] = 0;
+  for (const auto& q : queues) {
+    for (uint32_t c : touched) added[c] = 0;
     touched.clear();
     for (uint32_t item : q) {
-      amk_instruction_t &ins = plan.instructions[item];
-      ins.n_waits = compact(ins.waits, ins.n_waits, [&](const amk_wait_t &wait) {
+      amk_instruction_t& ins = plan.instructions[item];
+      ins.n_waits = compact(ins.waits, ins.n_waits, [&](const amk_wait_t& wait) {
         const bool implied = wait.counter < plan.n_counters && added[wait.counter] >= wait.value;
         plan.elided_waits += implied ? 1 : 0;
         return !implied;
       });
       for (uint8_t g = 0; g < ins.n_signals; ++g) {
         const amk_signal_t sig = ins.signals[g];
-        if (sig.counter >= plan.n_counters)
-          continue;
-        if (added[sig.counter] == 0)
-          touched.push_back(sig.counter);
+        if (sig.counter >= plan.n_counters) continue;
+        if (added[sig.counter] == 0) touched.push_back(sig.counter);
         added[sig.counter] += sig.add;
       }
     }
   }
   std::vector<uint8_t> waited(plan.n_counters, 0);
-  for (const amk_instruction_t &ins : plan.instructions)
+  for (const amk_instruction_t& ins : plan.instructions)
     for (uint8_t w = 0; w < ins.n_waits; ++w)
-      if (ins.waits[w].counter < plan.n_counters)
-        waited[ins.waits[w].counter] = 1;
-  for (amk_instruction_t &ins : plan.instructions)
-    ins.n_signals = compact(ins.signals, ins.n_signals, [&](const amk_signal_t &sig) {
+      if (ins.waits[w].counter < plan.n_counters) waited[ins.waits[w].counter] = 1;
+  for (amk_instruction_t& ins : plan.instructions)
+    ins.n_signals = compact(ins.signals, ins.n_signals, [&](const amk_signal_t& sig) {
       const bool dead = sig.counter < plan.n_counters && !waited[sig.counter];
       plan.elided_signals += dead ? 1 : 0;
       return !dead;
     });
 }
 
-} // namespace
+}  // namespace
 
-amk_instruction_t encode_instruction(const Instruction &in, uint32_t index) {
+amk_instruction_t encode_instruction(const Instruction& in, uint32_t index) {
   if (in.operands.size() > AMK_MAX_OPERANDS)
     capacity_error(index, "operands", in.operands.size(), AMK_MAX_OPERANDS);
   if (in.waits.size() > AMK_MAX_WAITS)
@@ -94,12 +89,10 @@ amk_instruction_t encode_instruction(const Instruction &in, uint32_t index) {
   out.n_signals = static_cast<uint8_t>(in.signals.size());
   out.n_params = static_cast<uint8_t>(in.params.size());
   out.index = index;
-  for (uint32_t s = 0; s < AMK_MAX_OPERANDS; ++s)
-    out.operands[s].buffer = AMK_NO_BUFFER;
+  for (uint32_t s = 0; s < AMK_MAX_OPERANDS; ++s) out.operands[s].buffer = AMK_NO_BUFFER;
   for (size_t s = 0; s < in.operands.size(); ++s) {
-    const Operand &o = in.operands[s];
-    if (o.buffer == AMK_NO_BUFFER)
-      continue; // optional slot left out: stays {0, 0, none}
+    const Operand& o = in.operands[s];
+    if (o.buffer == AMK_NO_BUFFER) continue;  // optional slot left out: stays {0, 0, none}
     if (o.extent > UINT32_MAX)
       throw_program_error("plan.capacity",
                           "/instructions/" + std::to_string(index) + "/operands/" +
@@ -113,12 +106,11 @@ amk_instruction_t encode_instruction(const Instruction &in, uint32_t index) {
     out.waits[w] = {in.waits[w].counter, in.waits[w].value};
   for (size_t g = 0; g < in.signals.size(); ++g)
     out.signals[g] = {in.signals[g].counter, in.signals[g].add};
-  for (size_t p = 0; p < in.params.size(); ++p)
-    out.params[p] = in.params[p];
+  for (size_t p = 0; p < in.params.size(); ++p) out.params[p] = in.params[p];
   return out;
 }
 
-Instruction decode_instruction(const amk_instruction_t &in) {
+Instruction decode_instruction(const amk_instruction_t& in) {
   const std::string where = "/instructions/" + std::to_string(in.index);
   if (in.n_operands > AMK_MAX_OPERANDS || in.n_waits > AMK_MAX_WAITS ||
       in.n_signals > AMK_MAX_SIGNALS || in.n_params > AMK_MAX_PARAMS)
@@ -131,7 +123,7 @@ Instruction decode_instruction(const amk_instruction_t &in) {
   out.op = in.op;
   out.operands.reserve(in.n_operands);
   for (uint32_t s = 0; s < in.n_operands; ++s) {
-    const amk_operand_t &o = in.operands[s];
+    const amk_operand_t& o = in.operands[s];
     Operand op;
     op.buffer = o.buffer;
     if (o.buffer != AMK_NO_BUFFER) {
@@ -148,14 +140,14 @@ Instruction decode_instruction(const amk_instruction_t &in) {
   return out;
 }
 
-Plan make_plan(const Program &program, const PlanOptions &options) {
+Plan make_plan(const Program& program, const PlanOptions& options) {
   Plan plan;
   const uint64_t cluster = program.launch.mode == LaunchMode::cluster
                                ? uint64_t{program.launch.cluster[0]} * program.launch.cluster[1] *
                                      program.launch.cluster[2]
                                : 1;
   std::vector<std::vector<uint32_t>> built;
-  const std::vector<std::vector<uint32_t>> *queues = nullptr;
+  const std::vector<std::vector<uint32_t>>* queues = nullptr;
   if (program.queues) {
     queues = &*program.queues;
     if (program.launch.grid != 0 && queues->size() != program.launch.grid)
@@ -168,8 +160,7 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
     if (grid == 0) {
       // Auto grid: the caller's hint, rounded down to whole clusters in cluster mode.
       grid = options.grid_hint;
-      if (cluster > 1)
-        grid -= grid % cluster;
+      if (cluster > 1) grid -= grid % cluster;
       if (grid == 0)
         throw_program_error("plan.grid", "/launch/grid",
                             "grid hint " + std::to_string(options.grid_hint) +
@@ -178,7 +169,7 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
     }
     plan.grid = static_cast<uint32_t>(grid);
     built = build_queues(program, plan.grid);
-    check_queues(program, built); // the schedule must pass the same proof as a user's queues
+    check_queues(program, built);  // the schedule must pass the same proof as a user's queues
     queues = &built;
     plan.queues_built = true;
   }
@@ -191,16 +182,16 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
   plan.queue_offsets.reserve(queues->size() + 1);
   plan.queue_offsets.push_back(0);
   plan.queue_items.reserve(n);
-  for (const auto &q : *queues) {
+  for (const auto& q : *queues) {
     plan.queue_items.insert(plan.queue_items.end(), q.begin(), q.end());
     plan.queue_offsets.push_back(static_cast<uint32_t>(plan.queue_items.size()));
   }
 
   plan.buffers.reserve(program.buffers.size());
-  for (const Buffer &b : program.buffers) {
+  for (const Buffer& b : program.buffers) {
     amk_buffer_t e;
     std::memset(&e, 0, sizeof(e));
-    e.address = 0; // placed by the executor
+    e.address = 0;  // placed by the executor
     e.elements = b.elements();
     e.bytes = b.bytes();
     e.dtype = static_cast<uint32_t>(b.dtype);
@@ -209,14 +200,12 @@ Plan make_plan(const Program &program, const PlanOptions &options) {
   }
   plan.n_counters = static_cast<uint32_t>(program.counters.size());
   plan.block = program.launch.block;
-  if (options.elide_ordered_syncs)
-    elide_ordered_syncs(*queues, plan);
-  for (const Instruction &ins : program.instructions)
-    plan.ops_used.push_back(ins.op);
+  if (options.elide_ordered_syncs) elide_ordered_syncs(*queues, plan);
+  for (const Instruction& ins : program.instructions) plan.ops_used.push_back(ins.op);
   std::sort(plan.ops_used.begin(), plan.ops_used.end());
   plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
   mark_const_weights(program, plan);
   return plan;
 }
 
-} // namespace amk
+}  // namespace amk

@@ -25,12 +25,12 @@ struct Plan {
   std::vector<uint32_t> queue_items;            // instruction indices
   std::vector<amk_buffer_t> buffers;            // address 0 until placed on a device
   uint32_t n_counters = 0;
-  uint32_t grid = 0;                            // == number of queues
+  uint32_t grid = 0;  // == number of queues
   uint32_t block = 0;
-  bool queues_built = false;                    // true when amk scheduled the program
-  uint32_t elided_waits = 0;                    // waits queue order guarantees (left out)
-  uint32_t elided_signals = 0;                  // signals to counters nobody waits for then
-  std::vector<uint16_t> ops_used;               // sorted, unique
+  bool queues_built = false;       // true when amk scheduled the program
+  uint32_t elided_waits = 0;       // waits queue order guarantees (left out)
+  uint32_t elided_signals = 0;     // signals to counters nobody waits for then
+  std::vector<uint16_t> ops_used;  // sorted, unique
 
   [[nodiscard]] uint32_t n_queues() const noexcept {
     return queue_offsets.empty() ? 0 : static_cast<uint32_t>(queue_offsets.size() - 1);

@@ -32,32 +32,29 @@ namespace {
 constexpr double kDispatchCost = 500.0;
 constexpr double kBytesPerUnit = 36.0;
 
-double instruction_cost(const Program &program, const Instruction &ins) {
+double instruction_cost(const Program& program, const Instruction& ins) {
   double bytes = 0.0;
-  for (const Operand &o : ins.operands)
+  for (const Operand& o : ins.operands)
     if (o.buffer != AMK_NO_BUFFER && o.buffer < program.buffers.size())
       bytes += static_cast<double>(o.extent) *
                static_cast<double>(dtype_size(program.buffers[o.buffer].dtype));
   return kDispatchCost + bytes / kBytesPerUnit;
 }
 
-} // namespace
+}  // namespace
 
-std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t grid) {
-  if (grid == 0)
-    throw_program_error("plan.grid", "/launch/grid", "cannot schedule onto 0 blocks");
+std::vector<std::vector<uint32_t>> build_queues(const Program& program, uint32_t grid) {
+  if (grid == 0) throw_program_error("plan.grid", "/launch/grid", "cannot schedule onto 0 blocks");
   std::vector<std::vector<uint32_t>> queues(grid);
   const size_t n = program.instructions.size();
-  if (n == 0)
-    return queues;
+  if (n == 0) return queues;
 
   // Proves a legal order exists (verify.deadlock otherwise) before the graph is trusted.
   (void)pool_order(program);
   const DependencyGraph g = build_dependency_graph(program, nullptr);
 
-  std::vector<double> cost(g.n_nodes, 0.0); // join nodes cost nothing
-  for (uint32_t i = 0; i < n; ++i)
-    cost[i] = instruction_cost(program, program.instructions[i]);
+  std::vector<double> cost(g.n_nodes, 0.0);  // join nodes cost nothing
+  for (uint32_t i = 0; i < n; ++i) cost[i] = instruction_cost(program, program.instructions[i]);
 
   // Bottom level: cost of the longest path from a node to the end, in reverse topo order.
   std::vector<double> best_succ(g.n_nodes, 0.0), level(g.n_nodes, 0.0);
@@ -75,8 +72,7 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
   std::vector<double> finish(g.n_nodes, -1.0);
   std::vector<uint32_t> stack;
   auto finish_of = [&](uint32_t v) {
-    if (finish[v] >= 0.0)
-      return finish[v];
+    if (finish[v] >= 0.0) return finish[v];
     stack.assign(1, v);
     while (!stack.empty()) {
       const uint32_t u = stack.back();
@@ -86,7 +82,7 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
         const uint32_t p = g.preds[e];
         if (finish[p] < 0.0) {
           ready = false;
-          stack.push_back(p); // always a join: instructions are finished before use
+          stack.push_back(p);  // always a join: instructions are finished before use
         } else {
           t = std::max(t, finish[p]);
         }
@@ -101,18 +97,16 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
 
   // Free blocks, earliest first; an entry is stale once its block got later work (free_at grows
   // with every placement: costs are positive).
-  using Free = std::pair<double, uint32_t>; // (time the block becomes free, block)
+  using Free = std::pair<double, uint32_t>;  // (time the block becomes free, block)
   std::priority_queue<Free, std::vector<Free>, std::greater<Free>> blocks;
   std::vector<double> free_at(grid, 0.0);
-  std::vector<uint32_t> last(grid, UINT32_MAX);    // last instruction placed on each block
+  std::vector<uint32_t> last(grid, UINT32_MAX);  // last instruction placed on each block
   std::vector<uint32_t> block_of(n, UINT32_MAX);
-  for (uint32_t b = 0; b < grid; ++b)
-    blocks.push({0.0, b});
+  for (uint32_t b = 0; b < grid; ++b) blocks.push({0.0, b});
   // The instruction behind predecessor node p when it is one (directly, or as the only
   // predecessor of a join node: a wait on a counter with one needed signaler).
   auto producer = [&](uint32_t p) -> uint32_t {
-    if (p < n)
-      return p;
+    if (p < n) return p;
     if (g.pred_offsets[p + 1] - g.pred_offsets[p] == 1 && g.preds[g.pred_offsets[p]] < n)
       return g.preds[g.pred_offsets[p]];
     return UINT32_MAX;
@@ -128,8 +122,7 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
         block = block_of[src];
     }
     if (block == UINT32_MAX) {
-      while (blocks.top().first != free_at[blocks.top().second])
-        blocks.pop();
+      while (blocks.top().first != free_at[blocks.top().second]) blocks.pop();
       block = blocks.top().second;
       blocks.pop();
     }
@@ -143,4 +136,4 @@ std::vector<std::vector<uint32_t>> build_queues(const Program &program, uint32_t
   return queues;
 }
 
-} // namespace amk
+}  // namespace amk

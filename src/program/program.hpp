@@ -21,16 +21,18 @@ inline constexpr uint64_t kMaxCounters = 1u << 20;
 inline constexpr uint64_t kMaxInstructions = 1u << 22;
 inline constexpr uint64_t kMaxQueues = 1u << 16;
 inline constexpr uint64_t kMaxRank = 8;
-inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 40;   // 1 TiB
+inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr uint64_t kMaxTotalBytes = uint64_t{1} << 41;
 inline constexpr uint64_t kMaxInlineValues = uint64_t{1} << 24;
 inline constexpr uint64_t kMaxNameLength = 256;
 inline constexpr uint64_t kMaxTmaDescriptors = 64;
 inline constexpr uint64_t kMaxCustomOps = 64;
 inline constexpr uint64_t kMaxCustomSourceBytes = uint64_t{1} << 20;
-inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;      // program file itself
-inline constexpr uint64_t kMaxTimeoutMs = UINT32_MAX;  // ~49 days; timeout_ms * 1e6 ns stays in range
-inline constexpr uint64_t kMaxTmaDim = uint64_t{1} << 32;  // cuTensorMapEncodeTiled's globalDim limit
+inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;  // program file itself
+inline constexpr uint64_t kMaxTimeoutMs =
+    UINT32_MAX;  // ~49 days; timeout_ms * 1e6 ns stays in range
+inline constexpr uint64_t kMaxTmaDim = uint64_t{1}
+                                       << 32;  // cuTensorMapEncodeTiled's globalDim limit
 
 // ---- element types ----
 enum class DType : uint8_t {
@@ -49,12 +51,12 @@ enum class DType : uint8_t {
 
 // ---- buffers ----
 enum class InitKind : uint8_t {
-  zeros = 0,     // all bits zero
-  constant = 1,  // every element = constant
-  random = 2,    // seeded: uniform in [low, high) or normal(mean, std)
-  values = 3,    // inline values, stored as the buffer's dtype bytes in `data`
-  npy = 4,       // a .npy file (dtype and element count must match)
-  raw = 5,       // raw little-endian bytes of the buffer's dtype at `offset` in a file
+  zeros = 0,        // all bits zero
+  constant = 1,     // every element = constant
+  random = 2,       // seeded: uniform in [low, high) or normal(mean, std)
+  values = 3,       // inline values, stored as the buffer's dtype bytes in `data`
+  npy = 4,          // a .npy file (dtype and element count must match)
+  raw = 5,          // raw little-endian bytes of the buffer's dtype at `offset` in a file
   safetensors = 6,  // tensor `tensor` of a .safetensors file
 };
 [[nodiscard]] std::string_view init_kind_name(InitKind k) noexcept;
@@ -66,8 +68,8 @@ struct BufferInit {
   double constant = 0.0;
   uint64_t seed = 0;
   Distribution distribution = Distribution::uniform;
-  double a = -1.0;  // uniform: low;  normal: mean
-  double b = 1.0;   // uniform: high; normal: std
+  double a = -1.0;              // uniform: low;  normal: mean
+  double b = 1.0;               // uniform: high; normal: std
   std::vector<std::byte> data;  // values: elements in the buffer's dtype, little endian
   std::string path;             // npy / raw / safetensors: as written in the program
   uint64_t offset = 0;          // raw: byte offset in the file
@@ -128,11 +130,11 @@ enum class LaunchMode : uint8_t { cooperative = 0, cluster = 1 };
 
 struct Launch {
   LaunchMode mode = LaunchMode::cooperative;
-  uint32_t grid = 0;               // 0 = auto
-  uint32_t block = 256;            // threads per block
+  uint32_t grid = 0;     // 0 = auto
+  uint32_t block = 256;  // threads per block
   uint32_t cluster[3] = {1, 1, 1};
-  uint32_t dynamic_smem = 0;       // bytes
-  uint64_t timeout_ms = 10000;     // watchdog deadline
+  uint32_t dynamic_smem = 0;    // bytes
+  uint64_t timeout_ms = 10000;  // watchdog deadline
   bool operator==(const Launch& o) const {
     return mode == o.mode && grid == o.grid && block == o.block && cluster[0] == o.cluster[0] &&
            cluster[1] == o.cluster[1] && cluster[2] == o.cluster[2] &&
@@ -150,8 +152,8 @@ enum Feature : uint32_t {
 [[nodiscard]] std::vector<std::string> feature_names(uint32_t features);
 
 struct Target {
-  uint32_t min_arch = 0;      // e.g. 90 for sm_90; 0 = any
-  uint32_t features = 0;      // Feature bits
+  uint32_t min_arch = 0;        // e.g. 90 for sm_90; 0 = any
+  uint32_t features = 0;        // Feature bits
   uint32_t smem_per_block = 0;  // bytes of shared memory per block the program needs; 0 = none
   bool operator==(const Target&) const = default;
 };
@@ -165,10 +167,10 @@ enum class TmaOobFill : uint8_t { zeros = 0, nan = 1 };
 struct TmaSpec {
   std::string name;
   uint32_t buffer = 0;
-  uint64_t offset = 0;                 // element offset of the tensor's base in the buffer
-  std::vector<uint64_t> dims;          // innermost first (cuTensorMap order), rank 1..5
-  std::vector<uint64_t> strides;       // bytes, rank-1 entries (dims 1..rank-1); derived if empty
-  std::vector<uint32_t> box;           // elements per dim, each 1..256
+  uint64_t offset = 0;            // element offset of the tensor's base in the buffer
+  std::vector<uint64_t> dims;     // innermost first (cuTensorMap order), rank 1..5
+  std::vector<uint64_t> strides;  // bytes, rank-1 entries (dims 1..rank-1); derived if empty
+  std::vector<uint32_t> box;      // elements per dim, each 1..256
   std::vector<uint32_t> element_strides;  // each 1..8; all 1 if empty
   TmaSwizzle swizzle = TmaSwizzle::none;
   TmaInterleave interleave = TmaInterleave::none;
@@ -179,8 +181,8 @@ struct TmaSpec {
 
 // ---- custom ops (compiled only with the trust flag) ----
 struct CustomOp {
-  std::string name;                 // op name used by instructions
-  std::string source;               // CUDA device function source
+  std::string name;                   // op name used by instructions
+  std::string source;                 // CUDA device function source
   std::vector<std::string> operands;  // operand slot names
   std::vector<std::string> params;    // param names (32-bit words)
   bool operator==(const CustomOp&) const = default;
@@ -201,9 +203,10 @@ struct Program {
   std::string base_dir;  // folder the program was loaded from (file paths resolve here)
 
   bool operator==(const Program& o) const {
-    return name == o.name && description == o.description && version == o.version && target == o.target && launch == o.launch &&
-           buffers == o.buffers && counters == o.counters && instructions == o.instructions &&
-           queues == o.queues && tma == o.tma && custom_ops == o.custom_ops;
+    return name == o.name && description == o.description && version == o.version &&
+           target == o.target && launch == o.launch && buffers == o.buffers &&
+           counters == o.counters && instructions == o.instructions && queues == o.queues &&
+           tma == o.tma && custom_ops == o.custom_ops;
   }
 };
 

@@ -18,7 +18,7 @@ namespace {
 
 std::atomic<uint64_t> g_temp_counter{0};
 
-[[noreturn]] void throw_write_error(const std::filesystem::path &path, const std::string &what,
+[[noreturn]] void throw_write_error(const std::filesystem::path& path, const std::string& what,
                                     int err) {
   throw Error(ErrorKind::io, "io.write", path.string(),
               what + ": " + std::system_category().message(err));
@@ -28,16 +28,14 @@ std::atomic<uint64_t> g_temp_counter{0};
 class TempFile {
 public:
   TempFile(int fd, std::filesystem::path path) : fd_(fd), path_(std::move(path)) {}
-  TempFile(const TempFile &) = delete;
-  TempFile &operator=(const TempFile &) = delete;
+  TempFile(const TempFile&) = delete;
+  TempFile& operator=(const TempFile&) = delete;
   ~TempFile() {
-    if (fd_ >= 0)
-      ::close(fd_);
-    if (!released_)
-      ::unlink(path_.c_str());
+    if (fd_ >= 0) ::close(fd_);
+    if (!released_) ::unlink(path_.c_str());
   }
   [[nodiscard]] int fd() const noexcept { return fd_; }
-  [[nodiscard]] const std::filesystem::path &path() const noexcept { return path_; }
+  [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
   // Closes now so that a close error (delayed write error on NFS) is reported.
   int close() noexcept {
     int rc = ::close(fd_);
@@ -52,7 +50,7 @@ private:
   bool released_ = false;
 };
 
-TempFile create_temp(const std::filesystem::path &dir, const std::filesystem::path &target) {
+TempFile create_temp(const std::filesystem::path& dir, const std::filesystem::path& target) {
   // The name does not include the target's (which may already be NAME_MAX long); pid + counter
   // keep it unique, O_EXCL guards against a stale file left by a crashed process.
   constexpr int kAttempts = 16;
@@ -61,25 +59,22 @@ TempFile create_temp(const std::filesystem::path &dir, const std::filesystem::pa
     const uint64_t n = g_temp_counter.fetch_add(1, std::memory_order_relaxed);
     auto temp = dir / (".amk-tmp-" + std::to_string(::getpid()) + "-" + std::to_string(n));
     int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0)
-      return TempFile(fd, std::move(temp));
+    if (fd >= 0) return TempFile(fd, std::move(temp));
     err = errno;
-    if (err != EEXIST)
-      break;
+    if (err != EEXIST) break;
   }
   throw_write_error(target, "cannot create a temporary file in " + dir.string(), err);
 }
 
-void write_all(const TempFile &temp, const std::filesystem::path &target,
+void write_all(const TempFile& temp, const std::filesystem::path& target,
                std::span<const std::byte> bytes) {
-  const std::byte *p = bytes.data();
+  const std::byte* p = bytes.data();
   size_t left = bytes.size();
   while (left > 0) {
     ssize_t n = ::write(temp.fd(), p, left);
     if (n < 0) {
       const int err = errno;
-      if (err == EINTR)
-        continue;
+      if (err == EINTR) continue;
       throw_write_error(target, "write failed", err);
     }
     p += n;
@@ -87,7 +82,7 @@ void write_all(const TempFile &temp, const std::filesystem::path &target,
   }
 }
 
-void sync_directory(const std::filesystem::path &dir, const std::filesystem::path &target) {
+void sync_directory(const std::filesystem::path& dir, const std::filesystem::path& target) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
@@ -101,9 +96,9 @@ void sync_directory(const std::filesystem::path &dir, const std::filesystem::pat
     throw_write_error(target, "fsync of folder " + dir.string() + " failed", err);
 }
 
-} // namespace
+}  // namespace
 
-void write_file_atomic(const std::filesystem::path &path, std::span<const std::byte> bytes) {
+void write_file_atomic(const std::filesystem::path& path, std::span<const std::byte> bytes) {
   if (!path.has_filename())
     throw Error(ErrorKind::io, "io.write", path.string(), "path does not name a file");
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
@@ -127,8 +122,8 @@ void write_file_atomic(const std::filesystem::path &path, std::span<const std::b
   sync_directory(dir, path);
 }
 
-void write_text_atomic(const std::filesystem::path &path, const std::string &text) {
+void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
   write_file_atomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
 
-} // namespace amk
+}  // namespace amk

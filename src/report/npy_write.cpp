@@ -16,44 +16,35 @@ static_assert(std::endian::native == std::endian::little, "amk assumes a little-
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
-constexpr size_t kPreludeSize = kMagicSize + 2 + 2; // magic, version 1.0, u16 header length
+constexpr size_t kPreludeSize = kMagicSize + 2 + 2;  // magic, version 1.0, u16 header length
 constexpr size_t kAlign = 64;
-constexpr size_t kMaxHeader = 0xffff; // format 1.0 stores the length in 16 bits
+constexpr size_t kMaxHeader = 0xffff;  // format 1.0 stores the length in 16 bits
 
 std::string shape_tuple(std::span<const uint64_t> shape) {
   // Python's tuple repr: (), (N,), (A, B).
   std::string s = "(";
   for (size_t i = 0; i < shape.size(); ++i) {
-    if (i > 0)
-      s += ", ";
+    if (i > 0) s += ", ";
     s += std::to_string(shape[i]);
   }
-  if (shape.size() == 1)
-    s += ",";
+  if (shape.size() == 1) s += ",";
   s += ")";
   return s;
 }
 
-} // namespace
+}  // namespace
 
 DType npy_stored_dtype(DType dtype) noexcept { return dtype == DType::bf16 ? DType::f32 : dtype; }
 
 std::string_view npy_descr(DType stored) noexcept {
   switch (stored) {
-  case DType::f32:
-    return "<f4";
-  case DType::f16:
-    return "<f2";
-  case DType::bf16:
-    return "<f4"; // widened
-  case DType::i32:
-    return "<i4";
-  case DType::u32:
-    return "<u4";
-  case DType::i64:
-    return "<i8";
-  case DType::u8:
-    return "|u1";
+    case DType::f32: return "<f4";
+    case DType::f16: return "<f2";
+    case DType::bf16: return "<f4";  // widened
+    case DType::i32: return "<i4";
+    case DType::u32: return "<u4";
+    case DType::i64: return "<i8";
+    case DType::u8: return "|u1";
   }
   return "";
 }
@@ -65,11 +56,9 @@ std::vector<std::byte> encode_npy(DType dtype, std::span<const uint64_t> shape,
   // A zero dim makes the array empty whatever the others are (no overflow from them then).
   uint64_t elements = std::find(shape.begin(), shape.end(), 0) != shape.end() ? 0 : 1;
   for (uint64_t d : shape) {
-    if (elements == 0)
-      break;
+    if (elements == 0) break;
     auto next = checked_mul(elements, d);
-    if (!next)
-      throw Error(ErrorKind::internal, "npy.shape", "", "shape element count overflows");
+    if (!next) throw Error(ErrorKind::internal, "npy.shape", "", "shape element count overflows");
     elements = *next;
   }
   const auto in_bytes = checked_mul(elements, dtype_size(dtype));
@@ -92,16 +81,15 @@ std::vector<std::byte> encode_npy(DType dtype, std::span<const uint64_t> shape,
   const size_t out_data = static_cast<size_t>(elements) * dtype_size(stored);
   std::vector<std::byte> out(kPreludeSize + header.size() + out_data);
   std::memcpy(out.data(), kMagic, kMagicSize);
-  out[6] = std::byte{1}; // major version
-  out[7] = std::byte{0}; // minor version
+  out[6] = std::byte{1};  // major version
+  out[7] = std::byte{0};  // minor version
   out[8] = static_cast<std::byte>(header.size() & 0xff);
   out[9] = static_cast<std::byte>(header.size() >> 8);
   std::memcpy(out.data() + kPreludeSize, header.data(), header.size());
 
-  std::byte *dst = out.data() + kPreludeSize + header.size();
+  std::byte* dst = out.data() + kPreludeSize + header.size();
   if (stored == dtype) {
-    if (!data.empty())
-      std::memcpy(dst, data.data(), data.size());
+    if (!data.empty()) std::memcpy(dst, data.data(), data.size());
   } else {
     // bf16 -> f32 is exact: the bf16 bits are the top half of the f32.
     for (uint64_t i = 0; i < elements; ++i) {
@@ -114,4 +102,4 @@ std::vector<std::byte> encode_npy(DType dtype, std::span<const uint64_t> shape,
   return out;
 }
 
-} // namespace amk
+}  // namespace amk

@@ -25,21 +25,20 @@ bool is_safe_char(char c) {
 }
 
 std::string lower(std::string s) {
-  for (char &c : s)
-    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
 // Assigns each listed buffer a unique file name. Names that are already safe keep their name;
 // the rest take the sanitized stem, or stem_2, stem_3 ... Compared without case so that the
 // folder also works on case-insensitive filesystems.
-std::vector<std::string> assign_file_names(const Program &program,
-                                           const std::vector<uint32_t> &indices) {
+std::vector<std::string> assign_file_names(const Program& program,
+                                           const std::vector<uint32_t>& indices) {
   std::vector<std::string> names(indices.size());
   std::set<std::string> used;
   std::vector<size_t> pending;
   for (size_t i = 0; i < indices.size(); ++i) {
-    const std::string &name = program.buffers[indices[i]].name;
+    const std::string& name = program.buffers[indices[i]].name;
     std::string stem = safe_file_stem(name);
     std::string file = stem + std::string(kNpyExt);
     if (stem == name && used.insert(lower(file)).second)
@@ -57,7 +56,7 @@ std::vector<std::string> assign_file_names(const Program &program,
   return names;
 }
 
-void check_buffers(const Program &program, const HostBuffers &buffers, const char *which) {
+void check_buffers(const Program& program, const HostBuffers& buffers, const char* which) {
   if (buffers.data.size() != program.buffers.size())
     throw Error(ErrorKind::internal, "outputs.buffers", which,
                 std::to_string(buffers.data.size()) + " buffers given, the program has " +
@@ -71,7 +70,7 @@ void check_buffers(const Program &program, const HostBuffers &buffers, const cha
   }
 }
 
-void make_directory(const std::filesystem::path &dir) {
+void make_directory(const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (!ec && !std::filesystem::is_directory(dir, ec))
@@ -81,8 +80,8 @@ void make_directory(const std::filesystem::path &dir) {
 }
 
 // Writes one buffer's .npy and returns its manifest entry.
-nlohmann::ordered_json write_buffer(const std::filesystem::path &dir, const std::string &rel_file,
-                                    const Buffer &buffer, const std::vector<std::byte> &data) {
+nlohmann::ordered_json write_buffer(const std::filesystem::path& dir, const std::string& rel_file,
+                                    const Buffer& buffer, const std::vector<std::byte>& data) {
   const std::vector<std::byte> npy = encode_npy(buffer.dtype, buffer.shape, data);
   write_file_atomic(dir / rel_file, npy);
   nlohmann::ordered_json e;
@@ -97,22 +96,20 @@ nlohmann::ordered_json write_buffer(const std::filesystem::path &dir, const std:
   return e;
 }
 
-} // namespace
+}  // namespace
 
 std::string safe_file_stem(std::string_view name) {
   std::string s(name.substr(0, kMaxStem));
-  for (char &c : s)
-    if (!is_safe_char(c))
-      c = '_';
+  for (char& c : s)
+    if (!is_safe_char(c)) c = '_';
   // No hidden files, and never "." or "..".
-  if (s.empty() || s.front() == '.')
-    s = "_" + s.substr(s.empty() ? 0 : 1);
+  if (s.empty() || s.front() == '.') s = "_" + s.substr(s.empty() ? 0 : 1);
   return s;
 }
 
-nlohmann::json write_outputs(const std::filesystem::path &dir, const Program &program,
-                             const HostBuffers &buffers, bool include_inputs,
-                             const HostBuffers *initial) {
+nlohmann::json write_outputs(const std::filesystem::path& dir, const Program& program,
+                             const HostBuffers& buffers, bool include_inputs,
+                             const HostBuffers* initial) {
   check_buffers(program, buffers, "buffers");
   if (include_inputs) {
     if (initial == nullptr)
@@ -134,8 +131,7 @@ nlohmann::json write_outputs(const std::filesystem::path &dir, const Program &pr
   const std::vector<std::string> files = assign_file_names(program, all);
 
   make_directory(dir);
-  if (include_inputs)
-    make_directory(dir / kInputsDir);
+  if (include_inputs) make_directory(dir / kInputsDir);
 
   nlohmann::ordered_json manifest;
   manifest["schema_version"] = kManifestSchemaVersion;
@@ -158,22 +154,21 @@ nlohmann::json write_outputs(const std::filesystem::path &dir, const Program &pr
   return manifest;
 }
 
-std::string program_fingerprint(const Program &program) {
+std::string program_fingerprint(const Program& program) {
   return sha256_hex(program_to_json(program));
 }
 
-std::string data_fingerprint(const HostBuffers &buffers) {
+std::string data_fingerprint(const HostBuffers& buffers) {
   Sha256 h;
-  for (const auto &b : buffers.data) {
+  for (const auto& b : buffers.data) {
     // Sizes are hashed so that moving bytes between adjacent buffers changes the fingerprint.
     std::byte size_le[8];
     const uint64_t n = b.size();
-    for (int k = 0; k < 8; ++k)
-      size_le[k] = static_cast<std::byte>((n >> (8 * k)) & 0xff);
+    for (int k = 0; k < 8; ++k) size_le[k] = static_cast<std::byte>((n >> (8 * k)) & 0xff);
     h.update(std::span<const std::byte>(size_le, 8));
     h.update(std::span<const std::byte>(b.data(), b.size()));
   }
   return h.finish_hex();
 }
 
-} // namespace amk
+}  // namespace amk

@@ -54,26 +54,26 @@ nlohmann::json write_outputs(const std::filesystem::path& dir, const Program& pr
 
 // report.json (schemas/report.schema.json). The CLI fills what it knows; absent parts are null.
 struct RunReport {
-  std::string command = "run";          // run | profile | bench
-  std::string status = "ok";            // ok | timeout | error | rejected | mismatch
-  std::string backend;                  // cpu | cuda
+  std::string command = "run";  // run | profile | bench
+  std::string status = "ok";    // ok | timeout | error | rejected | mismatch
+  std::string backend;          // cpu | cuda
   std::string program_path;
   std::string program_name;
   std::string program_fingerprint;
   std::string data_fingerprint;
-  std::string target_fingerprint;       // device snapshot fingerprint (cuda)
-  std::string artifact_fingerprint;     // compiled kernel fingerprint (cuda)
+  std::string target_fingerprint;    // device snapshot fingerprint (cuda)
+  std::string artifact_fingerprint;  // compiled kernel fingerprint (cuda)
   uint32_t grid = 0, block = 0;
   uint64_t instructions = 0;
   std::vector<std::pair<std::string, double>> timings_ms;  // phase -> ms, in order
-  nlohmann::json device;                // DeviceInfo::to_json() or null
-  nlohmann::json versions;              // amk, nvrtc, driver ...
-  nlohmann::json error;                 // {kind, code, where, message, detail} or null
-  nlohmann::json diagnostics;           // watchdog / fault record or null
-  nlohmann::json check;                 // --check results or null
-  nlohmann::json outputs;               // the manifest or null
-  nlohmann::json extra;                 // command-specific (profile statistics) or null
-  std::string created_utc;              // ISO 8601; empty = the time make_report runs
+  nlohmann::json device;                                   // DeviceInfo::to_json() or null
+  nlohmann::json versions;                                 // amk, nvrtc, driver ...
+  nlohmann::json error;        // {kind, code, where, message, detail} or null
+  nlohmann::json diagnostics;  // watchdog / fault record or null
+  nlohmann::json check;        // --check results or null
+  nlohmann::json outputs;      // the manifest or null
+  nlohmann::json extra;        // command-specific (profile statistics) or null
+  std::string created_utc;     // ISO 8601; empty = the time make_report runs
 };
 // Keys in the documented order (schemas/outputs.md).
 [[nodiscard]] nlohmann::ordered_json make_report(const RunReport& report);

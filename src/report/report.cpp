@@ -17,7 +17,7 @@ constexpr std::array<std::string_view, 5> kStatuses = {"ok", "timeout", "error",
                                                        "mismatch"};
 
 // Absent parts are null rather than "" or 0, so consumers can tell "unknown" from a value.
-nlohmann::ordered_json string_or_null(const std::string &s) {
+nlohmann::ordered_json string_or_null(const std::string& s) {
   return s.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s);
 }
 
@@ -25,7 +25,7 @@ nlohmann::ordered_json positive_or_null(uint32_t v) {
   return v == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v);
 }
 
-} // namespace
+}  // namespace
 
 std::string utc_timestamp(std::chrono::system_clock::time_point when) {
   const std::time_t t = std::chrono::system_clock::to_time_t(when);
@@ -36,7 +36,7 @@ std::string utc_timestamp(std::chrono::system_clock::time_point when) {
   return std::string(buf, n);
 }
 
-nlohmann::json error_to_json(const Error &error) {
+nlohmann::json error_to_json(const Error& error) {
   nlohmann::json e;
   e["kind"] = kind_name(error.kind());
   e["code"] = error.code();
@@ -46,7 +46,7 @@ nlohmann::json error_to_json(const Error &error) {
   return e;
 }
 
-nlohmann::ordered_json make_report(const RunReport &r) {
+nlohmann::ordered_json make_report(const RunReport& r) {
   // A status outside the schema's enum is a bug in the caller; refuse rather than write a
   // report that does not validate.
   if (std::find(kStatuses.begin(), kStatuses.end(), r.status) == kStatuses.end())
@@ -72,7 +72,7 @@ nlohmann::ordered_json make_report(const RunReport &r) {
   j["instructions"] = r.instructions;
   oj timings = oj::object();
   // JSON has no NaN/inf: an unmeasured phase is null.
-  for (const auto &[phase, ms] : r.timings_ms)
+  for (const auto& [phase, ms] : r.timings_ms)
     timings[phase] = std::isfinite(ms) ? oj(ms) : oj(nullptr);
   j["timings_ms"] = std::move(timings);
   j["device"] = r.device;
@@ -87,11 +87,11 @@ nlohmann::ordered_json make_report(const RunReport &r) {
   return j;
 }
 
-void write_report(const std::filesystem::path &path, const RunReport &report) {
+void write_report(const std::filesystem::path& path, const RunReport& report) {
   // Messages may quote bytes from a user's file; invalid UTF-8 is replaced, never a throw.
   write_text_atomic(
       path,
       make_report(report).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
 }
 
-} // namespace amk
+}  // namespace amk

@@ -64,7 +64,10 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
   uint32_t max_block = 0;
   for (const auto& s : spans) max_block = std::max(max_block, s.block);
   for (uint32_t b = 0; b <= max_block && !spans.empty(); ++b)
-    events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", b},
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", 0},
+                      {"tid", b},
                       {"args", {{"name", "block " + std::to_string(b)}}}});
   for (const auto& s : spans) {
     const Instruction& ins = program.instructions[s.instruction];
@@ -89,8 +92,7 @@ nlohmann::ordered_json chrome_trace(const Program& program, const std::vector<Tr
   }
   return {{"traceEvents", events},
           {"displayTimeUnit", "ns"},
-          {"otherData",
-           {{"program", program.name}, {"clock", "%globaltimer, ns"}}}};
+          {"otherData", {{"program", program.name}, {"clock", "%globaltimer, ns"}}}};
 }
 
 nlohmann::ordered_json trace_summary(const Program& program, const std::vector<TraceSpan>& spans,
@@ -133,19 +135,17 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
   }
   nlohmann::ordered_json op_rows = nlohmann::ordered_json::array();
   for (const auto& [name, o] : ops) {
-    nlohmann::ordered_json row = {{"op", name},
-                                  {"count", o.count},
-                                  {"total_ns", o.ns},
-                                  {"mean_ns", o.count ? static_cast<double>(o.ns) / o.count : 0.0},
-                                  {"bytes", o.bytes},
-                                  {"gb_per_s", o.ns ? static_cast<double>(o.bytes) / o.ns : 0.0}};
+    nlohmann::ordered_json row = {
+        {"op", name},       {"count", o.count},
+        {"total_ns", o.ns}, {"mean_ns", o.count ? static_cast<double>(o.ns) / o.count : 0.0},
+        {"bytes", o.bytes}, {"gb_per_s", o.ns ? static_cast<double>(o.bytes) / o.ns : 0.0}};
     if (o.marked[0] != 0 || o.marked[1] != 0) {
       nlohmann::ordered_json marks = nlohmann::ordered_json::array();
       for (uint32_t m = 0; m < 2; ++m)
-        marks.push_back({{"name", trace_mark_name(name, m)},
-                         {"count", o.marked[m]},
-                         {"mean_ns", o.marked[m] ? static_cast<double>(o.mark_ns[m]) / o.marked[m]
-                                                 : 0.0}});
+        marks.push_back(
+            {{"name", trace_mark_name(name, m)},
+             {"count", o.marked[m]},
+             {"mean_ns", o.marked[m] ? static_cast<double>(o.mark_ns[m]) / o.marked[m] : 0.0}});
       row["marks"] = marks;
     }
     op_rows.push_back(row);
@@ -158,8 +158,11 @@ nlohmann::ordered_json trace_summary(const Program& program, const std::vector<T
     busy += a.busy;
     waiting += a.waiting;
     idle += id;
-    block_rows.push_back({{"block", b}, {"instructions", a.n}, {"busy_ns", a.busy},
-                          {"waiting_ns", a.waiting}, {"idle_ns", id}});
+    block_rows.push_back({{"block", b},
+                          {"instructions", a.n},
+                          {"busy_ns", a.busy},
+                          {"waiting_ns", a.waiting},
+                          {"idle_ns", id}});
   }
   return {{"span_ns", t1 - t0},
           {"instructions", spans.size()},

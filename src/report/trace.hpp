@@ -20,9 +20,9 @@ inline constexpr uint32_t kTraceWordsPerInstruction = 4;
 struct TraceSpan {
   uint32_t instruction = 0;
   uint32_t block = 0;
-  uint32_t position = 0;   // in the block's queue
-  uint64_t start_ns = 0;   // %globaltimer after the waits were satisfied
-  uint64_t end_ns = 0;     // after the op's closing barrier
+  uint32_t position = 0;  // in the block's queue
+  uint64_t start_ns = 0;  // %globaltimer after the waits were satisfied
+  uint64_t end_ns = 0;    // after the op's closing barrier
   // Op marks (thread 0's %globaltimer; 0 = none), within [start, end]. gemv: its first weight
   // batch requested (x' staged for the norm-fused forms) / that batch arrived and reduced.
   // attention_decode (tiled path): q staged / K and V in shared memory. attention_combine: the

@@ -43,10 +43,10 @@ struct GpuRequest {
 };
 
 struct GpuOutcome {
-  HostBuffers buffers;                       // final contents (valid when status == "ok")
-  std::string status;                        // ok | timeout | bad_operand
-  std::string message;                       // one line for a non-ok status
-  ordered_json diagnostics;                  // watchdog / fault record or null
+  HostBuffers buffers;       // final contents (valid when status == "ok")
+  std::string status;        // ok | timeout | bad_operand
+  std::string message;       // one line for a non-ok status
+  ordered_json diagnostics;  // watchdog / fault record or null
   std::vector<std::pair<std::string, double>> timings_ms;
   ordered_json device;
   ordered_json versions;
@@ -62,20 +62,20 @@ struct ProfileRequest {
   uint32_t warmup = 3;
   uint32_t iterations = 20;
   std::string scope = "kernel";
-  bool cold = false;  // flush L2 (a 256 MiB write) before every launch, untimed
+  bool cold = false;            // flush L2 (a 256 MiB write) before every launch, untimed
   std::vector<TuningArm> arms;  // --tuning-arms: one executable per arm, interleaved
-  uint32_t rounds = 2;      // rounds of the interleaved arms
+  uint32_t rounds = 2;          // rounds of the interleaved arms
 };
 
 // `amk bench`: megakernel vs one launch per instruction vs a CUDA graph (src/cuda/bench.hpp).
 struct BenchRequest {
   GpuRequest gpu;
-  uint32_t warmup = 3;           // untimed samples per arm
-  uint32_t min_samples = 10;     // per arm
-  double min_time_s = 0.5;       // wall time of the sampling rounds
-  double max_noise = 0.005;      // relative standard deviation that ends sampling early
-  double time_limit_s = 10.0;    // ends sampling regardless
-  bool cold = false;             // flush L2 before every sample
+  uint32_t warmup = 3;         // untimed samples per arm
+  uint32_t min_samples = 10;   // per arm
+  double min_time_s = 0.5;     // wall time of the sampling rounds
+  double max_noise = 0.005;    // relative standard deviation that ends sampling early
+  double time_limit_s = 10.0;  // ends sampling regardless
+  bool cold = false;           // flush L2 before every sample
   double roofline_bytes_per_s = 4.47e12;
 };
 

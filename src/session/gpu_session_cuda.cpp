@@ -165,15 +165,14 @@ GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const 
   }
   const auto t = clock::now();
   out.buffers = ex.download();
-  out.timings_ms.emplace_back(
-      "download", std::chrono::duration<double, std::milli>(clock::now() - t).count());
+  out.timings_ms.emplace_back("download",
+                              std::chrono::duration<double, std::milli>(clock::now() - t).count());
   if (req.trace) out.trace = ex.trace();
   return out;
 }
 
 // The fields every `amk profile --events` result starts with.
-ordered_json profile_head(const Program& program, const ProfileRequest& req,
-                          uint64_t flush_bytes) {
+ordered_json profile_head(const Program& program, const ProfileRequest& req, uint64_t flush_bytes) {
   ordered_json j;
   j["status"] = "ok";
   j["program"] = program.name;
@@ -216,8 +215,8 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                 "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
                 "max %.4f, spread %.2f%%\n",
                 program.name.c_str(), ex.device().name.c_str(), s.iterations, s.scope.c_str(),
-                req.cold ? ", L2 flushed before each" : "",
-                s.warmup, s.median_ms, s.min_ms, s.max_ms, 100.0 * s.rel_spread);
+                req.cold ? ", L2 flushed before each" : "", s.warmup, s.median_ms, s.min_ms,
+                s.max_ms, 100.0 * s.rel_spread);
   text << line << "setup:";
   for (const auto& [k, v] : ex.setup_timings_ms()) {
     std::snprintf(line, sizeof line, " %s %.2f ms", k.c_str(), v);
@@ -300,9 +299,8 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
   return j;
 }
 
-ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
-                          const GpuRequest& req, const std::string& trace_path,
-                          std::ostringstream& text) {
+ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req,
+                          const std::string& trace_path, std::ostringstream& text) {
   GpuRequest traced = req;
   traced.trace = true;
   GpuOptions options = gpu_options(traced);
@@ -310,8 +308,8 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   GpuExecutable ex = GpuExecutable::open(program, initial, options);
   const LaunchResult r = ex.launch(1);
   if (r.status != "ok")
-    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch,
-                "run." + r.status, "",
+    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
+                "",
                 diag_message(program, r.diag, r.status,
                              req.timeout_ms.value_or(program.launch.timeout_ms)));
   const Plan& ran = ex.plan();
@@ -321,8 +319,8 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
   ordered_json summary = trace_summary(program, spans, ran.n_queues());
   char line[256];
   std::snprintf(line, sizeof line, "traced %zu instructions over %u blocks in %.2f us -> %s\n",
-                spans.size(), ran.n_queues(),
-                summary["span_ns"].get<uint64_t>() / 1000.0, trace_path.c_str());
+                spans.size(), ran.n_queues(), summary["span_ns"].get<uint64_t>() / 1000.0,
+                trace_path.c_str());
   text << line;
   text << "  op                 count   total us    mean us    GB/s\n";
   for (const auto& o : summary["ops"]) {
@@ -344,9 +342,9 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
     }
   }
   const auto& t = summary["totals"];
-  const double all = static_cast<double>(t["busy_ns"].get<uint64_t>() +
-                                         t["waiting_ns"].get<uint64_t>() +
-                                         t["idle_ns"].get<uint64_t>());
+  const double all =
+      static_cast<double>(t["busy_ns"].get<uint64_t>() + t["waiting_ns"].get<uint64_t>() +
+                          t["idle_ns"].get<uint64_t>());
   if (all > 0) {
     std::snprintf(line, sizeof line, "  blocks: busy %.1f%%, waiting %.1f%%, idle %.1f%%\n",
                   100.0 * t["busy_ns"].get<uint64_t>() / all,
@@ -450,8 +448,8 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
   std::snprintf(line, sizeof line,
                 "%s on %s: %s L2, %u rounds in %.2f s (%s); %u instructions (%u sync-only nops "
                 "not launched), operands %s\n",
-                program.name.c_str(), ex.device().name.c_str(), req.cold ? "cold" : "hot",
-                r.rounds, r.sampling_s, r.stop_reason.c_str(), r.instructions, r.skipped_nops,
+                program.name.c_str(), ex.device().name.c_str(), req.cold ? "cold" : "hot", r.rounds,
+                r.sampling_s, r.stop_reason.c_str(), r.instructions, r.skipped_nops,
                 format_bytes(r.operand_bytes).c_str());
   text << line;
   text << "  arm         launches   median ms      min ms      max ms  spread  vs mega     GB/s"
@@ -461,8 +459,8 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
     const double bps = bytes_per_s(s.median_ms);
     std::snprintf(line, sizeof line,
                   "  %-10s %9u %11.4f %11.4f %11.4f %6.2f%% %7.2fx %8.1f %10.1f%%\n",
-                  a.name.c_str(), a.launches, s.median_ms, s.min_ms, s.max_ms,
-                  100.0 * s.rel_spread, mega_ms > 0 ? s.median_ms / mega_ms : 0.0, bps / 1e9,
+                  a.name.c_str(), a.launches, s.median_ms, s.min_ms, s.max_ms, 100.0 * s.rel_spread,
+                  mega_ms > 0 ? s.median_ms / mega_ms : 0.0, bps / 1e9,
                   100.0 * bps / req.roofline_bytes_per_s);
     text << line;
   }
@@ -485,11 +483,10 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
        << ex.device().name << "\n"
        << "  registers/thread " << j["registers_per_thread"].get<uint32_t>() << ", static smem "
-       << j["static_smem_bytes"].get<uint64_t>() << " B, dynamic smem "
-       << ex.dynamic_smem() << " B (program " << program.launch.dynamic_smem << "), local "
-       << j["local_bytes"].get<uint64_t>()
-       << " B, const " << j["const_bytes"].get<uint64_t>() << " B, max threads "
-       << j["max_threads_per_block"].get<uint32_t>() << "\n"
+       << j["static_smem_bytes"].get<uint64_t>() << " B, dynamic smem " << ex.dynamic_smem()
+       << " B (program " << program.launch.dynamic_smem << "), local "
+       << j["local_bytes"].get<uint64_t>() << " B, const " << j["const_bytes"].get<uint64_t>()
+       << " B, max threads " << j["max_threads_per_block"].get<uint32_t>() << "\n"
        << "  blocks/SM " << j["blocks_per_sm"].get<uint32_t>() << " x SMs "
        << j["sms"].get<uint32_t>() << " = max co-resident grid "
        << j["max_coresident_grid"].get<uint64_t>() << " (this program: grid " << ex.grid()
@@ -552,9 +549,10 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   j["vm"] = vm_json(vm);
   j["vm_dynamic_smem"] = vm.dynamic_smem;
   char line[256];
-  std::snprintf(line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
-                out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
-                out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.nvrtc_version.c_str());
+  std::snprintf(
+      line, sizeof line, "compiled %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
+      out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
+      out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.nvrtc_version.c_str());
   text << line;
   if (explain) {
     // Every field: its value and why the chooser picked it (config/choose.cpp).

@@ -18,21 +18,20 @@
 namespace amk {
 namespace {
 
-using Parked = std::pair<uint64_t, uint32_t>; // (value needed, queue or instruction)
+using Parked = std::pair<uint64_t, uint32_t>;  // (value needed, queue or instruction)
 using ParkHeap = std::priority_queue<Parked, std::vector<Parked>, std::greater<Parked>>;
 
-std::string counter_label(const Program &program, uint32_t c) {
+std::string counter_label(const Program& program, uint32_t c) {
   std::string s = "counter " + std::to_string(c);
   if (c < program.counters.size() && !program.counters[c].name.empty())
     s = "counter '" + program.counters[c].name + "'";
   return s;
 }
 
-std::string instruction_label(const Program &program, uint32_t i) {
+std::string instruction_label(const Program& program, uint32_t i) {
   std::string s = "instruction " + std::to_string(i);
-  const Instruction &ins = program.instructions[i];
-  if (!ins.name.empty())
-    s += " '" + ins.name + "'";
+  const Instruction& ins = program.instructions[i];
+  if (!ins.name.empty()) s += " '" + ins.name + "'";
   s += " (" + op_name(program, ins.op) + ")";
   return s;
 }
@@ -41,26 +40,26 @@ std::string instruction_label(const Program &program, uint32_t i) {
 // 32-bit signals cannot wrap.
 class CounterBoard {
 public:
-  explicit CounterBoard(const Program &program)
+  explicit CounterBoard(const Program& program)
       : program_(program), values_(program.counters.size(), 0), parked_(program.counters.size()) {}
 
   uint64_t value(uint32_t c) const { return values_[c]; }
 
   // Index of the first wait of `ins` (from `from`) that does not hold, or waits.size().
-  size_t first_unmet(const Instruction &ins, size_t from) const {
+  size_t first_unmet(const Instruction& ins, size_t from) const {
     for (size_t w = from; w < ins.waits.size(); ++w)
-      if (values_[ins.waits[w].counter] < ins.waits[w].value)
-        return w;
+      if (values_[ins.waits[w].counter] < ins.waits[w].value) return w;
     return ins.waits.size();
   }
 
   void park(uint32_t counter, uint64_t need, uint32_t who) { parked_[counter].push({need, who}); }
 
   // Applies the instruction's signals and hands every waiter they satisfy to `wake`.
-  template <class Wake> void signal(const Instruction &ins, Wake &&wake) {
-    for (const Signal &s : ins.signals) {
+  template <class Wake>
+  void signal(const Instruction& ins, Wake&& wake) {
+    for (const Signal& s : ins.signals) {
       values_[s.counter] += s.add;
-      ParkHeap &heap = parked_[s.counter];
+      ParkHeap& heap = parked_[s.counter];
       while (!heap.empty() && heap.top().first <= values_[s.counter]) {
         wake(heap.top().second);
         heap.pop();
@@ -72,7 +71,7 @@ public:
   // (verify checks them per instruction first; this guards direct callers).
   void check_indices() const {
     for (size_t i = 0; i < program_.instructions.size(); ++i) {
-      const Instruction &ins = program_.instructions[i];
+      const Instruction& ins = program_.instructions[i];
       for (size_t w = 0; w < ins.waits.size(); ++w)
         if (ins.waits[w].counter >= values_.size())
           throw_program_error("verify.counter",
@@ -89,12 +88,12 @@ public:
   }
 
 private:
-  const Program &program_;
+  const Program& program_;
   std::vector<uint64_t> values_;
   std::vector<ParkHeap> parked_;
 };
 
-void check_queue_items(const Program &program, const std::vector<std::vector<uint32_t>> &queues) {
+void check_queue_items(const Program& program, const std::vector<std::vector<uint32_t>>& queues) {
   for (size_t q = 0; q < queues.size(); ++q)
     for (size_t p = 0; p < queues[q].size(); ++p)
       if (queues[q][p] >= program.instructions.size())
@@ -105,20 +104,19 @@ void check_queue_items(const Program &program, const std::vector<std::vector<uin
                                 std::to_string(program.instructions.size()));
 }
 
-} // namespace
+}  // namespace
 
-std::vector<StuckHead> simulate_queues(const Program &program,
-                                       const std::vector<std::vector<uint32_t>> &queues) {
+std::vector<StuckHead> simulate_queues(const Program& program,
+                                       const std::vector<std::vector<uint32_t>>& queues) {
   check_queue_items(program, queues);
   CounterBoard board(program);
   board.check_indices();
 
   std::vector<uint32_t> head(queues.size(), 0);
-  std::vector<uint32_t> wait_cursor(queues.size(), 0); // waits before it are known to hold
+  std::vector<uint32_t> wait_cursor(queues.size(), 0);  // waits before it are known to hold
   std::vector<uint32_t> runnable;
   for (uint32_t q = 0; q < queues.size(); ++q)
-    if (!queues[q].empty())
-      runnable.push_back(q);
+    if (!queues[q].empty()) runnable.push_back(q);
 
   auto wake = [&](uint32_t q) { runnable.push_back(q); };
   while (!runnable.empty()) {
@@ -126,7 +124,7 @@ std::vector<StuckHead> simulate_queues(const Program &program,
     runnable.pop_back();
     // Run this queue as far as it goes; park it on the first counter it lacks.
     while (head[q] < queues[q].size()) {
-      const Instruction &ins = program.instructions[queues[q][head[q]]];
+      const Instruction& ins = program.instructions[queues[q][head[q]]];
       const size_t w = board.first_unmet(ins, wait_cursor[q]);
       wait_cursor[q] = static_cast<uint32_t>(w);
       if (w < ins.waits.size()) {
@@ -141,10 +139,9 @@ std::vector<StuckHead> simulate_queues(const Program &program,
 
   std::vector<StuckHead> stuck;
   for (uint32_t q = 0; q < queues.size(); ++q) {
-    if (head[q] >= queues[q].size())
-      continue;
+    if (head[q] >= queues[q].size()) continue;
     const uint32_t i = queues[q][head[q]];
-    const Instruction &ins = program.instructions[i];
+    const Instruction& ins = program.instructions[i];
     const size_t w = board.first_unmet(ins, 0);
     StuckHead h{q, head[q], i, op_name(program, ins.op), 0, 0, 0};
     if (w < ins.waits.size()) {
@@ -157,18 +154,16 @@ std::vector<StuckHead> simulate_queues(const Program &program,
   return stuck;
 }
 
-void check_waits_satisfiable(const Program &program) {
+void check_waits_satisfiable(const Program& program) {
   std::vector<uint64_t> total(program.counters.size(), 0);
-  for (const Instruction &ins : program.instructions)
-    for (const Signal &s : ins.signals)
-      if (s.counter < total.size())
-        total[s.counter] += s.add;
+  for (const Instruction& ins : program.instructions)
+    for (const Signal& s : ins.signals)
+      if (s.counter < total.size()) total[s.counter] += s.add;
   for (size_t i = 0; i < program.instructions.size(); ++i) {
-    const Instruction &ins = program.instructions[i];
+    const Instruction& ins = program.instructions[i];
     for (size_t w = 0; w < ins.waits.size(); ++w) {
-      const Wait &wait = ins.waits[w];
-      if (wait.counter >= total.size() || total[wait.counter] >= wait.value)
-        continue;
+      const Wait& wait = ins.waits[w];
+      if (wait.counter >= total.size() || total[wait.counter] >= wait.value) continue;
       throw_program_error(
           "verify.wait.unsatisfiable",
           "/instructions/" + std::to_string(i) + "/waits/" + std::to_string(w) + "/value",
@@ -179,7 +174,7 @@ void check_waits_satisfiable(const Program &program) {
   }
 }
 
-void check_queues(const Program &program, const std::vector<std::vector<uint32_t>> &queues) {
+void check_queues(const Program& program, const std::vector<std::vector<uint32_t>>& queues) {
   const uint32_t grid = program.launch.grid;
   if (queues.empty())
     throw_program_error("verify.queue.count", "/queues", "the program has no queues (grid 0)");
@@ -191,7 +186,7 @@ void check_queues(const Program &program, const std::vector<std::vector<uint32_t
 
   // Every instruction exactly once: remember where each was first seen.
   constexpr uint64_t kUnseen = UINT64_MAX;
-  std::vector<uint64_t> seen(program.instructions.size(), kUnseen); // (queue << 32) | position
+  std::vector<uint64_t> seen(program.instructions.size(), kUnseen);  // (queue << 32) | position
   for (size_t q = 0; q < queues.size(); ++q) {
     for (size_t p = 0; p < queues[q].size(); ++p) {
       const uint32_t i = queues[q][p];
@@ -215,17 +210,16 @@ void check_queues(const Program &program, const std::vector<std::vector<uint32_t
   // A wait no signal total can meet gets its own, more precise complaint than a deadlock.
   check_waits_satisfiable(program);
   const std::vector<StuckHead> stuck = simulate_queues(program, queues);
-  if (stuck.empty())
-    return;
+  if (stuck.empty()) return;
 
   std::string detail = "stuck queue heads (block, position, instruction, op, counter, have, need):";
-  for (const StuckHead &h : stuck) {
+  for (const StuckHead& h : stuck) {
     detail += "\n  block " + std::to_string(h.block) + " position " + std::to_string(h.position) +
               ": " + instruction_label(program, h.instruction) + " waits for " +
               counter_label(program, h.counter) + " have " + std::to_string(h.have) + ", need " +
               std::to_string(h.need);
   }
-  const StuckHead &first = stuck.front();
+  const StuckHead& first = stuck.front();
   std::string message =
       "queues cannot drain: block " + std::to_string(first.block) + " is stuck at position " +
       std::to_string(first.position) + " on " + instruction_label(program, first.instruction) +
@@ -238,7 +232,7 @@ void check_queues(const Program &program, const std::vector<std::vector<uint32_t
       .with_detail(std::move(detail));
 }
 
-std::vector<uint32_t> pool_order(const Program &program, const std::vector<double> *priority) {
+std::vector<uint32_t> pool_order(const Program& program, const std::vector<double>* priority) {
   const size_t n = program.instructions.size();
   if (priority != nullptr && priority->size() != n)
     throw Error(ErrorKind::internal, "verify.priority", "",
@@ -250,7 +244,7 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
   std::vector<uint32_t> stack;
   auto by_priority = [priority](uint32_t a, uint32_t b) {
     const double pa = (*priority)[a], pb = (*priority)[b];
-    return pa != pb ? pa < pb : a > b; // max-heap: highest priority, then lowest index
+    return pa != pb ? pa < pb : a > b;  // max-heap: highest priority, then lowest index
   };
   std::vector<uint32_t> heap;
   auto push_ready = [&](uint32_t i) {
@@ -261,16 +255,14 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
       std::push_heap(heap.begin(), heap.end(), by_priority);
     }
   };
-  auto pop_ready = [&](uint32_t &i) {
+  auto pop_ready = [&](uint32_t& i) {
     if (priority == nullptr) {
-      if (stack.empty())
-        return false;
+      if (stack.empty()) return false;
       i = stack.back();
       stack.pop_back();
       return true;
     }
-    if (heap.empty())
-      return false;
+    if (heap.empty()) return false;
     std::pop_heap(heap.begin(), heap.end(), by_priority);
     i = heap.back();
     heap.pop_back();
@@ -281,7 +273,7 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
   // waits (satisfied ones stay satisfied) and either becomes ready or parks again.
   std::vector<uint8_t> cursor(n, 0);
   auto consider = [&](uint32_t i) {
-    const Instruction &ins = program.instructions[i];
+    const Instruction& ins = program.instructions[i];
     const size_t w = board.first_unmet(ins, cursor[i]);
     cursor[i] = static_cast<uint8_t>(std::min<size_t>(w, 255));
     if (w < ins.waits.size())
@@ -289,8 +281,7 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
     else
       push_ready(i);
   };
-  for (uint32_t i = 0; i < n; ++i)
-    consider(i);
+  for (uint32_t i = 0; i < n; ++i) consider(i);
 
   std::vector<uint32_t> order;
   order.reserve(n);
@@ -300,26 +291,21 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
     order.push_back(i);
     woken.clear();
     board.signal(program.instructions[i], [&](uint32_t j) { woken.push_back(j); });
-    for (uint32_t j : woken)
-      consider(j);
+    for (uint32_t j : woken) consider(j);
   }
-  if (order.size() == n)
-    return order;
+  if (order.size() == n) return order;
 
   std::vector<uint8_t> ran(n, 0);
-  for (uint32_t j : order)
-    ran[j] = 1;
+  for (uint32_t j : order) ran[j] = 1;
   std::string detail =
       "instructions that never became ready (instruction, op, counter, have, need):";
   uint32_t first = UINT32_MAX;
   size_t n_stuck = 0;
   for (uint32_t j = 0; j < n; ++j) {
-    if (ran[j])
-      continue;
+    if (ran[j]) continue;
     ++n_stuck;
-    if (first == UINT32_MAX)
-      first = j;
-    const Instruction &ins = program.instructions[j];
+    if (first == UINT32_MAX) first = j;
+    const Instruction& ins = program.instructions[j];
     const size_t w = board.first_unmet(ins, 0);
     detail += "\n  " + instruction_label(program, j);
     if (w < ins.waits.size())
@@ -327,7 +313,7 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
                 std::to_string(board.value(ins.waits[w].counter)) + ", need " +
                 std::to_string(ins.waits[w].value);
   }
-  const Instruction &fi = program.instructions[first];
+  const Instruction& fi = program.instructions[first];
   const size_t fw = board.first_unmet(fi, 0);
   std::string message = "no legal execution order: " + std::to_string(n_stuck) +
                         " instruction(s) never become ready, first " +
@@ -341,4 +327,4 @@ std::vector<uint32_t> pool_order(const Program &program, const std::vector<doubl
       .with_detail(std::move(detail));
 }
 
-} // namespace amk
+}  // namespace amk

@@ -29,7 +29,7 @@ std::string instr_where(uint32_t index) { return "/instructions/" + std::to_stri
 
 class InstructionChecker {
 public:
-  InstructionChecker(const Program &program, uint32_t index)
+  InstructionChecker(const Program& program, uint32_t index)
       : program_(program), index_(index), ins_(program.instructions[index]) {}
 
   void run() {
@@ -38,17 +38,14 @@ public:
     check_operands();
     check_params();
     check_sync();
-    if (sig_ != nullptr)
-      check_shapes();
+    if (sig_ != nullptr) check_shapes();
   }
 
 private:
-  [[noreturn]] void fail(std::string code, const std::string &suffix, const std::string &msg) {
+  [[noreturn]] void fail(std::string code, const std::string& suffix, const std::string& msg) {
     std::string label = "instruction " + std::to_string(index_);
-    if (!ins_.name.empty())
-      label += " '" + ins_.name + "'";
-    if (!op_label_.empty())
-      label += " (" + std::string(op_label_) + ")";
+    if (!ins_.name.empty()) label += " '" + ins_.name + "'";
+    if (!op_label_.empty()) label += " (" + std::string(op_label_) + ")";
     throw_program_error(std::move(code), instr_where(index_) + suffix, label + ": " + msg);
   }
 
@@ -60,29 +57,27 @@ private:
     sig_ = find_op(ins_.op);
     if (sig_ != nullptr) {
       op_label_ = sig_->name;
-      for (const OperandSig &o : sig_->operands)
-        add_slot({o.name, o.dtypes, o.optional});
+      for (const OperandSig& o : sig_->operands) add_slot({o.name, o.dtypes, o.optional});
       n_params_ = sig_->params.size();
       return;
     }
     if (ins_.op >= kCustomOpBase &&
         static_cast<size_t>(ins_.op - kCustomOpBase) < program_.custom_ops.size()) {
-      const CustomOp &custom = program_.custom_ops[ins_.op - kCustomOpBase];
+      const CustomOp& custom = program_.custom_ops[ins_.op - kCustomOpBase];
       op_label_ = custom.name;
       // Custom ops declare slot names only: every slot is required, any dtype.
-      for (const std::string &name : custom.operands)
-        add_slot({name, kAnyType, false});
+      for (const std::string& name : custom.operands) add_slot({name, kAnyType, false});
       n_params_ = custom.params.size();
       return;
     }
-    if (const RetiredOp *retired = find_retired_op(ins_.op))
+    if (const RetiredOp* retired = find_retired_op(ins_.op))
       fail("op.retired", "/op", retired_op_message(*retired));
     fail("verify.op", "/op", "unknown op id " + std::to_string(ins_.op));
   }
 
   // The ABI has fixed room per instruction; the loader enforces it too, but the planner
   // copies into fixed arrays, so a hand-built program must not get past here.
-  void add_slot(const Slot &slot) {
+  void add_slot(const Slot& slot) {
     if (n_slots_ == AMK_MAX_OPERANDS)
       fail("verify.capacity", "/operands",
            "op has more operand slots than the ABI's " + std::to_string(AMK_MAX_OPERANDS));
@@ -107,7 +102,7 @@ private:
            "has " + std::to_string(ins_.operands.size()) + " operands, the op has " +
                std::to_string(n_slots_) + " slots");
     for (size_t s = 0; s < n_slots_; ++s) {
-      const Operand &o = ins_.operands[s];
+      const Operand& o = ins_.operands[s];
       const std::string slot_name(slots_[s].name);
       if (o.buffer == AMK_NO_BUFFER) {
         if (!slots_[s].optional)
@@ -119,7 +114,7 @@ private:
         fail("verify.operand.buffer", operand_where(s) + "/buffer",
              "operand '" + slot_name + "' names buffer " + std::to_string(o.buffer) + " of " +
                  std::to_string(program_.buffers.size()));
-      const Buffer &b = program_.buffers[o.buffer];
+      const Buffer& b = program_.buffers[o.buffer];
       if ((slots_[s].dtypes & dtype_bit(b.dtype)) == 0)
         fail("verify.dtype", operand_where(s),
              "operand '" + slot_name + "' cannot be " + std::string(dtype_name(b.dtype)) +
@@ -156,25 +151,23 @@ private:
   void check_sync() {
     const size_t n_counters = program_.counters.size();
     for (size_t w = 0; w < ins_.waits.size(); ++w) {
-      const Wait &wait = ins_.waits[w];
+      const Wait& wait = ins_.waits[w];
       const std::string at = "/waits/" + std::to_string(w);
       if (wait.counter >= n_counters)
         fail("verify.counter", at + "/counter",
              "waits on counter " + std::to_string(wait.counter) + " of " +
                  std::to_string(n_counters));
       // A wait for >= 0 always holds: almost certainly a mistake, and it orders nothing.
-      if (wait.value == 0)
-        fail("verify.wait.value", at + "/value", "wait value must be > 0");
+      if (wait.value == 0) fail("verify.wait.value", at + "/value", "wait value must be > 0");
     }
     for (size_t g = 0; g < ins_.signals.size(); ++g) {
-      const Signal &signal = ins_.signals[g];
+      const Signal& signal = ins_.signals[g];
       const std::string at = "/signals/" + std::to_string(g);
       if (signal.counter >= n_counters)
         fail("verify.counter", at + "/counter",
              "signals counter " + std::to_string(signal.counter) + " of " +
                  std::to_string(n_counters));
-      if (signal.add == 0)
-        fail("verify.signal.add", at + "/add", "signal add must be > 0");
+      if (signal.add == 0) fail("verify.signal.add", at + "/add", "signal add must be > 0");
     }
   }
 
@@ -193,209 +186,206 @@ private:
   // Shape rules of the built-in ops: what each kernel assumes about its operands.
   void check_shapes() {
     switch (sig_->id) {
-    case OpId::nop:
-    case OpId::fill:
-      break;
-    case OpId::copy: { // x, y
-      require_equal_extent(1, 0);
-      const DType x = dtype(0), y = dtype(1);
-      if (x != y && !(dtype_is_float(x) && dtype_is_float(y)))
-        fail("verify.dtype", operand_where(1),
-             "copy converts only between float types; x is " + std::string(dtype_name(x)) +
-                 ", y is " + std::string(dtype_name(y)));
-      break;
-    }
-    case OpId::add:
-    case OpId::mul:
-    case OpId::silu_mul: // a/gate, b/up, y
-      require_equal_extent(1, 0);
-      require_equal_extent(2, 0);
-      break;
-    case OpId::scale:
-      require_equal_extent(1, 0);
-      break;
-    case OpId::rmsnorm: { // x, weight, y: rows of extent(weight)
-      if (extent(0) % extent(1) != 0)
-        fail("verify.shape", operand_where(1),
-             "extent(x) = " + std::to_string(extent(0)) +
-                 " is not a multiple of extent(weight) = " + std::to_string(extent(1)));
-      require_equal_extent(2, 0);
-      break;
-    }
-    case OpId::softmax: { // x, y; params cols, scale
-      const uint32_t cols = ins_.params[0];
-      if (cols != 0 && extent(0) % cols != 0)
-        fail("verify.shape", "/params/cols",
-             "cols = " + std::to_string(cols) +
-                 " does not divide extent(x) = " + std::to_string(extent(0)));
-      require_equal_extent(1, 0);
-      break;
-    }
-    case OpId::gemv: { // w, x, y, residual?, norm?, w2?; eps, head_dim, heads
-      const uint32_t combine_hd = ins_.params[1], heads = ins_.params[2];
-      if (combine_hd != 0) require_gemv_combine(combine_hd, heads);
-      const uint64_t k = gemv_k(extent(1), combine_hd, heads);
-      if (extent(0) % k != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(w) = " + std::to_string(extent(0)) +
-                 " is not a multiple of K = extent(x) = " + std::to_string(k));
-      // w must be a range of whole rows of a row-major [rows_total, K] matrix.
-      if (ins_.operands[0].offset % k != 0)
-        fail("verify.shape", operand_where(0) + "/offset",
-             "offset(w) = " + std::to_string(ins_.operands[0].offset) +
-                 " is not a multiple of K = " + std::to_string(k) + " (w must be a row range)");
-      const uint64_t rows = extent(0) / k;
-      if (extent(2) != rows)
-        fail("verify.shape", operand_where(2),
-             "extent(y) = " + std::to_string(extent(2)) +
-                 " must equal rows = extent(w) / K = " + std::to_string(rows));
-      if (present(3) && extent(3) != rows)
-        fail("verify.shape", operand_where(3),
-             "extent(residual) = " + std::to_string(extent(3)) +
-                 " must equal rows = " + std::to_string(rows));
-      if (present(4)) { // fused rmsnorm of x: one weight per column
-        if (extent(4) != k)
-          fail("verify.shape", operand_where(4),
-               "extent(norm) = " + std::to_string(extent(4)) +
-                   " must equal K = extent(x) = " + std::to_string(k));
-        const float eps = param_f32(0);
-        if (!(std::isfinite(eps) && eps > 0.0f))
-          fail("verify.param", "/params/eps", "eps must be finite and > 0 when norm is present");
+      case OpId::nop:
+      case OpId::fill: break;
+      case OpId::copy: {  // x, y
+        require_equal_extent(1, 0);
+        const DType x = dtype(0), y = dtype(1);
+        if (x != y && !(dtype_is_float(x) && dtype_is_float(y)))
+          fail("verify.dtype", operand_where(1),
+               "copy converts only between float types; x is " + std::string(dtype_name(x)) +
+                   ", y is " + std::string(dtype_name(y)));
+        break;
       }
-      if (present(5)) { // GLU: w2 is the same row range of a second matrix, read alike
-        if (extent(5) != extent(0))
-          fail("verify.shape", operand_where(5),
-               "extent(w2) = " + std::to_string(extent(5)) +
-                   " must equal extent(w) = " + std::to_string(extent(0)));
-        if (ins_.operands[5].offset % k != 0)
-          fail("verify.shape", operand_where(5) + "/offset",
-               "offset(w2) = " + std::to_string(ins_.operands[5].offset) +
-                   " is not a multiple of K = " + std::to_string(k) +
-                   " (w2 must be a row range)");
-        if (dtype(5) != dtype(0))
-          fail("verify.dtype", operand_where(5),
-               "dtype(w2) = " + std::string(dtype_name(dtype(5))) +
-                   " must equal dtype(w) = " + std::string(dtype_name(dtype(0))));
+      case OpId::add:
+      case OpId::mul:
+      case OpId::silu_mul:  // a/gate, b/up, y
+        require_equal_extent(1, 0);
+        require_equal_extent(2, 0);
+        break;
+      case OpId::scale: require_equal_extent(1, 0); break;
+      case OpId::rmsnorm: {  // x, weight, y: rows of extent(weight)
+        if (extent(0) % extent(1) != 0)
+          fail("verify.shape", operand_where(1),
+               "extent(x) = " + std::to_string(extent(0)) +
+                   " is not a multiple of extent(weight) = " + std::to_string(extent(1)));
+        require_equal_extent(2, 0);
+        break;
       }
-      break;
-    }
-    case OpId::argmax: // x, index, value?, index_map?
-      if (extent(1) != 1)
-        fail("verify.shape", operand_where(1),
-             "extent(index) = " + std::to_string(extent(1)) + " must be 1");
-      if (present(2) && extent(2) != 1)
-        fail("verify.shape", operand_where(2),
-             "extent(value) = " + std::to_string(extent(2)) + " must be 1");
-      if (present(3) && extent(3) != extent(0))
-        fail("verify.shape", operand_where(3),
-             "extent(index_map) = " + std::to_string(extent(3)) + " must equal extent(x) = " +
-                 std::to_string(extent(0)));
-      break;
-    case OpId::embedding: { // table, ids, y
-      if (extent(2) % extent(1) != 0)
-        fail("verify.shape", operand_where(2),
-             "extent(y) = " + std::to_string(extent(2)) +
-                 " is not a multiple of extent(ids) = " + std::to_string(extent(1)));
-      const uint64_t dim = extent(2) / extent(1);
-      if (extent(0) % dim != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(table) = " + std::to_string(extent(0)) +
-                 " is not a multiple of the row size D = " + std::to_string(dim));
-      break;
-    }
-    case OpId::rope: { // x, y; head_dim, position, theta, scaling_factor, low, high, orig
-      const uint32_t hd = require_head_dim(true);
-      if (extent(0) % hd != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(x) = " + std::to_string(extent(0)) +
-                 " is not a multiple of head_dim = " + std::to_string(hd));
-      require_equal_extent(1, 0);
-      const float theta = param_f32(2);
-      if (!(std::isfinite(theta) && theta > 0.0f))
-        fail("verify.param", "/params/theta", "theta must be finite and > 0");
-      require_rope_scaling(3);
-      break;
-    }
-    case OpId::kv_append: { // x, cache; head_dim, position, max_len
-      const uint32_t hd = require_head_dim(false);
-      const uint32_t position = ins_.params[1], max_len = ins_.params[2];
-      if (max_len == 0)
-        fail("verify.param", "/params/max_len", "max_len must be > 0");
-      if (position >= max_len)
-        fail("verify.param", "/params/position",
-             "position = " + std::to_string(position) + " must be < max_len = " +
-                 std::to_string(max_len));
-      if (extent(0) % hd != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(x) = " + std::to_string(extent(0)) +
-                 " is not a multiple of head_dim = " + std::to_string(hd));
-      // extent(x) < 2^32 and max_len < 2^32: the product fits in 64 bits.
-      const uint64_t want = extent(0) * uint64_t{max_len};
-      if (extent(1) != want)
-        fail("verify.shape", operand_where(1),
-             "extent(cache) = " + std::to_string(extent(1)) + " must equal n_kv_heads * max_len "
-             "* head_dim = " + std::to_string(want) + " (the whole layer cache)");
-      break;
-    }
-    case OpId::attention_decode: { // q, k, v, out, k_new?, v_new?; head_dim, scale, rope params
-      const float theta = param_f32(3);
-      if (!(std::isfinite(theta) && theta >= 0.0f))
-        fail("verify.param", "/params/theta", "theta must be finite and >= 0 (0: no rotation)");
-      const uint32_t hd = require_head_dim(theta != 0.0f); // RoPE pairs the halves of a head
-      if (hd > kMaxAttentionHeadDim)
-        fail("verify.param", "/params/head_dim",
-             "head_dim = " + std::to_string(hd) + " exceeds attention_decode's " +
-                 std::to_string(kMaxAttentionHeadDim));
-      if (!std::isfinite(param_f32(1)))
-        fail("verify.param", "/params/scale", "scale must be finite (0: 1/sqrt(head_dim))");
-      if (theta != 0.0f)
-        require_rope_scaling(4);
-      if (extent(0) % hd != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(q) = " + std::to_string(extent(0)) +
-                 " is not a multiple of head_dim = " + std::to_string(hd));
-      // The new token's row: both or neither, one head_dim each.
-      if (present(4) != present(5)) {
-        const size_t missing = present(4) ? 5 : 4, given = present(4) ? 4 : 5;
-        fail("verify.shape", operand_where(missing),
-             "k_new and v_new go together: " + std::string(slots_[given].name) +
-                 " is present, " + std::string(slots_[missing].name) + " is not");
+      case OpId::softmax: {  // x, y; params cols, scale
+        const uint32_t cols = ins_.params[0];
+        if (cols != 0 && extent(0) % cols != 0)
+          fail("verify.shape", "/params/cols",
+               "cols = " + std::to_string(cols) +
+                   " does not divide extent(x) = " + std::to_string(extent(0)));
+        require_equal_extent(1, 0);
+        break;
       }
-      for (size_t s : {size_t{4}, size_t{5}})
-        if (present(s) && extent(s) != hd)
-          fail("verify.shape", operand_where(s),
-               "extent(" + std::string(slots_[s].name) + ") = " + std::to_string(extent(s)) +
-                   " must equal head_dim = " + std::to_string(hd));
-      if (extent(1) % hd != 0 || (extent(1) == 0 && !present(4)))
-        fail("verify.shape", operand_where(1),
-             "extent(k) = " + std::to_string(extent(1)) + " must be a multiple of head_dim = " +
-                 std::to_string(hd) + (present(4) ? "" : ", > 0 without k_new"));
-      require_equal_extent(2, 1);
-      const uint64_t want = extent(0) / hd * (uint64_t{hd} + 2);
-      if (extent(3) != want)
-        fail("verify.shape", operand_where(3),
-             "extent(out) = " + std::to_string(extent(3)) +
-                 " must equal group * (head_dim + 2) = " + std::to_string(want));
-      break;
-    }
-    case OpId::attention_combine: { // partials, out; head_dim, kv_heads
-      const uint32_t hd = require_head_dim(false);
-      const uint32_t kv = ins_.params[1];
-      if (kv == 0) fail("verify.param", "/params/kv_heads", "kv_heads must be > 0");
-      const uint64_t per = uint64_t{hd} * kv;
-      if (extent(1) % per != 0)
-        fail("verify.shape", operand_where(1),
-             "extent(out) = " + std::to_string(extent(1)) +
-                 " is not a multiple of head_dim * kv_heads = " + std::to_string(per));
-      // Each kv head's chunks: `chunks` blocks of group * (head_dim + 2) floats.
-      const uint64_t block = extent(1) / per * (uint64_t{hd} + 2);
-      if (extent(0) % (block * kv) != 0)
-        fail("verify.shape", operand_where(0),
-             "extent(partials) = " + std::to_string(extent(0)) +
-                 " is not a multiple of kv_heads * group * (head_dim + 2) = " +
-                 std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
-      break;
-    }
+      case OpId::gemv: {  // w, x, y, residual?, norm?, w2?; eps, head_dim, heads
+        const uint32_t combine_hd = ins_.params[1], heads = ins_.params[2];
+        if (combine_hd != 0) require_gemv_combine(combine_hd, heads);
+        const uint64_t k = gemv_k(extent(1), combine_hd, heads);
+        if (extent(0) % k != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(w) = " + std::to_string(extent(0)) +
+                   " is not a multiple of K = extent(x) = " + std::to_string(k));
+        // w must be a range of whole rows of a row-major [rows_total, K] matrix.
+        if (ins_.operands[0].offset % k != 0)
+          fail("verify.shape", operand_where(0) + "/offset",
+               "offset(w) = " + std::to_string(ins_.operands[0].offset) +
+                   " is not a multiple of K = " + std::to_string(k) + " (w must be a row range)");
+        const uint64_t rows = extent(0) / k;
+        if (extent(2) != rows)
+          fail("verify.shape", operand_where(2),
+               "extent(y) = " + std::to_string(extent(2)) +
+                   " must equal rows = extent(w) / K = " + std::to_string(rows));
+        if (present(3) && extent(3) != rows)
+          fail("verify.shape", operand_where(3),
+               "extent(residual) = " + std::to_string(extent(3)) +
+                   " must equal rows = " + std::to_string(rows));
+        if (present(4)) {  // fused rmsnorm of x: one weight per column
+          if (extent(4) != k)
+            fail("verify.shape", operand_where(4),
+                 "extent(norm) = " + std::to_string(extent(4)) +
+                     " must equal K = extent(x) = " + std::to_string(k));
+          const float eps = param_f32(0);
+          if (!(std::isfinite(eps) && eps > 0.0f))
+            fail("verify.param", "/params/eps", "eps must be finite and > 0 when norm is present");
+        }
+        if (present(5)) {  // GLU: w2 is the same row range of a second matrix, read alike
+          if (extent(5) != extent(0))
+            fail("verify.shape", operand_where(5),
+                 "extent(w2) = " + std::to_string(extent(5)) +
+                     " must equal extent(w) = " + std::to_string(extent(0)));
+          if (ins_.operands[5].offset % k != 0)
+            fail("verify.shape", operand_where(5) + "/offset",
+                 "offset(w2) = " + std::to_string(ins_.operands[5].offset) +
+                     " is not a multiple of K = " + std::to_string(k) +
+                     " (w2 must be a row range)");
+          if (dtype(5) != dtype(0))
+            fail("verify.dtype", operand_where(5),
+                 "dtype(w2) = " + std::string(dtype_name(dtype(5))) +
+                     " must equal dtype(w) = " + std::string(dtype_name(dtype(0))));
+        }
+        break;
+      }
+      case OpId::argmax:  // x, index, value?, index_map?
+        if (extent(1) != 1)
+          fail("verify.shape", operand_where(1),
+               "extent(index) = " + std::to_string(extent(1)) + " must be 1");
+        if (present(2) && extent(2) != 1)
+          fail("verify.shape", operand_where(2),
+               "extent(value) = " + std::to_string(extent(2)) + " must be 1");
+        if (present(3) && extent(3) != extent(0))
+          fail("verify.shape", operand_where(3),
+               "extent(index_map) = " + std::to_string(extent(3)) +
+                   " must equal extent(x) = " + std::to_string(extent(0)));
+        break;
+      case OpId::embedding: {  // table, ids, y
+        if (extent(2) % extent(1) != 0)
+          fail("verify.shape", operand_where(2),
+               "extent(y) = " + std::to_string(extent(2)) +
+                   " is not a multiple of extent(ids) = " + std::to_string(extent(1)));
+        const uint64_t dim = extent(2) / extent(1);
+        if (extent(0) % dim != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(table) = " + std::to_string(extent(0)) +
+                   " is not a multiple of the row size D = " + std::to_string(dim));
+        break;
+      }
+      case OpId::rope: {  // x, y; head_dim, position, theta, scaling_factor, low, high, orig
+        const uint32_t hd = require_head_dim(true);
+        if (extent(0) % hd != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(x) = " + std::to_string(extent(0)) +
+                   " is not a multiple of head_dim = " + std::to_string(hd));
+        require_equal_extent(1, 0);
+        const float theta = param_f32(2);
+        if (!(std::isfinite(theta) && theta > 0.0f))
+          fail("verify.param", "/params/theta", "theta must be finite and > 0");
+        require_rope_scaling(3);
+        break;
+      }
+      case OpId::kv_append: {  // x, cache; head_dim, position, max_len
+        const uint32_t hd = require_head_dim(false);
+        const uint32_t position = ins_.params[1], max_len = ins_.params[2];
+        if (max_len == 0) fail("verify.param", "/params/max_len", "max_len must be > 0");
+        if (position >= max_len)
+          fail("verify.param", "/params/position",
+               "position = " + std::to_string(position) +
+                   " must be < max_len = " + std::to_string(max_len));
+        if (extent(0) % hd != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(x) = " + std::to_string(extent(0)) +
+                   " is not a multiple of head_dim = " + std::to_string(hd));
+        // extent(x) < 2^32 and max_len < 2^32: the product fits in 64 bits.
+        const uint64_t want = extent(0) * uint64_t{max_len};
+        if (extent(1) != want)
+          fail("verify.shape", operand_where(1),
+               "extent(cache) = " + std::to_string(extent(1)) +
+                   " must equal n_kv_heads * max_len "
+                   "* head_dim = " +
+                   std::to_string(want) + " (the whole layer cache)");
+        break;
+      }
+      case OpId::attention_decode: {  // q, k, v, out, k_new?, v_new?; head_dim, scale, rope params
+        const float theta = param_f32(3);
+        if (!(std::isfinite(theta) && theta >= 0.0f))
+          fail("verify.param", "/params/theta", "theta must be finite and >= 0 (0: no rotation)");
+        const uint32_t hd = require_head_dim(theta != 0.0f);  // RoPE pairs the halves of a head
+        if (hd > kMaxAttentionHeadDim)
+          fail("verify.param", "/params/head_dim",
+               "head_dim = " + std::to_string(hd) + " exceeds attention_decode's " +
+                   std::to_string(kMaxAttentionHeadDim));
+        if (!std::isfinite(param_f32(1)))
+          fail("verify.param", "/params/scale", "scale must be finite (0: 1/sqrt(head_dim))");
+        if (theta != 0.0f) require_rope_scaling(4);
+        if (extent(0) % hd != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(q) = " + std::to_string(extent(0)) +
+                   " is not a multiple of head_dim = " + std::to_string(hd));
+        // The new token's row: both or neither, one head_dim each.
+        if (present(4) != present(5)) {
+          const size_t missing = present(4) ? 5 : 4, given = present(4) ? 4 : 5;
+          fail("verify.shape", operand_where(missing),
+               "k_new and v_new go together: " + std::string(slots_[given].name) + " is present, " +
+                   std::string(slots_[missing].name) + " is not");
+        }
+        for (size_t s : {size_t{4}, size_t{5}})
+          if (present(s) && extent(s) != hd)
+            fail("verify.shape", operand_where(s),
+                 "extent(" + std::string(slots_[s].name) + ") = " + std::to_string(extent(s)) +
+                     " must equal head_dim = " + std::to_string(hd));
+        if (extent(1) % hd != 0 || (extent(1) == 0 && !present(4)))
+          fail("verify.shape", operand_where(1),
+               "extent(k) = " + std::to_string(extent(1)) + " must be a multiple of head_dim = " +
+                   std::to_string(hd) + (present(4) ? "" : ", > 0 without k_new"));
+        require_equal_extent(2, 1);
+        const uint64_t want = extent(0) / hd * (uint64_t{hd} + 2);
+        if (extent(3) != want)
+          fail("verify.shape", operand_where(3),
+               "extent(out) = " + std::to_string(extent(3)) +
+                   " must equal group * (head_dim + 2) = " + std::to_string(want));
+        break;
+      }
+      case OpId::attention_combine: {  // partials, out; head_dim, kv_heads
+        const uint32_t hd = require_head_dim(false);
+        const uint32_t kv = ins_.params[1];
+        if (kv == 0) fail("verify.param", "/params/kv_heads", "kv_heads must be > 0");
+        const uint64_t per = uint64_t{hd} * kv;
+        if (extent(1) % per != 0)
+          fail("verify.shape", operand_where(1),
+               "extent(out) = " + std::to_string(extent(1)) +
+                   " is not a multiple of head_dim * kv_heads = " + std::to_string(per));
+        // Each kv head's chunks: `chunks` blocks of group * (head_dim + 2) floats.
+        const uint64_t block = extent(1) / per * (uint64_t{hd} + 2);
+        if (extent(0) % (block * kv) != 0)
+          fail("verify.shape", operand_where(0),
+               "extent(partials) = " + std::to_string(extent(0)) +
+                   " is not a multiple of kv_heads * group * (head_dim + 2) = " +
+                   std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
+        break;
+      }
     }
   }
 
@@ -408,7 +398,7 @@ private:
     if (!(std::isfinite(factor) && factor >= 0.0f))
       fail("verify.param", "/params/scaling_factor",
            "scaling_factor must be finite and >= 0 (0: plain RoPE)");
-    if (factor > 0.0f) { // Llama 3 scaling: the smooth band needs low < high, both > 0
+    if (factor > 0.0f) {  // Llama 3 scaling: the smooth band needs low < high, both > 0
       const float low = param_f32(at + 1), high = param_f32(at + 2);
       if (!(std::isfinite(low) && low > 0.0f))
         fail("verify.param", "/params/low_freq_factor", "low_freq_factor must be finite and > 0");
@@ -416,8 +406,7 @@ private:
         fail("verify.param", "/params/high_freq_factor",
              "high_freq_factor must be finite and > low_freq_factor");
       if (ins_.params[at + 3] == 0)
-        fail("verify.param", "/params/original_max_position",
-             "original_max_position must be > 0");
+        fail("verify.param", "/params/original_max_position", "original_max_position must be > 0");
     }
   }
 
@@ -430,7 +419,8 @@ private:
       fail("verify.param", "/params/head_dim",
            "head_dim = " + std::to_string(hd) + " must be a multiple of 4 for a merging gemv");
     if (heads == 0)
-      fail("verify.param", "/params/heads", "heads must be > 0 when head_dim is set (merging gemv)");
+      fail("verify.param", "/params/heads",
+           "heads must be > 0 when head_dim is set (merging gemv)");
     if (uint64_t{heads} * hd > 4096)
       fail("verify.param", "/params/heads",
            "heads * head_dim = " + std::to_string(uint64_t{heads} * hd) +
@@ -443,8 +433,8 @@ private:
     if (extent(1) % block != 0 || extent(1) / block > kGemvCombineMaxChunks)
       fail("verify.shape", operand_where(1),
            "extent(x) = " + std::to_string(extent(1)) + " must be 1 to " +
-               std::to_string(kGemvCombineMaxChunks) + " chunks of heads * (head_dim + 2) = " +
-               std::to_string(block) + " partials");
+               std::to_string(kGemvCombineMaxChunks) +
+               " chunks of heads * (head_dim + 2) = " + std::to_string(block) + " partials");
     for (uint32_t slot : {4u, 5u})
       if (present(slot))
         fail("verify.shape", operand_where(slot),
@@ -460,23 +450,23 @@ private:
     return hd;
   }
 
-  const Program &program_;
+  const Program& program_;
   uint32_t index_;
-  const Instruction &ins_;
-  const OpSig *sig_ = nullptr;
-  std::string_view op_label_; // only built into messages on failure
+  const Instruction& ins_;
+  const OpSig* sig_ = nullptr;
+  std::string_view op_label_;  // only built into messages on failure
   std::array<Slot, AMK_MAX_OPERANDS> slots_{};
   size_t n_slots_ = 0;
   size_t n_params_ = 0;
 };
 
-} // namespace
+}  // namespace
 
-void check_instruction(const Program &program, uint32_t index) {
+void check_instruction(const Program& program, uint32_t index) {
   if (index >= program.instructions.size())
     throw_program_error("verify.instruction", instr_where(index),
                         "no instruction " + std::to_string(index));
   InstructionChecker(program, index).run();
 }
 
-} // namespace amk
+}  // namespace amk

@@ -21,7 +21,7 @@ constexpr uint32_t kTmaMaxElementStride = 8;
 
 class TmaChecker {
 public:
-  TmaChecker(const Program &program, uint32_t index)
+  TmaChecker(const Program& program, uint32_t index)
       : program_(program), index_(index), spec_(program.tma[index]) {}
 
   void run() {
@@ -29,7 +29,7 @@ public:
       fail("verify.tma.buffer", "/buffer",
            "names buffer " + std::to_string(spec_.buffer) + " of " +
                std::to_string(program_.buffers.size()));
-    const Buffer &buffer = program_.buffers[spec_.buffer];
+    const Buffer& buffer = program_.buffers[spec_.buffer];
     elem_ = dtype_size(buffer.dtype);
     const size_t rank = spec_.dims.size();
     const bool interleaved = spec_.interleave != TmaInterleave::none;
@@ -64,8 +64,7 @@ public:
     // globalAddress: 16-byte aligned (32 with interleave 32B). Buffers are allocated with at
     // least 256-byte alignment, so the element offset decides.
     const auto base = checked_mul(spec_.offset, elem_);
-    if (!base)
-      fail("verify.tma.bounds", "/offset", "offset overflows");
+    if (!base) fail("verify.tma.bounds", "/offset", "offset overflows");
     if (*base % align != 0)
       fail("verify.tma.align", "/offset",
            "base offset " + std::to_string(*base) + " bytes is not a multiple of " +
@@ -149,8 +148,7 @@ public:
       const auto span = checked_mul(spec_.dims[i] - 1, strides[i - 1]);
       end = span ? checked_add(*end, *span) : std::nullopt;
     }
-    if (end)
-      end = checked_add(*end, *base);
+    if (end) end = checked_add(*end, *base);
     if (!end || *end > buffer.bytes())
       fail("verify.tma.bounds", "",
            "the tensor reaches byte " + (end ? std::to_string(*end) : std::string("> 2^64")) +
@@ -158,26 +156,25 @@ public:
   }
 
 private:
-  [[noreturn]] void fail(std::string code, const std::string &suffix, const std::string &msg) {
+  [[noreturn]] void fail(std::string code, const std::string& suffix, const std::string& msg) {
     std::string label = "tma " + std::to_string(index_);
-    if (!spec_.name.empty())
-      label += " '" + spec_.name + "'";
+    if (!spec_.name.empty()) label += " '" + spec_.name + "'";
     throw_program_error(std::move(code), "/tma/" + std::to_string(index_) + suffix,
                         label + ": " + msg);
   }
 
-  const Program &program_;
+  const Program& program_;
   uint32_t index_;
-  const TmaSpec &spec_;
+  const TmaSpec& spec_;
   uint64_t elem_ = 1;
 };
 
-} // namespace
+}  // namespace
 
-void check_tma(const Program &program, uint32_t index) {
+void check_tma(const Program& program, uint32_t index) {
   if (index >= program.tma.size())
     throw_program_error("verify.tma", "/tma/" + std::to_string(index), "no such TMA spec");
   TmaChecker(program, index).run();
 }
 
-} // namespace amk
+}  // namespace amk

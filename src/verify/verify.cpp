@@ -12,13 +12,13 @@ namespace {
 
 constexpr uint32_t kWarpSize = 32;
 constexpr uint32_t kMaxBlockThreads = 1024;
-constexpr uint32_t kMaxPortableCluster = 16; // non-portable size on sm_90 (opt-in attribute)
-constexpr uint32_t kMaxDynamicSmem = 232448; // 227 KiB: the sm_90 per-block opt-in maximum
+constexpr uint32_t kMaxPortableCluster = 16;  // non-portable size on sm_90 (opt-in attribute)
+constexpr uint32_t kMaxDynamicSmem = 232448;  // 227 KiB: the sm_90 per-block opt-in maximum
 
-} // namespace
+}  // namespace
 
-void check_launch(const Program &program) {
-  const Launch &launch = program.launch;
+void check_launch(const Program& program) {
+  const Launch& launch = program.launch;
   if (launch.block < kWarpSize || launch.block > kMaxBlockThreads || launch.block % kWarpSize != 0)
     throw_program_error("launch.block", "/launch/block",
                         "block of " + std::to_string(launch.block) +
@@ -64,18 +64,16 @@ void check_launch(const Program &program) {
     throw_program_error("launch.timeout", "/launch/timeout_ms", "timeout must be > 0 ms");
 }
 
-VerifySummary verify(const Program &program, const VerifyOptions &options) {
+VerifySummary verify(const Program& program, const VerifyOptions& options) {
   check_launch(program);
-  for (uint32_t i = 0; i < program.instructions.size(); ++i)
-    check_instruction(program, i);
-  for (uint32_t t = 0; t < program.tma.size(); ++t)
-    check_tma(program, t);
+  for (uint32_t i = 0; i < program.instructions.size(); ++i) check_instruction(program, i);
+  for (uint32_t t = 0; t < program.tma.size(); ++t) check_tma(program, t);
 
   if (program.queues) {
-    check_queues(program, *program.queues); // structure, satisfiable waits, deadlock proof
+    check_queues(program, *program.queues);  // structure, satisfiable waits, deadlock proof
   } else {
     check_waits_satisfiable(program);
-    (void)pool_order(program); // throws verify.deadlock when no legal order exists
+    (void)pool_order(program);  // throws verify.deadlock when no legal order exists
   }
 
   VerifySummary summary;
@@ -83,9 +81,8 @@ VerifySummary verify(const Program &program, const VerifyOptions &options) {
       build_dependency_graph(program, program.queues ? &*program.queues : nullptr);
   summary.critical_path = critical_path(graph);
   summary.dependency_edges = graph.instruction_edges;
-  if (options.check_hazards)
-    summary.hazard_pairs_checked = check_hazards(program, graph);
+  if (options.check_hazards) summary.hazard_pairs_checked = check_hazards(program, graph);
   return summary;
 }
 
-} // namespace amk
+}  // namespace amk

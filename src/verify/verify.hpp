@@ -16,7 +16,7 @@ struct VerifyOptions {
 
 struct StuckHead {
   uint32_t block;
-  uint32_t position;     // position in the block's queue
+  uint32_t position;  // position in the block's queue
   uint32_t instruction;
   std::string op;
   uint32_t counter;
@@ -25,7 +25,7 @@ struct StuckHead {
 };
 
 struct VerifySummary {
-  uint64_t critical_path = 0;     // longest chain of dependent instructions (instructions)
+  uint64_t critical_path = 0;  // longest chain of dependent instructions (instructions)
   uint64_t dependency_edges = 0;
   uint64_t hazard_pairs_checked = 0;
 };
@@ -70,8 +70,8 @@ struct DependencyGraph {
   uint32_t n_nodes = 0;
   std::vector<uint32_t> pred_offsets;  // n_nodes + 1, CSR into preds
   std::vector<uint32_t> preds;
-  std::vector<uint32_t> topo;          // all nodes, every node after its predecessors
-  uint64_t instruction_edges = 0;      // direct producer -> consumer relations
+  std::vector<uint32_t> topo;      // all nodes, every node after its predecessors
+  uint64_t instruction_edges = 0;  // direct producer -> consumer relations
 };
 [[nodiscard]] DependencyGraph build_dependency_graph(
     const Program& program, const std::vector<std::vector<uint32_t>>* queues);

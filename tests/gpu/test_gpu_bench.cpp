@@ -27,7 +27,6 @@ using namespace amk;
 
 namespace {
 
-
 constexpr uint64_t kN = 1 << 16;
 constexpr uint64_t kChunks = 8, kChunk = kN / kChunks;
 
@@ -116,8 +115,7 @@ void check_result(const BenchResult& r, uint32_t launches) {
     CHECK(s.min_ms <= s.median_ms);
     CHECK(s.median_ms <= s.max_ms);
     std::printf("[bench] %-10s %5u launches: median %.4f ms, min %.4f, max %.4f, spread %.2f%%\n",
-                a.name.c_str(), a.launches, s.median_ms, s.min_ms, s.max_ms,
-                100.0 * s.rel_spread);
+                a.name.c_str(), a.launches, s.median_ms, s.min_ms, s.max_ms, 100.0 * s.rel_spread);
   }
   CHECK(r.operand_bytes > 0);
   std::printf("[bench] %u rounds, %.2f s, %s\n", r.rounds, r.sampling_s, r.stop_reason.c_str());

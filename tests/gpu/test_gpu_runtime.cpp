@@ -29,7 +29,6 @@ using namespace amk;
 
 namespace {
 
-
 constexpr uint64_t kN = 4096;
 
 Operand whole(uint32_t buffer) { return Operand{buffer, 0, kN}; }
@@ -82,7 +81,7 @@ double max_rel_error(const std::vector<float>& got, const std::vector<float>& wa
   return worst;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("device snapshot") {
   REQUIRE(amk::test::g_have_gpu);
@@ -135,8 +134,8 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   GpuExecutable exe = GpuExecutable::open(program, initial, opts);
   // Setup phases, in order: one way, the plan once after the occupancy.
   const auto& t = exe.setup_timings_ms();
-  const char* phases[] = {"context", "device", "config", "compile", "module_load",
-                          "configure", "plan", "upload", "tma_encode"};
+  const char* phases[] = {"context",   "device", "config", "compile",   "module_load",
+                          "configure", "plan",   "upload", "tma_encode"};
   REQUIRE(t.size() == std::size(phases));
   for (size_t i = 0; i < t.size(); ++i) CHECK(t[i].first == phases[i]);
   CHECK(exe.compiled().ok);
@@ -184,11 +183,12 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   }
 
   exe.close();
-  exe.close(); // idempotent
+  exe.close();  // idempotent
   CHECK(!exe.is_open());
 }
 
-TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv's stages; gemv's ring grown for a staged combine)") {
+TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv's stages; gemv's "
+          "ring grown for a staged combine)") {
   REQUIRE(amk::test::g_have_gpu);
   for (const char* name : {"gemv_waits.json", "attention_combine_staged.json"}) {
     CAPTURE(name);
@@ -233,7 +233,7 @@ TEST_CASE("the watchdog stops a wait that can never hold and the context stays "
   stuck.op = static_cast<uint16_t>(OpId::nop);
   stuck.waits = {Wait{0, 1}};
   program.instructions = {stuck};
-  program.queues = std::vector<std::vector<uint32_t>>{{0}}; // user queues: no deadlock proof
+  program.queues = std::vector<std::vector<uint32_t>>{{0}};  // user queues: no deadlock proof
   GpuExecutable exe = GpuExecutable::open(program, HostBuffers{}, {});
   const LaunchResult r = exe.launch();
   CHECK(r.status == "timeout");

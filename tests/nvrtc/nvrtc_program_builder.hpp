@@ -17,7 +17,7 @@
 namespace amk::test {
 
 class Builder {
- public:
+public:
   uint32_t buffer(const std::string& name, DType dtype, std::vector<uint64_t> shape) {
     Buffer b;
     b.name = name;
@@ -57,7 +57,7 @@ class Builder {
 
   Program& program() { return program_; }
 
- private:
+private:
   Program program_;
 };
 

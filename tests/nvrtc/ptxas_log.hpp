@@ -16,9 +16,8 @@ inline bool no_spills(const std::string& log) {
     const size_t name_end = log.find('\n', at);
     if (name_end == std::string::npos) return false;
     const size_t line_end = log.find('\n', name_end + 1);
-    const std::string props = log.substr(name_end + 1, line_end == std::string::npos
-                                                           ? std::string::npos
-                                                           : line_end - name_end - 1);
+    const std::string props = log.substr(
+        name_end + 1, line_end == std::string::npos ? std::string::npos : line_end - name_end - 1);
     if (props.find(clean) == std::string::npos) return false;
     if (log.compare(at + head.size(), name_end - at - head.size(), "amk_vm") == 0) vm = true;
   }

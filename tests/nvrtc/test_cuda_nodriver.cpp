@@ -50,7 +50,7 @@ Program tma_program() {
   return p;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("driver table names are the unversioned symbols cuGetProcAddress wants") {
   std::vector<std::string> names;
@@ -132,7 +132,7 @@ TEST_CASE("sticky errors are launch faults, others driver errors named by the "
     built = true;
     return std::string("x");
   });
-  CHECK(!built); // `what` is built only on failure
+  CHECK(!built);  // `what` is built only on failure
 }
 
 TEST_CASE("tma arguments: translation and derived strides") {
@@ -142,7 +142,7 @@ TEST_CASE("tma arguments: translation and derived strides") {
   CHECK(a.rank == 2);
   CHECK(a.address == 0x7f0000000000ull);
   CHECK(a.dims == std::vector<cuuint64_t>{128, 64});
-  CHECK(a.strides == std::vector<cuuint64_t>{256}); // 128 bf16 per row
+  CHECK(a.strides == std::vector<cuuint64_t>{256});  // 128 bf16 per row
   CHECK(a.box == std::vector<cuuint32_t>{64, 16});
   CHECK(a.element_strides == std::vector<cuuint32_t>{1, 1});
   CHECK(a.swizzle == CU_TENSOR_MAP_SWIZZLE_128B);
@@ -158,7 +158,7 @@ TEST_CASE("tma arguments: translation and derived strides") {
   }
 
   Program off = tma_program();
-  off.tma[0].offset = 128; // one row in: 256 bytes
+  off.tma[0].offset = 128;  // one row in: 256 bytes
   off.tma[0].dims = {128, 63};
   CHECK(cu::tma_arguments(off, 0, 0x1000).address == 0x1100);
 }
@@ -176,7 +176,7 @@ TEST_CASE("tma arguments: host validation before the driver") {
   CHECK(box.where() == "/tma/0/box/1");
 
   Program big = tma_program();
-  big.tma[0].dims = {128, 65}; // one row past the buffer
+  big.tma[0].dims = {128, 65};  // one row past the buffer
   big.tma[0].box = {64, 16};
   const Error bounds = catch_error([&] { (void)cu::tma_arguments(big, 0, 0x1000); });
   CHECK(bounds.code() == "verify.tma.bounds");
@@ -208,7 +208,7 @@ TEST_CASE("diag status names and text") {
 
 TEST_CASE("profile statistics") {
   const ProfileStats s = summarize_samples({4.0, 1.0, 3.0, 2.0});
-  CHECK(s.samples_ms == std::vector<double>{4.0, 1.0, 3.0, 2.0}); // launch order kept
+  CHECK(s.samples_ms == std::vector<double>{4.0, 1.0, 3.0, 2.0});  // launch order kept
   CHECK(s.min_ms == 1.0);
   CHECK(s.max_ms == 4.0);
   CHECK(s.median_ms == doctest::Approx(2.5));
@@ -222,4 +222,3 @@ TEST_CASE("profile statistics") {
   CHECK(one.median_ms == 2.0);
   CHECK(summarize_samples({}).samples_ms.empty());
 }
-

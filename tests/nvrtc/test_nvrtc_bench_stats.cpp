@@ -130,7 +130,7 @@ TEST_CASE("serial order: queue order and every wait's signals come first") {
   q.queues = {{p0, w1}, {w0, tail}, {j}};
   const std::vector<uint32_t> order = q.order(2);
   REQUIRE(order.size() == 5);
-  CHECK(position(order, p0) < position(order, w1));   // queue order
+  CHECK(position(order, p0) < position(order, w1));    // queue order
   CHECK(position(order, w0) < position(order, tail));  // queue order
   CHECK(position(order, p0) < position(order, w0));    // c0
   CHECK(position(order, w0) < position(order, w1));    // c1

@@ -85,13 +85,13 @@ Program all_ops_program() {
   const uint32_t vc = b.buffer("v_cache", DType::bf16, {32, 64});
   const uint32_t part = b.buffer("partials", DType::f32, {2, 4, 66});
   const uint32_t attn = b.buffer("attn", DType::f32, {4 * 64});
-  const uint32_t rope_params[] = {64, 5, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f),
-                                  f32_bits(4.0f), 8192};
+  const uint32_t rope_params[] = {
+      64, 5, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192};
   b.instruction(id(OpId::rope), {q, q}, {std::begin(rope_params), std::end(rope_params)});
   b.instruction(id(OpId::kv_append), {kn, kc}, {64, 3, 32});
-  b.instruction(id(OpId::attention_decode), {q, kc, vc, part, kn, vn},
-                {64, 0, 31, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f),
-                 8192});
+  b.instruction(
+      id(OpId::attention_decode), {q, kc, vc, part, kn, vn},
+      {64, 0, 31, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192});
   b.instruction(id(OpId::attention_combine), {part, attn}, {64, 1});
 
   TmaSpec spec;
@@ -234,8 +234,9 @@ TEST_CASE("the VM's trace layout is the one the host reads") {
   bool found = false;
   for (const EmbeddedFile& f : embedded_kernel_files())
     if (f.name == "amk_device.cuh")
-      found = f.text.find("constexpr uint32_t kAmkTraceWords = " +
-                          std::to_string(kTraceWordsPerInstruction) + ";") != std::string_view::npos;
+      found =
+          f.text.find("constexpr uint32_t kAmkTraceWords = " +
+                      std::to_string(kTraceWordsPerInstruction) + ";") != std::string_view::npos;
   CHECK(found);
 }
 
@@ -259,8 +260,8 @@ TEST_CASE("custom ops: compiled with trust, refused without, errors keep the log
   const CompileOutput out = compile_program(ok, {}, uncached(), true);
   CHECK(out.ok);
   CHECK(is_elf(out.cubin));
-  CHECK(vm_source(ok, choose_for(ok), true).find("case 1000: amk_custom_twice(P, I, S); return true;") !=
-        std::string::npos);
+  CHECK(vm_source(ok, choose_for(ok), true)
+            .find("case 1000: amk_custom_twice(P, I, S); return true;") != std::string::npos);
 
   try {
     (void)compile_program(ok, {}, uncached(), false);
@@ -319,7 +320,8 @@ TEST_CASE("cubin cache: hit, miss on a different option or config, corrupt entry
 
   {  // truncate the cubin: the entry no longer verifies and is rebuilt
     std::ofstream corrupt(cubin, std::ios::binary | std::ios::trunc);
-    corrupt << "\x7f" "ELF";
+    corrupt << "\x7f"
+               "ELF";
   }
   const CompileOutput rebuilt = compile_program(b, {}, o);
   CHECK_FALSE(rebuilt.cache_hit);

@@ -52,7 +52,8 @@ ChooseOptions step(bool on) {
   return c;
 }
 
-template <class T> T read_le(const std::vector<std::byte>& bytes, size_t at) {
+template <class T>
+T read_le(const std::vector<std::byte>& bytes, size_t at) {
   T v{};
   REQUIRE(at + sizeof(T) <= bytes.size());
   std::memcpy(&v, bytes.data() + at, sizeof(T));

@@ -37,7 +37,8 @@ int compile_row(const char* name, const Program& p, const ChooseOptions& c = {},
 
 }  // namespace
 
-TEST_CASE("Llama-3.2-1B step: one-head chunks on the large tile, gemv's ring, preload of one batch") {
+TEST_CASE(
+    "Llama-3.2-1B step: one-head chunks on the large tile, gemv's ring, preload of one batch") {
   const Program p = llama("llama-3.2-1b");
   const VmChoice c = choose_for(p);
   CHECK(c.config.attn_tile == amk_attn_tile::large);

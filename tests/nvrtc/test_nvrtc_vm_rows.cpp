@@ -35,7 +35,8 @@ Program test_program(const std::string& name) {
 
 }  // namespace
 
-TEST_CASE("the GEMV benchmark: weights in registers, no preload, 128 registers (two blocks an SM)") {
+TEST_CASE(
+    "the GEMV benchmark: weights in registers, no preload, 128 registers (two blocks an SM)") {
   Builder b;
   const uint32_t x = b.buffer("x", DType::f32, {4096});
   for (int m = 0; m < 2; ++m) {

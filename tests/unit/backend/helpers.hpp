@@ -28,7 +28,7 @@ namespace amk::test {
 
 // A fresh directory under the system temp dir, removed with everything in it.
 class TempDir {
- public:
+public:
   TempDir() {
     std::string tmpl = (std::filesystem::temp_directory_path() / "amk_backend_XXXXXX").string();
     if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
@@ -40,10 +40,12 @@ class TempDir {
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
-  [[nodiscard]] std::filesystem::path operator/(std::string_view name) const { return path_ / name; }
+  [[nodiscard]] std::filesystem::path operator/(std::string_view name) const {
+    return path_ / name;
+  }
   [[nodiscard]] const std::filesystem::path& path() const { return path_; }
 
- private:
+private:
   std::filesystem::path path_;
 };
 
@@ -57,7 +59,9 @@ inline void append(std::vector<std::byte>& out, const void* p, size_t n) {
   const auto* b = static_cast<const std::byte*>(p);
   out.insert(out.end(), b, b + n);
 }
-inline void append(std::vector<std::byte>& out, std::string_view s) { append(out, s.data(), s.size()); }
+inline void append(std::vector<std::byte>& out, std::string_view s) {
+  append(out, s.data(), s.size());
+}
 template <typename T>
 void append_value(std::vector<std::byte>& out, T v) {
   append(out, &v, sizeof v);
@@ -99,7 +103,8 @@ std::optional<Error> caught(F&& f) {
 }
 
 // Random floats in [lo, hi) that are never zero (|v| >= 1/64), so a dropped operand shows.
-inline std::vector<float> nonzero_floats(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
+inline std::vector<float> nonzero_floats(size_t n, uint32_t seed, float lo = -2.0f,
+                                         float hi = 2.0f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> dist(lo, hi);
   std::vector<float> v(n);
@@ -153,7 +158,8 @@ struct OperandSpec {
 };
 
 // An ABI instruction filled by hand (plan.cpp's encoder is not used here on purpose).
-inline amk_instruction_t make_ins(uint16_t op, uint32_t index, std::initializer_list<OperandSpec> operands,
+inline amk_instruction_t make_ins(uint16_t op, uint32_t index,
+                                  std::initializer_list<OperandSpec> operands,
                                   std::initializer_list<uint32_t> params = {},
                                   std::initializer_list<amk_wait_t> waits = {},
                                   std::initializer_list<amk_signal_t> signals = {}) {
@@ -163,7 +169,8 @@ inline amk_instruction_t make_ins(uint16_t op, uint32_t index, std::initializer_
   ins.index = index;
   for (auto& o : ins.operands) o.buffer = AMK_NO_BUFFER;
   for (const OperandSpec& o : operands) {
-    ins.operands[ins.n_operands++] = amk_operand_t{o.offset, static_cast<uint32_t>(o.extent), o.buffer};
+    ins.operands[ins.n_operands++] =
+        amk_operand_t{o.offset, static_cast<uint32_t>(o.extent), o.buffer};
   }
   for (uint32_t p : params) ins.params[ins.n_params++] = p;
   for (const amk_wait_t& w : waits) ins.waits[ins.n_waits++] = w;

@@ -117,8 +117,8 @@ TEST_CASE("poison, the comparison that catches an unwritten element, and clearin
   HostBuffers got = run(p, copy_host_buffers(poisoned));
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     if (!w[b]) continue;
-    const PoisonDiff d = compare_poison(p.buffers[b].dtype, got.data[b], ref.data[b],
-                                        p.buffers[b].elements());
+    const PoisonDiff d =
+        compare_poison(p.buffers[b].dtype, got.data[b], ref.data[b], p.buffers[b].elements());
     CHECK(d.unwritten == 0);
     CHECK(d.extra == 0);
   }

@@ -28,18 +28,22 @@ std::vector<std::byte> npy(const std::string& dict, const std::vector<std::byte>
   append(out, "\x93NUMPY");
   append_value<uint8_t>(out, static_cast<uint8_t>(major));
   append_value<uint8_t>(out, 0);
-  if (major == 1) append_value<uint16_t>(out, static_cast<uint16_t>(header.size()));
-  else append_value<uint32_t>(out, static_cast<uint32_t>(header.size()));
+  if (major == 1)
+    append_value<uint16_t>(out, static_cast<uint16_t>(header.size()));
+  else
+    append_value<uint32_t>(out, static_cast<uint32_t>(header.size()));
   append(out, header);
   out.insert(out.end(), data.begin(), data.end());
   return out;
 }
 
-std::string dict(const std::string& descr, const std::string& shape, const std::string& fortran = "False") {
+std::string dict(const std::string& descr, const std::string& shape,
+                 const std::string& fortran = "False") {
   return "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': " + shape + ", }";
 }
 
-std::vector<std::byte> safetensors(const std::string& header_json, const std::vector<std::byte>& data) {
+std::vector<std::byte> safetensors(const std::string& header_json,
+                                   const std::vector<std::byte>& data) {
   std::vector<std::byte> out;
   append_value<uint64_t>(out, header_json.size());
   append(out, header_json);
@@ -61,7 +65,8 @@ TEST_CASE("npy: versions 2 and 3, double quotes, scalar and 1-d shapes") {
   const std::vector<int64_t> v = {-5, 1LL << 40, 7};
   write_bytes(dir / "v2.npy", npy(dict("<i8", "(3,)"), bytes_of(v), 2));
   CHECK(values_of<int64_t>(read_npy(dir / "v2.npy", DType::i64, 3, "/p")) == v);
-  write_bytes(dir / "v3.npy", npy("{\"descr\": \"<i8\", \"fortran_order\": False, \"shape\": (3,)}", bytes_of(v), 3));
+  write_bytes(dir / "v3.npy", npy("{\"descr\": \"<i8\", \"fortran_order\": False, \"shape\": (3,)}",
+                                  bytes_of(v), 3));
   CHECK(values_of<int64_t>(read_npy(dir / "v3.npy", DType::i64, 3, "/p")) == v);
   const std::vector<uint32_t> s = {42};
   write_bytes(dir / "s.npy", npy(dict("<u4", "()"), bytes_of(s)));
@@ -113,7 +118,8 @@ TEST_CASE("npy: rejections carry exact codes") {
   CHECK(code(npy(dict("<f8", "(2,)"), f4)) == "init.npy.dtype");
   CHECK(code(npy(dict("<i4", "(4,)"), f4)) == "init.npy.dtype");
   CHECK(code(npy(dict("<f4", "(4,)"), f4), DType::f16) == "init.npy.dtype");
-  CHECK(code(npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,)}", f4)) == "init.npy.dtype");
+  CHECK(code(npy("{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,)}", f4)) ==
+        "init.npy.dtype");
   CHECK(code(npy(dict("<f4", "(2, 3)"), f4)) == "init.npy.shape");
   CHECK(code(npy(dict("<f4", "(99999999999, 99999999999)"), f4)) == "init.npy.shape");
   CHECK(code(npy(dict("<f4", "(99999999999999999999999,)"), f4)) == "init.npy.header");
@@ -122,11 +128,16 @@ TEST_CASE("npy: rejections carry exact codes") {
   extra.push_back(std::byte{0});
   CHECK(code(npy(dict("<f4", "(4,)"), extra)) == "init.npy.size");
   CHECK(code(npy("{'descr': '<f4', 'shape': (4,)}", f4)) == "init.npy.header");  // key missing
-  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", f4)) == "init.npy.header");
-  CHECK(code(npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", f4)) == "init.npy.header");
-  CHECK(code(npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,)}", f4)) == "init.npy.header");
-  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': [4]}", f4)) == "init.npy.header");
-  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)} trailing", f4)) == "init.npy.header");
+  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", f4)) ==
+        "init.npy.header");
+  CHECK(code(npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", f4)) ==
+        "init.npy.header");
+  CHECK(code(npy("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4,)}", f4)) ==
+        "init.npy.header");
+  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': [4]}", f4)) ==
+        "init.npy.header");
+  CHECK(code(npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,)} trailing", f4)) ==
+        "init.npy.header");
   CHECK(code(npy("not a dict", f4)) == "init.npy.header");
   // A header length past the end of the file.
   auto long_header = npy(dict("<f4", "(4,)"), {});
@@ -142,12 +153,14 @@ TEST_CASE("npy: rejections carry exact codes") {
 TEST_CASE("npy: errors name the buffer pointer and the file") {
   TempDir dir;
   write_bytes(dir / "x.npy", npy(dict(">f4", "(1,)"), bytes_of(std::vector<float>{1})));
-  const auto e = caught([&] { (void)read_npy(dir / "x.npy", DType::f32, 1, "/buffers/3/init/path"); });
+  const auto e =
+      caught([&] { (void)read_npy(dir / "x.npy", DType::f32, 1, "/buffers/3/init/path"); });
   REQUIRE(e);
   CHECK(e->kind() == ErrorKind::program);
   CHECK(e->where() == "/buffers/3/init/path");
   CHECK(e->message().find("x.npy") != std::string::npos);
-  const auto missing = caught([&] { (void)read_npy(dir / "nope.npy", DType::f32, 1, "/buffers/3/init/path"); });
+  const auto missing =
+      caught([&] { (void)read_npy(dir / "nope.npy", DType::f32, 1, "/buffers/3/init/path"); });
   REQUIRE(missing);
   CHECK(missing->code() == "io.missing");
   CHECK(missing->kind() == ErrorKind::io);
@@ -169,11 +182,16 @@ TEST_CASE("raw: reads the byte range at the offset") {
         std::vector<uint16_t>{2, 3, 0xffff});
   // Exactly to the end is fine; one element more is not.
   CHECK(read_raw(dir / "r.bin", 0, DType::u8, file.size(), "/p").size() == file.size());
-  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 1, DType::u8, file.size(), "/p"); }) == "init.raw.range");
-  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 16, DType::f32, 2, "/p"); }) == "init.raw.range");
-  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", UINT64_MAX - 2, DType::f32, 1, "/p"); }) == "init.raw.range");
-  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 0, DType::i64, UINT64_MAX / 4, "/p"); }) == "init.raw.range");
-  CHECK(error_code([&] { (void)read_raw(dir / "none.bin", 0, DType::u8, 1, "/p"); }) == "io.missing");
+  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 1, DType::u8, file.size(), "/p"); }) ==
+        "init.raw.range");
+  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 16, DType::f32, 2, "/p"); }) ==
+        "init.raw.range");
+  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", UINT64_MAX - 2, DType::f32, 1, "/p"); }) ==
+        "init.raw.range");
+  CHECK(error_code([&] { (void)read_raw(dir / "r.bin", 0, DType::i64, UINT64_MAX / 4, "/p"); }) ==
+        "init.raw.range");
+  CHECK(error_code([&] { (void)read_raw(dir / "none.bin", 0, DType::u8, 1, "/p"); }) ==
+        "io.missing");
 }
 
 TEST_CASE("safetensors: reads a tensor of a hand-built file") {
@@ -187,7 +205,8 @@ TEST_CASE("safetensors: reads a tensor of a hand-built file") {
       R"( "b": {"dtype": "BF16", "shape": [2], "data_offsets": [24, 28]}}   )";  // padded, as writers do
   write_bytes(dir / "m.safetensors", safetensors(header, data));
   CHECK(values_of<float>(read_safetensors(dir / "m.safetensors", "a", DType::f32, 6, "/p")) == a);
-  CHECK(values_of<uint16_t>(read_safetensors(dir / "m.safetensors", "b", DType::bf16, 2, "/p")) == b);
+  CHECK(values_of<uint16_t>(read_safetensors(dir / "m.safetensors", "b", DType::bf16, 2, "/p")) ==
+        b);
 }
 
 TEST_CASE("safetensors: rejections carry exact codes") {
@@ -217,15 +236,25 @@ TEST_CASE("safetensors: rejections carry exact codes") {
   CHECK(code(safetensors("[1, 2]", data)) == "init.safetensors.header");
   CHECK(code(safetensors(good, data), "u") == "init.safetensors.tensor");
   CHECK(code(safetensors(good, data), "__metadata__") == "init.safetensors.tensor");
-  CHECK(code(safetensors(R"({"t": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})", data)) == "init.safetensors.dtype");
+  CHECK(code(safetensors(R"({"t": {"dtype": "F64", "shape": [2], "data_offsets": [0, 16]}})",
+                         data)) == "init.safetensors.dtype");
   CHECK(code(safetensors(good, data), "t", DType::u32) == "init.safetensors.dtype");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [2, 3], "data_offsets": [0, 16]}})", data)) == "init.safetensors.shape");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [-4], "data_offsets": [0, 16]}})", data)) == "init.safetensors.shape");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [0, 12]}})", data)) == "init.safetensors.offsets");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [16, 0]}})", data)) == "init.safetensors.offsets");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [8, 24]}})", data)) == "init.safetensors.offsets");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [18446744073709551600, 18446744073709551615]}})", data)) == "init.safetensors.offsets");
-  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4]}})", data)) == "init.safetensors.entry");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [2, 3], "data_offsets": [0, 16]}})",
+                         data)) == "init.safetensors.shape");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [-4], "data_offsets": [0, 16]}})",
+                         data)) == "init.safetensors.shape");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [0, 12]}})",
+                         data)) == "init.safetensors.offsets");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [16, 0]}})",
+                         data)) == "init.safetensors.offsets");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [8, 24]}})",
+                         data)) == "init.safetensors.offsets");
+  CHECK(
+      code(safetensors(
+          R"({"t": {"dtype": "I32", "shape": [4], "data_offsets": [18446744073709551600, 18446744073709551615]}})",
+          data)) == "init.safetensors.offsets");
+  CHECK(code(safetensors(R"({"t": {"dtype": "I32", "shape": [4]}})", data)) ==
+        "init.safetensors.entry");
   CHECK(code(safetensors(R"({"t": [1, 2]})", data)) == "init.safetensors.entry");
   const auto e = caught([&] {
     write_bytes(dir / "y.safetensors", safetensors(good, data));

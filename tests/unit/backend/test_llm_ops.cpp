@@ -108,9 +108,9 @@ TEST_CASE("rope: rotate_half pairs, plain and Llama 3 scaled, every frequency ba
     Fixture f;
     const std::vector<float> xs = randoms(2 * 64, 12);
     const uint32_t x = f.add("x", DType::f32, xs);
-    f.run(make_ins(id(OpId::rope), 0, {{x, 0, 128}, {x, 0, 128}},
-                   {64, 7, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f),
-                    8192}));
+    f.run(make_ins(
+        id(OpId::rope), 0, {{x, 0, 128}, {x, 0, 128}},
+        {64, 7, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192}));
     for (uint32_t h = 0; h < 2; ++h)
       for (uint32_t i = 0; i < 32; ++i) {
         const double a = 7.0 * std::pow(10000.0, -2.0 * i / 64);
@@ -170,12 +170,14 @@ TEST_CASE("attention_decode over chunks + attention_combine == one full softmax 
     for (uint32_t ch = 0; ch < chunks; ++ch) {
       const uint32_t t0 = ch * c.chunk, n = std::min(c.chunk, c.len - t0);
       f.run(make_ins(id(OpId::attention_decode), ch,
-                     {{q, 0, c.group * c.hd}, {k, uint64_t{t0} * c.hd, n * c.hd},
-                      {v, uint64_t{t0} * c.hd, n * c.hd}, {part, uint64_t{ch} * block, block}},
+                     {{q, 0, c.group * c.hd},
+                      {k, uint64_t{t0} * c.hd, n * c.hd},
+                      {v, uint64_t{t0} * c.hd, n * c.hd},
+                      {part, uint64_t{ch} * block, block}},
                      {c.hd, f32_bits(c.scale)}));
     }
-    f.run(make_ins(id(OpId::attention_combine), chunks, {{part, 0, chunks * block},
-                                                         {out, 0, c.group * c.hd}}, {c.hd}));
+    f.run(make_ins(id(OpId::attention_combine), chunks,
+                   {{part, 0, chunks * block}, {out, 0, c.group * c.hd}}, {c.hd}));
 
     const double scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.hd));
     for (uint32_t g = 0; g < c.group; ++g) {
@@ -219,11 +221,12 @@ TEST_CASE("attention_decode reads bf16 caches and combine writes bf16") {
   const uint32_t v = f.add("v", DType::bf16, vs);
   const uint32_t part = f.add("partials", DType::f32, group * (hd + 2));
   const uint32_t out = f.add("out", DType::bf16, group * hd);
-  f.run(make_ins(id(OpId::attention_decode), 0,
-                 {{q, 0, group * hd}, {k, 0, len * hd}, {v, 0, len * hd}, {part, 0, group * (hd + 2)}},
-                 {hd, 0}));
-  f.run(make_ins(id(OpId::attention_combine), 1, {{part, 0, group * (hd + 2)}, {out, 0, group * hd}},
-                 {hd}));
+  f.run(make_ins(
+      id(OpId::attention_decode), 0,
+      {{q, 0, group * hd}, {k, 0, len * hd}, {v, 0, len * hd}, {part, 0, group * (hd + 2)}},
+      {hd, 0}));
+  f.run(make_ins(id(OpId::attention_combine), 1,
+                 {{part, 0, group * (hd + 2)}, {out, 0, group * hd}}, {hd}));
   for (uint32_t g = 0; g < group; ++g) {
     std::vector<double> s(len), want(hd, 0.0), got(hd);
     double m = -INFINITY, sum = 0;
@@ -247,9 +250,9 @@ TEST_CASE("attention_decode with fused RoPE and the new token == rope + kv_appen
     uint32_t hd, len;
     float theta, factor;
   };
-  for (const Case c : {Case{64, 37, 500000.0f, 32.0f}, Case{128, 70, 10000.0f, 0.0f},
-                       Case{128, 45, 0.0f, 32.0f}, Case{64, 3000, 500000.0f, 8.0f},
-                       Case{64, 0, 500000.0f, 32.0f}}) {
+  for (const Case c :
+       {Case{64, 37, 500000.0f, 32.0f}, Case{128, 70, 10000.0f, 0.0f}, Case{128, 45, 0.0f, 32.0f},
+        Case{64, 3000, 500000.0f, 8.0f}, Case{64, 0, 500000.0f, 32.0f}}) {
     CAPTURE(c.hd);
     CAPTURE(c.len);
     CAPTURE(c.theta);
@@ -292,7 +295,9 @@ TEST_CASE("attention_decode with fused RoPE and the new token == rope + kv_appen
     const uint32_t ref_part = f.add("ref_partials", DType::f32, block);
     const uint32_t ref_out = f.add("ref_out", DType::f32, group * hd);
     f.run(make_ins(id(OpId::attention_decode), index++,
-                   {{q_ref, 0, group * hd}, {kc32, 0, max_len * hd}, {vc32, 0, max_len * hd},
+                   {{q_ref, 0, group * hd},
+                    {kc32, 0, max_len * hd},
+                    {vc32, 0, max_len * hd},
                     {ref_part, 0, block}},
                    {hd, 0}));
     f.run(make_ins(id(OpId::attention_combine), index++,
@@ -304,14 +309,19 @@ TEST_CASE("attention_decode with fused RoPE and the new token == rope + kv_appen
     auto fused = [&](uint32_t part, uint64_t at, uint32_t t0, uint32_t n, bool with_new) {
       if (with_new) {
         f.run(make_ins(id(OpId::attention_decode), index++,
-                       {{q, 0, group * hd}, {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
-                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd}, {part, at, block},
-                        {kn, 0, hd}, {vn, 0, hd}},
+                       {{q, 0, group * hd},
+                        {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {part, at, block},
+                        {kn, 0, hd},
+                        {vn, 0, hd}},
                        params));
       } else {
         f.run(make_ins(id(OpId::attention_decode), index++,
-                       {{q, 0, group * hd}, {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
-                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd}, {part, at, block}},
+                       {{q, 0, group * hd},
+                        {kc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {vc, uint64_t{t0} * hd, uint64_t{n} * hd},
+                        {part, at, block}},
                        params));
       }
     };

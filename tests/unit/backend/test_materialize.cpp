@@ -64,7 +64,8 @@ TEST_CASE("every init kind") {
   raw.path = "r.bin";
   raw.offset = 2;
   // safetensors: one I64 tensor.
-  const std::string st_header = R"({"ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})";
+  const std::string st_header =
+      R"({"ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})";
   std::vector<std::byte> st;
   append_value<uint64_t>(st, st_header.size());
   append(st, st_header);

@@ -112,7 +112,8 @@ TEST_CASE("rmsnorm over rows of extent(weight)") {
                    {f32_bits(eps)}));
     for (uint64_t r = 0; r < rows; ++r) {
       double ss = 0;
-      for (uint64_t j = 0; j < cols; ++j) ss += f.get(x, 5 + r * cols + j) * f.get(x, 5 + r * cols + j);
+      for (uint64_t j = 0; j < cols; ++j)
+        ss += f.get(x, 5 + r * cols + j) * f.get(x, 5 + r * cols + j);
       const double inv = 1.0 / std::sqrt(ss / cols + static_cast<double>(eps));
       for (uint64_t j = 0; j < cols; ++j) {
         const double want = f.get(x, 5 + r * cols + j) * inv * f.get(w, j);
@@ -177,7 +178,9 @@ TEST_CASE("gemv for every weight dtype, with and without residual") {
         const uint32_t y = f.add("y", DType::f32, rows);
         const uint32_t r = f.add("r", DType::f32, nonzero_floats(rows, 12));
         auto ins = make_ins(id(OpId::gemv), 0,
-                            {{w, 0, static_cast<uint32_t>(rows * k)}, {x, 3, k}, {y, 0, rows},
+                            {{w, 0, static_cast<uint32_t>(rows * k)},
+                             {x, 3, k},
+                             {y, 0, rows},
                              residual ? OperandSpec{r, 0, rows} : OperandSpec{}});
         f.run(ins);
         for (uint64_t i = 0; i < rows; ++i) {
@@ -211,10 +214,12 @@ TEST_CASE("gemv 4096 x 4096 bf16 runs in reasonable time") {
   const uint32_t w = f.add("w", DType::bf16, n * n);
   const uint32_t x = f.add("x", DType::f32, nonzero_floats(n, 16));
   const uint32_t y = f.add("y", DType::f32, n);
-  for (uint64_t i = 0; i < n * n; i += 97) store_element(f.host.data[w].data(), DType::bf16, i, 0.5);
+  for (uint64_t i = 0; i < n * n; i += 97)
+    store_element(f.host.data[w].data(), DType::bf16, i, 0.5);
   const auto t0 = std::chrono::steady_clock::now();
   f.run(make_ins(id(OpId::gemv), 0, {{w, 0, static_cast<uint32_t>(n * n)}, {x, 0, n}, {y, 0, n}}));
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("gemv 4096x4096 bf16: " << ms << " ms");
   CHECK(ms < 5000);
   double want = 0;  // row 0: ones at columns 0, 97, 194, ...
@@ -226,9 +231,9 @@ TEST_CASE("argmax: first maximum, NaN ignored, per row of extent(x)/extent(index
   Fixture f;
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
-  const uint32_t x = f.add("x", DType::f32,
-                           std::vector<float>{3, 1, 3, 2, nan, 1, 5, 5, nan, nan, nan, nan, -inf,
-                                              -inf, -2, -inf});
+  const uint32_t x =
+      f.add("x", DType::f32,
+            std::vector<float>{3, 1, 3, 2, nan, 1, 5, 5, nan, nan, nan, nan, -inf, -inf, -2, -inf});
   const uint32_t i32 = f.add("i", DType::i32, std::vector<float>{-1});
   f.run(make_ins(id(OpId::argmax), 0, {{x, 0, 4}, {i32, 0, 1}}));
   CHECK(f.get(i32, 0) == 0);
@@ -289,12 +294,14 @@ TEST_CASE("embedding gathers rows and rejects out-of-range ids") {
   f.run(make_ins(id(OpId::embedding), 0, {{table, 0, rows * dim}, {ids, 0, 3}, {y, 0, 3 * dim}}));
   const uint64_t want_rows[] = {5, 31999, 0};
   for (uint64_t i = 0; i < 3; ++i)
-    for (uint64_t j = 0; j < dim; ++j) CHECK(f.get(y, i * dim + j) == f.get(table, want_rows[i] * dim + j));
+    for (uint64_t j = 0; j < dim; ++j)
+      CHECK(f.get(y, i * dim + j) == f.get(table, want_rows[i] * dim + j));
   // Converting gather into bf16, i64 ids.
   const uint32_t ids64 = f.add("ids64", DType::i64, std::vector<float>{7});
   const uint32_t yb = f.add("yb", DType::bf16, dim);
   f.run(make_ins(id(OpId::embedding), 1, {{table, 0, rows * dim}, {ids64, 0, 1}, {yb, 0, dim}}));
-  for (uint64_t j = 0; j < dim; ++j) CHECK(f.get(yb, j) == rounded(DType::bf16, f.get(table, 7 * dim + j)));
+  for (uint64_t j = 0; j < dim; ++j)
+    CHECK(f.get(yb, j) == rounded(DType::bf16, f.get(table, 7 * dim + j)));
 
   const uint32_t bad = f.add("bad", DType::u32, std::vector<float>{1, 70000});
   const auto before = f.all(y);
@@ -308,9 +315,10 @@ TEST_CASE("embedding gathers rows and rejects out-of-range ids") {
   CHECK(e->message().find("id 70000 outside [0, 32000)") != std::string::npos);
   CHECK(f.all(y) == before);  // nothing written
   const uint32_t neg = f.add("neg", DType::i64, std::vector<float>{-1});
-  CHECK(error_code([&] {
-          f.run(make_ins(id(OpId::embedding), 8, {{table, 0, rows * dim}, {neg, 0, 1}, {y, 0, dim}}));
-        }) == "run.embedding.id");
+  CHECK(
+      error_code([&] {
+        f.run(make_ins(id(OpId::embedding), 8, {{table, 0, rows * dim}, {neg, 0, 1}, {y, 0, dim}}));
+      }) == "run.embedding.id");
 }
 
 TEST_CASE("copy converts float types, copies integers, refuses integer conversion") {
@@ -329,8 +337,12 @@ TEST_CASE("copy converts float types, copies integers, refuses integer conversio
   f.run(make_ins(id(OpId::copy), 2, {{i, 0, 2}, {j, 0, 2}}));
   CHECK(values_of<int64_t>(f.host.data[j]) == std::vector<int64_t>{-9, 1000000000});
   const uint32_t u = f.add("u", DType::u32, 2);
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::copy), 3, {{i, 0, 2}, {u, 0, 2}})); }) == "run.operand.dtype");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::copy), 4, {{x, 0, 3}, {yb, 0, 2}})); }) == "run.operand.shape");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::copy), 3, {{i, 0, 2}, {u, 0, 2}}));
+        }) == "run.operand.dtype");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::copy), 4, {{x, 0, 3}, {yb, 0, 2}}));
+        }) == "run.operand.shape");
 }
 
 TEST_CASE("fill and nop") {
@@ -359,14 +371,19 @@ TEST_CASE("custom ops, unknown ops and bad operands are refused with codes") {
   CHECK(e->where() == "/instructions/4");
   CHECK(e->message().find("my_rope") != std::string::npos);
   CHECK(error_code([&] { f.run(make_ins(50, 0, {})); }) == "run.op.unknown");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::scale), 0, {{x, 4, 8}, {x, 0, 8}}, {f32_bits(1)})); }) ==
-        "run.operand.range");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::scale), 0, {{9, 0, 8}, {x, 0, 8}}, {f32_bits(1)})); }) ==
-        "run.operand.buffer");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::scale), 0, {{}, {x, 0, 8}}, {f32_bits(1)})); }) ==
-        "run.operand.missing");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::scale), 0, {{x, 0, 8}, {x, 0, 8}})); }) ==
-        "run.param.missing");
-  CHECK(error_code([&] { f.run(make_ins(id(OpId::gemv), 0, {{w, 0, 8}, {x, 0, 8}, {x, 0, 1}})); }) ==
-        "run.operand.dtype");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::scale), 0, {{x, 4, 8}, {x, 0, 8}}, {f32_bits(1)}));
+        }) == "run.operand.range");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::scale), 0, {{9, 0, 8}, {x, 0, 8}}, {f32_bits(1)}));
+        }) == "run.operand.buffer");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::scale), 0, {{}, {x, 0, 8}}, {f32_bits(1)}));
+        }) == "run.operand.missing");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::scale), 0, {{x, 0, 8}, {x, 0, 8}}));
+        }) == "run.param.missing");
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::gemv), 0, {{w, 0, 8}, {x, 0, 8}, {x, 0, 1}}));
+        }) == "run.operand.dtype");
 }

@@ -111,7 +111,7 @@ TEST_CASE("uniform statistics over 1e5 samples") {
   const uint64_t n = 100000;
   const auto bytes = random_fill(uniform(123, -2, 3), DType::f32, n, "/b");
   const Moments m = moments(bytes, DType::f32, n);
-  CHECK(std::fabs(m.mean - 0.5) < 0.02);                          // sigma of the mean ~0.0046
+  CHECK(std::fabs(m.mean - 0.5) < 0.02);  // sigma of the mean ~0.0046
   CHECK(std::fabs(m.stddev - 5.0 / std::sqrt(12.0)) < 0.02);
   CHECK(m.min >= -2.0);
   CHECK(m.max < 3.0);
@@ -157,13 +157,20 @@ TEST_CASE("integer uniform draws floor into [low, high)") {
 }
 
 TEST_CASE("random parameters are checked") {
-  CHECK(error_code([] { (void)random_fill(uniform(1, 1, 0), DType::f32, 4, "/b"); }) == "init.random.range");
-  CHECK(error_code([] { (void)random_fill(uniform(1, 0, 1e6), DType::f16, 4, "/b"); }) == "init.random.range");
-  CHECK(error_code([] { (void)random_fill(uniform(1, -1, 1), DType::u8, 4, "/b"); }) == "init.random.range");
-  CHECK(error_code([] { (void)random_fill(uniform(1, 0.2, 0.7), DType::i32, 4, "/b"); }) == "init.random.range");
-  CHECK(error_code([] { (void)random_fill(uniform(1, 0, INFINITY), DType::f32, 4, "/b"); }) == "init.random.range");
-  CHECK(error_code([] { (void)random_fill(normal(1, 0, -1), DType::f32, 4, "/b"); }) == "init.random.std");
-  const auto e = caught([] { (void)random_fill(normal(1, 0, -1), DType::f32, 4, "/buffers/2/init"); });
+  CHECK(error_code([] { (void)random_fill(uniform(1, 1, 0), DType::f32, 4, "/b"); }) ==
+        "init.random.range");
+  CHECK(error_code([] { (void)random_fill(uniform(1, 0, 1e6), DType::f16, 4, "/b"); }) ==
+        "init.random.range");
+  CHECK(error_code([] { (void)random_fill(uniform(1, -1, 1), DType::u8, 4, "/b"); }) ==
+        "init.random.range");
+  CHECK(error_code([] { (void)random_fill(uniform(1, 0.2, 0.7), DType::i32, 4, "/b"); }) ==
+        "init.random.range");
+  CHECK(error_code([] { (void)random_fill(uniform(1, 0, INFINITY), DType::f32, 4, "/b"); }) ==
+        "init.random.range");
+  CHECK(error_code([] { (void)random_fill(normal(1, 0, -1), DType::f32, 4, "/b"); }) ==
+        "init.random.std");
+  const auto e =
+      caught([] { (void)random_fill(normal(1, 0, -1), DType::f32, 4, "/buffers/2/init"); });
   REQUIRE(e);
   CHECK(e->where() == "/buffers/2/init");
   CHECK(e->kind() == ErrorKind::program);

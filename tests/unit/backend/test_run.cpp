@@ -52,9 +52,12 @@ struct ForkJoin {
     // 1 (block 1): waits t_ready >= 1, u1 = t + x -> parts_ready += 1
     // 2 (block 2): waits t_ready >= 1, u2 = t * x -> parts_ready += 1
     // 3 (block 0): waits parts_ready >= 2, y = u1 + u2
-    ins.push_back(make_ins(id(OpId::scale), 0, {{0, 0, n}, {1, 0, n}}, {f32_bits(2.0f)}, {}, {{0, 1}}));
-    ins.push_back(make_ins(id(OpId::add), 1, {{1, 0, n}, {0, 0, n}, {2, 0, n}}, {}, {{0, 1}}, {{1, 1}}));
-    ins.push_back(make_ins(id(OpId::mul), 2, {{1, 0, n}, {0, 0, n}, {3, 0, n}}, {}, {{0, 1}}, {{1, 1}}));
+    ins.push_back(
+        make_ins(id(OpId::scale), 0, {{0, 0, n}, {1, 0, n}}, {f32_bits(2.0f)}, {}, {{0, 1}}));
+    ins.push_back(
+        make_ins(id(OpId::add), 1, {{1, 0, n}, {0, 0, n}, {2, 0, n}}, {}, {{0, 1}}, {{1, 1}}));
+    ins.push_back(
+        make_ins(id(OpId::mul), 2, {{1, 0, n}, {0, 0, n}, {3, 0, n}}, {}, {{0, 1}}, {{1, 1}}));
     ins.push_back(make_ins(id(OpId::add), 3, {{2, 0, n}, {3, 0, n}, {4, 0, n}}, {}, {{1, 2}}));
   }
   float x(uint64_t i) const { return values_of<float>(host.data[0])[i]; }
@@ -156,7 +159,8 @@ TEST_CASE("several passes: waits compare value * pass, counters grow across pass
 TEST_CASE("run_cpu refuses bad plans and propagates op faults") {
   ForkJoin fj;
   Plan plan = make_plan_by_hand(fj.ins, {{0, 3}, {1}, {2}}, 2);
-  CHECK(error_code([&] { (void)run_cpu(fj.program, plan, fj.host, CpuRunOptions{0}); }) == "run.iterations");
+  CHECK(error_code([&] { (void)run_cpu(fj.program, plan, fj.host, CpuRunOptions{0}); }) ==
+        "run.iterations");
   Plan bad_item = plan;
   bad_item.queue_items[0] = 99;
   CHECK(error_code([&] { (void)run_cpu(fj.program, bad_item, fj.host); }) == "run.plan");
@@ -175,9 +179,10 @@ TEST_CASE("run_cpu refuses bad plans and propagates op faults") {
   h.data = {std::vector<std::byte>(32), std::vector<std::byte>(4), std::vector<std::byte>(8)};
   const int32_t bad_id = 4;
   std::memcpy(h.data[1].data(), &bad_id, 4);
-  const Plan ep = make_plan_by_hand(
-      {make_ins(id(OpId::nop), 0, {}), make_ins(id(OpId::embedding), 1, {{0, 0, 8}, {1, 0, 1}, {2, 0, 2}})},
-      {{0}, {1}}, 0);
+  const Plan ep =
+      make_plan_by_hand({make_ins(id(OpId::nop), 0, {}),
+                         make_ins(id(OpId::embedding), 1, {{0, 0, 8}, {1, 0, 1}, {2, 0, 2}})},
+                        {{0}, {1}}, 0);
   const auto e = caught([&] { (void)run_cpu(p, ep, h); });
   REQUIRE(e);
   CHECK(e->code() == "run.embedding.id");

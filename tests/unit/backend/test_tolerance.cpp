@@ -18,7 +18,8 @@ Program chain(const std::string& mid_dtype) {
   "format": "amk.program", "version": 1, "name": "tolerance_chain",
   "buffers": [
     {"name": "x", "dtype": "f32", "shape": [64], "init": {"kind": "random", "seed": 3}},
-    {"name": "mid", "dtype": ")" + mid_dtype + R"(", "shape": [64]},
+    {"name": "mid", "dtype": ")" +
+                           mid_dtype + R"(", "shape": [64]},
     {"name": "a", "dtype": "f32", "shape": [64], "output": true},
     {"name": "b", "dtype": "f32", "shape": [64], "output": true},
     {"name": "side", "dtype": "bf16", "shape": [64], "output": true},

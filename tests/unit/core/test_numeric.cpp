@@ -78,9 +78,18 @@ TEST_CASE("f16 round trip is exact for every non-NaN value") {
 }
 
 TEST_CASE("f32 -> f16 agrees with _Float16 over a sweep of floats") {
-  std::vector<float> probes = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e9f,
-                               5.9604645e-8f /* smallest subnormal */, 2.9802322e-8f /* half */,
-                               2.9802326e-8f, 6.1035156e-5f /* smallest normal */,
+  std::vector<float> probes = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -1.0f,
+                               65504.0f,
+                               65519.99f,
+                               65520.0f,
+                               1e9f,
+                               5.9604645e-8f /* smallest subnormal */,
+                               2.9802322e-8f /* half */,
+                               2.9802326e-8f,
+                               6.1035156e-5f /* smallest normal */,
                                std::numeric_limits<float>::infinity(),
                                -std::numeric_limits<float>::infinity(),
                                std::numeric_limits<float>::denorm_min()};
@@ -106,7 +115,8 @@ TEST_CASE("f32 -> f16 agrees with _Float16 over a sweep of floats") {
       continue;
     }
     if (ours != gcc_f16_bits(f)) {
-      if (++mismatches < 5) MESSAGE("f32 bits " << f32_bits(f) << " ours " << ours << " gcc " << gcc_f16_bits(f));
+      if (++mismatches < 5)
+        MESSAGE("f32 bits " << f32_bits(f) << " ours " << ours << " gcc " << gcc_f16_bits(f));
     }
   }
   CHECK(mismatches == 0);
@@ -116,8 +126,8 @@ TEST_CASE("bf16 known bit patterns") {
   CHECK(f32_to_bf16(1.0f) == 0x3f80);
   CHECK(f32_to_bf16(-2.0f) == 0xc000);
   CHECK(f32_to_bf16(-0.0f) == 0x8000);
-  CHECK(f32_to_bf16(1.0f + 0x1.0p-8f) == 0x3f80);        // tie, even stays
-  CHECK(f32_to_bf16(1.0f + 3 * 0x1.0p-8f) == 0x3f82);    // tie, rounds up to even
+  CHECK(f32_to_bf16(1.0f + 0x1.0p-8f) == 0x3f80);               // tie, even stays
+  CHECK(f32_to_bf16(1.0f + 3 * 0x1.0p-8f) == 0x3f82);           // tie, rounds up to even
   CHECK(f32_to_bf16(1.0f + 0x1.0p-8f + 0x1.0p-20f) == 0x3f81);  // above the tie
   CHECK(f32_to_bf16(std::numeric_limits<float>::infinity()) == 0x7f80);
   CHECK(f32_to_bf16(std::numeric_limits<float>::max()) == 0x7f80);  // rounds up to inf

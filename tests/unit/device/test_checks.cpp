@@ -90,7 +90,7 @@ std::pair<std::string, std::string> refusal(const Program& p, uint32_t grid, con
   return {"", ""};
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("arch strings") {
   CHECK(h200().arch() == "sm_90a");
@@ -177,7 +177,7 @@ TEST_CASE("target_mismatches: features implied by launch mode and TMA specs") {
   c.launch.mode = LaunchMode::cluster;
   c.launch.cluster[0] = 2;
   REQUIRE(target_mismatches(c, a100()).size() == 1);
-  CHECK(target_mismatches(c, no_coop()).empty()); // cluster mode does not need cooperative
+  CHECK(target_mismatches(c, no_coop()).empty());  // cluster mode does not need cooperative
 
   const auto n = target_mismatches(program(), no_coop());
   REQUIRE(n.size() == 1);
@@ -226,7 +226,7 @@ TEST_CASE("prove_coresidency: block and shared memory") {
 
   p.launch.block = 768;
   KernelResources k = kernel(1);
-  k.max_threads = 640; // register-limited kernel
+  k.max_threads = 640;  // register-limited kernel
   auto kb = refusal(p, 8, h200(), k);
   CHECK(kb.first == "device.block");
   CHECK(contains(kb.second, "640"));
@@ -235,7 +235,7 @@ TEST_CASE("prove_coresidency: block and shared memory") {
   CHECK(refusal(p, 8, h200(), kernel(1)).first == "device.block");
 
   Program s = program();
-  s.launch.dynamic_smem = 232448 - 1024; // + 1024 static = exactly the limit
+  s.launch.dynamic_smem = 232448 - 1024;  // + 1024 static = exactly the limit
   CHECK(refusal(s, 132, h200(), kernel(1)).first.empty());
   s.launch.dynamic_smem += 1;
   auto sm = refusal(s, 132, h200(), kernel(1));
@@ -249,14 +249,14 @@ TEST_CASE("prove_coresidency: cluster launch") {
   Program p = program();
   p.launch.mode = LaunchMode::cluster;
   p.launch.cluster[0] = 4;
-  CHECK(refusal(p, 132, h200(), kernel(2)).first.empty()); // 33 clusters of 4
+  CHECK(refusal(p, 132, h200(), kernel(2)).first.empty());  // 33 clusters of 4
 
   auto div = refusal(p, 130, h200(), kernel(2));
   CHECK(div.first == "device.cluster");
   CHECK(contains(div.second, "130"));
   CHECK(contains(div.second, "4"));
 
-  auto many = refusal(p, 136, h200(), kernel(2)); // 34 clusters > 33
+  auto many = refusal(p, 136, h200(), kernel(2));  // 34 clusters > 33
   CHECK(many.first == "device.coresidency");
   CHECK(contains(many.second, "34 clusters"));
   CHECK(contains(many.second, "33 active clusters"));

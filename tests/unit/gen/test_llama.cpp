@@ -39,8 +39,10 @@ struct Bytes {
 Bytes byte_totals(const Program& p) {
   Bytes b;
   for (const auto& buf : p.buffers) {
-    if (buf.name.rfind("amk.kv.", 0) == 0) b.kv += buf.bytes();
-    else if (buf.name.rfind("model.", 0) == 0 || buf.name == "lm_head.weight") b.weights += buf.bytes();
+    if (buf.name.rfind("amk.kv.", 0) == 0)
+      b.kv += buf.bytes();
+    else if (buf.name.rfind("model.", 0) == 0 || buf.name == "lm_head.weight")
+      b.weights += buf.bytes();
   }
   return b;
 }
@@ -223,7 +225,7 @@ TEST_CASE("tiny: generates, round-trips through JSON and .amkb, verifies") {
   CHECK(n.at("attention_decode") == 2 * 2 * 2);
   CHECK(n.at("attention_combine") == 2 * 2);
   CHECK(n.at("silu_mul") == 2 * 2);  // ffn 256 in two slices of 128 per layer
-  CHECK(n.at("argmax") == 4 + 1);  // vocab 512 in 4 slices of 128, then the pick
+  CHECK(n.at("argmax") == 4 + 1);    // vocab 512 in 4 slices of 128, then the pick
   CHECK(n.size() == 9);
   uint32_t rotating = 0;
   for (const auto& in : p.instructions)
@@ -363,8 +365,8 @@ TEST_CASE("--mlp-act bf16: the GLU output stored in bf16, the step close to the 
 
   const CpuPair run(p, q);
   const double diff = run.rel_diff("act.logits");
-  CHECK(diff > 0);      // rounded on the way
-  CHECK(diff < 1e-2);   // to bf16's precision
+  CHECK(diff > 0);     // rounded on the way
+  CHECK(diff < 1e-2);  // to bf16's precision
   CHECK(run.in_a("next_token") == run.in_b("next_token"));
 
   const uint32_t logits = CpuPair::find(p, "act.logits");
@@ -393,10 +395,10 @@ TEST_CASE("llama-3.2-1b at context 1024: instruction counts") {
   CHECK(n.at("attention_decode") == 16 * 8 * 16);
   CHECK(n.at("attention_combine") == 16 * 4);
   CHECK(n.at("rmsnorm") == 33);
-  CHECK(n.at("rope") == 16 * 8);  // the new k row into its cache row, per kv head
-  CHECK(n.at("copy") == 16 * 8);  // the new v row
+  CHECK(n.at("rope") == 16 * 8);      // the new k row into its cache row, per kv head
+  CHECK(n.at("copy") == 16 * 8);      // the new v row
   CHECK(n.at("silu_mul") == 16 * 8);  // ffn 8192 in 8 slices per layer
-  CHECK(n.at("argmax") == 32 + 1);  // 128256 logits in 32 slices of 4008, then the pick
+  CHECK(n.at("argmax") == 32 + 1);    // 128256 logits in 32 slices of 4008, then the pick
   CHECK(p.instructions.size() == 10983 - 16 * 4);
   verify(p);
   // The bf16 cache rows this step stores are read by no later step of it (nothing waits for
@@ -425,9 +427,9 @@ TEST_CASE("llama-3.2-1b: the combines fit the blocks no attention chunk runs on,
   for (const auto& in : p.instructions) {
     if (op_name(p, in.op) != "attention_combine") continue;
     ++combines;
-    CHECK(in.params[1] == 2);        // kv_heads
-    CHECK(in.waits.size() == 2);     // each kv head's chunk counter
-    CHECK(in.operands[1].extent == 2 * 4 * 64);  // out: 2 kv heads x 4 query heads x 64
+    CHECK(in.params[1] == 2);                         // kv_heads
+    CHECK(in.waits.size() == 2);                      // each kv head's chunk counter
+    CHECK(in.operands[1].extent == 2 * 4 * 64);       // out: 2 kv heads x 4 query heads x 64
     CHECK(in.operands[0].extent == 2 * 16 * 4 * 66);  // partials: 2 x 16 chunks x 4 x (64 + 2)
   }
   CHECK(combines == 2 * 4);
@@ -530,7 +532,8 @@ TEST_CASE("--combine oproj: one query head a chunk, no combine step, the o_proj 
   CHECK(merging > 0);
   const CpuPair cpu(p, q);
   CHECK(cpu.rel_diff("act.logits") < 1e-6);
-  for (uint32_t l = 0; l < layers; ++l) CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".h") < 1e-6);
+  for (uint32_t l = 0; l < layers; ++l)
+    CHECK(cpu.rel_diff("act.L" + std::to_string(l) + ".h") < 1e-6);
   // Refused where it has no meaning.
   check_layout_refused(o, {[](gen::LlamaOptions& b) { b.fused = false; },
                            [](gen::LlamaOptions& b) { b.combine_heads = 2; }});
@@ -543,7 +546,7 @@ TEST_CASE("--combine auto (the default): the o_proj merge where a query head's c
   o.preset = "llama-3.2-1b";
   o.context = 1024;
   CHECK(gen::resolve_llama(o).combine_oproj);  // 4 chunks of 256 positions of 64: 64 KiB
-  o.attn_chunks = 2;                            // 512 positions: 128 KiB
+  o.attn_chunks = 2;                           // 512 positions: 128 KiB
   CHECK_FALSE(gen::resolve_llama(o).combine_oproj);
   o.attn_chunks = 0;
   o.combine_heads = 2;  // a steps option: steps
@@ -635,18 +638,24 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
   bad[2].shape = {64, 100};  // q_proj of layer 0
   write(bad, dir.path / "bad_shape.safetensors");
   Program p2 = gen::generate_llama(o);
-  CHECK(kind_of([&] {
-          gen::use_safetensors(p2, gen::read_safetensors_header(dir.path / "bad_shape.safetensors"),
-                               "bad_shape.safetensors", false);
-        }, &code) == ErrorKind::program);
+  CHECK(kind_of(
+            [&] {
+              gen::use_safetensors(p2,
+                                   gen::read_safetensors_header(dir.path / "bad_shape.safetensors"),
+                                   "bad_shape.safetensors", false);
+            },
+            &code) == ErrorKind::program);
   CHECK(code == "gen.weights.shape");
   auto missing = t;
   missing.pop_back();  // lm_head.weight (tiny is untied)
   write(missing, dir.path / "missing.safetensors");
-  CHECK(kind_of([&] {
-          gen::use_safetensors(p2, gen::read_safetensors_header(dir.path / "missing.safetensors"),
-                               "missing.safetensors", false);
-        }, &code) == ErrorKind::program);
+  CHECK(kind_of(
+            [&] {
+              gen::use_safetensors(p2,
+                                   gen::read_safetensors_header(dir.path / "missing.safetensors"),
+                                   "missing.safetensors", false);
+            },
+            &code) == ErrorKind::program);
   CHECK(code == "gen.weights.missing");
   CHECK(kind_of([&] { (void)gen::read_safetensors_header(dir.path / "nope.safetensors"); }) ==
         ErrorKind::io);
@@ -714,7 +723,8 @@ TEST_CASE("fused layer, attention synced per kv head: each wait names exactly th
     for (uint32_t i = 0; i < p.instructions.size(); ++i)
       for (const auto& sg : p.instructions[i].signals) signalers[sg.counter].push_back(i);
     auto overlaps = [](const Operand& a, const Operand& b) {
-      return a.buffer == b.buffer && a.offset < b.offset + b.extent && b.offset < a.offset + a.extent;
+      return a.buffer == b.buffer && a.offset < b.offset + b.extent &&
+             b.offset < a.offset + a.extent;
     };
     // The instructions of op `op` whose operand `slot` overlaps `r`.
     auto writers_of = [&](const Operand& r, const char* op, uint32_t slot) {

@@ -72,7 +72,7 @@ Program rich_program() {
     p.buffers.push_back(std::move(b));
     return p.buffers.back();
   };
-  buf("x", DType::f32, {16});  // 0 zeros
+  buf("x", DType::f32, {16});                 // 0 zeros
   Buffer& c = buf("w", DType::f32, {4, 16});  // 1 constant
   c.init.kind = InitKind::constant;
   c.init.constant = -0.25;
@@ -119,7 +119,7 @@ Program rich_program() {
   st.init.kind = InitKind::safetensors;
   st.init.path = "model.safetensors";
   st.init.tensor = "layers.0.mlp.weight";
-  buf("y", DType::f32, {16}).output = true;  // 14
+  buf("y", DType::f32, {16}).output = true;   // 14
   buf("idx", DType::i32, {1}).output = true;  // 15
   buf("scalar", DType::u32, {});              // 16 scalar
 
@@ -144,9 +144,9 @@ Program rich_program() {
   ins("silu", op(OpId::silu_mul), {whole(0, 16), whole(14, 16), whole(14, 16)});
   ins("norm", op(OpId::rmsnorm), {whole(0, 16), whole(0, 16), whole(14, 16)}, {f32_bits(1e-5f)});
   ins("soft", op(OpId::softmax), {whole(0, 16), whole(14, 16)}, {8, f32_bits(0.125f)});
-  Instruction& g = ins("gemv", op(OpId::gemv),
-                       {whole(1, 64), whole(0, 16), {14, 0, 4}, none(), none(), none()},
-                       {f32_bits(1e-5f), 0, 0});  // eps; head_dim, heads 0: no merge
+  Instruction& g =
+      ins("gemv", op(OpId::gemv), {whole(1, 64), whole(0, 16), {14, 0, 4}, none(), none(), none()},
+          {f32_bits(1e-5f), 0, 0});  // eps; head_dim, heads 0: no merge
   g.waits = {{0, 1}, {1, 2}, {2, 0}, {0, 4000000000u}};
   g.signals = {{1, 1}, {2, 3}, {0, 1}, {2, 0xFFFFFFFFu}};
   ins("gemv_res", op(OpId::gemv),
@@ -157,7 +157,8 @@ Program rich_program() {
   ins("custom0", kCustomOpBase + 0, {whole(0, 16), whole(14, 16)}, {0xFFFFFFFFu, f32_bits(1.0f)});
   ins("custom1", kCustomOpBase + 1, {});
 
-  p.queues = std::vector<std::vector<uint32_t>>{{0, 1, 2, 3, 4}, {}, {14, 13, 12, 11, 10, 9, 8, 7, 6, 5}};
+  p.queues =
+      std::vector<std::vector<uint32_t>>{{0, 1, 2, 3, 4}, {}, {14, 13, 12, 11, 10, 9, 8, 7, 6, 5}};
 
   // Every enum value of every TMA field appears in at least one spec.
   for (int i = 0; i < 4; ++i) {
@@ -389,7 +390,7 @@ TEST_CASE("layout: header, ABI instruction table, aligned data") {
   CHECK(rd32(f, q + 12) == 5);
   CHECK(rd32(f, q + 16) == 5);
   CHECK(rd32(f, q + 20) == 15);
-  CHECK(rd32(f, q + 24) == 0);       // first item of queue 0
+  CHECK(rd32(f, q + 24) == 0);        // first item of queue 0
   CHECK(rd32(f, q + 24 + 20) == 14);  // first item of queue 2
 
   // DATA: each inline-values blob starts on a 256-byte file boundary.
@@ -420,8 +421,10 @@ TEST_CASE("every header byte flip is refused with its code") {
   for (size_t i = 0; i < kHeader; ++i) {
     Bytes b = full;
     b[i] ^= std::byte{0x40};
-    const char* expect = i < 8 ? "amkb.magic" : i < 12 ? "amkb.version" : i < 16 ? "amkb.endian"
-                                                                                  : "amkb.checksum";
+    const char* expect = i < 8    ? "amkb.magic"
+                         : i < 12 ? "amkb.version"
+                         : i < 16 ? "amkb.endian"
+                                  : "amkb.checksum";
     CHECK_MESSAGE(code_of(b) == expect, "header byte " << i);
   }
 }
@@ -469,9 +472,9 @@ TEST_CASE("header fields: sizes, section count, reserved, trailing bytes") {
   CHECK(code_of(patched(24, 128)) == "amkb.header");  // instruction size
   CHECK(code_of(patched(28, 0)) == "amkb.header");    // section count
   CHECK(code_of(patched(28, 17)) == "amkb.header");
-  CHECK(code_of(patched(32, 96)) == "amkb.header");   // table offset
-  CHECK(code_of(patched(48, 1)) == "amkb.header");    // flags
-  CHECK(code_of(patched(56, 1)) == "amkb.header");    // reserved
+  CHECK(code_of(patched(32, 96)) == "amkb.header");  // table offset
+  CHECK(code_of(patched(48, 1)) == "amkb.header");   // flags
+  CHECK(code_of(patched(56, 1)) == "amkb.header");   // reserved
   Bytes longer = full;
   longer.push_back(std::byte{0});
   CHECK(code_of(longer) == "amkb.header");
@@ -730,15 +733,15 @@ TEST_CASE("instruction ABI header fields") {
     fix_checksums(b);
     return b;
   };
-  CHECK(code_of(patched(2, 7)) == "amkb.instruction");    // n_operands > AMK_MAX_OPERANDS
-  CHECK(code_of(patched(3, 5)) == "amkb.instruction");    // n_waits > AMK_MAX_WAITS
-  CHECK(code_of(patched(6, 1)) == "amkb.instruction");    // flags
-  CHECK(code_of(patched(8, 1)) == "amkb.instruction");    // index != position
-  CHECK(code_of(patched(12, 1)) == "amkb.instruction");   // reserved0
-  CHECK(code_of(patched(250, 1)) == "amkb.instruction");  // reserved1
-  CHECK(code_of(patched(16 + 2 * 16, 1)) == "amkb.instruction");       // unused operand offset
+  CHECK(code_of(patched(2, 7)) == "amkb.instruction");            // n_operands > AMK_MAX_OPERANDS
+  CHECK(code_of(patched(3, 5)) == "amkb.instruction");            // n_waits > AMK_MAX_WAITS
+  CHECK(code_of(patched(6, 1)) == "amkb.instruction");            // flags
+  CHECK(code_of(patched(8, 1)) == "amkb.instruction");            // index != position
+  CHECK(code_of(patched(12, 1)) == "amkb.instruction");           // reserved0
+  CHECK(code_of(patched(250, 1)) == "amkb.instruction");          // reserved1
+  CHECK(code_of(patched(16 + 2 * 16, 1)) == "amkb.instruction");  // unused operand offset
   CHECK(code_of(patched(16 + 2 * 16 + 12, 0)) == "amkb.instruction");  // unused operand buffer
-  CHECK(code_of(patched(176 + 4, 1)) == "amkb.instruction");      // unused param slot
+  CHECK(code_of(patched(176 + 4, 1)) == "amkb.instruction");           // unused param slot
   Error e = error_of(patched(8, 1));
   CHECK(e.where() == "section INSTR byte " + std::to_string(at + 8));
 }
@@ -753,11 +756,9 @@ TEST_CASE("queue items and shape") {
   };
   CHECK(with([](Program& p) { (*p.queues)[0][0] = 1; }) == "ref.instruction");
   CHECK(with([](Program& p) { (*p.queues)[0] = {0, 0}; }) == "amkb.queue");  // twice
-  CHECK(with([](Program& p) { (*p.queues)[0].clear(); }) == "amkb.queue");    // missing
-  CHECK(with([](Program& p) { p.queues->clear(); }) == "amkb.queue");         // no queues
-  CHECK(with([](Program& p) {
-          p.launch.grid = 2;
-        }) == "amkb.queue");  // one queue for grid 2
+  CHECK(with([](Program& p) { (*p.queues)[0].clear(); }) == "amkb.queue");   // missing
+  CHECK(with([](Program& p) { p.queues->clear(); }) == "amkb.queue");        // no queues
+  CHECK(with([](Program& p) { p.launch.grid = 2; }) == "amkb.queue");        // one queue for grid 2
 
   // Offsets that go backwards, and an item count that would overflow the section size.
   const Bytes full = program_to_amkb(small_program());
@@ -847,7 +848,8 @@ TEST_CASE("files from before gemv grew norm/w2/eps still load, with the new slot
   CHECK(code_of(b) == "amkb.instruction");
 }
 
-TEST_CASE("files from before argmax grew value/index_map/base still load, with the new slots defaulted") {
+TEST_CASE(
+    "files from before argmax grew value/index_map/base still load, with the new slots defaulted") {
   const Program p = rich_program();
   Bytes b = program_to_amkb(p);
   const uint64_t instr = section_offset(b, kInstr);

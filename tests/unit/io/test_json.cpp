@@ -26,7 +26,7 @@ namespace {
 
 // Every init kind, every built-in op, a custom op, queues by name and by index, TMA specs,
 // comments at several depths.
-const char *const kRich = R"({
+const char* const kRich = R"({
   "format": "amk.program",
   "version": 1,
   "_comment": "ignored",
@@ -111,32 +111,33 @@ struct Failure {
 
 // Runs f and returns the Error it throws (or a failure marker when it throws nothing or
 // something else, which makes the CHECKs below fail with a readable value).
-template <typename F> Failure catch_error(F &&f) {
+template <typename F>
+Failure catch_error(F&& f) {
   try {
     f();
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     return {e.code(), e.where(), e.message(), e.kind()};
-  } catch (const std::exception &e) {
+  } catch (const std::exception& e) {
     return {"<foreign exception>", "", e.what()};
   }
   return {"<no error>", "", ""};
 }
 
-Failure parse_failure(const std::string &text, const LoadOptions &options = trusted()) {
+Failure parse_failure(const std::string& text, const LoadOptions& options = trusted()) {
   return catch_error([&] { (void)parse_json_program(text, options); });
 }
 
 // The rich program with one edit applied at a JSON pointer.
-std::string with(const std::string &pointer, const json &value) {
+std::string with(const std::string& pointer, const json& value) {
   json doc = json::parse(kRich);
   doc[json::json_pointer(pointer)] = value;
   return doc.dump();
 }
 
-std::string without(const std::string &pointer) {
+std::string without(const std::string& pointer) {
   json doc = json::parse(kRich);
   const json::json_pointer p(pointer);
-  json &parent = doc[p.parent_pointer()];
+  json& parent = doc[p.parent_pointer()];
   if (parent.is_array())
     parent.erase(static_cast<size_t>(std::stoul(p.back())));
   else
@@ -145,18 +146,17 @@ std::string without(const std::string &pointer) {
 }
 
 // A minimal valid program with the given extra top-level members.
-std::string minimal(const json &extra = json::object()) {
+std::string minimal(const json& extra = json::object()) {
   json doc = {{"format", "amk.program"},
               {"version", 1},
               {"name", "m"},
               {"buffers", json::array({{{"name", "b"}, {"dtype", "f32"}, {"shape", {4}}}})},
               {"instructions", json::array({{{"op", "nop"}}})}};
-  for (auto it = extra.begin(); it != extra.end(); ++it)
-    doc[it.key()] = it.value();
+  for (auto it = extra.begin(); it != extra.end(); ++it) doc[it.key()] = it.value();
   return doc.dump();
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("the rich program parses to the expected model") {
   const Program p = parse_rich();
@@ -176,13 +176,13 @@ TEST_CASE("the rich program parses to the expected model") {
   CHECK(p.launch.timeout_ms == 5000);
 
   REQUIRE(p.buffers.size() == 18);
-  const Buffer &x = p.buffers[0];
+  const Buffer& x = p.buffers[0];
   CHECK(x.init.kind == InitKind::random);
   CHECK(x.init.distribution == Distribution::uniform);
   CHECK(x.init.seed == 1);
   CHECK(x.init.a == -2.0);
   CHECK(x.init.b == 2.0);
-  const Buffer &n = p.buffers[1];
+  const Buffer& n = p.buffers[1];
   CHECK(n.dtype == DType::f16);
   CHECK(n.init.distribution == Distribution::normal);
   CHECK(n.init.a == 0.5);
@@ -197,17 +197,17 @@ TEST_CASE("the rich program parses to the expected model") {
   CHECK(p.buffers[5].init.kind == InitKind::constant);
   CHECK(p.buffers[5].init.constant == 0.25);
 
-  const Buffer &ids = p.buffers[6];
+  const Buffer& ids = p.buffers[6];
   REQUIRE(ids.init.data.size() == 16);
   CHECK(load_element(ids.init.data.data(), DType::i32, 3) == -2.0);
-  const Buffer &big = p.buffers[7];
+  const Buffer& big = p.buffers[7];
   REQUIRE(big.init.data.size() == 24);
   int64_t v[3];
   std::memcpy(v, big.init.data.data(), 24);
-  CHECK(v[0] == 9007199254740993LL); // not representable as a double: read exactly
+  CHECK(v[0] == 9007199254740993LL);  // not representable as a double: read exactly
   CHECK(v[1] == INT64_MIN);
   CHECK(v[2] == INT64_MAX);
-  const Buffer &h = p.buffers[8];
+  const Buffer& h = p.buffers[8];
   REQUIRE(h.init.data.size() == 8);
   CHECK(load_element(h.init.data.data(), DType::f16, 0) == doctest::Approx(0.1).epsilon(1e-3));
   CHECK(load_element(h.init.data.data(), DType::f16, 1) == -65504.0);
@@ -233,41 +233,42 @@ TEST_CASE("the rich program parses to the expected model") {
   CHECK(p.instructions[0].name == "start");
   CHECK(p.instructions[0].operands.empty());
   REQUIRE(p.instructions[0].signals.size() == 1);
-  CHECK(p.instructions[0].signals[0].add == 1); // default
+  CHECK(p.instructions[0].signals[0].add == 1);  // default
 
-  const Instruction &copy = p.instructions[1];
+  const Instruction& copy = p.instructions[1];
   CHECK(copy.name.empty());
   REQUIRE(copy.operands.size() == 2);
   CHECK(copy.operands[0] == Operand{5, 0, 16});
-  CHECK(copy.operands[1] == Operand{14, 0, 16}); // object without offset/extent: whole buffer
+  CHECK(copy.operands[1] == Operand{14, 0, 16});  // object without offset/extent: whole buffer
   REQUIRE(copy.waits.size() == 1);
   CHECK(copy.waits[0] == Wait{0, 1});
 
-  const Instruction &fill = p.instructions[2];
+  const Instruction& fill = p.instructions[2];
   CHECK(fill.operands[0] == Operand{14, 8, 8});
   REQUIRE(fill.params.size() == 1);
   CHECK(fill.params[0] == f32_bits(1.5f));
   CHECK(p.instructions[5].params[0] == f32_bits(0.1f));
-  const Instruction &rms = p.instructions[7];
-  CHECK(rms.operands[1] == Operand{0, 32, 32}); // extent defaults to the rest of the buffer
-  CHECK(rms.params[0] == f32_bits(1e-5f));      // default param
-  const Instruction &softmax = p.instructions[8];
+  const Instruction& rms = p.instructions[7];
+  CHECK(rms.operands[1] == Operand{0, 32, 32});  // extent defaults to the rest of the buffer
+  CHECK(rms.params[0] == f32_bits(1e-5f));       // default param
+  const Instruction& softmax = p.instructions[8];
   CHECK(softmax.params == std::vector<uint32_t>{4, f32_bits(0.5f)});
 
-  const Instruction &g0 = p.instructions[9];
+  const Instruction& g0 = p.instructions[9];
   REQUIRE(g0.operands.size() == 6);
   CHECK(g0.operands[0] == Operand{2, 0, 1024});
   CHECK(g0.operands[3] == Operand{5, 0, 16});
   CHECK(g0.signals == std::vector<Signal>{{1, 2}, {2, 1}});
-  const Instruction &g1 = p.instructions[10];
+  const Instruction& g1 = p.instructions[10];
   REQUIRE(g1.operands.size() == 6);
-  for (size_t s : {3, 4, 5}) // optional slots (residual, norm, w2) left out
+  for (size_t s : {3, 4, 5})  // optional slots (residual, norm, w2) left out
     CHECK(g1.operands[s] == Operand{AMK_NO_BUFFER, 0, 0});
-  CHECK(g1.params == std::vector<uint32_t>{f32_bits(1e-5f), 0, 0}); // eps, head_dim, heads: defaults
+  CHECK(g1.params ==
+        std::vector<uint32_t>{f32_bits(1e-5f), 0, 0});  // eps, head_dim, heads: defaults
   CHECK(g1.operands[0] == Operand{2, 0, 512});
   CHECK(g1.waits == std::vector<Wait>{{1, 2}, {2, 1}});
 
-  const Instruction &mine = p.instructions[13];
+  const Instruction& mine = p.instructions[13];
   CHECK(mine.op == kCustomOpBase);
   CHECK(mine.operands == std::vector<Operand>{{0, 0, 64}, {14, 0, 16}});
   CHECK(mine.params == std::vector<uint32_t>{3, f32_bits(0.5f), 0xFFFFFFFFu});
@@ -277,7 +278,7 @@ TEST_CASE("the rich program parses to the expected model") {
         std::vector<std::vector<uint32_t>>{{0, 1, 2, 3, 4, 5, 6, 9}, {7, 8, 10, 11, 12, 13}});
 
   REQUIRE(p.tma.size() == 2);
-  const TmaSpec &tw = p.tma[0];
+  const TmaSpec& tw = p.tma[0];
   CHECK(tw.buffer == 2);
   CHECK(tw.offset == 64);
   CHECK(tw.dims == std::vector<uint64_t>{64, 15});
@@ -288,7 +289,7 @@ TEST_CASE("the rich program parses to the expected model") {
   CHECK(tw.interleave == TmaInterleave::none);
   CHECK(tw.l2_promotion == TmaL2Promotion::b256);
   CHECK(tw.oob_fill == TmaOobFill::nan);
-  const TmaSpec &tx = p.tma[1];
+  const TmaSpec& tx = p.tma[1];
   CHECK(tx.strides.empty());
   CHECK(tx.element_strides.empty());
   CHECK(tx.swizzle == TmaSwizzle::none);
@@ -339,13 +340,13 @@ TEST_CASE("round trip: parse(program_to_json(p)) == p, and the text is a fixed p
   CHECK(text.find("\"_comment\"") == std::string::npos);
   CHECK(text.find("\"x\": {\"buffer\": \"c\", \"offset\": 0, \"extent\": 16}") !=
         std::string::npos);
-  CHECK(text.find("\"eps\": 1e-05") != std::string::npos); // defaults are written
-  CHECK(text.find("\"alpha\": 0.1") != std::string::npos); // shortest f32 text
-  CHECK(text.find("\"residual\"") != std::string::npos);   // g0's
+  CHECK(text.find("\"eps\": 1e-05") != std::string::npos);  // defaults are written
+  CHECK(text.find("\"alpha\": 0.1") != std::string::npos);  // shortest f32 text
+  CHECK(text.find("\"residual\"") != std::string::npos);    // g0's
   CHECK(text.find("9007199254740993") != std::string::npos);
   CHECK(text.find("\"min_arch\": \"sm_90\"") != std::string::npos);
   CHECK(text.find("\"params\": {\"k\": 3, \"alpha\": 1056964608, \"neg\": 4294967295}") !=
-        std::string::npos); // custom params: raw words
+        std::string::npos);  // custom params: raw words
 
   // The file for the schema check (scripts validate it with python3-jsonschema).
   std::ofstream(fs::path(AMK_BINARY_DIR) / "test_io_json_rich.json") << text;
@@ -369,7 +370,7 @@ TEST_CASE("round trip of values at the edges of each dtype") {
       {"u8", {0, 255, 128}},
   };
   int k = 0;
-  for (const auto &[dtype, values] : cases)
+  for (const auto& [dtype, values] : cases)
     doc["buffers"].push_back({{"name", "b" + std::to_string(k++)},
                               {"dtype", dtype},
                               {"shape", {values.size()}},
@@ -625,7 +626,7 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
       {with("/tma/0/mode", "tiled"), "json.unknown_key", "/tma/0/mode"},
       {with("/tma/0/swizzle", 128), "json.type", "/tma/0/swizzle"},
   };
-  for (const BadCase &c : cases) {
+  for (const BadCase& c : cases) {
     const Failure f = parse_failure(c.text);
     INFO("expected ", c.code, " at '", c.where, "', got ", f.code, " at '", f.where,
          "': ", f.message);
@@ -633,7 +634,7 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
     CHECK(f.where == c.where);
     CHECK(f.kind == ErrorKind::program);
     CHECK_FALSE(f.message.empty());
-    CHECK(f.message.find('\n') == std::string::npos); // one line
+    CHECK(f.message.find('\n') == std::string::npos);  // one line
   }
 }
 
@@ -665,7 +666,7 @@ TEST_CASE("JSON pointer tokens are escaped") {
 TEST_CASE("syntax errors name the byte; duplicate keys are refused") {
   Failure f = parse_failure("");
   CHECK(f.code == "json.syntax");
-  CHECK(f.where == "byte 1"); // nlohmann's parse_error::byte: 1-based
+  CHECK(f.where == "byte 1");  // nlohmann's parse_error::byte: 1-based
   f = parse_failure("{\"format\": tru}");
   CHECK(f.code == "json.syntax");
   CHECK(f.where == "byte 15");
@@ -760,14 +761,13 @@ TEST_CASE("100k instructions load well under a second (optimized builds)") {
     "instructions": [)";
 #ifdef NDEBUG
   constexpr int kN = 100000;
-  constexpr double kBudget = 1.0; // seconds, for each of parse and write
+  constexpr double kBudget = 1.0;  // seconds, for each of parse and write
 #else
-  constexpr int kN = 20000; // unoptimized nlohmann is ~20x slower; keep the suite quick
+  constexpr int kN = 20000;  // unoptimized nlohmann is ~20x slower; keep the suite quick
   constexpr double kBudget = 30.0;
 #endif
   for (int i = 0; i < kN; ++i) {
-    if (i)
-      text += ",\n";
+    if (i) text += ",\n";
     text += R"({"name": "i)" + std::to_string(i) +
             R"(", "op": "scale", "operands": {"x": {"buffer": "a", "offset": )" +
             std::to_string(i * 8) + R"(, "extent": 8}, "y": "a"}, "params": {"alpha": 2},
@@ -807,20 +807,20 @@ struct TempDir {
     std::error_code ec;
     fs::remove_all(path, ec);
   }
-  void write(const fs::path &rel, const std::string &text) const {
+  void write(const fs::path& rel, const std::string& text) const {
     fs::create_directories((path / rel).parent_path());
     std::ofstream(path / rel, std::ios::binary) << text;
   }
 };
 
-std::string with_npy_path(const std::string &p) {
+std::string with_npy_path(const std::string& p) {
   return minimal({{"buffers", json::array({{{"name", "b"},
                                             {"dtype", "f32"},
                                             {"shape", {4}},
                                             {"init", {{"kind", "npy"}, {"path", p}}}}})}});
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("load_program_file: encodings, base_dir, read errors") {
   TempDir dir;
@@ -834,7 +834,7 @@ TEST_CASE("load_program_file: encodings, base_dir, read errors") {
   CHECK(load_program_file(dir.path / "prog" / "p.amkb").name == "m");
   dir.write("prog/q.json", std::string("AMKB\x01\x00\x00\x00", 8));
   Failure f = catch_error([&] { (void)load_program_file(dir.path / "prog" / "q.json"); });
-  CHECK(f.code.rfind("amkb.", 0) == 0); // went to the binary reader
+  CHECK(f.code.rfind("amkb.", 0) == 0);  // went to the binary reader
 
   f = catch_error([&] { (void)load_program_file(dir.path / "nope.json"); });
   CHECK(f.code == "io.missing");
@@ -855,15 +855,15 @@ TEST_CASE("data paths may not leave the program's folder") {
   fs::create_symlink(dir.path / "outside", dir.path / "prog" / "link_out");
   fs::create_symlink(dir.path / "prog" / "data", dir.path / "prog" / "link_in");
 
-  auto load = [&](const std::string &data_path, LoadOptions o = {}) {
+  auto load = [&](const std::string& data_path, LoadOptions o = {}) {
     dir.write("prog/p.json", with_npy_path(data_path));
     return catch_error([&] { (void)load_program_file(dir.path / "prog" / "p.json", o); });
   };
   CHECK(load("data/w.npy").code == "<no error>");
-  CHECK(load("data/not_yet_written.npy").code == "<no error>"); // existence is checked later
+  CHECK(load("data/not_yet_written.npy").code == "<no error>");  // existence is checked later
   CHECK(load("link_in/w.npy").code == "<no error>");
   CHECK(load("data/../data/w.npy").code == "<no error>");
-  for (const std::string &bad : std::vector<std::string>{
+  for (const std::string& bad : std::vector<std::string>{
            "../outside/w.npy", "data/../../w.npy", "link_out/w.npy", "link_out/deeper/x.npy",
            (dir.path / "prog/data/w.npy").string(), std::string("/etc/passwd")}) {
     const Failure f = load(bad);
@@ -898,14 +898,14 @@ TEST_CASE("data paths may not leave the program's folder") {
 
 namespace {
 
-std::string read_text(const fs::path &p) {
+std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("schemas/README.md documents every op and every error code") {
   const std::string readme = read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "README.md");
@@ -913,13 +913,13 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
       read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "program.schema.json");
   REQUIRE_FALSE(readme.empty());
   REQUIRE_FALSE(schema.empty());
-  for (const OpSig &op : builtin_ops()) {
+  for (const OpSig& op : builtin_ops()) {
     INFO(op.name);
     CHECK(readme.find("| `" + std::string(op.name) + "` |") != std::string::npos);
     CHECK(schema.find("\"const\": \"" + std::string(op.name) + "\"") != std::string::npos);
   }
   // Retired ops: listed with their reserved ids; the schema refuses their names.
-  for (const RetiredOp &op : retired_ops()) {
+  for (const RetiredOp& op : retired_ops()) {
     INFO(op.name);
     CHECK(readme.find("| `" + std::string(op.name) + "` | " + std::to_string(op.id) + " |") !=
           std::string::npos);
@@ -928,7 +928,7 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
     REQUIRE(retired != std::string::npos);
     CHECK(schema.find("\"" + std::string(op.name) + "\"", retired) != std::string::npos);
   }
-  const char *const codes[] = {"json.syntax",
+  const char* const codes[] = {"json.syntax",
                                "json.range",
                                "json.type",
                                "json.missing",
@@ -994,7 +994,7 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
                                "io.missing",
                                "io.read",
                                "io.too_large"};
-  for (const char *code : codes) {
+  for (const char* code : codes) {
     INFO(std::string(code));
     CHECK(readme.find(std::string("`") + code + "`") != std::string::npos);
   }
@@ -1039,8 +1039,7 @@ TEST_CASE("damaged input only ever raises amk::Error") {
     for (int k = 0; k < 3; ++k)
       text[next() % text.size()] = alphabet[next() % (sizeof alphabet - 1)];
     const Failure f = parse_failure(text);
-    if (f.code == "<no error>")
-      continue;
+    if (f.code == "<no error>") continue;
     ++errors;
     INFO(f.code, ": ", f.message);
     CHECK(f.kind == ErrorKind::program);

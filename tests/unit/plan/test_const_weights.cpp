@@ -20,16 +20,18 @@ TEST_CASE("const-weights flag: gemvs whose w (and w2) nothing writes, whatever t
   const uint32_t y = b.buffer("y", DType::f32, 8);
   const uint32_t y2 = b.buffer("y2", DType::f32, 24);
   const uint32_t c = b.counter("c");
-  b.add("fill", {slice(wt, 0, 256)}, {}, {{c, 1}});                                           // 0
-  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});      // 1
-  b.add("gemv", {b.whole(wt), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});     // 2
-  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(w2)}, {{c, 1}}); // 3
-  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(wt)}, {{c, 1}}); // 4
-  b.add("gemv", {b.whole(odd), b.whole(x2), b.whole(y2), none(), none(), none()}, {{c, 1}});  // 5
-  b.add("fill", {b.whole(x)}, {}, {{c, 1}});                                                  // 6
+  b.add("fill", {slice(wt, 0, 256)}, {}, {{c, 1}});                                            // 0
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});       // 1
+  b.add("gemv", {b.whole(wt), b.whole(x), b.whole(y), none(), none(), none()}, {{c, 1}});      // 2
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(w2)}, {{c, 1}});  // 3
+  b.add("gemv", {b.whole(w), b.whole(x), b.whole(y), none(), none(), b.whole(wt)}, {{c, 1}});  // 4
+  b.add("gemv", {b.whole(odd), b.whole(x2), b.whole(y2), none(), none(), none()}, {{c, 1}});   // 5
+  b.add("fill", {b.whole(x)}, {}, {{c, 1}});                                                   // 6
   b.p.launch.grid = 1;
   const Plan plan = make_plan(b.p);
-  auto flagged = [&](uint32_t i) { return (plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0; };
+  auto flagged = [&](uint32_t i) {
+    return (plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0;
+  };
   CHECK_FALSE(flagged(0));  // not a gemv
   CHECK(flagged(1));
   CHECK_FALSE(flagged(2));  // w written by the fill
@@ -61,17 +63,19 @@ TEST_CASE("const-weights flag: attention_decode whose K and V views no written r
                   slice(out, slot * (hd + 2), hd + 2), none(), none()},
                  {{c, 3}});
   };
-  const uint32_t a0 = attn(0, 8, 0);        // head 0, rows 0-7
-  const uint32_t a1 = attn(8, 7, 1);        // rows 8-14: the appended row 15 just past the end
-  const uint32_t a2 = attn(8, 8, 2);        // rows 8-15: overlaps the appended row
-  const uint32_t a3 = attn(rows, 3, 3);     // head 1, rows 0-2: before the filled element
-  const uint32_t a4 = attn(rows, 4, 4);     // head 1, rows 0-3: V overlaps it
+  const uint32_t a0 = attn(0, 8, 0);          // head 0, rows 0-7
+  const uint32_t a1 = attn(8, 7, 1);          // rows 8-14: the appended row 15 just past the end
+  const uint32_t a2 = attn(8, 8, 2);          // rows 8-15: overlaps the appended row
+  const uint32_t a3 = attn(rows, 3, 3);       // head 1, rows 0-2: before the filled element
+  const uint32_t a4 = attn(rows, 4, 4);       // head 1, rows 0-3: V overlaps it
   const uint32_t a5 = attn(rows + 4, 12, 5);  // head 1, rows 4-15: after it
   for (Instruction& in : b.p.instructions)
     if (in.op == static_cast<uint16_t>(OpId::attention_decode)) in.params[0] = hd;  // head_dim
   b.p.launch.grid = 1;
   const Plan plan = make_plan(b.p);
-  auto flagged = [&](uint32_t i) { return (plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0; };
+  auto flagged = [&](uint32_t i) {
+    return (plan.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0;
+  };
   CHECK(flagged(a0));
   CHECK(flagged(a1));
   CHECK_FALSE(flagged(a2));

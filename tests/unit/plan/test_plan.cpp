@@ -23,7 +23,7 @@ TEST_CASE("encode and decode an instruction") {
   const uint32_t c1 = b.counter("c1");
   b.add("gemv", {slice(w, 16, 96), b.whole(x), slice(y, 40, 6), none(), none(), none()},
         {{c0, 3}, {c1, 1}}, {{c1, 2}});
-  const Instruction &in = b.p.instructions[0];
+  const Instruction& in = b.p.instructions[0];
 
   const amk_instruction_t e = encode_instruction(in, 7);
   CHECK(e.op == static_cast<uint16_t>(OpId::gemv));
@@ -53,8 +53,7 @@ TEST_CASE("encode and decode an instruction") {
   CHECK(e.waits[2].value == 0);
   CHECK(e.signals[0].add == 2);
   CHECK(e.signals[1].add == 0);
-  for (uint32_t r : e.reserved1)
-    CHECK(r == 0);
+  for (uint32_t r : e.reserved1) CHECK(r == 0);
 
   // Encoding is deterministic to the byte (padding included): files and uploads compare equal.
   const amk_instruction_t again = encode_instruction(in, 7);
@@ -115,10 +114,9 @@ Builder random_dag(uint32_t seed) {
         // Mostly nearby producers, sometimes far ones: both chains and wide fan-in.
         const uint32_t back = (rng() % 4 == 0) ? 1 + rng() % i : 1 + rng() % std::min(i, 5u);
         const uint32_t p = i - back;
-        if (std::find(deps.begin(), deps.end(), p) != deps.end())
-          continue;
+        if (std::find(deps.begin(), deps.end(), p) != deps.end()) continue;
         deps.push_back(p);
-        waits.push_back({own - back, add[p]}); // counter of instruction p
+        waits.push_back({own - back, add[p]});  // counter of instruction p
       }
     }
     if (noise_total > 0 && rng() % 5 == 0)
@@ -139,24 +137,23 @@ Builder random_dag(uint32_t seed) {
   return b;
 }
 
-void check_schedule(const Program &program, const std::vector<std::vector<uint32_t>> &queues,
+void check_schedule(const Program& program, const std::vector<std::vector<uint32_t>>& queues,
                     uint32_t grid) {
   REQUIRE(queues.size() == grid);
   std::vector<int> seen(program.instructions.size(), 0);
-  for (const auto &q : queues)
-    for (uint32_t i : q)
-      ++seen[i];
+  for (const auto& q : queues)
+    for (uint32_t i : q) ++seen[i];
   CHECK(std::all_of(seen.begin(), seen.end(), [](int s) { return s == 1; }));
   CHECK(simulate_queues(program, queues).empty());
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("built queues pass the deadlock proof on random DAGs") {
   for (uint32_t seed = 1; seed <= 50; ++seed) {
     Builder b = random_dag(seed);
     CAPTURE(seed);
-    REQUIRE_NOTHROW(verify(b.p)); // the pool itself is legal and hazard free
+    REQUIRE_NOTHROW(verify(b.p));  // the pool itself is legal and hazard free
     for (uint32_t grid = 1; grid <= 16; ++grid) {
       CAPTURE(grid);
       const auto queues = build_queues(b.p, grid);
@@ -172,11 +169,9 @@ TEST_CASE("built queues pass the deadlock proof on random DAGs") {
 TEST_CASE("the schedule spreads independent work and follows the critical path") {
   Builder b;
   const uint32_t y = b.buffer("y", DType::f32, 8 * 1024);
-  for (uint32_t i = 0; i < 8; ++i)
-    b.add("fill", {slice(y, uint64_t{i} * 1024, 1024)});
+  for (uint32_t i = 0; i < 8; ++i) b.add("fill", {slice(y, uint64_t{i} * 1024, 1024)});
   const auto queues = build_queues(b.p, 4);
-  for (const auto &q : queues)
-    CHECK(q.size() == 2);
+  for (const auto& q : queues) CHECK(q.size() == 2);
 
   // A long chain and independent stragglers: the chain's head is scheduled first.
   Builder c;
@@ -186,13 +181,12 @@ TEST_CASE("the schedule spreads independent work and follows the critical path")
   for (uint32_t i = 0; i < 5; ++i) {
     const uint32_t k = c.counter("k" + std::to_string(i));
     std::vector<Wait> waits;
-    if (i > 0)
-      waits.push_back({k - 1, 1});
+    if (i > 0) waits.push_back({k - 1, 1});
     c.add("scale", {c.whole(x), c.whole(x)}, waits, {{k, 1}});
   }
   const auto one = build_queues(c.p, 1);
   REQUIRE(one[0].size() == 6);
-  CHECK(one[0][0] == 1); // chain head before the straggler
+  CHECK(one[0][0] == 1);  // chain head before the straggler
 }
 
 TEST_CASE("build_queues edge cases") {
@@ -200,12 +194,12 @@ TEST_CASE("build_queues edge cases") {
   const uint32_t c = b.counter("c");
   b.add("nop", {}, {}, {{c, 1}});
   b.add("nop", {}, {{c, 1}});
-  const auto wide = build_queues(b.p, 5); // more blocks than instructions
+  const auto wide = build_queues(b.p, 5);  // more blocks than instructions
   check_schedule(b.p, wide, 5);
-  CHECK(std::count_if(wide.begin(), wide.end(), [](const auto &q) { return q.empty(); }) >= 3);
+  CHECK(std::count_if(wide.begin(), wide.end(), [](const auto& q) { return q.empty(); }) >= 3);
   CHECK_ERROR(build_queues(b.p, 0), "plan.grid", "/launch/grid");
 
-  b.p.instructions[0].waits.push_back({c, 1}); // waits for its own signal: no legal order
+  b.p.instructions[0].waits.push_back({c, 1});  // waits for its own signal: no legal order
   CHECK_ERROR(build_queues(b.p, 2), "verify.deadlock", "/instructions/0");
 
   Builder empty;
@@ -234,8 +228,7 @@ TEST_CASE("make_plan") {
     CHECK(plan.queue_offsets.back() == 3);
     CHECK(plan.queue_items.size() == 3);
     CHECK(plan.instructions.size() == 3);
-    for (uint32_t i = 0; i < 3; ++i)
-      CHECK(plan.instructions[i].index == i);
+    for (uint32_t i = 0; i < 3; ++i) CHECK(plan.instructions[i].index == i);
     REQUIRE(plan.buffers.size() == 2);
     CHECK(plan.buffers[1].address == 0);
     CHECK(plan.buffers[1].elements == 64);
@@ -292,8 +285,8 @@ TEST_CASE("a single producer's consumer follows it on its block; the plan drops 
     const uint32_t c = b.counter("c" + std::to_string(i));
     producer[i] = b.add("fill", {slice(x, 64ull * i, 64)}, {}, {{c, 1}});
     // Waits for its producer (one signaler) and for all four (no single one is needed).
-    consumer[i] = b.add("scale", {slice(x, 64ull * i, 64), slice(y, 64ull * i, 64)},
-                        {{c, 1}}, {{all, 1}});
+    consumer[i] =
+        b.add("scale", {slice(x, 64ull * i, 64), slice(y, 64ull * i, 64)}, {{c, 1}}, {{all, 1}});
   }
   b.add("nop", {}, {{all, 4}});
   // Five blocks for four producers: the fifth is free earliest when the consumers are placed,
@@ -302,22 +295,20 @@ TEST_CASE("a single producer's consumer follows it on its block; the plan drops 
   check_schedule(b.p, queues, 5);
   std::vector<uint32_t> block_of(b.p.instructions.size());
   for (uint32_t q = 0; q < queues.size(); ++q)
-    for (uint32_t i : queues[q])
-      block_of[i] = q;
-  for (uint32_t i = 0; i < 4; ++i)
-    CHECK(block_of[consumer[i]] == block_of[producer[i]]);
+    for (uint32_t i : queues[q]) block_of[i] = q;
+  for (uint32_t i = 0; i < 4; ++i) CHECK(block_of[consumer[i]] == block_of[producer[i]]);
 
   PlanOptions options;
   options.grid_hint = 5;
   const Plan plan = make_plan(b.p, options);
   CHECK(plan.elided_waits == 4);
-  CHECK(plan.elided_signals == 4); // c0..c3 have no waiter left; `all` keeps its signals
+  CHECK(plan.elided_signals == 4);  // c0..c3 have no waiter left; `all` keeps its signals
   for (uint32_t i = 0; i < 4; ++i) {
     CHECK(plan.instructions[consumer[i]].n_waits == 0);
     CHECK(plan.instructions[consumer[i]].n_signals == 1);
     CHECK(plan.instructions[producer[i]].n_signals == 0);
   }
-  CHECK(plan.instructions.back().n_waits == 1); // four blocks signal `all`: kept
+  CHECK(plan.instructions.back().n_waits == 1);  // four blocks signal `all`: kept
 
   options.elide_ordered_syncs = false;
   const Plan kept = make_plan(b.p, options);
@@ -325,15 +316,15 @@ TEST_CASE("a single producer's consumer follows it on its block; the plan drops 
   CHECK(kept.instructions[consumer[0]].n_waits == 1);
 
   SUBCASE("a wait that needs another queue's signal too is kept") {
-    b.p.queues = std::vector<std::vector<uint32_t>>{{producer[0], producer[1], consumer[0]},
-                                                    {consumer[1], producer[2], consumer[2],
-                                                     producer[3], consumer[3], 8}};
+    b.p.queues = std::vector<std::vector<uint32_t>>{
+        {producer[0], producer[1], consumer[0]},
+        {consumer[1], producer[2], consumer[2], producer[3], consumer[3], 8}};
     b.p.instructions[consumer[0]].waits = {{b.p.instructions[producer[0]].signals[0].counter, 1}};
     // consumer[1] waits for producer[1], which runs in the other queue.
     const Plan p2 = make_plan(b.p);
     CHECK(p2.instructions[consumer[0]].n_waits == 0);
     CHECK(p2.instructions[consumer[1]].n_waits == 1);
     CHECK(p2.instructions[consumer[2]].n_waits == 0);
-    CHECK(p2.instructions[producer[1]].n_signals == 1); // consumer[1] still waits for it
+    CHECK(p2.instructions[producer[1]].n_signals == 1);  // consumer[1] still waits for it
   }
 }

@@ -18,19 +18,19 @@ namespace amk_test {
 
 namespace fs = std::filesystem;
 
-inline constexpr const char *kPython = "/usr/bin/python3";
+inline constexpr const char* kPython = "/usr/bin/python3";
 
 class ScratchDir {
 public:
-  explicit ScratchDir(const std::string &tag) {
+  explicit ScratchDir(const std::string& tag) {
     static int counter = 0;
     path_ = fs::temp_directory_path() / ("amk_report_" + tag + "_" + std::to_string(::getpid()) +
                                          "_" + std::to_string(counter++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
-  ScratchDir(const ScratchDir &) = delete;
-  ScratchDir &operator=(const ScratchDir &) = delete;
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
   ~ScratchDir() {
     std::error_code ec;
     // A test may have made a folder read-only; give the permissions back before removing.
@@ -39,52 +39,47 @@ public:
       fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
     fs::remove_all(path_, ec);
   }
-  [[nodiscard]] const fs::path &path() const { return path_; }
+  [[nodiscard]] const fs::path& path() const { return path_; }
 
 private:
   fs::path path_;
 };
 
-inline std::string read_text(const fs::path &p) {
+inline std::string read_text(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-inline std::vector<std::byte> read_bytes(const fs::path &p) {
+inline std::vector<std::byte> read_bytes(const fs::path& p) {
   const std::string s = read_text(p);
   std::vector<std::byte> out(s.size());
-  for (size_t i = 0; i < s.size(); ++i)
-    out[i] = static_cast<std::byte>(s[i]);
+  for (size_t i = 0; i < s.size(); ++i) out[i] = static_cast<std::byte>(s[i]);
   return out;
 }
 
 // Runs a command, returns (exit status, stdout).
-inline std::pair<int, std::string> run_capture(const std::string &command) {
+inline std::pair<int, std::string> run_capture(const std::string& command) {
   std::string out;
-  FILE *f = ::popen(command.c_str(), "r");
-  if (f == nullptr)
-    return {-1, out};
+  FILE* f = ::popen(command.c_str(), "r");
+  if (f == nullptr) return {-1, out};
   std::array<char, 4096> buf;
   size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0)
-    out.append(buf.data(), n);
+  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
   const int status = ::pclose(f);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
 // Whether /usr/bin/python3 exists and can import `module`.
-inline bool python_has(const std::string &module) {
-  if (!fs::exists(kPython))
-    return false;
+inline bool python_has(const std::string& module) {
+  if (!fs::exists(kPython)) return false;
   return run_capture(std::string(kPython) + " -c 'import " + module + "' 2>/dev/null").first == 0;
 }
 
 // Runs a Python script file with arguments; returns (status, stdout).
-inline std::pair<int, std::string> run_python(const fs::path &script,
-                                              const std::vector<std::string> &args) {
+inline std::pair<int, std::string> run_python(const fs::path& script,
+                                              const std::vector<std::string>& args) {
   std::string cmd = std::string(kPython) + " '" + script.string() + "'";
-  for (const auto &a : args)
-    cmd += " '" + a + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
   return run_capture(cmd + " 2>&1");
 }
 
@@ -92,9 +87,9 @@ inline bool is_root() { return ::geteuid() == 0; }
 
 // Validates a JSON file against schemas/<name>.schema.json (the report schema refers to the
 // manifest schema by $id, so both are registered). Prints "valid" or the errors and "invalid".
-inline std::pair<int, std::string> validate_against_schema(const fs::path &scratch,
-                                                           const fs::path &instance,
-                                                           const std::string &name) {
+inline std::pair<int, std::string> validate_against_schema(const fs::path& scratch,
+                                                           const fs::path& instance,
+                                                           const std::string& name) {
   const fs::path script = scratch / "validate.py";
   {
     std::ofstream s(script);
@@ -124,4 +119,4 @@ print('invalid' if errors else 'valid')
   return run_python(script, {std::string(AMK_SOURCE_DIR) + "/schemas", instance.string(), name});
 }
 
-} // namespace amk_test
+}  // namespace amk_test

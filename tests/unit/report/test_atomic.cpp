@@ -18,19 +18,19 @@ using amk_test::ScratchDir;
 
 namespace {
 
-std::vector<std::string> entries(const fs::path &dir) {
+std::vector<std::string> entries(const fs::path& dir) {
   std::vector<std::string> names;
-  for (const auto &e : fs::directory_iterator(dir))
-    names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   return names;
 }
 
 // Runs f, expecting an io.write error about `path`; returns its message.
-template <typename F> std::string expect_write_error(const fs::path &path, F &&f) {
+template <typename F>
+std::string expect_write_error(const fs::path& path, F&& f) {
   try {
     f();
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.kind() == amk::ErrorKind::io);
     CHECK(e.code() == "io.write");
     CHECK(e.where() == path.string());
@@ -46,7 +46,7 @@ class FileSizeLimit {
 public:
   explicit FileSizeLimit(rlim_t bytes) {
     ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN); // EFBIG instead of a signal
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
     rlimit lim = old_;
     lim.rlim_cur = bytes;
     ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
@@ -63,7 +63,7 @@ private:
   bool ok_ = false;
 };
 
-} // namespace
+}  // namespace
 
 TEST_CASE("atomic write creates and replaces, leaving no temp files") {
   ScratchDir dir("atomic_ok");

@@ -17,22 +17,21 @@ namespace {
 
 std::vector<std::byte> bytes(std::initializer_list<int> v) {
   std::vector<std::byte> out;
-  for (int b : v)
-    out.push_back(static_cast<std::byte>(b));
+  for (int b : v) out.push_back(static_cast<std::byte>(b));
   return out;
 }
 
-template <typename T> std::vector<std::byte> as_bytes_of(const std::vector<T> &v) {
+template <typename T>
+std::vector<std::byte> as_bytes_of(const std::vector<T>& v) {
   std::vector<std::byte> out(v.size() * sizeof(T));
-  if (!v.empty())
-    std::memcpy(out.data(), v.data(), out.size());
+  if (!v.empty()) std::memcpy(out.data(), v.data(), out.size());
   return out;
 }
 
 // Magic, version 1.0, header length (little endian; 118 makes 128 bytes in all, the first
 // multiple of 64), the dict padded with `pad` spaces, '\n', then the data.
-std::vector<std::byte> expected_npy(const std::string &dict, size_t pad,
-                                    const std::vector<std::byte> &data, int header_len = 118) {
+std::vector<std::byte> expected_npy(const std::string& dict, size_t pad,
+                                    const std::vector<std::byte>& data, int header_len = 118) {
   std::string h = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header_len & 0xff) +
                   static_cast<char>(header_len >> 8) + dict + std::string(pad, ' ') + "\n";
   std::vector<std::byte> out(h.size());
@@ -41,7 +40,7 @@ std::vector<std::byte> expected_npy(const std::string &dict, size_t pad,
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("npy f32 1-D: exact bytes") {
   const auto data = as_bytes_of(std::vector<float>{1.0f, -2.5f, 3.0f});
@@ -129,7 +128,7 @@ TEST_CASE("npy refuses data of the wrong size") {
   try {
     (void)encode_npy(DType::f32, shape, bytes({0, 0, 0, 0}));
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "npy.size");
     CHECK(e.kind() == amk::ErrorKind::internal);
   }
@@ -137,7 +136,7 @@ TEST_CASE("npy refuses data of the wrong size") {
   try {
     (void)encode_npy(DType::f32, overflow, bytes({}));
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "npy.shape");
   }
 }
@@ -149,11 +148,11 @@ TEST_CASE("npy loads in numpy with the same values") {
   }
   amk_test::ScratchDir dir("npy");
   struct Case {
-    const char *file;
+    const char* file;
     DType dtype;
     std::vector<uint64_t> shape;
     std::vector<std::byte> data;
-    const char *expect; // "descr shape values" as printed by the script below
+    const char* expect;  // "descr shape values" as printed by the script below
   };
   const std::vector<Case> cases = {
       {"f32.npy",
@@ -194,14 +193,13 @@ TEST_CASE("npy loads in numpy with the same values") {
          "    print(a.dtype.str, a.shape, a.ravel().tolist())\n";
   }
   std::vector<std::string> files;
-  for (const auto &c : cases) {
+  for (const auto& c : cases) {
     amk::write_file_atomic(dir.path() / c.file, encode_npy(c.dtype, c.shape, c.data));
     files.push_back((dir.path() / c.file).string());
   }
   const auto [status, out] = amk_test::run_python(script, files);
   REQUIRE(status == 0);
   std::string want;
-  for (const auto &c : cases)
-    want += std::string(c.expect) + "\n";
+  for (const auto& c : cases) want += std::string(c.expect) + "\n";
   CHECK(out == want);
 }

@@ -39,18 +39,19 @@ Program sample_program() {
   Program p;
   p.name = "names";
   p.buffers = {
-      buffer("y/out:0", DType::bf16, {2, 3}, true), // -> y_out_0_2.npy (y_out_0 is taken)
-      buffer("y_out_0", DType::f32, {}, true),      // already safe: keeps y_out_0.npy
-      buffer("x", DType::f32, {4}, false),          // input
-      buffer(".hidden", DType::u8, {3}, true),      // no hidden files: _hidden.npy
-      buffer("w", DType::i32, {2, 2}, false),       // input
-      buffer(kLongName, DType::u8, {1}, true),      // cut to 240 characters
-      buffer("Y_out_0", DType::u8, {1}, true),      // same as y_out_0 without case: _3
+      buffer("y/out:0", DType::bf16, {2, 3}, true),  // -> y_out_0_2.npy (y_out_0 is taken)
+      buffer("y_out_0", DType::f32, {}, true),       // already safe: keeps y_out_0.npy
+      buffer("x", DType::f32, {4}, false),           // input
+      buffer(".hidden", DType::u8, {3}, true),       // no hidden files: _hidden.npy
+      buffer("w", DType::i32, {2, 2}, false),        // input
+      buffer(kLongName, DType::u8, {1}, true),       // cut to 240 characters
+      buffer("Y_out_0", DType::u8, {1}, true),       // same as y_out_0 without case: _3
   };
   return p;
 }
 
-template <typename T> std::vector<std::byte> bytes_of(std::vector<T> v) {
+template <typename T>
+std::vector<std::byte> bytes_of(std::vector<T> v) {
   std::vector<std::byte> out(v.size() * sizeof(T));
   std::memcpy(out.data(), v.data(), out.size());
   return out;
@@ -61,7 +62,7 @@ HostBuffers sample_data(int bias) {
   HostBuffers h;
   h.data = {
       bytes_of(std::vector<uint16_t>{0x3f80, 0x4000, 0x4040, 0x4080, 0x40a0,
-                                     static_cast<uint16_t>(0x40c0 + bias)}), // 1..6 (bf16)
+                                     static_cast<uint16_t>(0x40c0 + bias)}),  // 1..6 (bf16)
       bytes_of(std::vector<float>{0.5f + static_cast<float>(bias)}),
       bytes_of(std::vector<float>{1.0f, 2.0f, 3.0f, static_cast<float>(4 + bias)}),
       bytes_of(std::vector<uint8_t>{7, 8, static_cast<uint8_t>(9 + bias)}),
@@ -72,27 +73,25 @@ HostBuffers sample_data(int bias) {
   return h;
 }
 
-std::set<std::string> files_under(const fs::path &dir) {
+std::set<std::string> files_under(const fs::path& dir) {
   std::set<std::string> out;
-  for (const auto &e : fs::recursive_directory_iterator(dir))
-    if (e.is_regular_file())
-      out.insert(fs::relative(e.path(), dir).generic_string());
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out.insert(fs::relative(e.path(), dir).generic_string());
   return out;
 }
 
-std::vector<std::string> manifest_files(const nlohmann::json &m, const char *section) {
+std::vector<std::string> manifest_files(const nlohmann::json& m, const char* section) {
   std::vector<std::string> out;
-  for (const auto &e : m[section])
-    out.push_back(e["file"]);
+  for (const auto& e : m[section]) out.push_back(e["file"]);
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("safe_file_stem") {
   CHECK(amk::safe_file_stem("weights.0-a_b") == "weights.0-a_b");
   CHECK(amk::safe_file_stem("a/b:c d") == "a_b_c_d");
-  CHECK(amk::safe_file_stem("\xc3\xa9") == "__"); // one UTF-8 character, two bytes
+  CHECK(amk::safe_file_stem("\xc3\xa9") == "__");  // one UTF-8 character, two bytes
   CHECK(amk::safe_file_stem(".") == "_");
   CHECK(amk::safe_file_stem("..") == "_.");
   CHECK(amk::safe_file_stem(".x") == "_x");
@@ -102,7 +101,7 @@ TEST_CASE("safe_file_stem") {
 
 TEST_CASE("write_outputs: names, manifest, files") {
   ScratchDir scratch("outputs");
-  const fs::path dir = scratch.path() / "out" / "nested"; // created, parents too
+  const fs::path dir = scratch.path() / "out" / "nested";  // created, parents too
   const Program p = sample_program();
   const HostBuffers initial = sample_data(0);
   const HostBuffers result = sample_data(1);
@@ -116,8 +115,7 @@ TEST_CASE("write_outputs: names, manifest, files") {
 
   // Exactly the files the manifest names, plus the manifest: no temp files, nothing else.
   std::set<std::string> want = {"manifest.json", "inputs/x.npy", "inputs/w.npy"};
-  for (const auto &f : manifest_files(m, "outputs"))
-    want.insert(f);
+  for (const auto& f : manifest_files(m, "outputs")) want.insert(f);
   CHECK(files_under(dir) == want);
 
   CHECK(m["schema_version"] == amk::kManifestSchemaVersion);
@@ -126,14 +124,14 @@ TEST_CASE("write_outputs: names, manifest, files") {
   CHECK(m["program_fingerprint"] == amk::program_fingerprint(p));
   CHECK(m["program_fingerprint"].get<std::string>().size() == 64);
 
-  const auto &y = m["outputs"][0];
+  const auto& y = m["outputs"][0];
   CHECK(y["name"] == "y/out:0");
   CHECK(y["dtype"] == "bf16");
   CHECK(y["stored_dtype"] == "f32");
   CHECK(y["shape"] == nlohmann::json::array({2, 3}));
   CHECK(y["elements"] == 6);
   CHECK(y["bytes"] == 128 + 6 * 4);
-  const auto &scalar = m["outputs"][1];
+  const auto& scalar = m["outputs"][1];
   CHECK(scalar["shape"] == nlohmann::json::array());
   CHECK(scalar["elements"] == 1);
   CHECK(scalar["stored_dtype"] == "f32");
@@ -143,8 +141,8 @@ TEST_CASE("write_outputs: names, manifest, files") {
 
   // Every entry's size and sha256 describe the file on disk, and the file holds the right data:
   // outputs from `result`, inputs from `initial`.
-  for (const char *section : {"outputs", "inputs"}) {
-    for (const auto &e : m[section]) {
+  for (const char* section : {"outputs", "inputs"}) {
+    for (const auto& e : m[section]) {
       const auto file = read_bytes(dir / e["file"].get<std::string>());
       CHECK(e["bytes"] == file.size());
       CHECK(e["sha256"] == amk::sha256_hex(file));
@@ -160,8 +158,7 @@ TEST_CASE("write_outputs: names, manifest, files") {
   CHECK(on_disk == m);
   // Written last: no .npy is newer than the manifest.
   const auto manifest_time = fs::last_write_time(dir / "manifest.json");
-  for (const auto &f : want)
-    CHECK(fs::last_write_time(dir / f) <= manifest_time);
+  for (const auto& f : want) CHECK(fs::last_write_time(dir / f) <= manifest_time);
 }
 
 TEST_CASE("write_outputs without inputs writes only outputs") {
@@ -187,7 +184,7 @@ TEST_CASE("write_outputs stops before the manifest when a file cannot be written
   try {
     amk::write_outputs(scratch.path(), p, sample_data(1), true, &initial);
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "io.write");
     CHECK(e.where() == (scratch.path() / "inputs/w.npy").string());
   }
@@ -214,7 +211,7 @@ TEST_CASE("write_outputs refuses inconsistent arguments") {
   try {
     amk::write_outputs(scratch.path() / "a", p, short_list);
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "outputs.buffers");
     CHECK(e.kind() == amk::ErrorKind::internal);
   }
@@ -224,16 +221,16 @@ TEST_CASE("write_outputs refuses inconsistent arguments") {
   try {
     amk::write_outputs(scratch.path() / "a", p, sample_data(0), true, nullptr);
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "outputs.inputs");
   }
-  CHECK(!fs::exists(scratch.path() / "a")); // nothing created before the checks
+  CHECK(!fs::exists(scratch.path() / "a"));  // nothing created before the checks
 
   amk::write_text_atomic(scratch.path() / "file", "not a folder");
   try {
     amk::write_outputs(scratch.path() / "file", p, sample_data(0));
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.kind() == amk::ErrorKind::io);
     CHECK(e.code() == "io.mkdir");
   }

@@ -20,10 +20,9 @@ namespace {
 const std::string kHashA(64, 'a');
 const std::string kHashB = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
-std::vector<std::string> keys_of(const ordered_json &j) {
+std::vector<std::string> keys_of(const ordered_json& j) {
   std::vector<std::string> keys;
-  for (const auto &[k, v] : j.items())
-    keys.push_back(k);
+  for (const auto& [k, v] : j.items()) keys.push_back(k);
   return keys;
 }
 
@@ -64,8 +63,8 @@ RunReport full_report() {
 }
 
 // Writes `j` and validates it; "valid" or the validator's complaints.
-std::string validate(const amk_test::ScratchDir &dir, const ordered_json &j,
-                     const std::string &name) {
+std::string validate(const amk_test::ScratchDir& dir, const ordered_json& j,
+                     const std::string& name) {
   const auto file = dir.path() / (name + "_instance.json");
   {
     std::ofstream out(file);
@@ -76,7 +75,7 @@ std::string validate(const amk_test::ScratchDir &dir, const ordered_json &j,
   return out;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("report keys come in the documented order with the given values") {
   const ordered_json j = amk::make_report(full_report());
@@ -112,7 +111,7 @@ TEST_CASE("report keys come in the documented order with the given values") {
 }
 
 TEST_CASE("absent parts of a report are null") {
-  RunReport r; // a run rejected before anything was known
+  RunReport r;  // a run rejected before anything was known
   r.status = "rejected";
   r.error = amk::error_to_json(amk::Error(amk::ErrorKind::program, "json.buffer.dtype",
                                           "/buffers/3/dtype", "unknown dtype"));
@@ -145,7 +144,7 @@ TEST_CASE("an unknown status or empty command is a caller bug") {
   try {
     (void)amk::make_report(r);
     FAIL("expected an error");
-  } catch (const amk::Error &e) {
+  } catch (const amk::Error& e) {
     CHECK(e.code() == "report.status");
     CHECK(e.kind() == amk::ErrorKind::internal);
   }

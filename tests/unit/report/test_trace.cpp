@@ -60,8 +60,8 @@ TEST_CASE("instruction bytes count every operand at its dtype") {
 
 TEST_CASE("chrome trace: one track per block, microseconds from the first start") {
   const Program p = two_block_program();
-  const std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
-                                        {2, 0, 1, 8000, 8100}};
+  const std::vector<TraceSpan> spans = {
+      {0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500}, {2, 0, 1, 8000, 8100}};
   const auto j = chrome_trace(p, spans);
   const auto& ev = j["traceEvents"];
   REQUIRE(ev.size() == 5);  // 2 thread names + 3 spans
@@ -77,8 +77,8 @@ TEST_CASE("chrome trace: one track per block, microseconds from the first start"
 
 TEST_CASE("marks: named per op in the Chrome trace, averaged per op in the summary") {
   const Program p = two_block_program();
-  std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
-                                  {2, 0, 1, 8000, 8100}};
+  std::vector<TraceSpan> spans = {
+      {0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500}, {2, 0, 1, 8000, 8100}};
   spans[0].mark[0] = 5200;
   spans[0].mark[1] = 6000;
   spans[1].mark[0] = 5900;  // instruction 1 has mark 0 only
@@ -111,8 +111,8 @@ TEST_CASE("marks: each op's two points by name, in the trace's args and the summ
   CHECK(trace_mark_name("attention_combine", 1) == "values_summed");
   CHECK(trace_mark_name("rmsnorm", 1) == "mark1");
   const Program p = two_block_program();
-  std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
-                                  {2, 0, 1, 8000, 8100}};
+  std::vector<TraceSpan> spans = {
+      {0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500}, {2, 0, 1, 8000, 8100}};
   spans[0].mark[0] = 5200;
   spans[0].mark[1] = 6000;
   const auto j = chrome_trace(p, spans);
@@ -127,8 +127,8 @@ TEST_CASE("marks: each op's two points by name, in the trace's args and the summ
 
 TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle") {
   const Program p = two_block_program();
-  const std::vector<TraceSpan> spans = {{0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500},
-                                        {2, 0, 1, 8000, 8100}};
+  const std::vector<TraceSpan> spans = {
+      {0, 0, 0, 5000, 7000}, {1, 1, 0, 5500, 6500}, {2, 0, 1, 8000, 8100}};
   const auto s = trace_summary(p, spans, 2);
   CHECK(s["span_ns"] == 3100);
   CHECK_FALSE(s["ops"][0].contains("marks"));
@@ -144,6 +144,6 @@ TEST_CASE("summary: per op time and bandwidth, per block busy / waiting / idle")
   CHECK(b[0]["busy_ns"] == 2100);
   CHECK(b[0]["waiting_ns"] == 1000);  // 7000 -> 8000
   CHECK(b[0]["idle_ns"] == 0);
-  CHECK(b[1]["waiting_ns"] == 500);   // from the earliest start 5000
-  CHECK(b[1]["idle_ns"] == 1600);     // 6500 -> 8100
+  CHECK(b[1]["waiting_ns"] == 500);  // from the earliest start 5000
+  CHECK(b[1]["idle_ns"] == 1600);    // 6500 -> 8100
 }

@@ -12,7 +12,7 @@ using namespace amk::test;
 
 namespace {
 
-bool contains(const std::string &s, const std::string &part) {
+bool contains(const std::string& s, const std::string& part) {
   return s.find(part) != std::string::npos;
 }
 
@@ -21,20 +21,20 @@ Builder crossed_program() {
   Builder b;
   const uint32_t c0 = b.counter("c0");
   const uint32_t c1 = b.counter("c1");
-  b.add("nop", {}, {{c1, 1}}, {}, "a0"); // 0
-  b.add("nop", {}, {}, {{c0, 1}}, "a1"); // 1
-  b.add("nop", {}, {{c0, 1}}, {}, "b0"); // 2
-  b.add("nop", {}, {}, {{c1, 1}}, "b1"); // 3
+  b.add("nop", {}, {{c1, 1}}, {}, "a0");  // 0
+  b.add("nop", {}, {}, {{c0, 1}}, "a1");  // 1
+  b.add("nop", {}, {{c0, 1}}, {}, "b0");  // 2
+  b.add("nop", {}, {}, {{c1, 1}}, "b1");  // 3
   b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}, {2, 3}};
   return b;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("queue structure") {
   Builder b = crossed_program();
-  auto &q = *b.p.queues;
-  q = {{1, 0}, {3, 2}}; // the drainable order
+  auto& q = *b.p.queues;
+  q = {{1, 0}, {3, 2}};  // the drainable order
   CHECK_NOTHROW(verify(b.p));
 
   SUBCASE("count must match launch.grid") {
@@ -108,7 +108,7 @@ TEST_CASE("deadlock between two blocks names both stuck heads") {
   CHECK(e->where() == "/queues/0/0");
   CHECK(contains(e->message(), "block 0"));
   CHECK(contains(e->message(), "'a0'"));
-  CHECK(e->message().find('\n') == std::string::npos); // one line
+  CHECK(e->message().find('\n') == std::string::npos);  // one line
   CHECK(contains(
       e->detail(),
       "block 0 position 0: instruction 0 'a0' (nop) waits for counter 'c1' have 0, need 1"));
@@ -120,10 +120,10 @@ TEST_CASE("deadlock between two blocks names both stuck heads") {
 TEST_CASE("a partial deadlock reports the counter value reached") {
   Builder b;
   const uint32_t c = b.counter("c");
-  b.add("nop", {}, {}, {{c, 1}}); // 0
-  b.add("nop", {}, {{c, 2}}, {}); // 1: needs 2 but only block 1 can give the second
-  b.add("nop", {}, {{c, 3}}, {}); // 2: block 1 waits first
-  b.add("nop", {}, {}, {{c, 2}}); // 3
+  b.add("nop", {}, {}, {{c, 1}});  // 0
+  b.add("nop", {}, {{c, 2}}, {});  // 1: needs 2 but only block 1 can give the second
+  b.add("nop", {}, {{c, 3}}, {});  // 2: block 1 waits first
+  b.add("nop", {}, {}, {{c, 2}});  // 3
   b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}, {2, 3}};
   const auto stuck = simulate_queues(b.p, *b.p.queues);
   REQUIRE(stuck.size() == 2);
@@ -189,7 +189,7 @@ TEST_CASE("hazards") {
   SUBCASE("ordered through a counter") {
     b.add("fill", {b.whole(y)}, {}, {{c, 1}}, "producer");
     b.add("copy", {b.whole(y), b.whole(z)}, {{c, 1}}, {}, "consumer");
-    b.add("fill", {b.whole(y)}, {{c, 1}}, {}, "overwriter"); // races with the consumer's read
+    b.add("fill", {b.whole(y)}, {{c, 1}}, {}, "overwriter");  // races with the consumer's read
     auto e = error_of([&] { verify(b.p); });
     REQUIRE(e);
     CHECK(e->code() == "verify.hazard");
@@ -207,12 +207,12 @@ TEST_CASE("hazards") {
     b.add("fill", {b.whole(y)}, {}, {{c, 1}}, "p2");
     b.add("copy", {b.whole(y), b.whole(z)}, {{c, 1}}, {}, "r");
     CHECK_ERROR(verify(b.p), "verify.hazard", "/instructions/2/operands/x");
-    b.p.instructions[2].waits[0].value = 2; // now both are needed
+    b.p.instructions[2].waits[0].value = 2;  // now both are needed
     CHECK_NOTHROW(verify(b.p));
   }
   SUBCASE("queue order orders; different queues do not") {
     b.add("fill", {b.whole(y)});
-    b.add("scale", {b.whole(y), b.whole(y)}); // in place
+    b.add("scale", {b.whole(y), b.whole(y)});  // in place
     b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}};
     CHECK_NOTHROW(verify(b.p));
     b.p.queues = std::vector<std::vector<uint32_t>>{{0}, {1}};
@@ -259,13 +259,11 @@ TEST_CASE("a barrier of many signalers and waiters stays linear") {
   Builder b;
   const uint32_t c = b.counter("barrier");
   const uint32_t n = 2000;
-  for (uint32_t i = 0; i < n; ++i)
-    b.add("nop", {}, {}, {{c, 1}});
-  for (uint32_t i = 0; i < n; ++i)
-    b.add("nop", {}, {{c, n}});
+  for (uint32_t i = 0; i < n; ++i) b.add("nop", {}, {}, {{c, 1}});
+  for (uint32_t i = 0; i < n; ++i) b.add("nop", {}, {{c, n}});
   const DependencyGraph g = build_dependency_graph(b.p, nullptr);
-  CHECK(g.instruction_edges == uint64_t{n} * n); // logical producer -> consumer relations
-  CHECK(g.preds.size() == 2 * n);                // but one join node carries them
+  CHECK(g.instruction_edges == uint64_t{n} * n);  // logical producer -> consumer relations
+  CHECK(g.preds.size() == 2 * n);                 // but one join node carries them
   CHECK(critical_path(g) == 2);
   CHECK(verify(b.p).critical_path == 2);
 }
@@ -277,25 +275,22 @@ namespace {
 Builder chain(uint32_t n, uint32_t blocks) {
   Builder b;
   const uint32_t x = b.buffer("x", DType::f32, 256);
-  for (uint32_t i = 0; i < n; ++i)
-    b.counter("c" + std::to_string(i));
+  for (uint32_t i = 0; i < n; ++i) b.counter("c" + std::to_string(i));
   b.p.instructions.reserve(n);
   for (uint32_t i = 0; i < n; ++i) {
     std::vector<Wait> waits;
-    if (i > 0)
-      waits.push_back({i - 1, 1});
+    if (i > 0) waits.push_back({i - 1, 1});
     b.add("scale", {b.whole(x), b.whole(x)}, waits, {{i, 1}});
   }
   if (blocks > 0) {
     std::vector<std::vector<uint32_t>> q(blocks);
-    for (uint32_t i = 0; i < n; ++i)
-      q[i % blocks].push_back(i);
+    for (uint32_t i = 0; i < n; ++i) q[i % blocks].push_back(i);
     b.p.queues = std::move(q);
   }
   return b;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("large programs: search-based ordering finds hazards and proves order") {
   // Above the bitset threshold the hazard check searches the graph per pair.

@@ -30,8 +30,9 @@ std::vector<uint32_t> rope_params(uint32_t hd, uint32_t pos, float theta = 50000
 std::vector<uint32_t> attention_params(uint32_t hd, float scale = 0.0f, uint32_t pos = 0,
                                        float theta = 0.0f, float factor = 32.0f, float low = 1.0f,
                                        float high = 4.0f, uint32_t orig = 8192) {
-  return {hd, f32_bits(scale), pos, f32_bits(theta), f32_bits(factor), f32_bits(low),
-          f32_bits(high), orig};
+  return {
+      hd,  f32_bits(scale), pos, f32_bits(theta), f32_bits(factor), f32_bits(low), f32_bits(high),
+      orig};
 }
 
 }  // namespace
@@ -60,8 +61,7 @@ TEST_CASE("rope rules") {
   set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 0.0f));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/low_freq_factor");
   set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 4.0f, 4.0f));
-  CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
-              "/instructions/0/params/high_freq_factor");
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/high_freq_factor");
   set_params(b, rope_params(128, 5, 500000.0f, 8.0f, 1.0f, 4.0f, 0));
   CHECK_ERROR(check_instruction(b.p, 0), "verify.param",
               "/instructions/0/params/original_max_position");
@@ -142,8 +142,8 @@ TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
   const uint32_t kn = b.buffer("k_new", DType::f32, 2 * hd);
   const uint32_t vn = b.buffer("v_new", DType::bf16, hd);
   const uint32_t ids = b.buffer("ids", DType::i32, hd);
-  b.add("attention_decode", {b.whole(q), b.whole(k), b.whole(v), b.whole(out),
-                             slice(kn, hd, hd), b.whole(vn)});
+  b.add("attention_decode",
+        {b.whole(q), b.whole(k), b.whole(v), b.whole(out), slice(kn, hd, hd), b.whole(vn)});
   set_params(b, attention_params(hd, 0.0f, 17, 500000.0f));
   CHECK_NOTHROW(check_instruction(b.p, 0));
   // Plain RoPE: the Llama 3 factors are unused.
@@ -176,8 +176,8 @@ TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
   }
   SUBCASE("head_dim must be even with theta, may be odd without") {
     const uint32_t odd = 63;
-    b.last().operands = {slice(q, 0, 4 * odd), slice(k, 0, 8 * odd), slice(v, 0, 8 * odd),
-                         slice(out, 0, 4 * (odd + 2)), slice(kn, 0, odd), slice(vn, 0, odd)};
+    b.last().operands = {slice(q, 0, 4 * odd),         slice(k, 0, 8 * odd), slice(v, 0, 8 * odd),
+                         slice(out, 0, 4 * (odd + 2)), slice(kn, 0, odd),    slice(vn, 0, odd)};
     set_params(b, attention_params(odd));
     CHECK_NOTHROW(check_instruction(b.p, 0));
     set_params(b, attention_params(odd, 0.0f, 17, 500000.0f));

@@ -25,7 +25,7 @@ Builder gemv_program() {
   return b;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("a valid program verifies") {
   Builder b = gemv_program();
@@ -150,14 +150,14 @@ TEST_CASE("shape rules of the built-in ops") {
   const uint32_t h = b.buffer("h", DType::f16, 4096);
   const uint32_t i32 = b.buffer("i", DType::i32, 64);
   const uint32_t u32 = b.buffer("u", DType::u32, 64);
-  auto one = [&](const std::string &op, std::vector<Operand> ops) {
+  auto one = [&](const std::string& op, std::vector<Operand> ops) {
     b.p.instructions.clear();
     b.add(op, std::move(ops));
     check_instruction(b.p, 0);
   };
 
   SUBCASE("copy") {
-    CHECK_NOTHROW(one("copy", {slice(h, 0, 8), slice(f, 0, 8)})); // float to float converts
+    CHECK_NOTHROW(one("copy", {slice(h, 0, 8), slice(f, 0, 8)}));  // float to float converts
     CHECK_NOTHROW(one("copy", {slice(i32, 0, 8), slice(i32, 8, 8)}));
     CHECK_ERROR(one("copy", {slice(f, 0, 8), slice(f, 8, 9)}), "verify.shape",
                 "/instructions/0/operands/y");
@@ -187,7 +187,7 @@ TEST_CASE("shape rules of the built-in ops") {
     b.add("softmax", {slice(f, 0, 64), slice(f, 64, 64)});
     b.last().params[0] = 16;
     CHECK_NOTHROW(check_instruction(b.p, 0));
-    b.last().params[0] = 0; // whole extent
+    b.last().params[0] = 0;  // whole extent
     CHECK_NOTHROW(check_instruction(b.p, 0));
     b.last().params[0] = 24;
     CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/params/cols");
@@ -197,8 +197,8 @@ TEST_CASE("shape rules of the built-in ops") {
   }
   SUBCASE("gemv") {
     // w is rows 2..5 of a [*, 64] matrix.
-    CHECK_NOTHROW(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), none(), none(),
-                               none()}));
+    CHECK_NOTHROW(one(
+        "gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), none(), none(), none()}));
     CHECK_NOTHROW(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4),
                                slice(f, 80, 4), none(), none()}));
     CHECK_ERROR(
@@ -210,8 +210,8 @@ TEST_CASE("shape rules of the built-in ops") {
     CHECK_ERROR(
         one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 5), none(), none(), none()}),
         "verify.shape", "/instructions/0/operands/y");
-    CHECK_ERROR(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4),
-                             slice(f, 80, 3), none(), none()}),
+    CHECK_ERROR(one("gemv", {slice(h, 128, 256), slice(f, 0, 64), slice(f, 64, 4), slice(f, 80, 3),
+                             none(), none()}),
                 "verify.shape", "/instructions/0/operands/residual");
   }
   SUBCASE("gemv fusions: norm and w2") {
@@ -221,7 +221,7 @@ TEST_CASE("shape rules of the built-in ops") {
     CHECK_NOTHROW(one("gemv", {w, x, y, res, norm, w2}));
     CHECK_NOTHROW(one("gemv", {w, x, y, none(), norm, none()}));
     CHECK_NOTHROW(one("gemv", {w, x, y, none(), none(), w2}));
-    CHECK_NOTHROW(one("gemv", {w, x, y, res, slice(h, 0, 64), w2})); // norm in another dtype
+    CHECK_NOTHROW(one("gemv", {w, x, y, res, slice(h, 0, 64), w2}));  // norm in another dtype
     auto err = [&](std::vector<Operand> ops) { return error_of([&] { one("gemv", ops); }); };
     // norm: one weight per column of w.
     auto e = err({w, x, y, res, slice(f, 128, 63), w2});
@@ -350,7 +350,7 @@ TEST_CASE("launch rules") {
     CHECK_NOTHROW(check_launch(b.p));
     b.p.launch.grid = 6;
     CHECK_ERROR(check_launch(b.p), "launch.grid", "/launch/grid");
-    b.p.launch.grid = 0; // auto: queues decide
+    b.p.launch.grid = 0;  // auto: queues decide
     b.p.queues = std::vector<std::vector<uint32_t>>(6);
     CHECK_ERROR(check_launch(b.p), "launch.grid", "/queues");
     b.p.queues.reset();
@@ -378,7 +378,7 @@ Builder tma_program() {
   TmaSpec t;
   t.name = "w_tiles";
   t.buffer = 0;
-  t.offset = 64; // 128 bytes in: aligned
+  t.offset = 64;  // 128 bytes in: aligned
   t.dims = {64, 128};
   t.box = {64, 32};
   t.swizzle = TmaSwizzle::b128;
@@ -386,11 +386,11 @@ Builder tma_program() {
   return b;
 }
 
-} // namespace
+}  // namespace
 
 TEST_CASE("TMA rules") {
   Builder b = tma_program();
-  TmaSpec &t = b.p.tma[0];
+  TmaSpec& t = b.p.tma[0];
   CHECK_NOTHROW(check_tma(b.p, 0));
   CHECK_NOTHROW(verify(b.p));
 
@@ -409,7 +409,7 @@ TEST_CASE("TMA rules") {
     t.dims = {64, 2, 2, 2, 2, 2};
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.rank", "/tma/0/dims");
     t.dims = {64, 128};
-    t.interleave = TmaInterleave::b16; // interleaved layouts need rank >= 3
+    t.interleave = TmaInterleave::b16;  // interleaved layouts need rank >= 3
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.rank", "/tma/0/dims");
   }
   SUBCASE("lengths") {
@@ -423,7 +423,7 @@ TEST_CASE("TMA rules") {
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.element_strides", "/tma/0/element_strides");
   }
   SUBCASE("alignment of base and strides") {
-    t.offset = 4; // 8 bytes
+    t.offset = 4;  // 8 bytes
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.align", "/tma/0/offset");
     t.offset = 0;
     t.strides = {120};
@@ -446,7 +446,7 @@ TEST_CASE("TMA rules") {
     t.box = {64, 32};
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.box", "/tma/0/box/1");
     t.dims = {64, 128};
-    t.box = {60, 32}; // 120 bytes: not whole 16-byte units
+    t.box = {60, 32};  // 120 bytes: not whole 16-byte units
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.box", "/tma/0/box/0");
   }
   SUBCASE("element strides") {
@@ -456,7 +456,7 @@ TEST_CASE("TMA rules") {
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.element_strides", "/tma/0/element_strides/0");
   }
   SUBCASE("swizzle span") {
-    t.swizzle = TmaSwizzle::b64; // 128-byte rows do not fit a 64-byte swizzle
+    t.swizzle = TmaSwizzle::b64;  // 128-byte rows do not fit a 64-byte swizzle
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.swizzle", "/tma/0/swizzle");
     t.box = {32, 32};
     CHECK_NOTHROW(check_tma(b.p, 0));
@@ -469,7 +469,7 @@ TEST_CASE("TMA rules") {
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.swizzle", "/tma/0/swizzle");
     t.swizzle = TmaSwizzle::b32;
     CHECK_NOTHROW(check_tma(b.p, 0));
-    t.offset = 8; // 16 bytes: enough without interleave, not with 32B
+    t.offset = 8;  // 16 bytes: enough without interleave, not with 32B
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.align", "/tma/0/offset");
   }
   SUBCASE("NaN fill needs floats") {
@@ -480,10 +480,10 @@ TEST_CASE("TMA rules") {
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.oob_fill", "/tma/0/oob_fill");
   }
   SUBCASE("footprint inside the buffer") {
-    t.offset = 128; // 64 elements past the end
+    t.offset = 128;  // 64 elements past the end
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.bounds", "/tma/0");
     t.offset = 64;
-    t.strides = {256}; // rows twice as far apart
+    t.strides = {256};  // rows twice as far apart
     CHECK_ERROR(check_tma(b.p, 0), "verify.tma.bounds", "/tma/0");
     t.strides = {};
     CHECK_NOTHROW(check_tma(b.p, 0));

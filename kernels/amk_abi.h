@@ -5,8 +5,7 @@
 // format (.amkb) stores the instruction table in exactly this layout so that it uploads as is.
 // The host asserts every size and field offset (src/plan/abi_check.cpp); change nothing here
 // without bumping AMK_ABI_VERSION.
-#ifndef AMK_ABI_H
-#define AMK_ABI_H
+#pragma once
 
 #if defined(__CUDACC_RTC__)
 typedef unsigned char uint8_t;
@@ -169,5 +168,3 @@ static_assert(sizeof(amk_instruction_t) == AMK_INSTRUCTION_BYTES, "amk ABI: inst
 static_assert(sizeof(amk_buffer_t) == 32, "amk ABI: buffer size");
 static_assert(sizeof(amk_diag_t) == 64, "amk ABI: diag size");
 #endif
-
-#endif  // AMK_ABI_H

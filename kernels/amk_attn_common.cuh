@@ -9,8 +9,7 @@
 // A decode step needs no rope or kv_append before it: with theta != 0 the op rotates q and k_new
 // itself (a (cos, sin) table in shared memory, computed once per block and RoPE params:
 // amk_attn_rope_table), and the new token's (k_new, v_new) joins the chunk as one more position.
-#ifndef AMK_ATTN_COMMON_CUH
-#define AMK_ATTN_COMMON_CUH
+#pragma once
 
 #include "amk_device.cuh"
 #include "amk_ops_rope.cuh"
@@ -195,5 +194,3 @@ __device__ __forceinline__ void amk_attn_new_row_to_merge(const amk_instruction_
     if (lane == 0) amk_attn_new_s[g] = scale * dot;
   }
 }
-
-#endif  // AMK_ATTN_COMMON_CUH

@@ -3,8 +3,7 @@
 // online softmax per query head in registers, and the warps merge once at the end through
 // shared memory. RoPE and the new row happen outside the streaming loop, so its registers (the
 // op's limit) are the same with or without them.
-#ifndef AMK_ATTN_PASS_CUH
-#define AMK_ATTN_PASS_CUH
+#pragma once
 
 #include "amk_attn_common.cuh"
 
@@ -225,5 +224,3 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
     __syncthreads();  // the next round (or pass) rewrites the merge buffer
   }
 }
-
-#endif  // AMK_ATTN_PASS_CUH

@@ -1,7 +1,6 @@
 // The tiled attention's stages for chunks of one query head (attn_row8), after K and V land in
 // shared memory: eight lanes a K or V row.
-#ifndef AMK_ATTN_ROW8_CUH
-#define AMK_ATTN_ROW8_CUH
+#pragma once
 
 #include "amk_attn_tile.cuh"
 
@@ -171,5 +170,3 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
     }
   }
 }
-
-#endif  // AMK_ATTN_ROW8_CUH

@@ -14,8 +14,7 @@
 //   3. takes the softmax of each head on one warp (max, exp, sum),
 //   4. computes every output o[g][d] on its own thread (p broadcast, V read along a row).
 // Three barriers in all. The new token's row joins as in the pass (amk_attn_new_*).
-#ifndef AMK_ATTN_TILE_CUH
-#define AMK_ATTN_TILE_CUH
+#pragma once
 
 #include "amk_attn_common.cuh"
 
@@ -147,5 +146,3 @@ __device__ __forceinline__ uint32_t amk_attn_score_split(uint32_t nv, uint32_t l
   while (s < 32 && nv % (2 * s) == 0 && 2 * s * len <= kAmkBlockThreads) s *= 2;
   return s;
 }
-
-#endif  // AMK_ATTN_TILE_CUH

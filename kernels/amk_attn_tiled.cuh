@@ -1,6 +1,5 @@
 // attention_decode's tiled path (amk_attn_tile.cuh describes it).
-#ifndef AMK_ATTN_TILED_CUH
-#define AMK_ATTN_TILED_CUH
+#pragma once
 
 #include "amk_attn_tile.cuh"
 #include "amk_attn_row8.cuh"
@@ -257,5 +256,3 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
     }
   }
 }
-
-#endif  // AMK_ATTN_TILED_CUH

@@ -7,8 +7,7 @@
 // spells the result out as the constant kAmkCfg, and the device code reads it with `if constexpr`.
 // amk_vm_ops lists what the program uses, so that only those ops and dtype paths are compiled.
 // kernels/README.md describes each field.
-#ifndef AMK_CONFIG_H
-#define AMK_CONFIG_H
+#pragma once
 
 #include "amk_abi.h"
 
@@ -129,5 +128,3 @@ AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
   if (c.attn_row8 && c.block_threads != 256) return "attn_row8: 256 threads a block only";
   return nullptr;
 }
-
-#endif  // AMK_CONFIG_H

@@ -2,8 +2,7 @@
 // element conversions, operand views, block reductions and the abort/diagnostic path.
 // Self-contained on purpose (no toolkit headers): NVRTC compiles it fast and without -I.
 // The generated source defines kAmkCfg and kAmkOps (amk_config.h) before including it.
-#ifndef AMK_DEVICE_CUH
-#define AMK_DEVICE_CUH
+#pragma once
 
 #include "amk_abi.h"
 #include "amk_config.h"
@@ -609,5 +608,3 @@ __device__ __forceinline__ float amk_block_sum(float v, unsigned char* scratch) 
 __device__ __forceinline__ float amk_block_max(float v, unsigned char* scratch) {
   return amk_block_reduce<true>(v, scratch);
 }
-
-#endif  // AMK_DEVICE_CUH

@@ -2,8 +2,7 @@
 // Semantics and shape rules: the registry summary, verify/op_rules.cpp and the CPU reference in
 // backend/cpu_ops.cpp. A chunk takes the tiled path (amk_attn_tiled.cuh) when it fits, else the
 // streaming pass (amk_attn_pass.cuh).
-#ifndef AMK_OPS_ATTENTION_CUH
-#define AMK_OPS_ATTENTION_CUH
+#pragma once
 
 #include "amk_attn_pass.cuh"
 #include "amk_attn_tiled.cuh"
@@ -175,5 +174,3 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
     }
   }
 }
-
-#endif  // AMK_OPS_ATTENTION_CUH

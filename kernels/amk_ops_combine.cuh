@@ -1,8 +1,7 @@
 // attention_combine (op id 15): merges attention_decode's partials across a kv head's chunks.
 // Semantics and shape rules: the registry summary, verify/op_rules.cpp and the CPU reference in
 // backend/cpu_ops.cpp.
-#ifndef AMK_OPS_COMBINE_CUH
-#define AMK_OPS_COMBINE_CUH
+#pragma once
 
 #include "amk_attn_common.cuh"
 
@@ -180,5 +179,3 @@ __device__ __forceinline__ void amk_op_attention_combine(const amk_device_progra
   amk_combine_heads(p, chunks, block, hd, 0, group * kv, group, chunks * block,
                     [&](uint64_t at, float v) { amk_store_f32(out, at, v); });
 }
-
-#endif  // AMK_OPS_COMBINE_CUH

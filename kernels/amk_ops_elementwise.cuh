@@ -1,8 +1,7 @@
 // Elementwise ops: copy, fill, add, mul, scale, silu_mul. The element count is extent(y).
 // Fast path: every operand the same float dtype and 16-byte aligned -> 16-byte vectors, several
 // loads in flight per thread; otherwise one element at a time through the dtype switch.
-#ifndef AMK_OPS_ELEMENTWISE_CUH
-#define AMK_OPS_ELEMENTWISE_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -160,5 +159,3 @@ __device__ __forceinline__ void amk_op_copy(const amk_device_program_t&,
   for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads)
     amk_store_f32(y, i, amk_load_f32(x, i));
 }
-
-#endif  // AMK_OPS_ELEMENTWISE_CUH

@@ -18,8 +18,7 @@
 //  - w2 (GLU): y[r] = silu(W x')[r] * (W2 x')[r]. Row r of w and row r of w2 are two "virtual
 //    rows" of the same pipeline, so w2's loads are in flight while w's row is reduced.
 // Neither runs through TMA.
-#ifndef AMK_OPS_GEMV_CUH
-#define AMK_OPS_GEMV_CUH
+#pragma once
 
 #include "amk_device.cuh"
 #include "amk_sync.cuh"  // amk_step_wait
@@ -700,5 +699,3 @@ __device__ __forceinline__ void amk_op_gemv(const amk_device_program_t& prog,
   }
   amk_gemv_plain(w, x, y, res, norm, w2, eps, wait);
 }
-
-#endif  // AMK_OPS_GEMV_CUH

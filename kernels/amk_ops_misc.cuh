@@ -1,7 +1,6 @@
 // argmax (block reduction, first index of the maximum) and embedding (row gather with a bounds
 // check on every id).
-#ifndef AMK_OPS_MISC_CUH
-#define AMK_OPS_MISC_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -131,5 +130,3 @@ __device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& pro
     }
   }
 }
-
-#endif  // AMK_OPS_MISC_CUH

@@ -4,8 +4,7 @@
 // two dependency waits, so their latency is on the critical path: the fast paths issue all of a
 // thread's loads before using any (a loop of one dependent load per element costs a round trip
 // per element).
-#ifndef AMK_OPS_NORM_CUH
-#define AMK_OPS_NORM_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -122,5 +121,3 @@ __device__ __forceinline__ void amk_op_softmax(const amk_device_program_t&,
       amk_store_f32(y, base + i, expf(scale * amk_load_f32(x, base + i) - m) * inv);
   }
 }
-
-#endif  // AMK_OPS_NORM_CUH

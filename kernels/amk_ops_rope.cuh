@@ -1,8 +1,7 @@
 // The rope and kv_append ops (op ids 12, 13), and the RoPE angles attention_decode shares with
 // them. Semantics and shape rules: the registry summaries, verify/op_rules.cpp and the CPU
 // reference in backend/cpu_ops.cpp.
-#ifndef AMK_OPS_ROPE_CUH
-#define AMK_OPS_ROPE_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -98,5 +97,3 @@ __device__ __forceinline__ void amk_op_kv_append(const amk_device_program_t&,
     amk_store_f32(cache, (h * max_len + position) * hd + d, amk_load_f32(x, e));
   }
 }
-
-#endif  // AMK_OPS_ROPE_CUH

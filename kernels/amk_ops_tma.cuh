@@ -6,8 +6,7 @@
 // next ones land. Tiles run row-tile major, so row r's partial sums live in shared memory until
 // its last column tile. Returns false (the caller takes the plain path) when the instruction
 // does not fit the spec or the launch gave too little dynamic shared memory.
-#ifndef AMK_OPS_TMA_CUH
-#define AMK_OPS_TMA_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -168,5 +167,3 @@ __device__ __forceinline__ bool amk_gemv_tma(const amk_device_program_t& prog,
          amk_gemv_tma_pair<BF16, BF16>(prog, ins, map, g, r0, rows, w, x, y, res, smem, head,
                                        stages, stage_bytes);
 }
-
-#endif  // AMK_OPS_TMA_CUH

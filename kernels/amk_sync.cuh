@@ -9,8 +9,7 @@
 // flight at a time: polls of the line being written delay the write.
 // Signal: after the op's stores and a __syncthreads, one thread per signal does a gpu-scope
 // release add (cumulative over the block's stores that the barrier ordered before it).
-#ifndef AMK_SYNC_CUH
-#define AMK_SYNC_CUH
+#pragma once
 
 #include "amk_device.cuh"
 
@@ -127,5 +126,3 @@ struct amk_step_wait {
   }
 };
 // (amk_no_wait, for ops whose waits the VM already ran, is in amk_device.cuh.)
-
-#endif  // AMK_SYNC_CUH

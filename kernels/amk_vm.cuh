@@ -23,8 +23,7 @@
 //
 // The generated source defines the kernel entry points (amk_vm, and amk_step with the step
 // kernel), which call amk_vm_main / amk_step_main with the program and the tensor-map table.
-#ifndef AMK_VM_CUH
-#define AMK_VM_CUH
+#pragma once
 
 #include "amk_device.cuh"
 #include "amk_sync.cuh"
@@ -460,5 +459,3 @@ __device__ __forceinline__ void amk_step_main(const amk_device_program_t& prog,
   amk_no_wait no_wait;  // stream order stands for the waits
   amk_dispatch(prog, ins, tma, no_wait);
 }
-
-#endif  // AMK_VM_CUH

@@ -24,12 +24,10 @@ public:
   }
   // A value decided here, overrides included.
   uint32_t fixed(std::string_view name, uint32_t value, std::string why) {
-    const auto fields = vm_fields();
-    const auto it = std::find_if(fields.begin(), fields.end(),
-                                 [&](const VmField& f) { return f.name == name; });
-    it->set(out_.config, value);
-    out_.why[static_cast<size_t>(it - fields.begin())] = std::move(why);
-    return it->get(out_.config);
+    const VmField* f = find_vm_field(name);
+    f->set(out_.config, value);
+    out_.why[static_cast<size_t>(f - vm_fields().data())] = std::move(why);
+    return f->get(out_.config);
   }
 
 private:
@@ -186,11 +184,9 @@ DeviceCaps caps_for_arch(uint32_t arch) {
 }
 
 const std::string& choice_why(const VmChoice& c, std::string_view name) {
-  const auto fields = vm_fields();
-  for (size_t i = 0; i < fields.size(); ++i)
-    if (fields[i].name == name) return c.why[i];
   static const std::string none;
-  return none;
+  const VmField* f = find_vm_field(name);
+  return f != nullptr ? c.why[static_cast<size_t>(f - vm_fields().data())] : none;
 }
 
 }  // namespace amk

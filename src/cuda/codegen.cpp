@@ -1,6 +1,7 @@
 #include "cuda/codegen.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.hpp"
 #include "ops/registry.hpp"

@@ -505,10 +505,21 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     c.arch = arch;
     return c;
   }();
-  // The device a compile without one targets: the arch's own capabilities.
+  // The device a compile without one targets: the arch's own capabilities. sm_NN with an optional
+  // a/f suffix; the VM's cache policies need sm_80 or newer.
   uint32_t number = 0;
-  for (char ch : arch)
-    if (ch >= '0' && ch <= '9') number = number * 10 + static_cast<uint32_t>(ch - '0');
+  size_t digits = 0;
+  while (3 + digits < arch.size() && arch[3 + digits] >= '0' && arch[3 + digits] <= '9' &&
+         digits < 4)
+    number = number * 10 + static_cast<uint32_t>(arch[3 + digits++] - '0');
+  const std::string_view suffix = std::string_view(arch).substr(std::min(arch.size(), 3 + digits));
+  if (arch.rfind("sm_", 0) != 0 || digits < 2 || (suffix != "" && suffix != "a" && suffix != "f"))
+    throw Error(ErrorKind::usage, "usage.arch", "--arch",
+                "expected a real architecture sm_NN[a|f] (e.g. sm_90a), got '" + arch + "'");
+  if (number < 80)
+    throw Error(ErrorKind::usage, "usage.arch", "--arch",
+                "the VM needs sm_80 or newer (its loads use L2 cache policies), got '" + arch +
+                    "'");
   ChooseOptions chosen;
   chosen.overrides = req.vm;
   const VmChoice vm = choose(program_facts(program), caps_for_arch(number), chosen);

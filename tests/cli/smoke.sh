@@ -76,6 +76,10 @@ else
   # What the chooser decided for the VM: mlp_block's gemvs wait on weights nothing writes.
   expect_rc 0 "compile reports the VM's config" -- "$amk" compile "$sample" --arch sm_90a
   expect_grep "$tmp/out" "vm: smem_buffers=true gemv_ring_stages=2 gemv_preload=1 prefetch_ahead=0" "compile names the fields off their defaults"
+  expect_rc 2 "compile --arch not an architecture refused" -- "$amk" compile "$sample" --arch banana
+  expect_grep "$tmp/err" "usage.arch\] at --arch: expected a real architecture sm_NN\[a|f\] (e.g. sm_90a), got 'banana'" "--arch names the form"
+  expect_rc 2 "compile --arch older than sm_80 refused" -- "$amk" compile "$sample" --arch sm_75
+  expect_grep "$tmp/err" "usage.arch\] at --arch: the VM needs sm_80 or newer" "--arch names the oldest it takes"
   expect_rc 0 "compile --explain" -- "$amk" compile "$sample" --arch sm_90a --explain
   expect_grep "$tmp/out" "gemv_ring_stages  *2  *gemvs wait and preload" "--explain says why"
   expect_grep "$tmp/out" "block_threads  *256  *(program) the program's launch.block" "--explain marks the program's fields"

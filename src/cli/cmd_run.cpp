@@ -1,23 +1,12 @@
-// amk run PROGRAM: load, verify, plan, execute (GPU, or the CPU reference backend), optionally
-// compare with the CPU backend (--check), and write outputs (-o DIR) and report.json.
+// amk run PROGRAM: the options of a run (session/run_session.hpp does the run) and its printing.
 #include <algorithm>
 #include <charconv>
-#include <chrono>
-#include <cmath>
-#include <filesystem>
-#include <sstream>
+#include <memory>
+#include <optional>
+#include <string>
 
-#include <spdlog/spdlog.h>
-
-#include "backend/check_inputs.hpp"
-#include "backend/cpu_backend.hpp"
 #include "cli/common.hpp"
-#include "session/gpu_session.hpp"
-#include "cli/run_support.hpp"
-#include "core/error.hpp"
-#include "core/numeric.hpp"
-#include "plan/plan.hpp"
-#include "report/outputs.hpp"
+#include "session/run_session.hpp"
 
 namespace amk::cli {
 namespace {
@@ -39,166 +28,25 @@ struct RunOptions {
 };
 
 int run_run(const GlobalOptions& g, const RunOptions& o) {
-  using clock = std::chrono::steady_clock;
-  const auto t0 = clock::now();
-  auto ms_since = [](clock::time_point t) {
-    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
-  };
-
-  RunReport report;
-  report.command = "run";
-  report.program_path = o.program.path;
-  const std::filesystem::path report_file =
-      !o.report_path.empty() ? std::filesystem::path(o.report_path)
-      : !o.out_dir.empty()   ? std::filesystem::path(o.out_dir) / "report.json"
-                             : std::filesystem::path();
-
-  GpuRequest req;
-  req.device = o.device;
-  req.iterations = o.iterations;
-  req.timeout_ms = o.timeout_ms;
-  req.use_cache = !o.no_cache;
-  if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
-  req.trust_custom_ops = o.program.trust_custom_ops;
-  req.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
-  req.line_info = o.vm.line_info;
-
-  // Every failure after this point still writes report.json (status error / timeout).
-  try {
-    auto phase = clock::now();
-    Program p = load_and_verify(o.program);
-    report.program_name = p.name;
-    report.program_fingerprint = program_fingerprint(p);
-    report.instructions = p.instructions.size();
-    report.timings_ms.emplace_back("load_verify", ms_since(phase));
-
-    // The backend (and, for the GPU, its device and target) before the host data, which for a
-    // decode step's weights takes minutes: a refusal comes at once.
-    std::string backend = o.backend;
-    if (backend == "auto") {
-      std::string why;
-      backend = gpu_present(&why) ? "cuda" : "cpu";
-      if (backend == "cpu")
-        spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
-    }
-    report.backend = backend;
-    if (backend == "cuda") req.checked_device = check_gpu(p, o.device);
-
-    phase = clock::now();
-    uint32_t reseeded = 0;
-    if (o.reseed) {
-      reseeded = reseed_random_inits(p, *o.reseed);
-      report.extra = {{"reseed", *o.reseed}, {"reseeded_buffers", reseeded}};
-    }
-    const LoadOptions load = o.program.load_options();
-    HostBuffers initial = materialize_all(p, load);
-    report.data_fingerprint = data_fingerprint(initial);
-    // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
-    // (after the fingerprint, which stays that of the program's own data).
-    std::vector<bool> poisoned;
-    if (o.check) {
-      poisoned = poisonable_outputs(p);
-      poison_buffers(p, poisoned, initial);
-    }
-    report.timings_ms.emplace_back("materialize", ms_since(phase));
-
-    HostBuffers result;
-    if (backend == "cuda") {
-      GpuOutcome out = run_on_gpu(p, initial, req);
-      report.device = out.device;
-      report.versions = out.versions;
-      report.target_fingerprint = out.target_fingerprint;
-      report.artifact_fingerprint = out.artifact_fingerprint;
-      report.grid = out.grid;
-      report.block = out.block;
-      report.diagnostics = out.diagnostics;
-      for (auto& t : out.timings_ms) report.timings_ms.push_back(t);
-      if (out.status != "ok") {
-        const ErrorKind kind = out.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch;
-        throw Error(kind, out.status == "timeout" ? "run.timeout" : "run.bad_operand", "",
-                    out.message);
-      }
-      result = std::move(out.buffers);
-    } else {
-      phase = clock::now();
-      PlanOptions popts;
-      popts.grid_hint = kDefaultGridHint;
-      Plan plan = make_plan(p, popts);
-      report.grid = plan.grid;
-      report.block = plan.block;
-      report.timings_ms.emplace_back("plan", ms_since(phase));
-      // The CPU backend runs in place: on a copy only when the initial contents are still
-      // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
-      result = o.check || o.save_inputs ? copy_host_buffers(initial) : std::move(initial);
-      CpuRunOptions copts;
-      copts.iterations = o.iterations;
-      CpuRunStats stats = run_cpu(p, plan, result, copts);
-      report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
-    }
-
-    if (o.check) {
-      phase = clock::now();
-      // (--save-inputs writes the initial contents below; otherwise the check may consume them.)
-      ordered_json check =
-          check_against_cpu(p, o.save_inputs ? copy_host_buffers(initial) : std::move(initial),
-                            result, o.iterations, poisoned);
-      report.timings_ms.emplace_back("check", ms_since(phase));
-      report.check = check;
-      if (!check["passed"].get<bool>()) {
-        report.status = "mismatch";
-        throw Error(ErrorKind::mismatch, "check.mismatch", check["worst"].get<std::string>(),
-                    check["summary"].get<std::string>());
-      }
-      // Where neither run wrote, the outputs hold what a run from zeros leaves there.
-      (void)clear_poison(p, poisoned, result);
-    }
-
-    if (!o.out_dir.empty()) {
-      phase = clock::now();
-      report.outputs = write_outputs(o.out_dir, p, result, o.save_inputs, &initial);
-      report.timings_ms.emplace_back("write_outputs", ms_since(phase));
-    }
-    report.timings_ms.emplace_back("total", ms_since(t0));
-    report.status = "ok";
-    const ordered_json rep = make_report(report);
-    if (!report_file.empty()) write_report(report_file, report);
-
-    std::ostringstream text;
-    text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
-         << format_ms(report.timings_ms) << ")\n";
-    text << describe_outputs(p, result);
-    if (reseeded != 0)
-      text << "inputs: " << reseeded << " random init(s) reseeded from " << *o.reseed << "\n";
-    if (o.check) {
-      text << "check: " << report.check["summary"].get<std::string>() << "\n";
-      const std::string names = buffer_names(p, poisoned);
-      if (!names.empty())
-        text << "check: poisoned before the run, every element the reference writes written: "
-             << names << "\n";
-    }
-    if (!o.out_dir.empty()) text << "outputs written to " << o.out_dir << "\n";
-    emit(g, rep, text.str());
-    return 0;
-  } catch (const Error& e) {
-    if (report.status == "ok") {
-      report.status = e.kind() == ErrorKind::timeout   ? "timeout"
-                      : e.kind() == ErrorKind::program ? "rejected"
-                      : e.kind() == ErrorKind::device  ? "rejected"
-                                                       : "error";
-    }
-    report.error = error_to_json(e);
-    if (!report_file.empty()) {
-      try {
-        std::filesystem::create_directories(report_file.parent_path().empty()
-                                                ? std::filesystem::path(".")
-                                                : report_file.parent_path());
-        write_report(report_file, report);
-      } catch (const std::exception& w) {
-        spdlog::error("could not write {}: {}", report_file.string(), w.what());
-      }
-    }
-    throw;
-  }
+  RunRequest req;
+  req.program_path = o.program.path;
+  req.load = o.program.load_options();
+  req.backend = o.backend;
+  req.out_dir = o.out_dir;
+  req.report_path = o.report_path;
+  req.check = o.check;
+  req.save_inputs = o.save_inputs;
+  req.reseed = o.reseed;
+  req.gpu.device = o.device;
+  req.gpu.iterations = o.iterations;
+  req.gpu.timeout_ms = o.timeout_ms;
+  req.gpu.use_cache = !o.no_cache;
+  if (!o.cache_dir.empty()) req.gpu.cache_dir = o.cache_dir;
+  req.gpu.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
+  req.gpu.line_info = o.vm.line_info;
+  const RunResult run = run_program(req);
+  emit(g, run.report, run.text);
+  return 0;
 }
 
 }  // namespace

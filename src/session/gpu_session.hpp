@@ -1,7 +1,7 @@
 // The GPU session the CLI calls: one function per GPU command, each taking a loaded, verified
 // program through device check, config, compile, plan, upload, launch and its JSON result
-// (src/cuda does the work). Built without the CUDA toolkit, every call refuses with a device
-// error (gpu_session_none.cpp).
+// (src/cuda does the work; `amk run`, on either backend, is run_session.hpp). Built without the
+// CUDA toolkit, every call refuses with a device error (gpu_session_none.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,19 +1,19 @@
-#include "cli/run_support.hpp"
+#include "session/check.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
-#include <sstream>
+#include <string>
 
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "backend/tolerance.hpp"
-#include "session/gpu_session.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
+#include "session/gpu_session.hpp"
 
-namespace amk::cli {
+namespace amk {
 
 double normalized_error(DType t, const std::vector<std::byte>& a, const std::vector<std::byte>& b,
                         uint64_t elements) {
@@ -121,43 +121,4 @@ ordered_json check_against_cpu(const Program& program, HostBuffers ref, const Ho
                       {"outputs", outs}};
 }
 
-std::string describe_outputs(const Program& program, const HostBuffers& buffers) {
-  std::ostringstream t;
-  for (size_t i = 0; i < program.buffers.size(); ++i) {
-    const Buffer& b = program.buffers[i];
-    if (!b.output) continue;
-    const uint64_t n = b.elements();
-    double mn = std::numeric_limits<double>::infinity(), mx = -mn, sum = 0.0;
-    for (uint64_t k = 0; k < n; ++k) {
-      const double v = load_element(buffers.data[i].data(), b.dtype, k);
-      mn = std::min(mn, v);
-      mx = std::max(mx, v);
-      sum += v;
-    }
-    t << "  " << b.name << " " << dtype_name(b.dtype) << "[";
-    for (size_t d = 0; d < b.shape.size(); ++d) t << (d ? "," : "") << b.shape[d];
-    t << "] = [";
-    const uint64_t show = std::min<uint64_t>(n, 6);
-    char num[32];
-    for (uint64_t k = 0; k < show; ++k) {
-      std::snprintf(num, sizeof num, "%.6g", load_element(buffers.data[i].data(), b.dtype, k));
-      t << (k ? ", " : "") << num;
-    }
-    if (n > show) t << ", ...";
-    std::snprintf(num, sizeof num, "%.6g", n ? sum / static_cast<double>(n) : 0.0);
-    t << "]  min " << mn << " max " << mx << " mean " << num << "\n";
-  }
-  return t.str();
-}
-
-std::string format_ms(const std::vector<std::pair<std::string, double>>& timings) {
-  std::ostringstream t;
-  char num[32];
-  for (size_t i = 0; i < timings.size(); ++i) {
-    std::snprintf(num, sizeof num, "%.2f", timings[i].second);
-    t << (i ? ", " : "") << timings[i].first << " " << num << " ms";
-  }
-  return t.str();
-}
-
-}  // namespace amk::cli
+}  // namespace amk

@@ -1,16 +1,17 @@
-// Helpers shared by run / profile: --check against the CPU backend, output summaries.
+// `amk run --check`: every output of a run compared with the CPU reference backend's, by
+// normalized error at the output's tolerance (backend/tolerance.hpp).
 #pragma once
 
-#include <string>
-#include <utility>
+#include <cstddef>
+#include <cstdint>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/host_data.hpp"
-#include "backend/tolerance.hpp"
-#include "cli/common.hpp"
 #include "program/program.hpp"
 
-namespace amk::cli {
+namespace amk {
 
 // ||a - b|| / ||b|| over every element (b: the reference); NaN anywhere in a that is not NaN in
 // b gives +inf.
@@ -23,14 +24,9 @@ namespace amk::cli {
 // that still holds the poison in `result` fails the check whatever its value.
 // Returns {passed, summary, worst, poisoned, outputs: [{name, dtype, error, tolerance, poisoned,
 // unwritten, passed}]}.
-[[nodiscard]] ordered_json check_against_cpu(const Program& program, HostBuffers initial,
-                                             const HostBuffers& result, uint32_t iterations,
-                                             const std::vector<bool>& poisoned);
+[[nodiscard]] nlohmann::ordered_json check_against_cpu(const Program& program, HostBuffers initial,
+                                                       const HostBuffers& result,
+                                                       uint32_t iterations,
+                                                       const std::vector<bool>& poisoned);
 
-// "name f32[4] = [0.1, 0.2, ...]  (min, max, mean)" per output buffer.
-[[nodiscard]] std::string describe_outputs(const Program& program, const HostBuffers& buffers);
-
-// "load_verify 1.2 ms, plan 0.3 ms, ..."
-[[nodiscard]] std::string format_ms(const std::vector<std::pair<std::string, double>>& timings);
-
-}  // namespace amk::cli
+}  // namespace amk

@@ -1,0 +1,237 @@
+#include "session/run_session.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "backend/check_inputs.hpp"
+#include "backend/cpu_backend.hpp"
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+#include "plan/plan.hpp"
+#include "report/outputs.hpp"
+#include "session/check.hpp"
+#include "verify/verify.hpp"
+
+namespace amk {
+namespace {
+
+// "name f32[4] = [0.1, 0.2, ...]  (min, max, mean)" per output buffer.
+std::string describe_outputs(const Program& program, const HostBuffers& buffers) {
+  std::ostringstream t;
+  for (size_t i = 0; i < program.buffers.size(); ++i) {
+    const Buffer& b = program.buffers[i];
+    if (!b.output) continue;
+    const uint64_t n = b.elements();
+    double mn = std::numeric_limits<double>::infinity(), mx = -mn, sum = 0.0;
+    for (uint64_t k = 0; k < n; ++k) {
+      const double v = load_element(buffers.data[i].data(), b.dtype, k);
+      mn = std::min(mn, v);
+      mx = std::max(mx, v);
+      sum += v;
+    }
+    t << "  " << b.name << " " << dtype_name(b.dtype) << "[";
+    for (size_t d = 0; d < b.shape.size(); ++d) t << (d ? "," : "") << b.shape[d];
+    t << "] = [";
+    const uint64_t show = std::min<uint64_t>(n, 6);
+    char num[32];
+    for (uint64_t k = 0; k < show; ++k) {
+      std::snprintf(num, sizeof num, "%.6g", load_element(buffers.data[i].data(), b.dtype, k));
+      t << (k ? ", " : "") << num;
+    }
+    if (n > show) t << ", ...";
+    std::snprintf(num, sizeof num, "%.6g", n ? sum / static_cast<double>(n) : 0.0);
+    t << "]  min " << mn << " max " << mx << " mean " << num << "\n";
+  }
+  return t.str();
+}
+
+// "load_verify 1.2 ms, plan 0.3 ms, ..."
+std::string format_ms(const std::vector<std::pair<std::string, double>>& timings) {
+  std::ostringstream t;
+  char num[32];
+  for (size_t i = 0; i < timings.size(); ++i) {
+    std::snprintf(num, sizeof num, "%.2f", timings[i].second);
+    t << (i ? ", " : "") << timings[i].first << " " << num << " ms";
+  }
+  return t.str();
+}
+
+// The report's status for a failure that set none of its own (mismatch does).
+std::string failure_status(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::timeout: return "timeout";
+    case ErrorKind::program:
+    case ErrorKind::device: return "rejected";
+    default: return "error";
+  }
+}
+
+}  // namespace
+
+RunResult run_program(const RunRequest& request) {
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
+  auto ms_since = [](clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(clock::now() - t).count();
+  };
+  if (request.backend != "auto" && request.backend != "cuda" && request.backend != "cpu")
+    throw Error(ErrorKind::usage, "usage.backend", "backend",
+                "expected auto, cuda or cpu, got '" + request.backend + "'");
+
+  RunReport report;
+  report.command = "run";
+  report.program_path = request.program_path;
+  const std::filesystem::path report_file =
+      !request.report_path.empty() ? std::filesystem::path(request.report_path)
+      : !request.out_dir.empty()   ? std::filesystem::path(request.out_dir) / "report.json"
+                                   : std::filesystem::path();
+  GpuRequest gpu = request.gpu;
+  gpu.trust_custom_ops = request.load.trust_custom_ops;
+  const uint32_t iterations = gpu.iterations;
+
+  // Every failure after this point still writes report.json (status error / timeout).
+  try {
+    auto phase = clock::now();
+    Program p = load_program_file(request.program_path, request.load);
+    spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
+                  p.buffers.size(), p.counters.size(), p.instructions.size());
+    (void)verify(p);
+    report.program_name = p.name;
+    report.program_fingerprint = program_fingerprint(p);
+    report.instructions = p.instructions.size();
+    report.timings_ms.emplace_back("load_verify", ms_since(phase));
+
+    // The backend (and, for the GPU, its device and target) before the host data, which for a
+    // decode step's weights takes minutes: a refusal comes at once.
+    std::string backend = request.backend;
+    if (backend == "auto") {
+      std::string why;
+      backend = gpu_present(&why) ? "cuda" : "cpu";
+      if (backend == "cpu")
+        spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
+    }
+    report.backend = backend;
+    if (backend == "cuda") gpu.checked_device = check_gpu(p, gpu.device);
+
+    phase = clock::now();
+    uint32_t reseeded = 0;
+    if (request.reseed) {
+      reseeded = reseed_random_inits(p, *request.reseed);
+      report.extra = {{"reseed", *request.reseed}, {"reseeded_buffers", reseeded}};
+    }
+    HostBuffers initial = materialize_all(p, request.load);
+    report.data_fingerprint = data_fingerprint(initial);
+    // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
+    // (after the fingerprint, which stays that of the program's own data).
+    std::vector<bool> poisoned;
+    if (request.check) {
+      poisoned = poisonable_outputs(p);
+      poison_buffers(p, poisoned, initial);
+    }
+    report.timings_ms.emplace_back("materialize", ms_since(phase));
+
+    HostBuffers result;
+    if (backend == "cuda") {
+      GpuOutcome out = run_on_gpu(p, initial, gpu);
+      report.device = out.device;
+      report.versions = out.versions;
+      report.target_fingerprint = out.target_fingerprint;
+      report.artifact_fingerprint = out.artifact_fingerprint;
+      report.grid = out.grid;
+      report.block = out.block;
+      report.diagnostics = out.diagnostics;
+      for (auto& t : out.timings_ms) report.timings_ms.push_back(t);
+      if (out.status != "ok") {
+        const ErrorKind kind = out.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch;
+        throw Error(kind, out.status == "timeout" ? "run.timeout" : "run.bad_operand", "",
+                    out.message);
+      }
+      result = std::move(out.buffers);
+    } else {
+      phase = clock::now();
+      PlanOptions popts;
+      popts.grid_hint = kDefaultGridHint;
+      Plan plan = make_plan(p, popts);
+      report.grid = plan.grid;
+      report.block = plan.block;
+      report.timings_ms.emplace_back("plan", ms_since(phase));
+      // The CPU backend runs in place: on a copy only when the initial contents are still
+      // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
+      result =
+          request.check || request.save_inputs ? copy_host_buffers(initial) : std::move(initial);
+      CpuRunOptions copts;
+      copts.iterations = iterations;
+      CpuRunStats stats = run_cpu(p, plan, result, copts);
+      report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
+    }
+
+    if (request.check) {
+      phase = clock::now();
+      // (--save-inputs writes the initial contents below; otherwise the check may consume them.)
+      ordered_json check = check_against_cpu(
+          p, request.save_inputs ? copy_host_buffers(initial) : std::move(initial), result,
+          iterations, poisoned);
+      report.timings_ms.emplace_back("check", ms_since(phase));
+      report.check = check;
+      if (!check["passed"].get<bool>()) {
+        report.status = "mismatch";
+        throw Error(ErrorKind::mismatch, "check.mismatch", check["worst"].get<std::string>(),
+                    check["summary"].get<std::string>());
+      }
+      // Where neither run wrote, the outputs hold what a run from zeros leaves there.
+      (void)clear_poison(p, poisoned, result);
+    }
+
+    if (!request.out_dir.empty()) {
+      phase = clock::now();
+      report.outputs = write_outputs(request.out_dir, p, result, request.save_inputs, &initial);
+      report.timings_ms.emplace_back("write_outputs", ms_since(phase));
+    }
+    report.timings_ms.emplace_back("total", ms_since(t0));
+    report.status = "ok";
+    RunResult run;
+    run.report = make_report(report);
+    if (!report_file.empty()) write_report(report_file, report);
+
+    std::ostringstream text;
+    text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
+         << format_ms(report.timings_ms) << ")\n";
+    text << describe_outputs(p, result);
+    if (reseeded != 0)
+      text << "inputs: " << reseeded << " random init(s) reseeded from " << *request.reseed << "\n";
+    if (request.check) {
+      text << "check: " << report.check["summary"].get<std::string>() << "\n";
+      const std::string names = buffer_names(p, poisoned);
+      if (!names.empty())
+        text << "check: poisoned before the run, every element the reference writes written: "
+             << names << "\n";
+    }
+    if (!request.out_dir.empty()) text << "outputs written to " << request.out_dir << "\n";
+    run.text = text.str();
+    return run;
+  } catch (const Error& e) {
+    if (report.status == "ok") report.status = failure_status(e);
+    report.error = error_to_json(e);
+    if (!report_file.empty()) {
+      try {
+        std::filesystem::create_directories(report_file.parent_path().empty()
+                                                ? std::filesystem::path(".")
+                                                : report_file.parent_path());
+        write_report(report_file, report);
+      } catch (const std::exception& w) {
+        spdlog::error("could not write {}: {}", report_file.string(), w.what());
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace amk

@@ -1,0 +1,39 @@
+// `amk run` as a library call: load, verify, choose the backend, materialize the host data, run
+// (GPU, or the CPU reference backend), optionally compare with the CPU backend (--check), and
+// write the outputs and report.json.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "io/load.hpp"
+#include "session/gpu_session.hpp"
+
+namespace amk {
+
+struct RunRequest {
+  std::string program_path;
+  LoadOptions load;
+  std::string backend = "auto";    // auto (cuda when a GPU is usable, else cpu) | cuda | cpu
+  std::string out_dir;             // outputs (.npy + manifest.json) and report.json; empty: none
+  std::string report_path;         // report.json; empty: OUT/report.json, or none without OUT
+  bool check = false;              // compare every output with the CPU backend
+  bool save_inputs = false;        // also write every input buffer under OUT/inputs
+  std::optional<uint64_t> reseed;  // draw every random init from this seed
+  // Device, cache, VM overrides; its iterations count on either backend, and trust_custom_ops
+  // comes from `load`.
+  GpuRequest gpu;
+};
+
+struct RunResult {
+  ordered_json report;  // report.json's contents
+  std::string text;     // the summary `amk run` prints
+};
+
+// Runs the program as `amk run` does. Throws amk::Error (usage.backend for a backend other
+// than auto, cuda or cpu, before anything runs); every later failure is first written to
+// report.json with status error, timeout, rejected or mismatch when a report is asked for.
+[[nodiscard]] RunResult run_program(const RunRequest& request);
+
+}  // namespace amk

@@ -1,10 +1,14 @@
 // Atomic file replacement: a reader sees either the old file or the complete new one, never a
 // partial write. Temp file in the target's folder (rename is atomic only within a filesystem),
 // fsync before rename (so the rename cannot land before the data), fsync the folder after (so
-// the rename itself survives a crash).
+// the rename itself survives a crash). Also the primitives of the output folder's swap
+// (outputs.cpp): files written once into a private folder, folder fsync, renameat2.
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
+
+#include <cstdio>
 
 #include <atomic>
 #include <cerrno>
@@ -125,5 +129,44 @@ void write_file_atomic(const std::filesystem::path& path, std::span<const std::b
 void write_text_atomic(const std::filesystem::path& path, const std::string& text) {
   write_file_atomic(path, std::as_bytes(std::span<const char>(text.data(), text.size())));
 }
+
+namespace detail {
+
+void write_file_new(const std::filesystem::path& path, std::span<const std::byte> bytes) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+  if (fd < 0) {
+    const int err = errno;
+    throw_write_error(path, "cannot create the file", err);
+  }
+  TempFile file(fd, path);  // removed again on any failure below
+  write_all(file, path, bytes);
+  if (::fsync(file.fd()) != 0) {
+    const int err = errno;
+    throw_write_error(path, "fsync failed", err);
+  }
+  if (file.close() != 0) {
+    const int err = errno;
+    throw_write_error(path, "close failed", err);
+  }
+  file.release();
+}
+
+void sync_folder(const std::filesystem::path& dir) { sync_directory(dir, dir); }
+
+int rename_paths(const std::filesystem::path& from, const std::filesystem::path& to,
+                 RenameMode mode) noexcept {
+  if (mode == RenameMode::replace) return ::rename(from.c_str(), to.c_str()) == 0 ? 0 : errno;
+#ifdef SYS_renameat2
+  // The kernel's flags (linux/fs.h); glibc before 2.28 has no wrapper, so the raw syscall.
+  constexpr unsigned kNoReplace = 1, kExchange = 2;
+  const unsigned flags = mode == RenameMode::exchange ? kExchange : kNoReplace;
+  return ::syscall(SYS_renameat2, AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), flags) == 0 ? 0
+                                                                                            : errno;
+#else
+  return ENOSYS;
+#endif
+}
+
+}  // namespace detail
 
 }  // namespace amk

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -74,6 +75,22 @@ std::string failure_status(const Error& e) {
   }
 }
 
+// --report PATH beside an output folder DIR: DIR/report.json is the default (part of the
+// folder); any other path inside DIR is refused, since the folder is replaced as a whole.
+std::filesystem::path explicit_report(const std::filesystem::path& path,
+                                      const std::filesystem::path& dir) {
+  std::error_code ec;
+  const std::filesystem::path abs =
+      std::filesystem::weakly_canonical(std::filesystem::absolute(path, ec).lexically_normal(), ec);
+  if (ec) return path;
+  if (abs == dir / "report.json") return {};
+  if (std::mismatch(dir.begin(), dir.end(), abs.begin(), abs.end()).first == dir.end())
+    throw Error(ErrorKind::usage, "usage.report", path.string(),
+                "a report inside the output folder " + dir.string() +
+                    " can only be report.json (the default); name a path outside it");
+  return path;
+}
+
 }  // namespace
 
 RunResult run_program(const RunRequest& request) {
@@ -89,10 +106,13 @@ RunResult run_program(const RunRequest& request) {
   RunReport report;
   report.command = "run";
   report.program_path = request.program_path;
-  const std::filesystem::path report_file =
-      !request.report_path.empty() ? std::filesystem::path(request.report_path)
-      : !request.out_dir.empty()   ? std::filesystem::path(request.out_dir) / "report.json"
-                                   : std::filesystem::path();
+  // The output folder is checked, and its staging folder made, before anything runs.
+  std::optional<OutputFolder> folder;
+  if (!request.out_dir.empty()) folder.emplace(request.out_dir);
+  // --report PATH: the report goes there only. Without it, report.json is part of the output
+  // folder, and a failed run's goes beside the folder (DIR.failed-report.json).
+  std::filesystem::path report_file = request.report_path;
+  if (folder && !report_file.empty()) report_file = explicit_report(report_file, folder->dir());
   GpuRequest gpu = request.gpu;
   gpu.trust_custom_ops = request.load.trust_custom_ops;
   const uint32_t iterations = gpu.iterations;
@@ -190,16 +210,25 @@ RunResult run_program(const RunRequest& request) {
       (void)clear_poison(p, poisoned, result);
     }
 
-    if (!request.out_dir.empty()) {
+    if (folder) {
       phase = clock::now();
-      report.outputs = write_outputs(request.out_dir, p, result, request.save_inputs, &initial);
+      report.outputs =
+          write_output_files(folder->staging(), p, result, request.save_inputs, &initial);
       report.timings_ms.emplace_back("write_outputs", ms_since(phase));
     }
     report.timings_ms.emplace_back("total", ms_since(t0));
     report.status = "ok";
     RunResult run;
     run.report = make_report(report);
+    // The report inside the folder is swapped in with the outputs it describes.
+    if (folder && report_file.empty()) write_report(folder->staging() / "report.json", report);
+    if (folder) folder->commit();
     if (!report_file.empty()) write_report(report_file, report);
+    if (folder) {
+      // A failed report of an earlier run describes outputs that are gone now.
+      std::error_code ec;
+      std::filesystem::remove(folder->failed_report_path(), ec);
+    }
 
     std::ostringstream text;
     text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
@@ -220,14 +249,21 @@ RunResult run_program(const RunRequest& request) {
   } catch (const Error& e) {
     if (report.status == "ok") report.status = failure_status(e);
     report.error = error_to_json(e);
-    if (!report_file.empty()) {
+    // The folder keeps the previous outputs and their report.
+    std::filesystem::path failed = report_file;
+    if (folder) {
+      if (!folder->committed()) report.outputs = nullptr;
+      if (failed.empty()) failed = folder->failed_report_path();
+      folder.reset();  // removes the staging folder
+    }
+    if (!failed.empty()) {
       try {
-        std::filesystem::create_directories(report_file.parent_path().empty()
-                                                ? std::filesystem::path(".")
-                                                : report_file.parent_path());
-        write_report(report_file, report);
+        std::filesystem::create_directories(
+            failed.parent_path().empty() ? std::filesystem::path(".") : failed.parent_path());
+        write_report(failed, report);
+        spdlog::info("the failed run's report: {}", failed.string());
       } catch (const std::exception& w) {
-        spdlog::error("could not write {}: {}", report_file.string(), w.what());
+        spdlog::error("could not write {}: {}", failed.string(), w.what());
       }
     }
     throw;

@@ -31,9 +31,14 @@ struct RunResult {
   std::string text;     // the summary `amk run` prints
 };
 
-// Runs the program as `amk run` does. Throws amk::Error (usage.backend for a backend other
-// than auto, cuda or cpu, before anything runs); every later failure is first written to
-// report.json with status error, timeout, rejected or mismatch when a report is asked for.
+// Runs the program as `amk run` does. OUT is replaced as a whole (OutputFolder): the outputs,
+// manifest.json and, without report_path, report.json are written to a staging folder swapped
+// in once they are complete. Throws amk::Error; before anything runs for a backend other than
+// auto, cuda or cpu (usage.backend), an OUT amk may not replace (usage.out_dir) or a
+// report_path inside OUT other than OUT/report.json (usage.report). Every later failure is
+// first written to a report with status error, timeout, rejected or mismatch: to report_path,
+// else beside OUT as OUT.failed-report.json (OUT keeps the previous run's report); a successful
+// run removes that file.
 [[nodiscard]] RunResult run_program(const RunRequest& request);
 
 }  // namespace amk

@@ -134,7 +134,9 @@ json.dump(p, open(sys.argv[2], "w"))
 PY
 expect_rc 4 "run with a missing data file" -- "$amk" run "$tmp/broken.json" --backend cpu -o "$tmp/run1"
 cmp -s "$tmp/run1/out.npy" "$tmp/before.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL outputs changed by a failed run"; }
-[ "$(json_field "$tmp/run1/report.json" "j['status']")" = error ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failed run's report status"; }
+# Its report goes beside the folder, which keeps the previous run's (schemas/outputs.md).
+[ "$(json_field "$tmp/run1.failed-report.json" "j['status']")" = error ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failed run's report status"; }
+[ "$(json_field "$tmp/run1/report.json" "j['status']")" = ok ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL failed run replaced the folder's report"; }
 
 # amk compile needs NVRTC but no GPU: a cubin for sm_90a (an ELF file), or exit 5 when this amk
 # was built without the CUDA toolkit.
@@ -277,7 +279,7 @@ if ! "$amk" devices >/dev/null 2>&1; then
   expect_grep "$tmp/err" "\[device\." "profile's refusal is a device error"
   expect_rc 5 "bench refuses before the data" -- "$amk" bench "$tmp/broken.json"
   expect_rc 5 "run --backend cuda refuses before the data" -- "$amk" run "$tmp/broken.json" --backend cuda -o "$tmp/run_nodev"
-  [ "$(json_field "$tmp/run_nodev/report.json" "j['status'] + ' ' + j['backend'] + ' ' + str(j['program']['data_fingerprint'])")" = "rejected cuda None" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --backend cuda refusal's report"; }
+  [ "$(json_field "$tmp/run_nodev.failed-report.json" "j['status'] + ' ' + j['backend'] + ' ' + str(j['program']['data_fingerprint'])")" = "rejected cuda None" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --backend cuda refusal's report"; }
   expect_rc 5 "inspect --attributes refuses before the data" -- "$amk" inspect --attributes "$tmp/broken.json"
 else
   # On a GPU: two arms, three rounds; each arm reports its rounds, the first arm is the unit.

@@ -1,11 +1,13 @@
-// Helpers shared by the report tests: a scratch folder, file reading, and running the system
-// Python (numpy / jsonschema checks are skipped when it or the module is missing).
+// Helpers shared by the report tests: a scratch folder, file reading, a file size limit (a full
+// disk), and running the system Python (numpy / jsonschema checks are skipped when it or the module is missing).
 #pragma once
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -84,6 +86,29 @@ inline std::pair<int, std::string> run_python(const fs::path& script,
 }
 
 inline bool is_root() { return ::geteuid() == 0; }
+
+// Lowers the file size limit so that writes past `bytes` fail with EFBIG (a stand-in for a full
+// disk that works as root too), and restores it.
+class FileSizeLimit {
+public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
+    rlimit lim = old_;
+    lim.rlim_cur = bytes;
+    ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  [[nodiscard]] bool ok() const { return ok_; }
+
+private:
+  rlimit old_{};
+  void (*old_handler_)(int) = nullptr;
+  bool ok_ = false;
+};
 
 // Validates a JSON file against schemas/<name>.schema.json (the report schema refers to the
 // manifest schema by $id, so both are registered). Prints "valid" or the errors and "invalid".

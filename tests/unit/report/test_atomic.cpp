@@ -2,9 +2,6 @@
 // survives a failure.
 #include <doctest/doctest.h>
 
-#include <sys/resource.h>
-
-#include <csignal>
 #include <string>
 #include <vector>
 
@@ -13,6 +10,7 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using amk_test::FileSizeLimit;
 using amk_test::read_text;
 using amk_test::ScratchDir;
 
@@ -39,29 +37,6 @@ std::string expect_write_error(const fs::path& path, F&& f) {
   FAIL("expected an io.write error");
   return {};
 }
-
-// Lowers the file size limit so that writes past `bytes` fail with EFBIG (a stand-in for a full
-// disk that works as root too), and restores it.
-class FileSizeLimit {
-public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &old_);
-    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
-    rlimit lim = old_;
-    lim.rlim_cur = bytes;
-    ok_ = ::setrlimit(RLIMIT_FSIZE, &lim) == 0;
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &old_);
-    std::signal(SIGXFSZ, old_handler_);
-  }
-  [[nodiscard]] bool ok() const { return ok_; }
-
-private:
-  rlimit old_{};
-  void (*old_handler_)(int) = nullptr;
-  bool ok_ = false;
-};
 
 }  // namespace
 

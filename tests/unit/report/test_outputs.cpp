@@ -1,9 +1,11 @@
-// The output folder: sanitized and disambiguated file names, manifest contents, manifest written
-// last, fingerprints.
+// The output folder's contents: sanitized and disambiguated file names, manifest contents,
+// manifest written last, fingerprints. (How the folder is replaced: test_output_folder.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -78,6 +80,22 @@ std::set<std::string> files_under(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) out.insert(fs::relative(e.path(), dir).generic_string());
   return out;
+}
+
+// Every file under `dir` (relative path -> contents): a folder's state, byte for byte.
+std::map<std::string, std::string> file_contents(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    out[fs::relative(e.path(), dir).generic_string()] =
+        e.is_regular_file() ? amk_test::read_text(e.path()) : "<folder>";
+  return out;
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 std::vector<std::string> manifest_files(const nlohmann::json& m, const char* section) {
@@ -171,36 +189,37 @@ TEST_CASE("write_outputs without inputs writes only outputs") {
   CHECK(files_under(scratch.path()).size() == 6);
 }
 
-TEST_CASE("write_outputs stops before the manifest when a file cannot be written") {
+TEST_CASE("write_outputs that fails part-way leaves the previous folder as it was") {
   ScratchDir scratch("outputs_fail");
+  const fs::path dir = scratch.path() / "out";
   const Program p = sample_program();
   const HostBuffers initial = sample_data(0);
-  // A previous successful run.
-  amk::write_outputs(scratch.path(), p, initial);
-  const std::string old_manifest = amk_test::read_text(scratch.path() / "manifest.json");
+  amk::write_outputs(dir, p, initial);  // a previous successful run
+  const std::map<std::string, std::string> before = file_contents(dir);
 
-  // Block the last input file with a folder: every output is written, then the inputs fail.
-  fs::create_directories(scratch.path() / "inputs" / "w.npy");
-  try {
-    amk::write_outputs(scratch.path(), p, sample_data(1), true, &initial);
-    FAIL("expected an error");
-  } catch (const amk::Error& e) {
-    CHECK(e.code() == "io.write");
-    CHECK(e.where() == (scratch.path() / "inputs/w.npy").string());
+  // Every file is 128 + a few bytes; with the limit the first one already fails, and so would
+  // a disk that is full.
+  {
+    amk_test::FileSizeLimit limit(129);
+    REQUIRE(limit.ok());
+    try {
+      amk::write_outputs(dir, p, sample_data(1), true, &initial);
+      FAIL("expected an error");
+    } catch (const amk::Error& e) {
+      CHECK(e.code() == "io.write");
+      CHECK_MESSAGE(e.message().find("File too large") != std::string::npos, e.message());
+    }
   }
-  // The old manifest is untouched, so it still describes a consistent set of files... except
-  // those the failed run replaced, which its sha256 entries reveal.
-  CHECK(amk_test::read_text(scratch.path() / "manifest.json") == old_manifest);
-  const auto old = nlohmann::json::parse(old_manifest);
-  CHECK(old["outputs"][0]["sha256"] !=
-        amk::sha256_hex(read_bytes(scratch.path() / "y_out_0_2.npy")));
-  CHECK(fs::exists(scratch.path() / "inputs" / "x.npy"));
+  CHECK(file_contents(dir) == before);
+  // Nothing beside the folder either: the staging folder is gone.
+  CHECK(entries(scratch.path()) == std::vector<std::string>{"out"});
 
-  // A fresh folder with the same obstacle gets no manifest at all.
-  ScratchDir fresh("outputs_fail_fresh");
-  fs::create_directories(fresh.path() / "inputs" / "w.npy");
-  CHECK_THROWS_AS(amk::write_outputs(fresh.path(), p, initial, true, &initial), amk::Error);
-  CHECK(!fs::exists(fresh.path() / "manifest.json"));
+  // A fresh folder with the same failure is not created at all.
+  {
+    amk_test::FileSizeLimit limit(129);
+    CHECK_THROWS_AS(amk::write_outputs(scratch.path() / "fresh", p, initial), amk::Error);
+  }
+  CHECK(entries(scratch.path()) == std::vector<std::string>{"out"});
 }
 
 TEST_CASE("write_outputs refuses inconsistent arguments") {
@@ -231,9 +250,11 @@ TEST_CASE("write_outputs refuses inconsistent arguments") {
     amk::write_outputs(scratch.path() / "file", p, sample_data(0));
     FAIL("expected an error");
   } catch (const amk::Error& e) {
-    CHECK(e.kind() == amk::ErrorKind::io);
-    CHECK(e.code() == "io.mkdir");
+    CHECK(e.kind() == amk::ErrorKind::usage);
+    CHECK(e.code() == "usage.out_dir");
+    CHECK(e.message().find("it is not a folder") != std::string::npos);
   }
+  CHECK(amk_test::read_text(scratch.path() / "file") == "not a folder");
 }
 
 TEST_CASE("data_fingerprint hashes sizes and bytes") {

@@ -1,11 +1,13 @@
 // run_program on the CPU backend: the outputs, inputs and report.json it writes, --check and
-// --reseed, and the report a failed run leaves (without outputs).
+// --reseed, the report a failed run leaves beside the folder (without outputs), and the folder
+// replaced as a whole.
 #include <doctest/doctest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,6 +66,15 @@ std::vector<float> read_npy_f32(const fs::path& p) {
 }
 
 nlohmann::json read_json(const fs::path& p) { return nlohmann::json::parse(read_text(p)); }
+
+// Every file under `dir` and its contents.
+std::map<std::string, std::string> contents_under(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file())
+      out[fs::relative(e.path(), dir).generic_string()] = read_text(e.path());
+  return out;
+}
 
 std::set<std::string> files_under(const fs::path& dir) {
   std::set<std::string> out;
@@ -190,8 +201,9 @@ TEST_CASE("run_program writes --report alone without an output folder") {
   CHECK(run.text.find("outputs written") == std::string::npos);
 }
 
-TEST_CASE("a failed run writes report.json with the error, and no outputs") {
+TEST_CASE("a failed run writes its report beside the folder, and no outputs") {
   const Fixture f;
+  const fs::path failed = f.dir / "out.failed-report.json";
 
   SUBCASE("no such program") {
     RunRequest req = f.request("out");
@@ -199,17 +211,20 @@ TEST_CASE("a failed run writes report.json with the error, and no outputs") {
     const auto e = caught([&] { (void)run_program(req); });
     REQUIRE(e);
     CHECK(e->kind() == ErrorKind::io);
-    CHECK(files_under(f.dir / "out") == std::set<std::string>{"report.json"});
-    const nlohmann::json rep = read_json(f.dir / "out/report.json");
+    CHECK_FALSE(fs::exists(f.dir / "out"));
+    CHECK(files_under(f.dir.path()) ==
+          std::set<std::string>{"out.failed-report.json", "p.json", "x.npy"});
+    const nlohmann::json rep = read_json(failed);
     CHECK(rep["status"] == "error");
     CHECK(rep["error"]["code"] == e->code());
     CHECK(rep["error"]["kind"] == "io");
     CHECK(rep["program"]["path"] == req.program_path);
     CHECK(rep["program"]["name"].is_null());
+    CHECK(rep["outputs"].is_null());
   }
-  SUBCASE("a missing data file: the previous outputs stay") {
+  SUBCASE("a missing data file: the previous outputs and their report stay, byte for byte") {
     (void)run_program(f.request("out"));
-    const std::string y_before = read_text(f.dir / "out/y.npy");
+    const std::map<std::string, std::string> before = contents_under(f.dir / "out");
     std::ofstream(f.dir / "broken.json") << program_text("missing.npy");
     RunRequest req = f.request("out");
     req.program_path = (f.dir / "broken.json").string();
@@ -217,17 +232,34 @@ TEST_CASE("a failed run writes report.json with the error, and no outputs") {
     const auto e = caught([&] { (void)run_program(req); });
     REQUIRE(e);
     CHECK(e->kind() == ErrorKind::io);
-    const nlohmann::json rep = read_json(f.dir / "out/report.json");
+    CHECK(contents_under(f.dir / "out") == before);
+    const nlohmann::json rep = read_json(failed);
     CHECK(rep["status"] == "error");
     CHECK(rep["error"]["code"] == e->code());
     CHECK(rep["program"]["name"] == "run_session");
     CHECK(rep["program"]["data_fingerprint"].is_null());
     CHECK(rep["check"].is_null());
-    CHECK(read_text(f.dir / "out/y.npy") == y_before);
+
+    // The next good run replaces the folder and removes the stale failed report.
+    (void)run_program(f.request("out"));
+    CHECK_FALSE(fs::exists(failed));
+    CHECK(read_json(f.dir / "out/report.json")["status"] == "ok");
 
     req.out_dir = (f.dir / "fresh").string();
     CHECK(caught([&] { (void)run_program(req); }).has_value());
-    CHECK(files_under(f.dir / "fresh") == std::set<std::string>{"report.json"});
+    CHECK_FALSE(fs::exists(f.dir / "fresh"));
+    CHECK(read_json(f.dir / "fresh.failed-report.json")["status"] == "error");
+  }
+  SUBCASE("--report PATH takes a failed run's report instead") {
+    (void)run_program(f.request("out"));
+    const std::map<std::string, std::string> before = contents_under(f.dir / "out");
+    RunRequest req = f.request("out");
+    req.program_path = (f.dir / "missing.json").string();
+    req.report_path = (f.dir / "r.json").string();
+    CHECK(caught([&] { (void)run_program(req); }).has_value());
+    CHECK(read_json(f.dir / "r.json")["status"] == "error");
+    CHECK_FALSE(fs::exists(failed));
+    CHECK(contents_under(f.dir / "out") == before);
   }
   SUBCASE("the cuda backend without a GPU is refused before the data") {
     std::string why;
@@ -237,12 +269,66 @@ TEST_CASE("a failed run writes report.json with the error, and no outputs") {
     const auto e = caught([&] { (void)run_program(req); });
     REQUIRE(e);
     CHECK(e->kind() == ErrorKind::device);
-    const nlohmann::json rep = read_json(f.dir / "out/report.json");
+    const nlohmann::json rep = read_json(failed);
     CHECK(rep["status"] == "rejected");
     CHECK(rep["backend"] == "cuda");
     CHECK(rep["program"]["data_fingerprint"].is_null());
-    CHECK(files_under(f.dir / "out") == std::set<std::string>{"report.json"});
+    CHECK_FALSE(fs::exists(f.dir / "out"));
   }
+  // No staging folder is left beside the output folder.
+  for (const auto& e : fs::directory_iterator(f.dir.path()))
+    CHECK_MESSAGE(e.path().filename().string().find(".amk-") == std::string::npos, e.path());
+}
+
+TEST_CASE("run_program replaces an earlier run's folder as a whole, report.json included") {
+  const Fixture f;
+  RunRequest req = f.request("out");
+  req.save_inputs = true;
+  (void)run_program(req);
+  CHECK(fs::exists(f.dir / "out/inputs/x.npy"));
+  const RunResult run = run_program(f.request("out"));
+  // Nothing of the first run is left: no inputs/, and the report is the second run's.
+  CHECK(files_under(f.dir / "out") ==
+        std::set<std::string>{"manifest.json", "report.json", "u.npy", "y.npy", "z.npy"});
+  CHECK(read_json(f.dir / "out/report.json")["outputs"] == read_json(f.dir / "out/manifest.json"));
+  CHECK(read_json(f.dir / "out/report.json")["program"]["data_fingerprint"] ==
+        run.report["program"]["data_fingerprint"]);
+
+  // --report elsewhere: the folder holds no report.json.
+  req = f.request("out");
+  req.report_path = (f.dir / "r.json").string();
+  (void)run_program(req);
+  CHECK(files_under(f.dir / "out") ==
+        std::set<std::string>{"manifest.json", "u.npy", "y.npy", "z.npy"});
+  CHECK(read_json(f.dir / "r.json")["status"] == "ok");
+  // --report OUT/report.json is the default.
+  req.report_path = (f.dir / "out/report.json").string();
+  (void)run_program(req);
+  CHECK(read_json(f.dir / "out/report.json")["status"] == "ok");
+}
+
+TEST_CASE("run_program refuses a folder that is not amk's, or a report inside the folder") {
+  const Fixture f;
+  fs::create_directories(f.dir / "mine");
+  std::ofstream(f.dir / "mine/notes.txt") << "keep me";
+  auto e = caught([&] { (void)run_program(f.request("mine")); });
+  REQUIRE(e);
+  CHECK(e->kind() == ErrorKind::usage);
+  CHECK(e->code() == "usage.out_dir");
+  CHECK(read_text(f.dir / "mine/notes.txt") == "keep me");
+  CHECK(files_under(f.dir / "mine") == std::set<std::string>{"notes.txt"});
+
+  RunRequest req = f.request("out");
+  req.report_path = (f.dir / "out/inputs/r.json").string();
+  e = caught([&] { (void)run_program(req); });
+  REQUIRE(e);
+  CHECK(e->code() == "usage.report");
+  CHECK_FALSE(fs::exists(f.dir / "out"));
+  // Neither refusal leaves a report or a staging folder.
+  CHECK(files_under(f.dir.path()) == std::set<std::string>{"mine/notes.txt", "p.json", "x.npy"});
+  for (const auto& entry : fs::directory_iterator(f.dir.path()))
+    CHECK_MESSAGE(entry.path().filename().string().find(".amk-") == std::string::npos,
+                  entry.path());
 }
 
 TEST_CASE("run_program refuses an unknown backend before anything runs") {

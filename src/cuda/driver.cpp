@@ -141,6 +141,11 @@ bool is_sticky(CUresult result) noexcept {
   }
 }
 
+ErrorKind error_kind(CUresult result) noexcept {
+  if (result == CUDA_ERROR_LAUNCH_TIMEOUT) return ErrorKind::timeout;
+  return is_sticky(result) ? ErrorKind::launch : ErrorKind::driver;
+}
+
 std::string error_name(CUresult result) {
   const LoadedDriver& d = loaded();
   const char* name = nullptr;
@@ -164,9 +169,15 @@ void throw_driver_error(CUresult result, std::string_view call, std::string what
   std::string message(call);
   if (!what.empty()) message += " for " + what;
   message += " failed: " + name + " (" + error_string(result) + ")";
-  if (is_sticky(result)) {
+  const ErrorKind kind = error_kind(result);
+  if (kind == ErrorKind::timeout) {
+    message += "; the driver's own limit on a kernel's run time (a display watchdog) stopped it, "
+               "and the CUDA context is no longer usable";
+    throw Error(kind, "launch.driver_timeout", std::move(what), std::move(message));
+  }
+  if (kind == ErrorKind::launch) {
     message += "; the CUDA context is no longer usable";
-    throw Error(ErrorKind::launch, "launch.fault", std::move(what), std::move(message));
+    throw Error(kind, "launch.fault", std::move(what), std::move(message));
   }
   // Error codes use the driver's own name; strip nothing so they stay greppable.
   std::string code = "driver." + (name.rfind("CUresult ", 0) == 0

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <utility>
 
+#include "core/error.hpp"
+
 namespace amk::cu {
 
 // X(member, driver symbol): every driver entry point amk calls. The symbol is stringified
@@ -83,16 +85,21 @@ struct DriverApi {
 // The table when loaded, else nullptr; for destructors, which must not throw.
 [[nodiscard]] const DriverApi* driver_if_loaded() noexcept;
 
-// Errors after which the context is unusable (the launch faulted): ErrorKind::launch.
+// Errors after which the context is unusable (the launch faulted).
 [[nodiscard]] bool is_sticky(CUresult result) noexcept;
+
+// The kind of error a failed call ends in: timeout for CUDA_ERROR_LAUNCH_TIMEOUT (the driver's
+// own limit on a kernel's run time stopped it: exit 8, as the watchdog's stop), launch for the
+// other sticky errors, driver for the rest (both exit 7).
+[[nodiscard]] ErrorKind error_kind(CUresult result) noexcept;
 
 // "CUDA_ERROR_ILLEGAL_ADDRESS" from the driver, or "CUresult 700" when it cannot say.
 [[nodiscard]] std::string error_name(CUresult result);
 [[nodiscard]] std::string error_string(CUresult result);
 
-// Throws the amk::Error for a failed driver call: kind driver and code "driver.<NAME>", or kind
-// launch and code "launch.fault" for sticky errors; where = `what`; message "<call> for <what>
-// failed: <NAME> (<description>)".
+// Throws the amk::Error for a failed driver call, of error_kind(result): code "driver.<NAME>",
+// "launch.fault" for sticky errors, "launch.driver_timeout" for CUDA_ERROR_LAUNCH_TIMEOUT;
+// where = `what`; message "<call> for <what> failed: <NAME> (<description>)".
 [[noreturn]] void throw_driver_error(CUresult result, std::string_view call, std::string what);
 
 // One check per call. `what` is built only on failure.

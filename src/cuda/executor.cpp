@@ -620,6 +620,7 @@ void GpuExecutable::close() {
 }
 
 DeviceInfo check_device_target(const Program& program, int ordinal) {
+  check_ordinal(ordinal, cu::device_count());  // device.ordinal, not cuDeviceGet's driver error
   DeviceInfo d = cu::query_device(ordinal);
   if (const auto mismatches = target_mismatches(program, d); !mismatches.empty()) {
     std::string msg = "program '" + program.name + "' cannot run on " + d.name + " (" + d.arch() +

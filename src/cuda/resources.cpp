@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "cuda/driver.hpp"
+#include "device/device.hpp"
 
 namespace amk::cu {
 
@@ -13,11 +14,7 @@ PrimaryContext PrimaryContext::retain(int ordinal) {
   const DriverApi& d = driver();
   int count = 0;
   check(d.device_get_count(&count), "cuDeviceGetCount");
-  if (ordinal < 0 || ordinal >= count)
-    throw Error(ErrorKind::device, "device.ordinal", "",
-                "CUDA device " + std::to_string(ordinal) + " does not exist: the driver reports " +
-                    std::to_string(count) + " device(s), ordinals 0.." +
-                    std::to_string(count > 0 ? count - 1 : 0));
+  check_ordinal(ordinal, count);
   const auto what = [&] { return "device " + std::to_string(ordinal); };
   PrimaryContext ctx;
   check(d.device_get(&ctx.device_, ordinal), "cuDeviceGet", what);

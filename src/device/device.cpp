@@ -83,6 +83,14 @@ nlohmann::json DeviceInfo::to_json() const {
   return j;
 }
 
+void check_ordinal(int ordinal, int count) {
+  if (ordinal >= 0 && ordinal < count) return;
+  throw Error(ErrorKind::device, "device.ordinal", "--device",
+              "CUDA device " + std::to_string(ordinal) + " does not exist: the driver reports " +
+                  std::to_string(count) + " device(s)" +
+                  (count > 0 ? ", ordinals 0.." + std::to_string(count - 1) : std::string()));
+}
+
 std::vector<std::string> target_mismatches(const Program& program, const DeviceInfo& device) {
   std::vector<std::string> out;
   const Target& t = program.target;

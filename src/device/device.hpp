@@ -50,6 +50,10 @@ struct KernelResources {
   uint32_t max_active_clusters = 0;  // cuOccupancyMaxActiveClusters (cluster mode)
 };
 
+// Throws Error(kind device, code device.ordinal) unless 0 <= ordinal < count: "CUDA device 7
+// does not exist: the driver reports 2 device(s), ordinals 0..1".
+void check_ordinal(int ordinal, int count);
+
 // Every way the program's target requirements are not met by the device; empty = compatible.
 [[nodiscard]] std::vector<std::string> target_mismatches(const Program& program,
                                                          const DeviceInfo& device);

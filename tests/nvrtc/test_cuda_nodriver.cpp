@@ -135,6 +135,20 @@ TEST_CASE("sticky errors are launch faults, others driver errors named by the "
   CHECK(!built);  // `what` is built only on failure
 }
 
+TEST_CASE("the driver's launch timeout is a timeout (exit 8), not a launch fault (exit 7)") {
+  CHECK(cu::error_kind(CUDA_ERROR_LAUNCH_TIMEOUT) == ErrorKind::timeout);
+  CHECK(cu::error_kind(CUDA_ERROR_ILLEGAL_ADDRESS) == ErrorKind::launch);
+  CHECK(cu::error_kind(CUDA_ERROR_OUT_OF_MEMORY) == ErrorKind::driver);
+  CHECK(exit_code_for(cu::error_kind(CUDA_ERROR_LAUNCH_TIMEOUT)) == ExitCode::timeout);
+  const Error e = catch_error(
+      [] { cu::check(CUDA_ERROR_LAUNCH_TIMEOUT, "the launch (cuStreamQuery)", "kernel amk_vm"); });
+  CHECK(e.kind() == ErrorKind::timeout);
+  CHECK(e.code() == "launch.driver_timeout");
+  CHECK(e.exit_code() == ExitCode::timeout);
+  CHECK(e.where() == "kernel amk_vm");
+  CHECK(contains(e.message(), "the CUDA context is no longer usable"));
+}
+
 TEST_CASE("tma arguments: translation and derived strides") {
   const Program p = tma_program();
   const cu::TmaArguments a = cu::tma_arguments(p, 0, 0x7f0000000000ull);

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.hpp"
@@ -288,4 +289,24 @@ TEST_CASE("auto_grid") {
   CHECK(refusal(p, auto_grid(p, h200(), kernel(2)), h200(), kernel(2)).first.empty());
   CHECK(
       refusal(program(), auto_grid(program(), h200(), kernel(3)), h200(), kernel(3)).first.empty());
+}
+
+TEST_CASE("check_ordinal: device.ordinal (exit 5) for an ordinal the driver does not report") {
+  CHECK_NOTHROW(check_ordinal(0, 1));
+  CHECK_NOTHROW(check_ordinal(1, 2));
+  for (const auto& [ordinal, count, range] :
+       {std::tuple{7, 2, "2 device(s), ordinals 0..1"}, std::tuple{0, 0, "0 device(s)"},
+        std::tuple{-1, 4, "4 device(s), ordinals 0..3"}}) {
+    CAPTURE(ordinal);
+    try {
+      check_ordinal(ordinal, count);
+      FAIL("no refusal");
+    } catch (const Error& e) {
+      CHECK(e.code() == "device.ordinal");
+      CHECK(e.where() == "--device");
+      CHECK(e.exit_code() == ExitCode::device);
+      CHECK(contains(e.message(), "CUDA device " + std::to_string(ordinal) + " does not exist"));
+      CHECK(contains(e.message(), range));
+    }
+  }
 }

@@ -10,6 +10,7 @@
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
+#include "core/phase_log.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/device_query.hpp"
 #include "cuda/driver.hpp"
@@ -293,9 +294,14 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
     total = *next;
   }
   arena = cu::DeviceMemory::allocate(total, "the program's buffers");
-  for (size_t i = 0; i < nb; ++i)
+  uint64_t data_bytes = 0;
+  for (const std::vector<std::byte>& d : initial.data) data_bytes += d.size();
+  ByteProgress progress("upload", data_bytes);
+  for (size_t i = 0; i < nb; ++i) {
     arena.upload(initial.data[i], buffer_offsets[i], stream.get(),
                  "buffer '" + program.buffers[i].name + "'");
+    progress.add(initial.data[i].size());
+  }
 
   // The VM's shared-memory buffer table packs a dtype above bit 56 of each address
   // (kernels/amk_device.cuh, AMK_SMEM_BUFFERS): GPU virtual addresses are 49 bits today.
@@ -343,46 +349,42 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   m.program = program;
   for (auto& b : m.program.buffers) b.init.data.clear();  // contents come from `initial`
   m.timeout_ms = options.timeout_ms.value_or(program.launch.timeout_ms);
-  const auto phase = [&](const char* name, Clock::time_point t0) {
-    const double ms = ms_since(t0);
-    m.timings.emplace_back(name, ms);
-    spdlog::debug("gpu setup: {} {:.3f} ms", name, ms);
+  // Each phase logged as it starts and ends (-v) and timed into setup_timings_ms().
+  std::optional<Phase> current;
+  const auto phase = [&](const char* next) {
+    if (current) m.timings.emplace_back(current->name(), current->finish());
+    if (next != nullptr) current.emplace(next);
   };
 
-  auto t0 = Clock::now();
+  phase("context");
   m.context = cu::PrimaryContext::retain(options.device);
   m.stream = cu::Stream::create("the launch stream");
   m.abort_stream = cu::Stream::create("the abort stream");
   m.start = cu::Event::create("the profile start event");
   m.end = cu::Event::create("the profile end event");
-  phase("context", t0);
 
-  t0 = Clock::now();
+  phase("device");
   m.device = options.checked_device ? *options.checked_device
                                     : check_device_target(program, options.device);
-  phase("device", t0);
 
-  t0 = Clock::now();
+  phase("config");
   ChooseOptions chosen;
   chosen.overrides = options.vm;
   chosen.trace = options.trace;
   chosen.step_kernel = options.step_kernel;
   m.vm = choose(program_facts(program), device_caps(m.device), chosen);
   const std::string source = vm_source(program, m.vm, options.trust_custom_ops);
-  phase("config", t0);
 
-  t0 = Clock::now();
+  phase("compile");
   CompileOptions copts = options.compile;
   copts.arch = m.device.arch();
   m.compiled = compile_vm(source, static_cast<uint32_t>(program.tma.size()), copts);
-  phase("compile", t0);
 
-  t0 = Clock::now();
+  phase("module_load");
   m.module = cu::Module::load(m.compiled.cubin, m.kernel_label());
   m.function = m.module.function(m.compiled.kernel_name);
-  phase("module_load", t0);
 
-  t0 = Clock::now();
+  phase("configure");
   const Launch& l = program.launch;
   m.block = l.block;
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
@@ -415,9 +417,8 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   PlanOptions popts;
   if (l.grid == 0 && !program.queues)
     if (const uint32_t g = auto_grid(program, m.device, m.kernel); g != 0) popts.grid_hint = g;
-  phase("configure", t0);
 
-  t0 = Clock::now();
+  phase("plan");
   m.plan = make_plan(program, popts);
   m.grid = m.plan.grid;
   prove_coresidency(program, m.grid, m.device, m.kernel);
@@ -427,17 +428,15 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   require(m.n_queues == m.grid, "internal.plan_grid",
           "the plan has " + std::to_string(m.n_queues) + " queues for a grid of " +
               std::to_string(m.grid));
-  phase("plan", t0);
 
-  t0 = Clock::now();
+  phase("upload");
   m.place_and_upload(initial);
-  phase("upload", t0);
 
-  t0 = Clock::now();
+  phase("tma_encode");
   std::vector<uint64_t> addresses(m.buffer_offsets.size());
   for (size_t i = 0; i < addresses.size(); ++i) addresses[i] = m.arena.get() + m.buffer_offsets[i];
   m.tma = cu::encode_tma(program, addresses);
-  phase("tma_encode", t0);
+  phase(nullptr);
   return exe;
 }
 
@@ -521,10 +520,14 @@ HostBuffers GpuExecutable::download() const {
   m.context.make_current();
   HostBuffers out;
   out.data.resize(m.program.buffers.size());
+  uint64_t total = 0;
+  for (const Buffer& b : m.program.buffers) total += b.bytes();
+  ByteProgress progress("download", total);
   for (size_t i = 0; i < out.data.size(); ++i) {
     out.data[i] = host_bytes(m.program.buffers[i].bytes());  // (huge pages: see host_bytes)
     m.arena.download(out.data[i], m.buffer_offsets[i], m.stream.get(),
                      "buffer '" + m.program.buffers[i].name + "'");
+    progress.add(out.data[i].size());
   }
   m.stream.synchronize("the buffer download");
   return out;

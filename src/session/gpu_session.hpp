@@ -1,7 +1,8 @@
 // The GPU session the CLI calls: one function per GPU command, each taking a loaded, verified
 // program through device check, config, compile, plan, upload, launch and its JSON result
-// (src/cuda does the work; `amk run`, on either backend, is run_session.hpp). Built without the
-// CUDA toolkit, every call refuses with a device error (gpu_session_none.cpp).
+// (src/cuda does the work; `amk run`, on either backend, is run_session.hpp), and `amk profile`
+// and `amk bench` whole, from the file to report.json (gpu_session_commands.cpp). Built without
+// the CUDA toolkit, every GPU call refuses with a device error (gpu_session_none.cpp).
 #pragma once
 
 #include <cstdint>
@@ -32,7 +33,7 @@ struct GpuRequest {
   int device = 0;
   // The device check_gpu saw (the target is not checked twice).
   std::optional<DeviceInfo> checked_device;
-  uint32_t iterations = 1;
+  uint32_t iterations = 1;  // passes over the program in one launch (amk run --passes)
   std::optional<uint64_t> timeout_ms;
   bool trace = false;
   bool use_cache = true;
@@ -118,6 +119,40 @@ struct CompileOutputs {
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
                                             const GpuRequest& request, const CompileOutputs& files,
                                             bool explain, std::ostringstream& text);
+// Every device the driver reports; without a driver, a device or a CUDA build, none and a
+// "notice" saying why (an answer, not an error).
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
+
+// What `amk profile` and `amk bench` read and write besides their GPU request.
+struct GpuCommandFiles {
+  std::string program_path;
+  LoadOptions load;
+  std::string out_dir;      // -o: report.json goes here (the folder is made if missing)
+  std::string report_path;  // --report: report.json here instead; both empty: no report
+};
+
+struct ProfileProgramRequest {
+  GpuCommandFiles files;
+  ProfileRequest profile;  // arms not empty: --tuning-arms
+  bool events = false;     // CUDA-event timings of whole launches
+  std::string trace_path;  // not empty: one traced launch, its Chrome trace written here
+};
+
+struct BenchProgramRequest {
+  GpuCommandFiles files;
+  BenchRequest bench;
+};
+
+struct CommandResult {
+  ordered_json json;  // what --json prints (report.json's `extra`)
+  std::string text;   // what the command prints
+};
+
+// Load, verify, device check (before the host data, which for a decode step takes minutes),
+// host data, then the profile (events, tuning arms and/or trace) or the bench. report.json
+// (schemas/outputs.md) is written whether they succeed or not when asked for: the result under
+// `extra`, its device, versions, fingerprints, launch and setup times lifted out.
+[[nodiscard]] CommandResult profile_program(const ProfileProgramRequest& request);
+[[nodiscard]] CommandResult bench_program(const BenchProgramRequest& request);
 
 }  // namespace amk

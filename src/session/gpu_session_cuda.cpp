@@ -1,6 +1,5 @@
 // The GPU session over src/cuda (builds with the CUDA toolkit).
 #ifdef AMK_HAVE_CUDA
-#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -10,6 +9,7 @@
 #include "session/gpu_session.hpp"
 #include "core/error.hpp"
 #include "core/numeric.hpp"
+#include "core/phase_log.hpp"
 #include "cuda/bench.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
@@ -127,6 +127,12 @@ ordered_json resources_json(const GpuExecutable& ex) {
   return j;
 }
 
+ordered_json versions_json(const GpuExecutable& ex) {
+  return {{"amk", AMK_VERSION},
+          {"nvrtc", ex.compiled().nvrtc_version},
+          {"driver", ex.device().driver_version}};
+}
+
 ordered_json timings_json(const std::vector<std::pair<std::string, double>>& t) {
   ordered_json j = ordered_json::object();
   for (const auto& [k, v] : t) j[k] = v;
@@ -142,19 +148,18 @@ DeviceInfo check_gpu(const Program& program, int device) {
 }
 
 GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
-  using clock = std::chrono::steady_clock;
   GpuOutcome out;
   GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req));
   out.timings_ms = ex.setup_timings_ms();
   out.device = ex.device().to_json();
-  out.versions = {{"amk", AMK_VERSION},
-                  {"nvrtc", ex.compiled().nvrtc_version},
-                  {"driver", ex.device().driver_version}};
+  out.versions = versions_json(ex);
   out.target_fingerprint = ex.device().fingerprint();
   out.artifact_fingerprint = ex.compiled().source_fingerprint;
   out.grid = ex.grid();
   out.block = ex.block();
+  Phase launch("launch");
   LaunchResult r = ex.launch(req.iterations);
+  launch.finish();
   out.timings_ms.emplace_back("launch", r.host_ms);
   out.status = r.status;
   if (r.status != "ok") {
@@ -163,10 +168,9 @@ GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const 
     out.message = diag_message(program, r.diag, r.status, timeout);
     return out;
   }
-  const auto t = clock::now();
+  Phase download("download");
   out.buffers = ex.download();
-  out.timings_ms.emplace_back("download",
-                              std::chrono::duration<double, std::milli>(clock::now() - t).count());
+  out.timings_ms.emplace_back("download", download.finish());
   if (req.trace) out.trace = ex.trace();
   return out;
 }
@@ -200,13 +204,16 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
   GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req.gpu));
   const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
+  Phase phase("profile");
   ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
+  phase.finish();
   ordered_json j = profile_head(program, req, flush_bytes);
   put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;
   j["attributes"] = resources_json(ex);
   j["device"] = ex.device().to_json();
+  j["versions"] = versions_json(ex);
   j["target_fingerprint"] = ex.device().fingerprint();
   j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
   j["vm"] = vm_json(ex.vm());
@@ -306,7 +313,9 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial, co
   GpuOptions options = gpu_options(traced);
   options.trace = true;
   GpuExecutable ex = GpuExecutable::open(program, initial, options);
+  Phase launch("launch");
   const LaunchResult r = ex.launch(1);
+  launch.finish();
   if (r.status != "ok")
     throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
                 "",
@@ -369,7 +378,9 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
   bo.stop.time_limit_s = req.time_limit_s;
   bo.cold = req.cold;
   bo.roofline_bytes_per_s = req.roofline_bytes_per_s;
+  Phase phase("bench");
   const BenchResult r = run_bench(ex, program, initial, bo);
+  phase.finish();
 
   const double mega_ms = r.arms.at(0).stats.median_ms;
   const auto bytes_per_s = [&](double ms) {
@@ -384,9 +395,7 @@ ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
   j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
   j["target_fingerprint"] = ex.device().fingerprint();
   j["device"] = ex.device().to_json();
-  j["versions"] = {{"amk", AMK_VERSION},
-                   {"nvrtc", ex.compiled().nvrtc_version},
-                   {"driver", ex.device().driver_version}};
+  j["versions"] = versions_json(ex);
   j["mode"] = req.cold ? "cold" : "hot";
   if (req.cold) j["flush_bytes"] = bo.flush_bytes;
   j["grid"] = ex.grid();
@@ -477,7 +486,9 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   GpuRequest r = req;
   r.checked_device = check_gpu(program, req.device);
   r.trust_custom_ops = load.trust_custom_ops;
+  Phase materialize("materialize");
   const HostBuffers initial = materialize_all(program, load);
+  materialize.finish();
   GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(r));
   ordered_json j = resources_json(ex);
   text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
@@ -593,6 +604,12 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
 }
 
 ordered_json list_gpus(std::ostringstream& text) {
+  // No driver or no device is an answer (zero devices), not an error.
+  std::string why;
+  if (!gpu_available(&why)) {
+    text << "no CUDA devices: " << why << "\n";
+    return ordered_json{{"status", "ok"}, {"devices", ordered_json::array()}, {"notice", why}};
+  }
   std::vector<DeviceInfo> devices = list_devices();
   ordered_json arr = ordered_json::array();
   for (const auto& d : devices) {

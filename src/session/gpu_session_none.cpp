@@ -1,4 +1,5 @@
-// The GPU session of a build without the CUDA toolkit: every call refuses with a device error.
+// The GPU session of a build without the CUDA toolkit: every call refuses with a device error
+// (amk devices lists none).
 #ifndef AMK_HAVE_CUDA
 #include "session/gpu_session.hpp"
 #include "core/error.hpp"
@@ -43,7 +44,13 @@ ordered_json compile_for_arch(const Program&, const std::string&, const GpuReque
                               const CompileOutputs&, bool, std::ostringstream&) {
   no_cuda();
 }
-ordered_json list_gpus(std::ostringstream&) { no_cuda(); }
+ordered_json list_gpus(std::ostringstream& text) {
+  // Zero devices is an answer, not an error (as without a driver in a CUDA build).
+  std::string why;
+  (void)gpu_present(&why);
+  text << "no CUDA devices: " << why << "\n";
+  return ordered_json{{"status", "ok"}, {"devices", ordered_json::array()}, {"notice", why}};
+}
 
 }  // namespace amk
 #endif

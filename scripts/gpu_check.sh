@@ -104,7 +104,7 @@ for s in samples/*.json; do checked "sample $(basename "$s" .json)" "$s"; done
 $py scripts/check_samples.py --amk "$amk" --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; row "samples vs numpy (cuda)" "$(verdict $rc)"
 for f in $programs; do checked "$f" "$P/$f.json"; done
-checked "attention_rope, 3 passes in a launch" "$P/attention_rope.json" --iterations 3
+checked "attention_rope, 3 passes in a launch" "$P/attention_rope.json" --passes 3
 for bt in 128 512; do  # the attention and combine paths at other register budgets
   sed "s/\"block\": 256/\"block\": $bt/" "$P/attention_rope.json" > "$out/attention_rope_$bt.json"
   checked "attention_rope at $bt threads" "$out/attention_rope_$bt.json"

@@ -6,7 +6,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 cmake --preset default >/dev/null
 cmake --build --preset default -j "$(nproc)"
-if ./build/default/amk devices >/dev/null 2>&1; then
+# (amk devices lists none, exit 0, without a driver or a device)
+if ./build/default/amk devices 2>/dev/null | grep -q '^[0-9][0-9]*: '; then
   ./build/default/amk run samples/mlp_block.json --backend cuda --check -o out/mlp_block
 else
   ./build/default/amk run samples/mlp_block.json -o out/mlp_block

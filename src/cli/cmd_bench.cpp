@@ -1,38 +1,32 @@
 // amk bench PROGRAM: the megakernel against one launch per instruction and against the same
 // launches as a CUDA graph, interleaved in one process (src/cuda/bench.hpp has the method).
-#include <sstream>
-
-#include "backend/host_data.hpp"
 #include "cli/common.hpp"
 #include "session/gpu_session.hpp"
-#include "core/error.hpp"
 
 namespace amk::cli {
 namespace {
 
 struct BenchCmdOptions {
   ProgramArgs program;
+  std::string out_dir;
+  std::string report_path;
   BenchRequest request;
   std::optional<uint64_t> timeout_ms;
-  bool no_cache = false;
-  std::string cache_dir;
+  CacheArgs cache;
   VmArgs vm;
 };
 
 int run_bench_cmd(const GlobalOptions& g, BenchCmdOptions o) {
-  o.request.gpu.vm = parse_vm_args(o.vm);
-  o.request.gpu.line_info = o.vm.line_info;
-  Program p = load_and_verify(o.program);
-  // (a refusal before minutes of host data)
-  o.request.gpu.checked_device = check_gpu(p, o.request.gpu.device);
-  const HostBuffers initial = materialize_all(p, o.program.load_options());
-  o.request.gpu.timeout_ms = o.timeout_ms;
-  o.request.gpu.use_cache = !o.no_cache;
-  if (!o.cache_dir.empty()) o.request.gpu.cache_dir = o.cache_dir;
-  o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
-  std::ostringstream text;
-  const ordered_json j = bench_on_gpu(p, initial, o.request, text);
-  emit(g, j, text.str());
+  BenchProgramRequest req;
+  req.files = {o.program.path, o.program.load_options(), o.out_dir, o.report_path};
+  req.bench = std::move(o.request);
+  req.bench.gpu.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
+  req.bench.gpu.line_info = o.vm.line_info;
+  req.bench.gpu.timeout_ms = o.timeout_ms;
+  req.bench.gpu.use_cache = !o.cache.no_cache;
+  if (!o.cache.cache_dir.empty()) req.bench.gpu.cache_dir = o.cache.cache_dir;
+  const CommandResult r = bench_program(req);
+  emit(g, r.json, r.text);
   return 0;
 }
 
@@ -43,6 +37,8 @@ void setup_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto* cmd = app.add_subcommand(
       "bench", "time the megakernel against one launch per instruction and a CUDA graph");
   add_program_args(cmd, o->program);
+  cmd->add_option("-o,--output", o->out_dir, "write report.json here (the folder is made)");
+  cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
   cmd->add_flag("--cold", o->request.cold,
                 "flush L2 (write a 256 MiB scratch buffer) before every sample, untimed");
   cmd->add_option("--warmup", o->request.warmup, "untimed samples of each arm first")
@@ -59,11 +55,9 @@ void setup_bench(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--roofline", o->request.roofline_bytes_per_s,
                   "bytes/s the % of roofline is against (default: H200 streaming read)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms per launch")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
-  cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
-  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
-  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_timeout_option(cmd, o->timeout_ms, "watchdog deadline in ms per launch");
+  add_device_option(cmd, o->request.gpu.device);
+  add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_bench_cmd(g, *o); }; });
 }

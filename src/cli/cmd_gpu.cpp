@@ -1,8 +1,7 @@
 // The GPU-facing subcommands: amk compile (ahead of time, no GPU needed), amk devices,
-// amk profile --events.
+// amk profile --events / --trace (session/gpu_session.hpp does the work).
 #include <sstream>
 
-#include "backend/host_data.hpp"
 #include "cli/common.hpp"
 #include "session/gpu_session.hpp"
 #include "core/error.hpp"
@@ -14,8 +13,7 @@ struct CompileCmdOptions {
   ProgramArgs program;
   std::string arch = "sm_90a";
   CompileOutputs files;
-  bool no_cache = false;
-  std::string cache_dir;
+  CacheArgs cache;
   VmArgs vm;
   bool explain = false;
 };
@@ -25,8 +23,8 @@ int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
   req.vm = parse_vm_args(o.vm);
   req.line_info = o.vm.line_info;
   Program p = load_and_verify(o.program);
-  req.use_cache = !o.no_cache;
-  if (!o.cache_dir.empty()) req.cache_dir = o.cache_dir;
+  req.use_cache = !o.cache.no_cache;
+  if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
   req.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
   ordered_json j = compile_for_arch(p, o.arch, req, o.files, o.explain, text);
@@ -38,10 +36,11 @@ struct ProfileCmdOptions {
   ProgramArgs program;
   bool events = false;
   std::string trace_path;
+  std::string out_dir;
+  std::string report_path;
   ProfileRequest request;
   std::optional<uint64_t> timeout_ms;
-  bool no_cache = false;
-  std::string cache_dir;
+  CacheArgs cache;
   bool rounds_given = false;
   bool arms_given = false;  // (an empty --tuning-arms is refused, not ignored)
   std::string tuning_arms;
@@ -63,29 +62,18 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
     throw Error(ErrorKind::usage, "usage.profile.rounds", "--rounds",
                 "--rounds applies to --tuning-arms");
   if (o.arms_given) o.request.arms = parse_tuning_arms(o.tuning_arms, "--tuning-arms");
-  o.request.gpu.vm = parse_vm_args(o.vm);
-  o.request.gpu.line_info = o.vm.line_info;
-  Program p = load_and_verify(o.program);
-  // (a refusal before minutes of host data)
-  o.request.gpu.checked_device = check_gpu(p, o.request.gpu.device);
-  HostBuffers initial = materialize_all(p, o.program.load_options());
-  o.request.gpu.timeout_ms = o.timeout_ms;
-  o.request.gpu.use_cache = !o.no_cache;
-  if (!o.cache_dir.empty()) o.request.gpu.cache_dir = o.cache_dir;
-  o.request.gpu.trust_custom_ops = o.program.trust_custom_ops;
-  std::ostringstream text;
-  ordered_json j;
-  if (o.events)
-    j = o.arms_given ? profile_arms_on_gpu(p, initial, o.request, text)
-                     : profile_on_gpu(p, initial, o.request, text);
-  if (!o.trace_path.empty()) {
-    ordered_json t = trace_on_gpu(p, initial, o.request.gpu, o.trace_path, text);
-    if (o.events)
-      j["trace"] = std::move(t);
-    else
-      j = ordered_json{{"status", "ok"}, {"program", p.name}, {"trace", std::move(t)}};
-  }
-  emit(g, j, text.str());
+  ProfileProgramRequest req;
+  req.files = {o.program.path, o.program.load_options(), o.out_dir, o.report_path};
+  req.profile = std::move(o.request);
+  req.profile.gpu.vm = parse_vm_args(o.vm);
+  req.profile.gpu.line_info = o.vm.line_info;
+  req.profile.gpu.timeout_ms = o.timeout_ms;
+  req.profile.gpu.use_cache = !o.cache.no_cache;
+  if (!o.cache.cache_dir.empty()) req.profile.gpu.cache_dir = o.cache.cache_dir;
+  req.events = o.events;
+  req.trace_path = o.trace_path;
+  const CommandResult r = profile_program(req);
+  emit(g, r.json, r.text);
   return 0;
 }
 
@@ -109,8 +97,7 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option(
       "--ptx-out", o->files.ptx,
       "also write the VM's PTX here (virtual architecture of --arch, e.g. compute_90a)");
-  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
-  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   cmd->add_flag("--explain", o->explain,
                 "print every field of the VM's configuration, its value and why");
@@ -130,6 +117,8 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--trace", o->trace_path,
                   "write a per-instruction timeline (Chrome trace JSON, opens in Perfetto) and "
                   "print per-op and per-block summaries");
+  cmd->add_option("-o,--output", o->out_dir, "write report.json here (the folder is made)");
+  cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
   cmd->add_option("--warmup", o->request.warmup, "launches before timing");
   cmd->add_option("--iterations", o->request.iterations, "timed launches")
       ->check(CLI::Range(1u, 100000u));
@@ -147,11 +136,9 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--rounds", o->request.rounds, "with --tuning-arms: interleaved rounds (2)")
       ->check(CLI::Range(1u, 100u))
       ->each([o](const std::string&) { o->rounds_given = true; });
-  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
-  cmd->add_option("--device", o->request.gpu.device, "CUDA device ordinal");
-  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
-  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  add_timeout_option(cmd, o->timeout_ms, "watchdog deadline in ms, instead of the program's");
+  add_device_option(cmd, o->request.gpu.device);
+  add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
 }

@@ -20,6 +20,8 @@ struct InspectOptions {
   bool attributes = false;
   uint32_t grid_hint = kDefaultGridHint;
   bool list_buffers = true;
+  int device = 0;
+  CacheArgs cache;
   VmArgs vm;
 };
 
@@ -133,6 +135,9 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
     GpuRequest req;
     req.vm = parse_vm_args(o.vm);
     req.line_info = o.vm.line_info;
+    req.device = o.device;
+    req.use_cache = !o.cache.no_cache;
+    if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
     ordered_json attrs = kernel_attributes(p, o.program.load_options(), req, t);
     j["attributes"] = std::move(attrs);
   }
@@ -146,10 +151,16 @@ void setup_inspect(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto o = std::make_shared<InspectOptions>();
   auto* cmd = app.add_subcommand("inspect", "summarize a program (and its compiled kernel)");
   add_program_args(cmd, o->program);
-  cmd->add_flag("--attributes", o->attributes,
-                "compile for this machine's GPU and show the kernel's resources and occupancy");
+  auto* attributes =
+      cmd->add_flag("--attributes", o->attributes,
+                    "compile for this machine's GPU and show the kernel's resources and occupancy");
   cmd->add_option("--grid-hint", o->grid_hint,
                   "blocks to schedule over when the program has no queues and grid is auto");
+  // (the GPU's options mean something with --attributes only: refused without it)
+  add_device_option(cmd, o->device)->needs(attributes);
+  add_cache_args(cmd, o->cache);
+  o->cache.no_cache_option->needs(attributes);
+  o->cache.cache_dir_option->needs(attributes);
   add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_inspect(g, *o); }; });
 }

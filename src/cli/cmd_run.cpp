@@ -5,7 +5,10 @@
 #include <optional>
 #include <string>
 
+#include <spdlog/spdlog.h>
+
 #include "cli/common.hpp"
+#include "core/error.hpp"
 #include "session/run_session.hpp"
 
 namespace amk::cli {
@@ -19,15 +22,33 @@ struct RunOptions {
   bool check = false;
   bool save_inputs = false;
   std::optional<uint64_t> reseed;
-  uint32_t iterations = 1;
+  uint32_t passes = 1;
+  bool passes_given = false;
+  bool iterations_given = false;  // the deprecated name of --passes
   std::optional<uint64_t> timeout_ms;
   int device = 0;
-  bool no_cache = false;
-  std::string cache_dir;
+  bool device_given = false;
+  CacheArgs cache;
   VmArgs vm;
 };
 
 int run_run(const GlobalOptions& g, const RunOptions& o) {
+  if (o.iterations_given && o.passes_given)
+    throw Error(ErrorKind::usage, "usage.run.passes", "--iterations",
+                "--iterations is the old name of --passes: give one of them");
+  if (o.iterations_given)
+    spdlog::warn("amk run --iterations is deprecated: use --passes (passes over the program in "
+                 "one launch; amk profile's --iterations counts timed launches)");
+  // The CPU backend has no devices: say so rather than ignore --device silently.
+  if (o.device_given && o.backend == "cpu") {
+    spdlog::warn("--device {} is ignored on the CPU backend", o.device);
+  } else if (o.device_given && o.backend == "auto") {
+    std::string why;
+    if (!gpu_present(&why))
+      spdlog::warn("--device {} is ignored on the CPU backend, which auto falls back to without "
+                   "a usable GPU",
+                   o.device);
+  }
   RunRequest req;
   req.program_path = o.program.path;
   req.load = o.program.load_options();
@@ -38,10 +59,10 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
   req.save_inputs = o.save_inputs;
   req.reseed = o.reseed;
   req.gpu.device = o.device;
-  req.gpu.iterations = o.iterations;
+  req.gpu.iterations = o.passes;
   req.gpu.timeout_ms = o.timeout_ms;
-  req.gpu.use_cache = !o.no_cache;
-  if (!o.cache_dir.empty()) req.gpu.cache_dir = o.cache_dir;
+  req.gpu.use_cache = !o.cache.no_cache;
+  if (!o.cache.cache_dir.empty()) req.gpu.cache_dir = o.cache.cache_dir;
   req.gpu.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
   req.gpu.line_info = o.vm.line_info;
   const RunResult run = run_program(req);
@@ -57,8 +78,10 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_program_args(cmd, o->program);
   cmd->add_option("-b,--backend", o->backend, "auto | cuda | cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
-  cmd->add_option("-o,--out", o->out_dir,
+  cmd->add_option("-o,--output", o->out_dir,
                   "write outputs (.npy + manifest.json) and report.json here");
+  // (--out: the spelling before -o,--output was every command's; hidden, kept for scripts)
+  cmd->add_option("--out", o->out_dir)->group("");
   cmd->add_option("--report", o->report_path, "write report.json here (default: OUT/report.json)");
   cmd->add_flag("--check", o->check,
                 "compare every output with the CPU backend (normalized error at the output dtype's "
@@ -77,13 +100,19 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
                    ? std::string()
                    : "expected a decimal integer in 0..18446744073709551615, got '" + v + "'";
       });
-  cmd->add_option("--iterations", o->iterations, "passes over the program in one launch")
-      ->check(CLI::Range(1u, 1000000u));
-  cmd->add_option("--timeout", o->timeout_ms, "watchdog deadline in ms (overrides the program)")
-      ->check(CLI::Range(uint64_t{1}, uint64_t{86400000}));
-  cmd->add_option("--device", o->device, "CUDA device ordinal");
-  cmd->add_flag("--no-cache", o->no_cache, "compile afresh, ignoring the kernel cache");
-  cmd->add_option("--cache-dir", o->cache_dir, "kernel cache folder (default: XDG cache)");
+  cmd->add_option("--passes", o->passes,
+                  "passes over the program in one launch (amk profile's --iterations counts "
+                  "launches)")
+      ->check(CLI::Range(1u, 1000000u))
+      ->each([o](const std::string&) { o->passes_given = true; });
+  // (--iterations: the old, deprecated name of --passes; hidden, warns, kept for scripts)
+  cmd->add_option("--iterations", o->passes)
+      ->check(CLI::Range(1u, 1000000u))
+      ->group("")
+      ->each([o](const std::string&) { o->iterations_given = true; });
+  add_timeout_option(cmd, o->timeout_ms, "watchdog deadline in ms, instead of the program's");
+  add_device_option(cmd, o->device)->each([o](const std::string&) { o->device_given = true; });
+  add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_run(g, *o); }; });
 }

@@ -2,7 +2,9 @@
 // the registry of subcommands (one file per subcommand: an options struct + setup_* / run_*).
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +26,10 @@ struct GlobalOptions {
   int verbose = 0;
   bool quiet = false;
 };
+
+// --json, -v and -q on `app` and on every subcommand under it, listed in each one's help under
+// "Global options", so that they may come anywhere on the line (amk run p.json --json).
+void add_global_options(CLI::App& app, GlobalOptions& g);
 
 // The command chosen on the command line; set by the subcommand's callback.
 using Action = std::function<int()>;
@@ -51,7 +57,26 @@ void add_vm_args(CLI::App* cmd, VmArgs& args);
 // The overrides; a usage error (usage.vm, at --vm) for an unknown field or a bad value.
 [[nodiscard]] VmOverrides parse_vm_args(const VmArgs& args);
 
-// Loads and verifies; the summary is filled when `summary` is not null.
+inline constexpr uint64_t kMaxTimeoutMs = 86400000;  // a day
+
+// --timeout MS: the watchdog's deadline, 1..kMaxTimeoutMs; 0 would turn the watchdog off and
+// is refused at parse time, as is anything but a plain decimal.
+CLI::Option* add_timeout_option(CLI::App* cmd, std::optional<uint64_t>& timeout_ms,
+                                const std::string& description);
+// --device N: a CUDA device ordinal. A negative one is refused at parse time (usage, exit 2); one
+// the driver does not report is device.ordinal (exit 5) when the device is opened.
+CLI::Option* add_device_option(CLI::App* cmd, int& device);
+// --no-cache and --cache-dir DIR: the kernel cache (default: $AMK_CACHE_DIR, XDG cache).
+struct CacheArgs {
+  bool no_cache = false;
+  std::string cache_dir;
+  CLI::Option* no_cache_option = nullptr;
+  CLI::Option* cache_dir_option = nullptr;
+};
+void add_cache_args(CLI::App* cmd, CacheArgs& args);
+
+// Loads and verifies (the phases load and verify, logged with -v); the summary is filled when
+// `summary` is not null.
 [[nodiscard]] Program load_and_verify(const ProgramArgs& args, VerifySummary* summary = nullptr);
 
 // Writes `p` atomically as .amkb (encoding "amkb") or JSON text (anything else); returns the

@@ -1,8 +1,10 @@
 // amk: run megakernel programs. Parses the command line, runs one subcommand, and turns every
 // amk::Error into one clear line (or JSON) and its documented exit code.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +35,34 @@ int report_error(const amk::cli::GlobalOptions& g, const amk::Error& e) {
   return static_cast<int>(e.exit_code());
 }
 
+// The first word on the line that is no option and names no command of `app` (or of the command
+// chosen before it, as `llama` under `gen`): "unknown command 'frobnicate'; the commands are ...".
+// Global options take no value, so every word before a command that is no option is one.
+std::optional<amk::Error> unknown_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* at = &app;
+  std::string where = "amk";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') continue;
+    const std::vector<const CLI::App*> subs =
+        at->get_subcommands([](const CLI::App* s) { return !s->get_name().empty(); });
+    if (subs.empty()) return std::nullopt;  // a command's own arguments from here on
+    const auto named = std::find_if(subs.begin(), subs.end(),
+                                    [&](const CLI::App* s) { return s->get_name() == word; });
+    if (named != subs.end()) {
+      at = *named;
+      where += " " + word;
+      continue;
+    }
+    std::string names;
+    for (const CLI::App* s : subs) names += (names.empty() ? "" : ", ") + s->get_name();
+    return amk::Error(amk::ErrorKind::usage, "usage.command", where,
+                      "unknown command '" + word + "'; the commands are " + names + " (see " +
+                          where + " --help)");
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -43,10 +73,6 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("amk ") + AMK_VERSION);
   app.fallthrough();
   app.require_subcommand(1);
-  app.add_flag("--json", g.json, "machine-readable output on stdout");
-  app.add_flag("-v,--verbose", g.verbose, "more log output (repeat for debug)");
-  app.add_flag("-q,--quiet", g.quiet, "only errors");
-
   amk::cli::setup_validate(app, g, action);
   amk::cli::setup_inspect(app, g, action);
   amk::cli::setup_convert(app, g, action);
@@ -56,6 +82,7 @@ int main(int argc, char** argv) {
   amk::cli::setup_profile(app, g, action);
   amk::cli::setup_gen(app, g, action);
   amk::cli::setup_bench(app, g, action);
+  amk::cli::add_global_options(app, g);
 
   try {
     app.parse(argc, argv);
@@ -63,14 +90,16 @@ int main(int argc, char** argv) {
     // --help and --version print as CLI11 writes them; a bad command line is an amk usage error
     // like any other: one line (or JSON with --json), naming the subcommand, exit 2.
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+    for (int i = 1; i < argc; ++i)
+      if (std::string_view(argv[i]) == "--json") g.json = true;
+    if (const std::optional<amk::Error> unknown = unknown_command(app, argc, argv))
+      return report_error(g, *unknown);
     std::string where = "amk";
     for (CLI::App* sub = &app; sub != nullptr;) {
       const std::vector<CLI::App*> subs = sub->get_subcommands();
       sub = subs.empty() ? nullptr : subs.front();
       if (sub != nullptr) where += " " + sub->get_name();
     }
-    for (int i = 1; i < argc; ++i)
-      if (std::string_view(argv[i]) == "--json") g.json = true;
     return report_error(g, amk::Error(amk::ErrorKind::usage, "usage.command_line", where,
                                       std::string(e.what()) + " (see " + where + " --help)"));
   }

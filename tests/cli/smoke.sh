@@ -28,6 +28,9 @@ expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
 json_field() {  # json_field FILE EXPR -> prints python expression over `j`
   "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
 }
+# GPUs this machine has (amk devices: zero, with a notice, without a driver or a device).
+gpus="$("$amk" --json devices 2>/dev/null | "$py" -c "import json,sys; print(len(json.load(sys.stdin)['devices']))" 2>/dev/null)"
+gpus="${gpus:-0}"
 
 expect_rc 0 "help" -- "$amk" --help
 expect_grep "$tmp/out" "Subcommands" "help lists subcommands"
@@ -247,11 +250,133 @@ if [ "$compile_rc" -eq 0 ]; then
 fi
 
 # Without a GPU (CI), asking for one is a device error; auto falls back to the CPU.
-if ! "$amk" devices >/dev/null 2>&1; then
+if [ "$gpus" -eq 0 ]; then
   expect_rc 5 "cuda backend without a GPU" -- "$amk" run "$sample" --backend cuda
   expect_rc 0 "auto backend without a GPU" -- "$amk" run "$sample"
   expect_grep "$tmp/err" "CPU reference backend" "auto backend notice"
   expect_rc 5 "profile without a GPU" -- "$amk" profile "$sample" --events
+fi
+
+# The command line a newcomer expects.
+# One spelling of the output: every command that writes a file or folder takes -o,--output
+# (run's old --out still works, hidden).
+for c in run compile convert profile bench "gen llama"; do
+  expect_rc 0 "$c --help" -- "$amk" $c --help
+  expect_grep "$tmp/out" "-o,--output" "$c takes -o,--output"
+done
+expect_rc 0 "run --out (old spelling)" -- "$amk" run "$sample" --backend cpu --out "$tmp/run_out"
+[ -f "$tmp/run_out/manifest.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --out wrote no outputs"; }
+expect_rc 0 "run --output" -- "$amk" run "$sample" --backend cpu --output "$tmp/run_output"
+[ -f "$tmp/run_output/report.json" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --output wrote no report"; }
+# run --passes (passes in one launch); --iterations is its deprecated name there and warns;
+# profile's --iterations (timed launches) stays.
+expect_rc 0 "run --passes" -- "$amk" run "$sample" --backend cpu --passes 3 -o "$tmp/passes"
+[ ! -s "$tmp/err" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --passes warned"; cat "$tmp/err"; }
+expect_rc 0 "run --iterations (deprecated)" -- "$amk" run "$sample" --backend cpu --iterations 3 -o "$tmp/iterations"
+expect_grep "$tmp/err" "^amk: warning: amk run --iterations is deprecated: use --passes" "run --iterations warns, naming --passes"
+[ "$(wc -l < "$tmp/err")" -eq 1 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --iterations: not a one-line warning"; }
+cmp -s "$tmp/passes/out.npy" "$tmp/iterations/out.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --iterations is not --passes"; }
+expect_rc 2 "run --passes with --iterations" -- "$amk" run "$sample" --backend cpu --passes 2 --iterations 2
+expect_rc 0 "run --help" -- "$amk" run --help
+expect_grep "$tmp/out" "--passes" "run --help lists --passes"
+if grep -q -- "^ *--iterations\|^ *--out " "$tmp/out"; then fail=$((fail + 1)); echo "FAIL run --help lists a hidden alias"; else pass=$((pass + 1)); fi
+expect_rc 0 "profile --help" -- "$amk" profile --help
+grep -A1 -- "^ *--iterations" "$tmp/out" | grep -q "timed launches" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile keeps --iterations (timed launches)"; }
+# --timeout 0 would turn the watchdog off: refused by every command that takes it (exit 2).
+for c in run profile bench; do
+  expect_rc 2 "$c --timeout 0" -- "$amk" $c "$sample" --timeout 0
+  expect_grep "$tmp/err" "at amk $c: --timeout: 0 would turn the watchdog off; give a deadline in milliseconds, 1..86400000" "$c --timeout 0 says why"
+  expect_rc 2 "$c --timeout past a day" -- "$amk" $c "$sample" --timeout 86400001
+  expect_grep "$tmp/err" "--timeout: expected a deadline in milliseconds, 1..86400000, got '86400001'" "$c --timeout range"
+done
+expect_rc 0 "run --timeout at a day" -- "$amk" run "$sample" --backend cpu --timeout 86400000
+# --device on the CPU backend is ignored, and says so (also where auto falls back to the CPU).
+expect_rc 0 "run --backend cpu --device 1" -- "$amk" run "$sample" --backend cpu --device 1
+expect_grep "$tmp/err" "warning: --device 1 is ignored on the CPU backend" "--device on the CPU backend warns"
+if [ "$gpus" -eq 0 ]; then
+  expect_rc 0 "run --device 1, auto falling back to the CPU" -- "$amk" run "$sample" --device 1
+  expect_grep "$tmp/err" "warning: --device 1 is ignored on the CPU backend, which auto falls back to" "--device with auto on the CPU warns"
+fi
+# A negative ordinal is no device anywhere: a usage error (exit 2) for every command taking one.
+for c in run profile bench "inspect --attributes"; do
+  expect_rc 2 "$c --device -1" -- "$amk" $c "$sample" --device -1
+  expect_grep "$tmp/err" "--device: expected a CUDA device ordinal, 0 or more" "$c --device -1 says why"
+done
+# inspect --attributes and profile take --device, --cache-dir and --no-cache; on inspect they
+# need --attributes.
+for f in "--device 0" "--no-cache" "--cache-dir $tmp/c"; do
+  expect_rc 2 "inspect $f without --attributes" -- "$amk" inspect "$sample" $f
+  expect_grep "$tmp/err" "requires --attributes" "inspect $f names --attributes"
+done
+if [ "$gpus" -eq 0 ]; then
+  expect_rc 5 "inspect --attributes --device --no-cache --cache-dir (no GPU)" -- "$amk" inspect "$sample" --attributes --device 0 --no-cache --cache-dir "$tmp/c"
+  expect_rc 5 "profile --device --no-cache --cache-dir (no GPU)" -- "$amk" profile "$sample" --events --device 0 --no-cache --cache-dir "$tmp/c"
+  # An ordinal past the devices: without a driver the missing driver is what refuses (exit 5).
+  expect_rc 5 "run --backend cuda --device 7 (no GPU)" -- "$amk" run "$sample" --backend cuda --device 7
+else
+  # An ordinal the driver does not report: device.ordinal (exit 5), not a driver error.
+  expect_rc 5 "run --device past the devices" -- "$amk" run "$sample" --backend cuda --device "$gpus"
+  expect_grep "$tmp/err" "device.ordinal\] at --device: CUDA device $gpus does not exist" "a bad ordinal is device.ordinal"
+  expect_rc 5 "profile --device past the devices" -- "$amk" profile "$sample" --events --device "$gpus"
+  expect_grep "$tmp/err" "device.ordinal" "profile's bad ordinal is device.ordinal"
+  expect_rc 0 "inspect --attributes --device 0 --no-cache --cache-dir" -- "$amk" inspect "$sample" --attributes --device 0 --no-cache --cache-dir "$tmp/c"
+  expect_grep "$tmp/out" "blocks/SM" "inspect --attributes with --device"
+fi
+# An unknown command is named, with the list (exit 2).
+expect_rc 2 "unknown command" -- "$amk" frobnicate
+expect_grep "$tmp/err" "^amk: usage error \[usage.command\] at amk: unknown command 'frobnicate'; the commands are .*run.*bench" "unknown command named, commands listed"
+[ "$(wc -l < "$tmp/err")" -eq 1 ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL unknown command: not one line"; }
+expect_rc 2 "unknown command, --json" -- "$amk" --json frobnicate x.json
+[ "$(json_field "$tmp/out" "j['error']['code'] + ' ' + str(j['error']['exit_code'])")" = "usage.command 2" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL unknown command as JSON"; }
+expect_rc 2 "unknown gen command" -- "$amk" gen frobnicate
+expect_grep "$tmp/err" "at amk gen: unknown command 'frobnicate'; the commands are llama" "unknown gen command names llama"
+# amk devices: zero devices is an answer (exit 0) with a notice saying why, not an error.
+expect_rc 0 "devices" -- "$amk" devices
+expect_rc 0 "devices --json" -- "$amk" --json devices
+if [ "$gpus" -eq 0 ]; then
+  [ "$(json_field "$tmp/out" "str(j['devices']) + ' ' + str(len(j['notice']) > 0)")" = "[] True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL devices --json without a GPU"; cat "$tmp/out"; }
+  expect_rc 0 "devices (text) without a GPU" -- "$amk" devices
+  expect_grep "$tmp/out" "^no CUDA devices: " "devices says why there are none"
+fi
+# --json, -v and -q are every command's: given after the command, and in its help.
+expect_rc 0 "run ... --json" -- "$amk" run "$sample" --backend cpu --json
+[ "$(json_field "$tmp/out" "j['status']")" = ok ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL run --json after the command"; }
+expect_rc 0 "validate ... -q" -- "$amk" validate "$sample" -q
+[ ! -s "$tmp/out" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL validate -q printed"; }
+for c in run profile bench devices "gen llama"; do
+  expect_rc 0 "$c --help" -- "$amk" $c --help
+  for f in "--json" "-v,--verbose" "-q,--quiet"; do expect_grep "$tmp/out" "$f" "$c --help lists $f"; done
+done
+# -v: each phase as it starts and ends with its time.
+expect_rc 0 "validate -v" -- "$amk" validate "$sample" -v
+expect_grep "$tmp/err" "^amk: info: load \.\.\.$" "-v logs a phase's start"
+expect_grep "$tmp/err" "^amk: info: verify done in [0-9.]* ms$" "-v logs a phase's end and time"
+expect_rc 0 "validate (no -v)" -- "$amk" validate "$sample"
+[ ! -s "$tmp/err" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL phases logged without -v"; }
+# profile and bench write report.json (-o DIR or --report PATH), also when they fail.
+if [ "$gpus" -eq 0 ]; then
+  expect_rc 5 "profile -o without a GPU" -- "$amk" profile "$sample" --events -o "$tmp/prof"
+  [ "$(json_field "$tmp/prof/report.json" "' '.join([j['command'], j['status'], j['backend'], j['program']['name'], j['error']['code'].split('.')[0]])")" = "profile rejected cuda mlp_block device" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile's report without a GPU"; }
+  expect_rc 5 "bench --report without a GPU" -- "$amk" bench "$sample" --report "$tmp/bench/r.json"
+  [ "$(json_field "$tmp/bench/r.json" "j['command'] + ' ' + j['status']")" = "bench rejected" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bench's report without a GPU"; }
+else
+  expect_rc 0 "profile -o" -- "$amk" profile "$sample" --events --iterations 5 -o "$tmp/prof"
+  [ "$(json_field "$tmp/prof/report.json" "' '.join([j['command'], j['status'], j['backend'], str(j['extra']['median_ms'] > 0), str(j['launch']['grid'] > 0)])")" = "profile ok cuda True True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile's report"; }
+  expect_rc 0 "bench --report" -- "$amk" bench "$sample" --min-time 0 --time-limit 1 --report "$tmp/bench/r.json"
+  [ "$(json_field "$tmp/bench/r.json" "j['command'] + ' ' + j['status'] + ' ' + str(len(j['extra']['arms']))")" = "bench ok 3" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL bench's report"; }
+fi
+if "$py" -c "import jsonschema" 2>/dev/null; then
+  "$py" - "$root/schemas" "$tmp/prof/report.json" "$tmp/bench/r.json" <<'PY' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL profile/bench report.json against the schema"; }
+import json, sys, pathlib
+import jsonschema
+d = pathlib.Path(sys.argv[1])
+schema = json.load(open(d / "report.schema.json"))
+manifest = json.load(open(d / "manifest.schema.json"))
+store = {schema["$id"]: schema, manifest.get("$id", "manifest.schema.json"): manifest}
+resolver = jsonschema.RefResolver(base_uri=schema["$id"], referrer=schema, store=store)
+for path in sys.argv[2:]:
+    jsonschema.Draft202012Validator(schema, resolver=resolver).validate(json.load(open(path)))
+PY
 fi
 
 # profile --cold flushes L2 before each timed launch: it needs --events (checked before any GPU).
@@ -271,7 +396,7 @@ expect_rc 2 "profile --tuning-arms with one arm" -- "$amk" profile "$sample" --e
 expect_grep "$tmp/err" "expected 2..16 arms" "one arm is refused"
 expect_rc 2 "profile --tuning-arms empty" -- "$amk" profile "$sample" --events --tuning-arms ""
 expect_grep "$tmp/err" "at --tuning-arms arm 1: an arm is empty" "an empty --tuning-arms is refused, not ignored"
-if ! "$amk" devices >/dev/null 2>&1; then
+if [ "$gpus" -eq 0 ]; then
   expect_rc 5 "profile --tuning-arms without a GPU" -- "$amk" profile "$sample" --events --tuning-arms "default;gemv_preload=1"
   # Without a GPU the GPU commands refuse before making any host data (a decode step's weights
   # take minutes): broken.json's missing data file is never reached (exit 5, not 4).

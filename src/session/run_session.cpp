@@ -15,6 +15,7 @@
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "core/error.hpp"
+#include "core/phase_log.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
 #include "report/outputs.hpp"
@@ -119,7 +120,7 @@ RunResult run_program(const RunRequest& request) {
 
   // Every failure after this point still writes report.json (status error / timeout).
   try {
-    auto phase = clock::now();
+    Phase load_verify("load_verify");
     Program p = load_program_file(request.program_path, request.load);
     spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
                   p.buffers.size(), p.counters.size(), p.instructions.size());
@@ -127,7 +128,7 @@ RunResult run_program(const RunRequest& request) {
     report.program_name = p.name;
     report.program_fingerprint = program_fingerprint(p);
     report.instructions = p.instructions.size();
-    report.timings_ms.emplace_back("load_verify", ms_since(phase));
+    report.timings_ms.emplace_back("load_verify", load_verify.finish());
 
     // The backend (and, for the GPU, its device and target) before the host data, which for a
     // decode step's weights takes minutes: a refusal comes at once.
@@ -141,7 +142,7 @@ RunResult run_program(const RunRequest& request) {
     report.backend = backend;
     if (backend == "cuda") gpu.checked_device = check_gpu(p, gpu.device);
 
-    phase = clock::now();
+    Phase materialize("materialize");
     uint32_t reseeded = 0;
     if (request.reseed) {
       reseeded = reseed_random_inits(p, *request.reseed);
@@ -156,7 +157,7 @@ RunResult run_program(const RunRequest& request) {
       poisoned = poisonable_outputs(p);
       poison_buffers(p, poisoned, initial);
     }
-    report.timings_ms.emplace_back("materialize", ms_since(phase));
+    report.timings_ms.emplace_back("materialize", materialize.finish());
 
     HostBuffers result;
     if (backend == "cuda") {
@@ -176,30 +177,32 @@ RunResult run_program(const RunRequest& request) {
       }
       result = std::move(out.buffers);
     } else {
-      phase = clock::now();
+      Phase plan_phase("plan");
       PlanOptions popts;
       popts.grid_hint = kDefaultGridHint;
       Plan plan = make_plan(p, popts);
       report.grid = plan.grid;
       report.block = plan.block;
-      report.timings_ms.emplace_back("plan", ms_since(phase));
+      report.timings_ms.emplace_back("plan", plan_phase.finish());
       // The CPU backend runs in place: on a copy only when the initial contents are still
       // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
       result =
           request.check || request.save_inputs ? copy_host_buffers(initial) : std::move(initial);
       CpuRunOptions copts;
       copts.iterations = iterations;
+      Phase execute("cpu_execute");
       CpuRunStats stats = run_cpu(p, plan, result, copts);
+      (void)execute.finish();
       report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
     }
 
     if (request.check) {
-      phase = clock::now();
+      Phase check_phase("check");
       // (--save-inputs writes the initial contents below; otherwise the check may consume them.)
       ordered_json check = check_against_cpu(
           p, request.save_inputs ? copy_host_buffers(initial) : std::move(initial), result,
           iterations, poisoned);
-      report.timings_ms.emplace_back("check", ms_since(phase));
+      report.timings_ms.emplace_back("check", check_phase.finish());
       report.check = check;
       if (!check["passed"].get<bool>()) {
         report.status = "mismatch";
@@ -211,10 +214,10 @@ RunResult run_program(const RunRequest& request) {
     }
 
     if (folder) {
-      phase = clock::now();
+      Phase write("write_outputs");
       report.outputs =
           write_output_files(folder->staging(), p, result, request.save_inputs, &initial);
-      report.timings_ms.emplace_back("write_outputs", ms_since(phase));
+      report.timings_ms.emplace_back("write_outputs", write.finish());
     }
     report.timings_ms.emplace_back("total", ms_since(t0));
     report.status = "ok";
@@ -238,6 +241,8 @@ RunResult run_program(const RunRequest& request) {
       text << "inputs: " << reseeded << " random init(s) reseeded from " << *request.reseed << "\n";
     if (request.check) {
       text << "check: " << report.check["summary"].get<std::string>() << "\n";
+      if (backend == "cpu")
+        text << "check: ran on the CPU backend, so it compared the CPU backend with itself\n";
       const std::string names = buffer_names(p, poisoned);
       if (!names.empty())
         text << "check: poisoned before the run, every element the reference writes written: "

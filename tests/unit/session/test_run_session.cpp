@@ -171,6 +171,10 @@ TEST_CASE("run_program --check passes on the CPU and writes what a run without i
   CHECK_MESSAGE(run.text.find("\ncheck: poisoned before the run, every element the reference "
                               "writes written: y, z, u\n") != std::string::npos,
                 run.text);
+  // The fixture's backend is the CPU: the check says it compared the backend with itself.
+  CHECK_MESSAGE(run.text.find("\ncheck: ran on the CPU backend, so it compared the CPU backend "
+                              "with itself\n") != std::string::npos,
+                run.text);
 }
 
 TEST_CASE("run_program --reseed draws the random init from another seed") {

@@ -1,10 +1,11 @@
 // amk convert IN -o OUT: JSON <-> .amkb, losslessly. The output is verified first and written
-// atomically.
+// atomically; relative data paths are rewritten to resolve from OUT's folder.
 #include <filesystem>
 #include <sstream>
 
 #include "cli/common.hpp"
 #include "core/error.hpp"
+#include "io/load.hpp"
 #include "report/outputs.hpp"
 
 namespace amk::cli {
@@ -29,6 +30,9 @@ int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");
   }
   Program p = load_and_verify(o.program);
+  // Relative data paths keep naming the same files from the output's folder.
+  const std::filesystem::path out_dir = std::filesystem::path(o.output).parent_path();
+  const uint32_t rebased = rebase_data_paths(p, out_dir, o.program.load_options());
   const uint64_t bytes = write_program(p, o.output, to);
   ordered_json j;
   j["status"] = "ok";
@@ -36,8 +40,10 @@ int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
   j["output"] = o.output;
   j["encoding"] = to;
   j["bytes"] = bytes;
+  j["rebased_paths"] = rebased;
   std::ostringstream text;
   text << "wrote " << o.output << " (" << to << ", " << format_bytes(bytes) << ")";
+  if (rebased != 0) text << "; " << rebased << " data path(s) rewritten relative to its folder";
   emit(g, j, text.str());
   return 0;
 }

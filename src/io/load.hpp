@@ -39,4 +39,11 @@ struct LoadOptions {
                                                       const std::string& where,
                                                       const LoadOptions& options);
 
+// Rewrites the program's relative data paths to name the same files from `new_dir` (the folder
+// it is about to be written to) and sets base_dir to it; returns how many paths changed.
+// Refuses (usage.convert.path) a path that would leave `new_dir`, unless options allow paths
+// outside the folder.
+uint32_t rebase_data_paths(Program& program, const std::filesystem::path& new_dir,
+                           const LoadOptions& options);
+
 }  // namespace amk

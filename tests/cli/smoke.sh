@@ -101,6 +101,20 @@ fi
 expect_rc 0 "convert to amkb" -- "$amk" convert "$sample" -o "$tmp/mlp.amkb"
 expect_rc 0 "validate amkb" -- "$amk" validate "$tmp/mlp.amkb"
 expect_rc 2 "convert unknown extension" -- "$amk" convert "$sample" -o "$tmp/mlp.bin"
+# convert into another folder: relative data paths are rewritten to name the same files, and a
+# path that would leave the new folder is refused (or, with --allow-outside, written with "..").
+mkdir -p "$tmp/cv/sub" && cp -r "$root/samples/gemv_chain.json" "$root/samples/data" "$tmp/cv/sub/"
+expect_rc 0 "convert to a parent folder" -- "$amk" convert "$tmp/cv/sub/gemv_chain.json" -o "$tmp/cv/g.amkb"
+expect_grep "$tmp/out" "1 data path(s) rewritten" "convert says it rewrote the data path"
+expect_rc 0 "run the original" -- "$amk" run "$tmp/cv/sub/gemv_chain.json" --backend cpu -o "$tmp/cv/o1"
+expect_rc 0 "run the converted copy" -- "$amk" run "$tmp/cv/g.amkb" --backend cpu -o "$tmp/cv/o2"
+cmp -s "$tmp/cv/o1/y.npy" "$tmp/cv/o2/y.npy" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL converted copy computes other outputs"; }
+expect_rc 2 "convert into a folder without the data" -- "$amk" convert "$tmp/cv/sub/gemv_chain.json" -o "$tmp/cv/sub/deeper/g.json"
+expect_grep "$tmp/err" "usage.convert.path\] at /buffers/0/init/path: .*would be \"../data/" "the refusal names the buffer and the path"
+mkdir -p "$tmp/cv/sub/deeper"
+expect_rc 0 "convert --allow-outside" -- "$amk" convert "$tmp/cv/sub/gemv_chain.json" -o "$tmp/cv/sub/deeper/g.json" --allow-outside
+expect_rc 3 "the outside path needs --allow-outside to load" -- "$amk" validate "$tmp/cv/sub/deeper/g.json"
+expect_rc 0 "and loads with it" -- "$amk" validate "$tmp/cv/sub/deeper/g.json" --allow-outside
 
 expect_rc 0 "run cpu" -- "$amk" run "$sample" --backend cpu -o "$tmp/run1"
 for f in out.npy manifest.json report.json; do

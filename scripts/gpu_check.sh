@@ -127,6 +127,8 @@ expect newer_arch_refused 5 "device.target" -- $amk run $P/future_arch.json --ba
 $amk -q compile --trust-custom-ops $P/hang.json >/dev/null 2>&1
 expect hang_caught 8 "victim" -- $amk run $P/hang.json --backend cuda --trust-custom-ops -o "$out/hang_out"
 [ -e "$out/hang_out/b.npy" ] && row "hang wrote no outputs" FAIL || row "hang wrote no outputs" pass
+grep -q '"status": "timeout"' "$out/hang_out.failed-report.json" 2>/dev/null &&
+  row "hang's report beside the folder" pass || row "hang's report beside the folder" FAIL
 $amk -q compile --trust-custom-ops $P/hang_gemv.json >/dev/null 2>&1
 expect hang_gemv_preload_caught 8 "victim" -- $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
 [ -e "$out/hang_gemv_out/y.npy" ] && row "hang_gemv wrote no outputs" FAIL || row "hang_gemv wrote no outputs" pass

@@ -66,6 +66,7 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
   if (options.iterations == 0)
     throw Error(ErrorKind::usage, "run.iterations", "", "iterations must be >= 1");
   check_plan(plan);
+  check_passes(program, plan, options.iterations);  // the device's 32-bit counters and steps
 
   const uint32_t n_queues = plan.n_queues();
   std::vector<uint64_t> counters(plan.n_counters, 0);  // zeroed once per launch

@@ -22,7 +22,8 @@ struct CpuRunStats {
 
 // Executes `plan` over `buffers` (materialized initial contents, updated in place). Throws
 // amk::Error on a runtime data fault (e.g. an embedding id out of range, kind program,
-// naming the instruction) or if the queues cannot drain.
+// naming the instruction), if the queues cannot drain, or if `iterations` passes go past what
+// the device's 32-bit counters hold (check_passes, plan.hpp: the CPU refuses what the GPU must).
 CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffers,
                     const CpuRunOptions& options = {});
 

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "verify/verify.hpp"
 
@@ -206,6 +207,52 @@ Plan make_plan(const Program& program, const PlanOptions& options) {
   plan.ops_used.erase(std::unique(plan.ops_used.begin(), plan.ops_used.end()), plan.ops_used.end());
   mark_const_weights(program, plan);
   return plan;
+}
+
+void check_passes(const Program& program, const Plan& plan, uint32_t passes) {
+  auto counter_label = [&](uint32_t c) {
+    return c < program.counters.size() && !program.counters[c].name.empty()
+               ? "counter '" + program.counters[c].name + "'"
+               : "counter " + std::to_string(c);
+  };
+  const std::string figures = " x " + std::to_string(passes) + " passes = ";
+  std::vector<uint64_t> per_pass(plan.n_counters, 0);
+  for (const amk_instruction_t& ins : plan.instructions)
+    for (uint8_t g = 0; g < ins.n_signals && g < AMK_MAX_SIGNALS; ++g)
+      if (ins.signals[g].counter < plan.n_counters)
+        per_pass[ins.signals[g].counter] += ins.signals[g].add;
+  for (uint32_t c = 0; c < plan.n_counters; ++c) {
+    const auto reached = checked_mul(per_pass[c], passes);
+    if (reached && *reached <= kMaxCounterValue) continue;
+    throw_program_error("plan.counter.overflow", "/counters/" + std::to_string(c),
+                        counter_label(c) + " gains " + std::to_string(per_pass[c]) + " per pass" +
+                            figures + (reached ? std::to_string(*reached) : "over 2^64") +
+                            ", past the device's 32-bit counters (at most " +
+                            std::to_string(kMaxCounterValue) + ")");
+  }
+  for (const amk_instruction_t& ins : plan.instructions) {
+    for (uint8_t w = 0; w < ins.n_waits && w < AMK_MAX_WAITS; ++w) {
+      const uint64_t need = uint64_t{ins.waits[w].value} * passes;
+      if (need <= kMaxCounterValue) continue;
+      throw_program_error(
+          "plan.counter.overflow",
+          "/instructions/" + std::to_string(ins.index) + "/waits/" + std::to_string(w) + "/value",
+          "a wait for " + counter_label(ins.waits[w].counter) +
+              " >= " + std::to_string(ins.waits[w].value) + figures + std::to_string(need) +
+              ", past the device's 32-bit counters (at most " + std::to_string(kMaxCounterValue) +
+              ")");
+    }
+  }
+  for (uint32_t q = 0; q < plan.n_queues(); ++q) {
+    const uint64_t len = plan.queue_offsets[q + 1] - plan.queue_offsets[q];
+    const uint64_t steps = len * passes;
+    if (steps <= UINT32_MAX) continue;
+    throw_program_error("plan.queue.overflow", "/queues/" + std::to_string(q),
+                        "queue " + std::to_string(q) + " of " + std::to_string(len) +
+                            " instructions" + figures + std::to_string(steps) +
+                            " steps; the device counts them in 32 bits (at most " +
+                            std::to_string(UINT32_MAX) + ")");
+  }
 }
 
 }  // namespace amk

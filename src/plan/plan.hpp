@@ -60,4 +60,11 @@ void mark_const_weights(const Program& program, Plan& plan);
 // result verified again).
 [[nodiscard]] Plan make_plan(const Program& program, const PlanOptions& options = {});
 
+// A launch of several passes (amk run --passes) has the device compare counters with
+// value * pass and walk len * passes steps of each queue, all in 32 bits. Refuses (kind
+// program) a pass count that takes a counter past kMaxCounterValue (plan.counter.overflow at
+// /counters/N, or at a wait's value) or a queue's steps past 2^32 - 1 (plan.queue.overflow at
+// /queues/N). The figures are those of the plan's instructions, which the device runs.
+void check_passes(const Program& program, const Plan& plan, uint32_t passes);
+
 }  // namespace amk

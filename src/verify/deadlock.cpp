@@ -174,6 +174,26 @@ void check_waits_satisfiable(const Program& program) {
   }
 }
 
+void check_counter_range(const Program& program) {
+  std::vector<uint64_t> total(program.counters.size(), 0);
+  for (size_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& ins = program.instructions[i];
+    for (size_t g = 0; g < ins.signals.size(); ++g) {
+      const Signal& s = ins.signals[g];
+      if (s.counter >= total.size()) continue;  // check_instruction names it
+      total[s.counter] += s.add;  // at most 2^22 instructions x 4 signals x 2^32: no wrap
+      if (total[s.counter] <= kMaxCounterValue) continue;
+      throw_program_error(
+          "verify.counter.overflow",
+          "/instructions/" + std::to_string(i) + "/signals/" + std::to_string(g) + "/add",
+          counter_label(program, s.counter) + " reaches " + std::to_string(total[s.counter]) +
+              " in one pass with this signal of " +
+              instruction_label(program, static_cast<uint32_t>(i)) +
+              "; device counters are 32-bit (at most " + std::to_string(kMaxCounterValue) + ")");
+    }
+  }
+}
+
 void check_queues(const Program& program, const std::vector<std::vector<uint32_t>>& queues) {
   const uint32_t grid = program.launch.grid;
   if (queues.empty())

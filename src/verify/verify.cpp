@@ -68,6 +68,7 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
   check_launch(program);
   for (uint32_t i = 0; i < program.instructions.size(); ++i) check_instruction(program, i);
   for (uint32_t t = 0; t < program.tma.size(); ++t) check_tma(program, t);
+  check_counter_range(program);
 
   if (program.queues) {
     check_queues(program, *program.queues);  // structure, satisfiable waits, deadlock proof

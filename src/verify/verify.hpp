@@ -51,6 +51,12 @@ void check_launch(const Program& program);
 void check_tma(const Program& program, uint32_t index);
 // Every wait can be met by the sum of all signals to its counter (verify.wait.unsatisfiable).
 void check_waits_satisfiable(const Program& program);
+// Device counters are 32-bit: the signals of one pass may add at most kMaxCounterValue to a
+// counter (verify.counter.overflow at the signal that goes past it). Waits are 32-bit values
+// and, once satisfiable, never ask for more than the signals add. Several passes in one launch
+// multiply both; the planner checks that (check_passes, plan.hpp).
+inline constexpr uint64_t kMaxCounterValue = UINT32_MAX;
+void check_counter_range(const Program& program);
 // Queue structure (count, valid items, every instruction exactly once), satisfiable waits and
 // the deadlock proof; throws verify.deadlock with every stuck head in the detail.
 void check_queues(const Program& program, const std::vector<std::vector<uint32_t>>& queues);

@@ -123,6 +123,9 @@ JSON_CASES = [
     ("deadlock", mutate(setp(["queues"], [["s0", "g0"], []])), P, "verify.deadlock", "/queues/0/0"),
     ("cyclic_waits", mutate(both(setp(["instructions", 0, "waits"], [{"counter": "done", "value": 1}]), delp(["queues"]))), P, "verify.deadlock", "/instructions/0"),
     ("unsatisfiable_wait", mutate(setp(["instructions", 1, "waits"], [{"counter": "done", "value": 2}])), P, "verify.wait.unsatisfiable", "/instructions/1/waits/0/value"),
+    # Two adds of 2^32 - 1 to one counter: past the device's 32-bit counters in one pass.
+    ("counter_overflow", mutate(setp(["instructions", 0, "signals"], [{"counter": "done", "add": 4294967295}] * 2)),
+     P, "verify.counter.overflow", "/instructions/0/signals/1/add"),
     ("operand_out_of_bounds", mutate(setp(["instructions", 1, "operands", "x"], {"buffer": "y", "offset": 32, "extent": 64})), P, "verify.operand.bounds", "/instructions/1/operands/x"),
     ("gemv_shape", mutate(setp(["instructions", 0, "operands", "y"], {"buffer": "z", "offset": 0, "extent": 32})), P, "verify.shape", "/instructions/0/operands/y"),
     ("gemv_w2_extent", mutate(setp(["instructions", 0, "operands", "w2"], {"buffer": "w", "offset": 0, "extent": 256 * 32})), P, "verify.shape", "/instructions/0/operands/w2"),

@@ -141,6 +141,21 @@ for bad_seed in -1 "" 18446744073709551616; do
   expect_grep "$tmp/err" "at amk run: --reseed: expected a decimal integer" "--reseed '$bad_seed' is one located line"
 done
 
+# Passes in one launch multiply what the signals add to a counter (and each queue's steps), which
+# the device counts in 32 bits: a program that fits one pass but not two is refused before it runs.
+"$py" - "$tmp/half_counter.json" <<'PY'
+import json, sys
+half = 1 << 31
+json.dump({"format": "amk.program", "version": 1, "name": "half", "launch": {"grid": 2, "block": 128},
+           "buffers": [], "counters": ["c"],
+           "instructions": [{"name": "a", "op": "nop", "signals": [{"counter": "c", "add": half}]},
+                            {"name": "b", "op": "nop", "waits": [{"counter": "c", "value": half}]}],
+           "queues": [["a"], ["b"]]}, open(sys.argv[1], "w"))
+PY
+expect_rc 0 "run --passes 1 with a counter at 2^31" -- "$amk" run "$tmp/half_counter.json" --backend cpu -o "$tmp/half1"
+expect_rc 3 "run --passes 2 past 32-bit counters" -- "$amk" run "$tmp/half_counter.json" --backend cpu --passes 2 -o "$tmp/half2"
+expect_grep "$tmp/err" "\[plan.counter.overflow\] at /counters/0: counter 'c' gains 2147483648 per pass x 2 passes" "--passes overflow names the counter and the figures"
+
 # A failed run leaves the previous outputs untouched.
 cp "$tmp/run1/out.npy" "$tmp/before.npy"
 "$py" - "$sample" "$tmp/broken.json" <<'PY'

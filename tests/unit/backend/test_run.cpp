@@ -156,6 +156,23 @@ TEST_CASE("several passes: waits compare value * pass, counters grow across pass
   CHECK(e2->message().find("waits counter 0 >= 4, has 2") != std::string::npos);
 }
 
+TEST_CASE("run_cpu refuses passes that take a counter past the device's 32 bits") {
+  Program program;
+  program.counters = {{"c0"}};
+  HostBuffers host;
+  const uint32_t half = 1u << 31;
+  const Plan plan = make_plan_by_hand({make_ins(id(OpId::nop), 0, {}, {}, {}, {{0, half}}),
+                                       make_ins(id(OpId::nop), 1, {}, {}, {{0, half}})},
+                                      {{0, 1}}, 1);
+  CHECK(run_cpu(program, plan, host, CpuRunOptions{1}).instructions_executed == 2);
+  const auto e = caught([&] { (void)run_cpu(program, plan, host, CpuRunOptions{2}); });
+  REQUIRE(e);
+  CHECK(e->code() == "plan.counter.overflow");
+  CHECK(e->where() == "/counters/0");
+  CHECK(e->message().find("counter 'c0' gains 2147483648 per pass x 2 passes") !=
+        std::string::npos);
+}
+
 TEST_CASE("run_cpu refuses bad plans and propagates op faults") {
   ForkJoin fj;
   Plan plan = make_plan_by_hand(fj.ins, {{0, 3}, {1}, {2}}, 2);

@@ -275,6 +275,38 @@ TEST_CASE("make_plan") {
   }
 }
 
+TEST_CASE("check_passes: counters, waits and queue steps stay within 32 bits over the passes") {
+  Builder b;
+  const uint32_t c = b.counter("c");
+  b.add("nop", {}, {}, {{c, 1u << 30}});
+  b.add("nop", {}, {{c, 1u << 30}});
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}};
+  PlanOptions options;
+  options.elide_ordered_syncs = false;
+  Plan plan = make_plan(b.p, options);
+  CHECK_NOTHROW(check_passes(b.p, plan, 1));
+  CHECK_NOTHROW(check_passes(b.p, plan, 3));  // 3 * 2^30 fits
+  auto e = error_of([&] { check_passes(b.p, plan, 4); });
+  REQUIRE(e);
+  CHECK(e->code() == "plan.counter.overflow");
+  CHECK(e->where() == "/counters/0");
+  CHECK(e->message().find("counter 'c' gains 1073741824 per pass x 4 passes") != std::string::npos);
+  CHECK(e->message().find("= 4294967296") != std::string::npos);
+
+  // A wait past what the signals add (only a hand-made plan has one) is named at its value.
+  plan.instructions[1].waits[0].value = UINT32_MAX;
+  CHECK_ERROR(check_passes(b.p, plan, 2), "plan.counter.overflow", "/instructions/1/waits/0/value");
+
+  // Queue steps: len * passes must fit 32 bits.
+  Builder q;
+  q.add("nop", {});
+  q.add("nop", {});
+  q.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}};
+  const Plan qplan = make_plan(q.p);
+  CHECK_NOTHROW(check_passes(q.p, qplan, UINT32_MAX / 2));
+  CHECK_ERROR(check_passes(q.p, qplan, UINT32_MAX / 2 + 1), "plan.queue.overflow", "/queues/0");
+}
+
 TEST_CASE("a single producer's consumer follows it on its block; the plan drops the wait") {
   Builder b;
   const uint32_t x = b.buffer("x", DType::f32, 4 * 64);

@@ -87,6 +87,26 @@ TEST_CASE("unsatisfiable wait names the counter, the need and the total") {
   CHECK_NOTHROW(verify(b.p));
 }
 
+TEST_CASE("a counter the signals of one pass take past 32 bits is refused") {
+  Builder b;
+  const uint32_t c = b.counter("big");
+  b.add("nop", {}, {}, {{c, UINT32_MAX}}, "first");
+  b.add("nop", {}, {{c, UINT32_MAX}}, {}, "waiter");
+  CHECK_NOTHROW(verify(b.p));  // 2^32 - 1 in all: the device's counter holds it
+
+  b.add("nop", {}, {}, {{c, 1}}, "over");
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}, {2}};
+  auto e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->code() == "verify.counter.overflow");
+  CHECK(e->where() == "/instructions/2/signals/0/add");
+  CHECK(contains(e->message(), "counter 'big' reaches 4294967296"));
+  CHECK(contains(e->message(), "'over'"));
+
+  b.p.queues.reset();  // the pool path checks it too
+  CHECK_ERROR(verify(b.p), "verify.counter.overflow", "/instructions/2/signals/0/add");
+}
+
 TEST_CASE("deadlock between two blocks names both stuck heads") {
   Builder b = crossed_program();
   const auto stuck = simulate_queues(b.p, *b.p.queues);

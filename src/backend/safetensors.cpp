@@ -2,9 +2,11 @@
 // JSON {"name": {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}, then
 // the data, offsets relative to byte 8 + N. Every number in the header is checked against the
 // real file size before anything is allocated.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/data_file.hpp"
 #include "backend/host_data.hpp"
@@ -31,6 +33,37 @@ std::optional<uint64_t> as_u64(const nlohmann::json& v) {
   if (v.is_number_integer() && v.get<int64_t>() >= 0)
     return static_cast<uint64_t>(v.get<int64_t>());
   return std::nullopt;
+}
+
+// The format gives every tensor its own bytes: refuse a header where two tensors' data_offsets
+// overlap (empty ranges overlap nothing). Entries too malformed to have a range are left to the
+// checks of the tensor that is read.
+void check_no_overlap(const detail::DataFile& file, const nlohmann::json& header) {
+  struct Span {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Span> spans;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__" || !entry.is_object()) continue;
+    const auto offsets = entry.find("data_offsets");
+    if (offsets == entry.end() || !offsets->is_array() || offsets->size() != 2) continue;
+    const auto begin = as_u64((*offsets)[0]), end = as_u64((*offsets)[1]);
+    if (begin && end && *begin < *end) spans.push_back({*begin, *end, &name});
+  }
+  std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+    return a.begin != b.begin ? a.begin < b.begin : *a.name < *b.name;
+  });
+  auto range = [](const Span& s) {
+    return "'" + *s.name + "' [" + std::to_string(s.begin) + ", " + std::to_string(s.end) + ")";
+  };
+  const Span* reach = nullptr;  // the span seen so far that ends last
+  for (const Span& s : spans) {
+    if (reach != nullptr && s.begin < reach->end)
+      file.fail("init.safetensors.overlap", "tensors " + range(*reach) + " and " + range(s) +
+                                                " share data bytes; tensors may not overlap");
+    if (reach == nullptr || s.end > reach->end) reach = &s;
+  }
 }
 
 }  // namespace
@@ -61,6 +94,8 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
   if (header.is_discarded() || !header.is_object()) {
     file.fail("init.safetensors.header", "header is not a JSON object");
   }
+
+  check_no_overlap(file, header);
 
   const auto it = header.find(tensor);
   if (it == header.end() || tensor == "__metadata__") {

@@ -166,9 +166,26 @@ GENERATED_CASES = [
      P, "limit.buffers", "/buffers"),
 ]
 
-# Missing data file: rejected when the data is materialized (io error), not at load.
+# Data files are checked when the data is materialized, not at load: a missing one (io error), a
+# safetensors file whose tensors share bytes (its data file is in DATA_FILES).
 RUN_CASES = [
     ("missing_npy", mutate(setp(["buffers", 0, "init"], {"kind": "npy", "path": "no_such.npy"})), IO, "io.missing", "/buffers/0/init/path"),
+    ("safetensors_overlap", mutate(setp(["buffers", 0, "init"], {"kind": "safetensors", "path": "overlap.safetensors", "tensor": "a"})),
+     P, "init.safetensors.overlap", "/buffers/0/init/path"),
+]
+
+
+def safetensors_file(header, data_bytes):
+    text = json.dumps(header).encode()
+    return struct.pack("<Q", len(text)) + text + bytes(data_bytes)
+
+
+# Data files the RUN_CASES name, written beside them in json/.
+DATA_FILES = [
+    # x is f32[256] (1024 bytes): a is [0, 1024), b [512, 1536) overlaps its second half.
+    ("overlap.safetensors", lambda: safetensors_file(
+        {"a": {"dtype": "F32", "shape": [256], "data_offsets": [0, 1024]},
+         "b": {"dtype": "F32", "shape": [256], "data_offsets": [512, 1536]}}, 1536)),
 ]
 
 
@@ -201,6 +218,9 @@ def main():
         rows.append(("validate", fname, code, err, where))
     for name, _, code, err, where in GENERATED_CASES:
         rows.append(("validate", GENERATED + "/" + name + ".json", code, err, where))
+    for name, data in DATA_FILES:
+        with open(os.path.join(HERE, "json", name), "wb") as f:
+            f.write(data())
     for name, text, code, err, where in RUN_CASES:
         fname = os.path.join("json", name + ".json")
         with open(os.path.join(HERE, fname), "w") as f:

@@ -209,6 +209,40 @@ TEST_CASE("safetensors: reads a tensor of a hand-built file") {
         b);
 }
 
+TEST_CASE("safetensors: tensors whose data offsets overlap are refused, naming both") {
+  TempDir dir;
+  const std::vector<std::byte> data(3072);
+  auto read = [&](const std::string& header, const std::string& tensor) {
+    write_bytes(dir / "o.safetensors", safetensors(header, data));
+    (void)read_safetensors(dir / "o.safetensors", tensor, DType::f32, 512, "/buffers/0/init/path");
+  };
+  const std::string overlap =
+      R"({"a": {"dtype": "F32", "shape": [512], "data_offsets": [0, 2048]},)"
+      R"( "b": {"dtype": "F32", "shape": [512], "data_offsets": [1024, 3072]}})";
+  for (const char* tensor : {"a", "b"}) {  // whichever is read, the file is refused
+    const auto e = caught([&] { read(overlap, tensor); });
+    REQUIRE(e);
+    CHECK(e->code() == "init.safetensors.overlap");
+    CHECK(e->where() == "/buffers/0/init/path");
+    CHECK(e->message().find("o.safetensors") != std::string::npos);
+    CHECK(e->message().find("'a' [0, 2048) and 'b' [1024, 3072)") != std::string::npos);
+  }
+  // A third tensor inside the first one's range, listed last, is caught too.
+  const auto inside = caught([&] {
+    read(R"({"a": {"dtype": "F32", "shape": [512], "data_offsets": [0, 2048]},)"
+         R"( "c": {"dtype": "F32", "shape": [2], "data_offsets": [2048, 2056]},)"
+         R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}})",
+         "a");
+  });
+  REQUIRE(inside);
+  CHECK(inside->message().find("'a' [0, 2048) and 'b' [8, 16)") != std::string::npos);
+  // Adjacent ranges and empty tensors share no bytes.
+  CHECK_NOTHROW(read(R"({"a": {"dtype": "F32", "shape": [512], "data_offsets": [0, 2048]},)"
+                     R"( "e": {"dtype": "F32", "shape": [0], "data_offsets": [1024, 1024]},)"
+                     R"( "b": {"dtype": "F32", "shape": [256], "data_offsets": [2048, 3072]}})",
+                     "a"));
+}
+
 TEST_CASE("safetensors: rejections carry exact codes") {
   TempDir dir;
   const auto data = bytes_of(std::vector<int32_t>{1, 2, 3, 4});

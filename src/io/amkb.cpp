@@ -590,7 +590,11 @@ Meta read_meta(const uint8_t* f, const Section& s, uint64_t n_instructions, Prog
   if (mode > 1) r.bad(at, "unknown launch mode " + std::to_string(mode));
   p.launch.mode = static_cast<LaunchMode>(mode);
   r.zero(3, "launch reserved bytes");
+  at = r.pos();
   p.launch.grid = r.u32("launch grid");
+  if (p.launch.grid > kMaxQueues)
+    r.bad(at, "launch grid " + std::to_string(p.launch.grid) + " exceeds " +
+                  std::to_string(kMaxQueues) + " blocks");
   at = r.pos();
   p.launch.block = r.u32("launch block");
   if (p.launch.block < 32 || p.launch.block > 1024 || p.launch.block % 32 != 0)

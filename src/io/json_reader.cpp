@@ -586,9 +586,15 @@ private:
                "expected a positive integer or \"auto\", found " + describe(*m));
         l.grid = 0;
       } else {
-        l.grid = static_cast<uint32_t>(get_uint(*m, loc / "grid", kU32Max));
-        if (l.grid == 0)
+        const uint64_t grid = get_uint(*m, loc / "grid", kU64Max);
+        if (grid == 0)
           fail("launch.grid", loc / "grid", "expected a positive integer or \"auto\", found 0");
+        if (grid > kMaxQueues)
+          fail("launch.grid", loc / "grid",
+               "grid of " + std::to_string(grid) + " blocks; at most " +
+                   std::to_string(kMaxQueues) +
+                   " (a persistent grid must be co-resident: SMs x blocks per SM)");
+        l.grid = static_cast<uint32_t>(grid);
       }
     }
     if (auto m = member(j, "block")) {

@@ -97,12 +97,16 @@ std::vector<std::vector<uint32_t>> build_queues(const Program& program, uint32_t
 
   // Free blocks, earliest first; an entry is stale once its block got later work (free_at grows
   // with every placement: costs are positive).
+  // Only blocks 0..n-1 can get work: an idle block (free at 0, before any busy one) is always
+  // among them and the lowest idle one is taken. So the state is sized by the instructions, not
+  // by the grid; the blocks past them keep empty queues.
+  const uint32_t candidates = static_cast<uint32_t>(std::min<size_t>(grid, n));
   using Free = std::pair<double, uint32_t>;  // (time the block becomes free, block)
   std::priority_queue<Free, std::vector<Free>, std::greater<Free>> blocks;
-  std::vector<double> free_at(grid, 0.0);
-  std::vector<uint32_t> last(grid, UINT32_MAX);  // last instruction placed on each block
+  std::vector<double> free_at(candidates, 0.0);
+  std::vector<uint32_t> last(candidates, UINT32_MAX);  // last instruction placed on each block
   std::vector<uint32_t> block_of(n, UINT32_MAX);
-  for (uint32_t b = 0; b < grid; ++b) blocks.push({0.0, b});
+  for (uint32_t b = 0; b < candidates; ++b) blocks.push({0.0, b});
   // The instruction behind predecessor node p when it is one (directly, or as the only
   // predecessor of a join node: a wait on a counter with one needed signaler).
   auto producer = [&](uint32_t p) -> uint32_t {

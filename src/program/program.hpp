@@ -19,6 +19,9 @@ inline constexpr uint32_t kFormatVersion = 1;  // program format version (JSON a
 inline constexpr uint64_t kMaxBuffers = 1u << 16;
 inline constexpr uint64_t kMaxCounters = 1u << 20;
 inline constexpr uint64_t kMaxInstructions = 1u << 22;
+// Queues, one per persistent block: also the bound on launch.grid. Every block of a persistent
+// grid must be co-resident (SMs x blocks per SM: 132 x 32 = 4224 on an H100), so 65536 leaves
+// room for any device while keeping what is planned per block small.
 inline constexpr uint64_t kMaxQueues = 1u << 16;
 inline constexpr uint64_t kMaxRank = 8;
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 40;  // 1 TiB

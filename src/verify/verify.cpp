@@ -19,6 +19,15 @@ constexpr uint32_t kMaxDynamicSmem = 232448;  // 227 KiB: the sm_90 per-block op
 
 void check_launch(const Program& program) {
   const Launch& launch = program.launch;
+  if (launch.grid > kMaxQueues)
+    throw_program_error("launch.grid", "/launch/grid",
+                        "grid of " + std::to_string(launch.grid) + " blocks; at most " +
+                            std::to_string(kMaxQueues) +
+                            " (a persistent grid must be co-resident: SMs x blocks per SM)");
+  if (program.queues && program.queues->size() > kMaxQueues)
+    throw_program_error("limit.queues", "/queues",
+                        std::to_string(program.queues->size()) + " queues; at most " +
+                            std::to_string(kMaxQueues) + " (one per block)");
   if (launch.block < kWarpSize || launch.block > kMaxBlockThreads || launch.block % kWarpSize != 0)
     throw_program_error("launch.block", "/launch/block",
                         "block of " + std::to_string(launch.block) +

@@ -120,6 +120,8 @@ JSON_CASES = [
     ("queue_duplicate", mutate(setp(["queues"], [["g0", "s0"], ["s0"]])), P, "queue.duplicate", "/queues/1/0"),
     ("queue_missing", mutate(setp(["queues"], [["g0"], []])), P, "queue.missing", "/queues"),
     ("grid_queue_mismatch", mutate(setp(["launch", "grid"], 3)), P, "queue.shape", "/queues"),
+    # More persistent blocks than any device holds at once (the planner allocated per block).
+    ("grid_too_large", mutate(setp(["launch", "grid"], 4294967295)), P, "launch.grid", "/launch/grid"),
     ("deadlock", mutate(setp(["queues"], [["s0", "g0"], []])), P, "verify.deadlock", "/queues/0/0"),
     ("cyclic_waits", mutate(both(setp(["instructions", 0, "waits"], [{"counter": "done", "value": 1}]), delp(["queues"]))), P, "verify.deadlock", "/instructions/0"),
     ("unsatisfiable_wait", mutate(setp(["instructions", 1, "waits"], [{"counter": "done", "value": 2}])), P, "verify.wait.unsatisfiable", "/instructions/1/waits/0/value"),

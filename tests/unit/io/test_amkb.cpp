@@ -615,6 +615,7 @@ TEST_CASE("META content is checked like the JSON encoding") {
   CHECK(with([](Program& p) { p.description = "\xC0\xAF"; }) == "amkb.meta");  // overlong UTF-8
   CHECK(with([](Program& p) { p.version = 2; }) == "amkb.version");
   CHECK(with([](Program& p) { p.launch.block = 100; }) == "amkb.meta");
+  CHECK(with([](Program& p) { p.launch.grid = kMaxQueues + 1; }) == "amkb.meta");
   CHECK(with([](Program& p) { p.launch.timeout_ms = 0; }) == "amkb.meta");
   CHECK(with([](Program& p) { p.launch.cluster[2] = 0; }) == "amkb.meta");
   CHECK(with([](Program& p) { p.target.features = 8; }) == "amkb.meta");

@@ -443,6 +443,9 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
       {with("/launch/grid", "all"), "launch.grid", "/launch/grid"},
       {with("/launch/grid", -3), "json.range", "/launch/grid"},
       {with("/launch/grid", 2.5), "json.range", "/launch/grid"},
+      {with("/launch/grid", 65537), "launch.grid", "/launch/grid"},  // past kMaxQueues
+      {with("/launch/grid", 4294967295ULL), "launch.grid", "/launch/grid"},
+      {with("/launch/grid", 18446744073709551615ULL), "launch.grid", "/launch/grid"},
       {with("/launch/block", 100), "launch.block", "/launch/block"},
       {with("/launch/block", 2048), "launch.block", "/launch/block"},
       {with("/launch/cluster", json::array()), "launch.cluster", "/launch/cluster"},

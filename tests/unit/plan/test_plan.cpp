@@ -207,6 +207,21 @@ TEST_CASE("build_queues edge cases") {
   CHECK(none_q.size() == 3);
 }
 
+TEST_CASE("on a grid wider than the program, blocks past the instructions stay empty") {
+  Builder b;
+  const uint32_t c = b.counter("c");
+  for (int i = 0; i < 6; ++i) b.add("nop", {}, {}, {{c, 1}});
+  b.add("nop", {}, {{c, 6}});
+  b.add("nop", {}, {{c, 6}});
+  const auto narrow = build_queues(b.p, 8);
+  const auto wide = build_queues(b.p, kMaxQueues);
+  REQUIRE(wide.size() == kMaxQueues);
+  check_schedule(b.p, wide, kMaxQueues);
+  // The same schedule as on as many blocks as instructions; the rest get nothing.
+  CHECK(std::equal(narrow.begin(), narrow.end(), wide.begin()));
+  CHECK(std::all_of(wide.begin() + 8, wide.end(), [](const auto& q) { return q.empty(); }));
+}
+
 TEST_CASE("make_plan") {
   Builder b;
   const uint32_t x = b.buffer("x", DType::f32, 64);

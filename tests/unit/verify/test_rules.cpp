@@ -338,6 +338,17 @@ TEST_CASE("launch rules") {
     b.p.launch.block = 1024;
     CHECK_NOTHROW(check_launch(b.p));
   }
+  SUBCASE("grid: at most kMaxQueues blocks (a persistent grid is co-resident)") {
+    b.p.launch.grid = kMaxQueues;
+    CHECK_NOTHROW(check_launch(b.p));
+    for (uint32_t bad : {uint32_t{kMaxQueues + 1}, 100'000'000u, UINT32_MAX}) {
+      b.p.launch.grid = bad;
+      CHECK_ERROR(check_launch(b.p), "launch.grid", "/launch/grid");
+    }
+    b.p.launch.grid = 0;
+    b.p.queues = std::vector<std::vector<uint32_t>>(kMaxQueues + 1);
+    CHECK_ERROR(check_launch(b.p), "limit.queues", "/queues");
+  }
   SUBCASE("cooperative mode takes no cluster") {
     b.p.launch.cluster[0] = 2;
     CHECK_ERROR(check_launch(b.p), "launch.cluster", "/launch/cluster");

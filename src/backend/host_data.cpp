@@ -1,6 +1,12 @@
 #include "backend/host_data.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <new>
+#include <sstream>
 #include <string>
 
 #if defined(__linux__)
@@ -12,14 +18,66 @@
 #include "core/error.hpp"
 
 namespace amk {
+namespace {
 
-std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
-                                          const LoadOptions& options) {
-  if (index >= program.buffers.size()) {
-    throw Error(ErrorKind::internal, "init.buffer", "/buffers/" + std::to_string(index),
-                "buffer index out of range (" + std::to_string(program.buffers.size()) +
-                    " buffers)");
+std::string gib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f GiB", static_cast<double>(bytes) / double(uint64_t{1} << 30));
+  return s;
+}
+
+[[noreturn]] void out_of_host_memory(const Program& program, uint32_t index, uint64_t bytes) {
+  throw Error(ErrorKind::device, "host.memory", "/buffers/" + std::to_string(index),
+              "out of host memory for buffer '" + program.buffers[index].name + "' (" +
+                  std::to_string(bytes) + " bytes, " + gib(bytes) + ")");
+}
+
+// The number after `key` and `sep` on a line of a /proc or cgroup stat file
+// ("MemAvailable:   123 kB", "file 4096").
+std::optional<uint64_t> stat_field(const std::string& text, const std::string& key, char sep) {
+  std::istringstream lines(text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.size() <= key.size() || line.compare(0, key.size(), key) != 0 ||
+        line[key.size()] != sep)
+      continue;
+    const char* p = line.c_str() + key.size() + 1;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(p, &end, 10);
+    if (end == p) return std::nullopt;
+    return v;
   }
+  return std::nullopt;
+}
+
+std::optional<uint64_t> meminfo_bytes(const std::string& text, const std::string& key) {
+  const auto kib = stat_field(text, key, ':');
+  return kib ? checked_mul(*kib, 1024) : std::nullopt;
+}
+
+// A buffer's bytes; nullopt when its shape overflows (materialize_one names that).
+std::optional<uint64_t> buffer_bytes(const Buffer& b) {
+  std::optional<uint64_t> n = dtype_size(b.dtype);
+  for (uint64_t d : b.shape) n = n ? checked_mul(*n, d) : n;
+  return n;
+}
+
+std::optional<std::string> read_text(const char* path) {
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::optional<uint64_t> read_number(const char* path) {
+  const auto text = read_text(path);
+  if (!text || text->empty() || (*text)[0] < '0' || (*text)[0] > '9') return std::nullopt;  // "max"
+  return std::strtoull(text->c_str(), nullptr, 10);
+}
+
+std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
+                                       const LoadOptions& options) {
   const Buffer& buffer = program.buffers[index];
   const BufferInit& init = buffer.init;
   const std::string where = "/buffers/" + std::to_string(index) + "/init";
@@ -74,6 +132,74 @@ std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index
   throw_program_error("init.kind", where + "/kind", "unknown init kind");
 }
 
+}  // namespace
+
+std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
+                                          const LoadOptions& options) {
+  if (index >= program.buffers.size()) {
+    throw Error(ErrorKind::internal, "init.buffer", "/buffers/" + std::to_string(index),
+                "buffer index out of range (" + std::to_string(program.buffers.size()) +
+                    " buffers)");
+  }
+  try {
+    return materialize_one(program, index, options);
+  } catch (const std::bad_alloc&) {
+    out_of_host_memory(program, index, buffer_bytes(program.buffers[index]).value_or(0));
+  }
+}
+
+std::optional<uint64_t> host_memory_available() {
+  std::optional<uint64_t> available;
+  if (const auto info = read_text("/proc/meminfo")) {
+    available = meminfo_bytes(*info, "MemAvailable");
+    if (!available) {  // kernels before 3.14
+      const auto free = meminfo_bytes(*info, "MemFree");
+      const auto buffers = meminfo_bytes(*info, "Buffers");
+      const auto cached = meminfo_bytes(*info, "Cached");
+      if (free) available = *free + buffers.value_or(0) + cached.value_or(0);
+    }
+  }
+  // A container's limit: cgroup v2, else v1 (whose "no limit" is a huge number). Its usage
+  // counts the page cache, which the kernel reclaims before refusing: that is not taken.
+  std::optional<uint64_t> limit = read_number("/sys/fs/cgroup/memory.max");
+  std::optional<uint64_t> usage, cache;
+  if (limit) {
+    usage = read_number("/sys/fs/cgroup/memory.current");
+    if (const auto stat = read_text("/sys/fs/cgroup/memory.stat"))
+      cache = stat_field(*stat, "file", ' ');
+  } else if ((limit = read_number("/sys/fs/cgroup/memory/memory.limit_in_bytes"))) {
+    usage = read_number("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    if (const auto stat = read_text("/sys/fs/cgroup/memory/memory.stat"))
+      cache = stat_field(*stat, "total_cache", ' ');
+  }
+  if (limit) {
+    const uint64_t used = usage.value_or(0) - std::min(usage.value_or(0), cache.value_or(0));
+    const uint64_t room = *limit > used ? *limit - used : 0;
+    available = available ? std::min(*available, room) : room;
+  }
+  return available;
+}
+
+void check_host_memory(const Program& program, std::optional<uint64_t> available) {
+  if (!available || program.buffers.empty()) return;
+  uint64_t needed = 0, most = 0;
+  uint32_t biggest = 0;
+  for (uint32_t i = 0; i < program.buffers.size(); ++i) {
+    const uint64_t bytes = buffer_bytes(program.buffers[i]).value_or(0);
+    needed = checked_add(needed, bytes).value_or(UINT64_MAX);
+    if (bytes > most) {
+      most = bytes;
+      biggest = i;
+    }
+  }
+  if (needed <= *available) return;
+  throw Error(ErrorKind::device, "host.memory", "/buffers/" + std::to_string(biggest),
+              "the buffers need " + std::to_string(needed) + " bytes (" + gib(needed) +
+                  ") of host memory, " + std::to_string(*available) + " (" + gib(*available) +
+                  ") are available; the biggest is '" + program.buffers[biggest].name + "' (" +
+                  std::to_string(most) + " bytes)");
+}
+
 std::vector<std::byte> host_bytes(size_t bytes) {
   std::vector<std::byte> out;
   out.reserve(bytes);
@@ -100,10 +226,17 @@ HostBuffers copy_host_buffers(const HostBuffers& from) {
 }
 
 HostBuffers materialize_all(const Program& program, const LoadOptions& options) {
+  check_host_memory(program, host_memory_available());
   HostBuffers out;
   out.data.reserve(program.buffers.size());
-  for (uint32_t i = 0; i < program.buffers.size(); ++i)
-    out.data.push_back(materialize_buffer(program, i, options));
+  for (uint32_t i = 0; i < program.buffers.size(); ++i) {
+    std::vector<std::byte> data = materialize_buffer(program, i, options);
+    try {
+      out.data.push_back(std::move(data));
+    } catch (const std::bad_alloc&) {
+      out_of_host_memory(program, i, buffer_bytes(program.buffers[i]).value_or(0));
+    }
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "core/numeric.hpp"
@@ -19,9 +20,20 @@ struct HostBuffers {
 // Builds the initial contents of buffer `index` (zeros, constant, seeded random, inline values,
 // .npy, raw file, safetensors tensor). Random contents are a pure function of (seed, dtype,
 // element count, distribution): identical on every machine and backend.
+// Running out of host memory while building it is Error device `host.memory` at the buffer.
 [[nodiscard]] std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
                                                         const LoadOptions& options = {});
+// Every buffer, after check_host_memory against host_memory_available().
 [[nodiscard]] HostBuffers materialize_all(const Program& program, const LoadOptions& options = {});
+
+// Bytes of memory this process can still take: Linux's MemAvailable (MemFree + Buffers + Cached
+// on kernels without it), capped by the cgroup's memory limit less its usage. nullopt where
+// neither can be read.
+[[nodiscard]] std::optional<uint64_t> host_memory_available();
+// Refuses, before anything is allocated, a program whose buffers need more host memory than
+// `available` (nullopt: unknown, nothing refused): Error device (exit 5) `host.memory` at the
+// biggest buffer, naming the bytes needed, the bytes available and that buffer.
+void check_host_memory(const Program& program, std::optional<uint64_t> available);
 
 // `bytes` zeroed bytes. Large ones (8 MiB and up) are first offered to the kernel as transparent
 // huge pages (a hint): a decode step's weights are gigabytes of fresh memory, and on a virtual

@@ -44,7 +44,7 @@ BASE = {
     "queues": [["g0"], ["s0"]],
 }
 
-P, IO = 3, 4  # exit codes: invalid program, io
+P, IO, DEV = 3, 4, 5  # exit codes: invalid program, io, device (this machine cannot run it)
 
 
 def mutate(fn):
@@ -172,6 +172,11 @@ GENERATED_CASES = [
 # safetensors file whose tensors share bytes (its data file is in DATA_FILES).
 RUN_CASES = [
     ("missing_npy", mutate(setp(["buffers", 0, "init"], {"kind": "npy", "path": "no_such.npy"})), IO, "io.missing", "/buffers/0/init/path"),
+    # Valid, but 2 TiB of buffers: more host memory than the machine has, refused before any is
+    # allocated (the biggest buffer is named).
+    ("host_memory", mutate(setp(["buffers"], BASE["buffers"] + [{"name": "big0", "dtype": "u8", "shape": [1 << 40]},
+                                                                {"name": "big1", "dtype": "u8", "shape": [(1 << 40) - (1 << 20)]}])),
+     DEV, "host.memory", "/buffers/4"),
     ("safetensors_overlap", mutate(setp(["buffers", 0, "init"], {"kind": "safetensors", "path": "overlap.safetensors", "tensor": "a"})),
      P, "init.safetensors.overlap", "/buffers/0/init/path"),
 ]

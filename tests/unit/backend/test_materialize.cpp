@@ -3,6 +3,10 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -171,3 +175,76 @@ TEST_CASE("host_bytes is zeroed at every size (huge-page hint from 8 MiB); "
   CHECK(copy.data[1] == from.data[1]);
   CHECK(copy.data[1].data() != from.data[1].data());
 }
+
+TEST_CASE("check_host_memory refuses buffers past the available memory, naming the biggest") {
+  Program p;
+  p.buffers = {make_buffer("a", DType::f32, {256}), make_buffer("big", DType::f32, {1024}),
+               make_buffer("c", DType::u8, {1024})};  // 1024 + 4096 + 1024 bytes
+  CHECK_NOTHROW(check_host_memory(p, 6144));
+  CHECK_NOTHROW(check_host_memory(p, std::nullopt));  // unknown: nothing refused
+  const auto e = caught([&] { check_host_memory(p, 6143); });
+  REQUIRE(e);
+  CHECK(e->code() == "host.memory");
+  CHECK(e->kind() == ErrorKind::device);
+  CHECK(e->exit_code() == ExitCode::device);
+  CHECK(e->where() == "/buffers/1");
+  CHECK(e->message().find("need 6144 bytes") != std::string::npos);
+  CHECK(e->message().find("6143 (0.0 GiB) are available") != std::string::npos);
+  CHECK(e->message().find("the biggest is 'big' (4096 bytes)") != std::string::npos);
+}
+
+TEST_CASE("materialize_all refuses a program larger than the host before allocating") {
+  const std::optional<uint64_t> available = host_memory_available();
+#if defined(__linux__)
+  REQUIRE(available.has_value());  // /proc/meminfo
+  CHECK(*available > 0);
+#endif
+  // Two 1 TiB buffers (the most a program may ask for): more than this host has.
+  Program p;
+  p.buffers = {make_buffer("w0", DType::u8, {uint64_t{1} << 40}),
+               make_buffer("w1", DType::u8, {uint64_t{1} << 40})};
+  if (!available || *available >= (uint64_t{2} << 40)) return;
+  const auto e = caught([&] { (void)materialize_all(p); });
+  REQUIRE(e);
+  CHECK(e->code() == "host.memory");
+  CHECK(e->where() == "/buffers/0");
+}
+
+// (AddressSanitizer aborts on an allocation it cannot serve instead of throwing.)
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define AMK_TEST_ASAN 1
+#endif
+#endif
+#if !defined(__SANITIZE_ADDRESS__) && !defined(AMK_TEST_ASAN)
+TEST_CASE("running out of memory while materializing is host.memory at the buffer") {
+  // 1 TiB of zeros: a heuristic-overcommit Linux (mode 0) with less RAM + swap than that refuses
+  // the allocation at once (std::bad_alloc) instead of letting it touch pages. Elsewhere skip.
+  const auto meminfo = [] {
+    std::ifstream f("/proc/meminfo");
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+  }();
+  const auto kib = [&](const std::string& key) -> uint64_t {
+    const size_t at = meminfo.find(key + ":");
+    return at == std::string::npos
+               ? UINT64_MAX
+               : std::strtoull(meminfo.c_str() + at + key.size() + 1, nullptr, 10);
+  };
+  std::ifstream mode_file("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  mode_file >> mode;
+  const uint64_t ram_swap_kib = kib("MemTotal") + kib("SwapTotal");
+  if (mode != 0 || ram_swap_kib >= (uint64_t{1} << 30)) return;
+  Program p;
+  p.buffers = {make_buffer("small", DType::u8, {8}),
+               make_buffer("huge", DType::u8, {uint64_t{1} << 40})};
+  const auto e = caught([&] { (void)materialize_buffer(p, 1); });
+  REQUIRE(e);
+  CHECK(e->code() == "host.memory");
+  CHECK(e->kind() == ErrorKind::device);
+  CHECK(e->where() == "/buffers/1");
+  CHECK(e->message().find("'huge' (1099511627776 bytes") != std::string::npos);
+}
+#endif

@@ -283,6 +283,11 @@ private:
     return true;
   }
   bool open(Kind kind) {
+    if (open_.size() >= kMaxJsonDepth) {
+      code = "json.depth";  // parse_json_program finds the byte (the parser does not say)
+      message = "arrays and objects nest deeper than " + std::to_string(kMaxJsonDepth) + " levels";
+      return false;
+    }
     open_.push_back(make(kind));
     if (pending_.size() < open_.size()) pending_.emplace_back();
     pending_[open_.size() - 1].clear();
@@ -1287,6 +1292,31 @@ private:
   NameMap buffer_names_, counter_names_, instruction_names_, custom_names_;
 };
 
+// The 0-based offset of the bracket that opens level kMaxJsonDepth + 1 in text that parses up to
+// there (strings skipped), or text.size().
+size_t too_deep_at(std::string_view text) {
+  uint64_t depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return i;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return text.size();
+}
+
 }  // namespace
 
 Program parse_json_program(std::string_view text, const LoadOptions& options) {
@@ -1309,6 +1339,16 @@ Program parse_json_program(std::string_view text, const LoadOptions& options) {
   }
   if (!ok) {
     if (builder.code.empty()) throw_program_error("json.syntax", "", "the JSON text is invalid");
+    if (builder.code == "json.depth") {
+      const size_t at = too_deep_at(text);
+      const std::string_view before = text.substr(0, at);
+      const size_t line_start =
+          before.rfind('\n') == std::string_view::npos ? 0 : before.rfind('\n') + 1;
+      const size_t line = 1 + std::count(before.begin(), before.end(), '\n');
+      builder.where = "byte " + std::to_string(at + 1);  // 1-based, as the parser's errors
+      builder.message += " (line " + std::to_string(line) + ", column " +
+                         std::to_string(at - line_start + 1) + ")";
+    }
     throw_program_error(builder.code, builder.where, builder.message);
   }
   Program program;

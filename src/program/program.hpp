@@ -32,6 +32,9 @@ inline constexpr uint64_t kMaxTmaDescriptors = 64;
 inline constexpr uint64_t kMaxCustomOps = 64;
 inline constexpr uint64_t kMaxCustomSourceBytes = uint64_t{1} << 20;
 inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;  // program file itself
+// Nested arrays/objects in program JSON (the root is level 1). Programs use about 6; each level
+// costs the reader memory, so a deeply nested file is refused while it is parsed.
+inline constexpr uint64_t kMaxJsonDepth = 64;
 inline constexpr uint64_t kMaxTimeoutMs =
     UINT32_MAX;  // ~49 days; timeout_ms * 1e6 ns stays in range
 inline constexpr uint64_t kMaxTmaDim = uint64_t{1}

@@ -85,6 +85,8 @@ JSON_CASES = [
     ("empty_file", "", P, "json.syntax", "byte 1"),
     ("truncated", json.dumps(BASE)[:200], P, "json.syntax", "byte 201"),
     ("not_an_object", "[1, 2, 3]", P, "json.type", "/"),
+    # 100 arrays in a comment: the 64th '[' (byte 7 + 64) opens level 65 of at most 64.
+    ("deep_nesting", '{"_c": ' + "[" * 100 + "]" * 100 + "}", P, "json.depth", "byte 71"),
     ("wrong_format", mutate(setp(["format"], "amk.prog")), P, "program.format", "/format"),
     ("version_2", mutate(setp(["version"], 2)), P, "program.version", "/version"),
     ("version_string", mutate(setp(["version"], "1")), P, "json.type", "/version"),

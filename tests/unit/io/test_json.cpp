@@ -695,6 +695,27 @@ TEST_CASE("syntax errors name the byte; duplicate keys are refused") {
   CHECK(f.where == "/x/0/0/k/a");
 }
 
+TEST_CASE("nesting deeper than kMaxJsonDepth is refused at the byte and line that go past it") {
+  // A comment may hold any JSON: 63 arrays inside the root object are 64 levels, one more is not.
+  const auto nested = [](size_t arrays) {
+    return "{\"_c\": \"[{\",\n \"_d\": " + std::string(arrays, '[') + std::string(arrays, ']') +
+           "}";
+  };
+  Failure f = parse_failure(nested(kMaxJsonDepth - 1));
+  CHECK(f.code != "json.depth");  // parsed; refused later for what the program lacks
+  f = parse_failure(nested(kMaxJsonDepth));
+  CHECK(f.code == "json.depth");
+  CHECK(f.kind == ErrorKind::program);
+  // The bracket strings do not count; the 64th '[' opens level 65: line 2, column 8 + 63.
+  const size_t offset = std::string("{\"_c\": \"[{\",\n \"_d\": ").size() + kMaxJsonDepth - 1;
+  CHECK(f.where == "byte " + std::to_string(offset + 1));
+  CHECK(f.message.find("deeper than 64 levels (line 2, column 71)") != std::string::npos);
+  // A million levels cost nothing past the limit.
+  f = parse_failure(std::string(1'000'000, '['));
+  CHECK(f.code == "json.depth");
+  CHECK(f.where == "byte 65");
+}
+
 TEST_CASE("custom ops need trust") {
   const Failure f = parse_failure(kRich, LoadOptions{});
   CHECK(f.code == "custom.untrusted");
@@ -921,6 +942,7 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
                                "json.missing",
                                "json.unknown_key",
                                "json.duplicate_key",
+                               "json.depth",
                                "json.unrepresentable",
                                "program.format",
                                "program.version",

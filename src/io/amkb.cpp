@@ -311,9 +311,10 @@ void read_section_table(const uint8_t* f, uint64_t file_bytes, uint32_t count,
       fail("amkb.section", "section table", e, "unknown section kind " + std::to_string(kind));
     if (by_kind[kind].present)
       fail("amkb.section", "section table", e, std::string("duplicate section ") + info->name);
-    if (rd32(p + 4) != 0 || rd32(p + 28) != 0)
-      fail("amkb.section", "section table", e + 4,
-           std::string("section ") + info->name + ": reserved fields must be zero");
+    for (const uint64_t field : {uint64_t{4}, uint64_t{28}})  // flags, reserved
+      if (rd32(p + field) != 0)
+        fail("amkb.section", "section table", e + field,
+             std::string("section ") + info->name + ": reserved fields must be zero");
     Section s;
     s.kind = kind;
     s.name = info->name;
@@ -667,9 +668,14 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
     if (a.index != i)
       bad(offsetof(amk_instruction_t, index), "amkb.instruction",
           "index field " + std::to_string(a.index) + " differs from its position");
-    if (a.flags != 0 || a.reserved0 != 0 ||
-        !all_zero(reinterpret_cast<const uint8_t*>(a.reserved1), sizeof a.reserved1))
-      bad(offsetof(amk_instruction_t, flags), "amkb.instruction", "reserved fields must be zero");
+    if (a.flags != 0)
+      bad(offsetof(amk_instruction_t, flags), "amkb.instruction", "flags must be zero in a file");
+    if (a.reserved0 != 0)
+      bad(offsetof(amk_instruction_t, reserved0), "amkb.instruction", "reserved0 must be zero");
+    for (size_t k = 0; k < std::size(a.reserved1); ++k)
+      if (a.reserved1[k] != 0)
+        bad(offsetof(amk_instruction_t, reserved1) + k * sizeof a.reserved1[k], "amkb.instruction",
+            "reserved1[" + std::to_string(k) + "] must be zero");
     if (a.n_operands > AMK_MAX_OPERANDS || a.n_waits > AMK_MAX_WAITS ||
         a.n_signals > AMK_MAX_SIGNALS || a.n_params > AMK_MAX_PARAMS)
       bad(offsetof(amk_instruction_t, n_operands), "amkb.instruction",
@@ -1069,8 +1075,11 @@ Program parse_amkb_program(std::span<const std::byte> bytes, const LoadOptions& 
          "section count " + std::to_string(count) + " is not 1..16");
   if (rd64(f + kHdrTableOffset) != kHeaderBytes)
     fail("amkb.header", "header", kHdrTableOffset, "the section table must follow the header");
-  if (rd32(f + kHdrFlags) != 0 || rd32(f + kHdrReserved) != 0)
-    fail("amkb.header", "header", kHdrFlags, "reserved header fields must be zero");
+  for (const size_t field : {kHdrFlags, kHdrReserved})
+    if (rd32(f + field) != 0)
+      fail("amkb.header", "header", field,
+           std::string(field == kHdrFlags ? "flags" : "reserved") +
+               " header field must be zero, found " + std::to_string(rd32(f + field)));
   const uint64_t file_bytes = rd64(f + kHdrFileBytes);
   if (file_bytes > kMaxFileBytes)
     fail("limit.file", "header", kHdrFileBytes,

@@ -118,11 +118,13 @@ def generate(amk, here, base):
         ("version_2", patch(blob, 8, "<I", 2), "amkb.version"),
         ("big_endian", patch(blob, 12, "<I", 0x04030201), "amkb.endian"),
         ("header_checksum", patch(blob, 56, "<I", 7, fix=False), "amkb.checksum"),
+        ("header_reserved_nonzero", patch(blob, 56, "<I", 7), "amkb.header"),
         ("section_count_huge", fix_header_crc(patch(blob, 28, "<I", 0xFFFFFFFF, fix=False)), "amkb.header"),
         ("file_bytes_short", patch(blob, 40, "<Q", len(blob) - 32), "amkb.header"),
         ("section_past_end", entry_field(blob, "INSTR", 16, "<Q", 1 << 60), "amkb.section"),
         ("section_overlap", entry_field(blob, "INSTR", 8, "<Q", secs["META"][1]), "amkb.section"),
         ("section_unknown_kind", entry_field(blob, "QUEUES", 0, "<I", 9), "amkb.section"),
+        ("section_reserved_nonzero", entry_field(blob, "QUEUES", 28, "<I", 1), "amkb.section"),
         ("section_checksum", patch(blob, secs["INSTR"][1] + 20, "<B", 0x5A, fix=False), "amkb.checksum"),
         ("unknown_op", instr_field(blob, g0, 0, "<H", 999), "ref.op"),
         ("retired_op", instr_field(blob, g0, 0, "<H", 16), "op.retired"),  # gemv_splitk's id

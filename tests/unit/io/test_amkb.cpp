@@ -475,6 +475,9 @@ TEST_CASE("header fields: sizes, section count, reserved, trailing bytes") {
   CHECK(code_of(patched(32, 96)) == "amkb.header");  // table offset
   CHECK(code_of(patched(48, 1)) == "amkb.header");   // flags
   CHECK(code_of(patched(56, 1)) == "amkb.header");   // reserved
+  // The location is the nonzero field's own offset.
+  CHECK(error_of(patched(48, 1)).where() == "header byte 48");
+  CHECK(error_of(patched(56, 1)).where() == "header byte 56");
   Bytes longer = full;
   longer.push_back(std::byte{0});
   CHECK(code_of(longer) == "amkb.header");
@@ -546,6 +549,10 @@ TEST_CASE("section table entries: kind, duplicate, alignment, reserved, padding,
   CHECK(code_of(patched([&](Bytes& b) { wr32(b, instr_e, kMeta); })) == "amkb.section");
   CHECK(code_of(patched([&](Bytes& b) { wr32(b, instr_e + 4, 1); })) == "amkb.section");
   CHECK(code_of(patched([&](Bytes& b) { wr32(b, instr_e + 28, 1); })) == "amkb.section");
+  CHECK(error_of(patched([&](Bytes& b) { wr32(b, instr_e + 4, 1); })).where() ==
+        "section table byte " + std::to_string(instr_e + 4));
+  CHECK(error_of(patched([&](Bytes& b) { wr32(b, instr_e + 28, 1); })).where() ==
+        "section table byte " + std::to_string(instr_e + 28));
   // INSTR at a 16-byte but not 256-byte boundary.
   CHECK(code_of(patched([&](Bytes& b) { wr64(b, instr_e + 8, rd64(b, instr_e + 8) - 16); })) ==
         "amkb.section");
@@ -745,6 +752,12 @@ TEST_CASE("instruction ABI header fields") {
   CHECK(code_of(patched(176 + 4, 1)) == "amkb.instruction");           // unused param slot
   Error e = error_of(patched(8, 1));
   CHECK(e.where() == "section INSTR byte " + std::to_string(at + 8));
+  // Reserved fields: each named at its own offset (reserved1 by its 32-bit word).
+  for (const auto& [byte, field] :
+       {std::pair{6, 6}, {12, 12}, {240, 240}, {250, 248}, {255, 252}}) {
+    CAPTURE(byte);
+    CHECK(error_of(patched(byte, 1)).where() == "section INSTR byte " + std::to_string(at + field));
+  }
 }
 
 // ---- corruption: QUEUES and DATA ---------------------------------------------------------------

@@ -91,6 +91,17 @@ void check_ordinal(int ordinal, int count) {
                   (count > 0 ? ", ordinals 0.." + std::to_string(count - 1) : std::string()));
 }
 
+DeviceInfo device_for_arch(uint32_t arch, uint64_t smem_per_block_optin) {
+  DeviceInfo d;
+  d.name = "sm_" + std::to_string(arch) + " (--arch)";
+  d.cc_major = arch / 10;
+  d.cc_minor = arch % 10;
+  d.cooperative_launch = true;
+  d.cluster_launch = d.cc_major >= kClusterMinMajor;
+  d.smem_per_block_optin = smem_per_block_optin;
+  return d;
+}
+
 std::vector<std::string> target_mismatches(const Program& program, const DeviceInfo& device) {
   std::vector<std::string> out;
   const Target& t = program.target;

@@ -54,6 +54,11 @@ struct KernelResources {
 // does not exist: the driver reports 2 device(s), ordinals 0..1".
 void check_ordinal(int ordinal, int count);
 
+// The capabilities a compile for `arch` (e.g. 90 for sm_90a) may assume without a device: its
+// compute capability, cooperative launch, clusters from sm_90, and the arch's opt-in shared
+// memory per block. Named "sm_NN (--arch)" in messages.
+[[nodiscard]] DeviceInfo device_for_arch(uint32_t arch, uint64_t smem_per_block_optin);
+
 // Every way the program's target requirements are not met by the device; empty = compatible.
 [[nodiscard]] std::vector<std::string> target_mismatches(const Program& program,
                                                          const DeviceInfo& device);

@@ -531,9 +531,18 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     throw Error(ErrorKind::usage, "usage.arch", "--arch",
                 "the VM needs sm_80 or newer (its loads use L2 cache policies), got '" + arch +
                     "'");
+  // The program's target (target.min_arch, its features, its shared memory) against what the
+  // arch provides, before NVRTC runs.
+  const DeviceCaps caps = caps_for_arch(number);
+  const DeviceInfo as_device = device_for_arch(number, caps.smem_optin);
+  if (const auto mismatches = target_mismatches(program, as_device); !mismatches.empty()) {
+    std::string msg = "program '" + program.name + "' cannot be compiled for " + arch + ": ";
+    for (size_t i = 0; i < mismatches.size(); ++i) msg += (i ? "; " : "") + mismatches[i];
+    throw Error(ErrorKind::device, "device.target", "--arch", msg);
+  }
   ChooseOptions chosen;
   chosen.overrides = req.vm;
-  const VmChoice vm = choose(program_facts(program), caps_for_arch(number), chosen);
+  const VmChoice vm = choose(program_facts(program), caps, chosen);
   const std::string source = vm_source(program, vm, req.trust_custom_ops);
   CompileOutput out = compile_vm(source, static_cast<uint32_t>(program.tma.size()), co);
   const std::string& cubin_out = files.cubin;

@@ -83,6 +83,10 @@ else
   expect_grep "$tmp/err" "usage.arch\] at --arch: expected a real architecture sm_NN\[a|f\] (e.g. sm_90a), got 'banana'" "--arch names the form"
   expect_rc 2 "compile --arch older than sm_80 refused" -- "$amk" compile "$sample" --arch sm_75
   expect_grep "$tmp/err" "usage.arch\] at --arch: the VM needs sm_80 or newer" "--arch names the oldest it takes"
+  # The program's target against the arch, before NVRTC: min_arch sm_90 and TMA on sm_80.
+  expect_rc 5 "compile --arch below target.min_arch refused" -- "$amk" compile "$root/tests/gpu/programs/tma_gemv.json" --arch sm_80
+  expect_grep "$tmp/err" "device.target\] at --arch: program '.*' cannot be compiled for sm_80: the program needs sm_90 or newer" "the refusal names min_arch"
+  expect_grep "$tmp/err" "TMA tensor maps" "the refusal names TMA"
   expect_rc 0 "compile --explain" -- "$amk" compile "$sample" --arch sm_90a --explain
   expect_grep "$tmp/out" "gemv_ring_stages  *2  *gemvs wait and preload" "--explain says why"
   expect_grep "$tmp/out" "block_threads  *256  *(program) the program's launch.block" "--explain marks the program's fields"

@@ -193,6 +193,27 @@ TEST_CASE("target_mismatches: smem exactly at the opt-in limit is fine") {
   CHECK(target_mismatches(p, h200()).size() == 1);
 }
 
+TEST_CASE("device_for_arch: what a compile without a device may assume") {
+  const DeviceInfo d80 = device_for_arch(80, 166912);
+  CHECK(d80.arch_number() == 80);
+  CHECK(d80.name == "sm_80 (--arch)");
+  Program p = program();
+  p.target.min_arch = 90;
+  p.tma.push_back(TmaSpec{});
+  const auto m = target_mismatches(p, d80);
+  REQUIRE(m.size() == 2);
+  CHECK(contains(m[0], "sm_90 or newer"));
+  CHECK(contains(m[0], "sm_80 (--arch)"));
+  CHECK(contains(m[1], "TMA"));
+  // sm_90a provides both, and clusters; sm_89 has no clusters.
+  CHECK(target_mismatches(p, device_for_arch(90, 232448)).empty());
+  Program c = program();
+  c.launch.mode = LaunchMode::cluster;
+  c.launch.cluster[0] = 2;
+  CHECK(target_mismatches(c, device_for_arch(89, 101376)).size() == 1);
+  CHECK(target_mismatches(c, device_for_arch(90, 232448)).empty());
+}
+
 TEST_CASE("prove_coresidency: cooperative grid limit") {
   const Program p = program();
   CHECK(refusal(p, 264, h200(), kernel(2)).first.empty());

@@ -8,7 +8,7 @@ amk="${AMK:?set AMK to the amk binary}"
 . "$root/tests/cli/numpy_python.sh"
 py="$(numpy_python)"
 tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+trap 'rm -rf "$tmp" "$root"/samples/.roundtrip_*' EXIT
 pass=0
 fail=0
 ok() { pass=$((pass + 1)); }
@@ -17,12 +17,15 @@ bad() { fail=$((fail + 1)); echo "FAIL $*"; }
 for s in "$root"/samples/*.json; do
   n="$(basename "$s" .json)"
   "$amk" -q validate "$s" && ok || bad "$n: validate"
-  # Round trip. The .amkb is written next to the samples' data so its relative paths resolve.
-  amkb="$root/samples/.roundtrip_$n.amkb"
-  if "$amk" -q convert "$s" -o "$tmp/$n.canon.json" &&
+  # Round trip. Every copy is written next to the samples' data, so its data paths stay as they
+  # are (convert rewrites them for another folder).
+  rt="$root/samples/.roundtrip_$n"
+  amkb="$rt.amkb"
+  if "$amk" -q convert "$s" -o "$rt.canon.json" &&
      "$amk" -q convert "$s" -o "$amkb" &&
-     "$amk" -q convert "$amkb" -o "$tmp/$n.back.json" &&
-     cmp -s "$tmp/$n.canon.json" "$tmp/$n.back.json"; then ok; else bad "$n: JSON -> amkb -> JSON differs"; fi
+     "$amk" -q convert "$amkb" -o "$rt.back.json" &&
+     cmp -s "$rt.canon.json" "$rt.back.json"; then ok; else bad "$n: JSON -> amkb -> JSON differs"; fi
+  rm -f "$rt.canon.json" "$rt.back.json"
   if "$amk" -q run "$s" --backend cpu -o "$tmp/$n.json.out" &&
      "$amk" -q run "$amkb" --backend cpu -o "$tmp/$n.amkb.out"; then
     same=1

@@ -1,4 +1,4 @@
-// SHA-256 (FIPS 180-4) and CRC-32C (Castagnoli). SHA-256 fingerprints every byte of a run's
+// SHA-256 (FIPS 180-4), CRC-32C (Castagnoli) and XXH64 (xxHash). SHA-256 fingerprints every byte of a run's
 // host data (2.5 GB for a Llama-3.2-1B step, 16 GB for 8B), so on x86-64 CPUs with the SHA
 // extensions its compression runs on them (several times the portable loop); elsewhere, or when
 // a test turns them off, the portable code below. Both give the same digests (tested).
@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -231,6 +232,67 @@ uint32_t crc32c(std::span<const std::byte> data, uint32_t seed) noexcept {
   uint32_t c = ~seed;
   for (std::byte b : data) c = kCrc32cTable[(c ^ static_cast<uint8_t>(b)) & 0xFF] ^ (c >> 8);
   return ~c;
+}
+
+namespace {
+
+constexpr uint64_t kXxPrime1 = 0x9E3779B185EBCA87ull, kXxPrime2 = 0xC2B2AE3D27D4EB4Full,
+                   kXxPrime3 = 0x165667B19E3779F9ull, kXxPrime4 = 0x85EBCA77C2B2AE63ull,
+                   kXxPrime5 = 0x27D4EB2F165667C5ull;
+
+constexpr uint64_t rotl64(uint64_t x, unsigned n) { return (x << n) | (x >> (64 - n)); }
+
+// XXH64 reads its input as little-endian words: the host's order on every machine amk runs on.
+static_assert(std::endian::native == std::endian::little);
+uint64_t load64(const std::byte* p) {
+  uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+uint64_t load32(const std::byte* p) {
+  uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+uint64_t xx_round(uint64_t acc, uint64_t lane) {
+  return rotl64(acc + lane * kXxPrime2, 31) * kXxPrime1;
+}
+
+uint64_t xx_merge(uint64_t h, uint64_t acc) {
+  return (h ^ xx_round(0, acc)) * kXxPrime1 + kXxPrime4;
+}
+
+}  // namespace
+
+uint64_t xxh64(std::span<const std::byte> data, uint64_t seed) noexcept {
+  const std::byte* p = data.data();
+  const size_t n = data.size();
+  size_t i = 0;
+  uint64_t h;
+  if (n >= 32) {
+    // Four lanes of 8 bytes over each 32-byte stripe.
+    uint64_t v[4] = {seed + kXxPrime1 + kXxPrime2, seed + kXxPrime2, seed, seed - kXxPrime1};
+    for (; i + 32 <= n; i += 32)
+      for (int k = 0; k < 4; ++k) v[k] = xx_round(v[k], load64(p + i + 8 * k));
+    h = rotl64(v[0], 1) + rotl64(v[1], 7) + rotl64(v[2], 12) + rotl64(v[3], 18);
+    for (uint64_t lane : v) h = xx_merge(h, lane);
+  } else {
+    h = seed + kXxPrime5;
+  }
+  h += n;
+  for (; i + 8 <= n; i += 8) h = rotl64(h ^ xx_round(0, load64(p + i)), 27) * kXxPrime1 + kXxPrime4;
+  if (i + 4 <= n) {
+    h = rotl64(h ^ load32(p + i) * kXxPrime1, 23) * kXxPrime2 + kXxPrime3;
+    i += 4;
+  }
+  for (; i < n; ++i) h = rotl64(h ^ static_cast<uint8_t>(p[i]) * kXxPrime5, 11) * kXxPrime1;
+  h ^= h >> 33;
+  h *= kXxPrime2;
+  h ^= h >> 29;
+  h *= kXxPrime3;
+  h ^= h >> 32;
+  return h;
 }
 
 }  // namespace amk

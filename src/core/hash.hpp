@@ -1,4 +1,5 @@
-// Hashes: SHA-256 for fingerprints and cache keys, FNV-1a 64 and CRC-32C for checksums.
+// Hashes: SHA-256 for fingerprints and cache keys, CRC-32C for checksums, XXH64 for fast
+// change detection.
 #pragma once
 
 #include <array>
@@ -34,5 +35,8 @@ bool sha256_sha_ni(bool allow);
 [[nodiscard]] std::string sha256_hex(std::span<const std::byte> data);
 [[nodiscard]] std::string sha256_hex(std::string_view text);
 [[nodiscard]] uint32_t crc32c(std::span<const std::byte> data, uint32_t seed = 0) noexcept;
+// XXH64 (xxHash's 64-bit hash, its reference values): about as fast as reading the bytes, for
+// telling whether a buffer changed (the API's set_input), not for anything an adversary chooses.
+[[nodiscard]] uint64_t xxh64(std::span<const std::byte> data, uint64_t seed = 0) noexcept;
 
 }  // namespace amk

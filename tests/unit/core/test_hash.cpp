@@ -1,4 +1,5 @@
-// SHA-256 against the FIPS 180-4 / NIST example vectors, CRC-32C against the standard check value.
+// SHA-256 against the FIPS 180-4 / NIST example vectors, CRC-32C against the standard check value,
+// XXH64 against xxHash's reference values.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 using amk::crc32c;
 using amk::Sha256;
 using amk::sha256_hex;
+using amk::xxh64;
 
 namespace {
 std::span<const std::byte> bytes_of(std::string_view s) {
@@ -111,4 +113,15 @@ TEST_CASE("crc32c check value and chaining") {
   // Chaining through the seed equals hashing the concatenation.
   CHECK(crc32c(bytes_of("6789"), crc32c(bytes_of("12345"))) == 0xE3069283u);
   CHECK(crc32c(bytes_of("123456788")) != 0xE3069283u);
+}
+
+TEST_CASE("xxh64 reference values: short, stripe, 8-, 4- and 1-byte tails, seed") {
+  CHECK(xxh64(bytes_of("")) == 0xEF46DB3751D8E999ull);
+  CHECK(xxh64(bytes_of("a")) == 0xD24EC4F1A98C6E5Bull);
+  CHECK(xxh64(bytes_of("abc")) == 0x44BC2CF5AD770999ull);
+  CHECK(xxh64(bytes_of("1234567890123456123456789012345")) == 0x8947ECB58263B70Full);  // 31 bytes
+  CHECK(xxh64(bytes_of("Nobody inspects the spammish repetition")) == 0xFBCEA83C8A378BF1ull);
+  CHECK(xxh64(bytes_of("Nobody inspects the spammish repetition"), 123) == 0xA8BA45551F24B7AEull);
+  CHECK(xxh64(bytes_of("The quick brown fox jumps over the lazy dog")) == 0x0B242D361FDA71BCull);
+  CHECK(xxh64(bytes_of("abd")) != xxh64(bytes_of("abc")));
 }

@@ -47,6 +47,7 @@ namespace amk::cu {
   X(memcpy_htod_async, cuMemcpyHtoDAsync)                                                          \
   X(memcpy_dtoh_async, cuMemcpyDtoHAsync)                                                          \
   X(memset_d8_async, cuMemsetD8Async)                                                              \
+  X(pointer_get_attribute, cuPointerGetAttribute)                                                  \
   X(stream_create, cuStreamCreate)                                                                 \
   X(stream_destroy, cuStreamDestroy)                                                               \
   X(stream_query, cuStreamQuery)                                                                   \

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <thread>
@@ -70,7 +71,8 @@ struct GpuExecutable::Impl {
   Program program;  // copy without inline data: sizes, launch, TMA specs
   Plan plan;
   VmChoice vm;
-  std::vector<uint64_t> buffer_offsets;
+  std::vector<uint64_t> addresses;  // each buffer's: in the arena, or the caller's (bind_buffer)
+  std::vector<amk_buffer_t> table;  // the buffer table as uploaded
   std::vector<CUtensorMap> tma;
   DeviceInfo device;
   KernelResources kernel;
@@ -92,6 +94,17 @@ struct GpuExecutable::Impl {
     s += program.launch.mode == LaunchMode::cooperative ? std::string("cooperative")
                                                         : "cluster " + std::to_string(cluster_size);
     return s;
+  }
+
+  std::string buffer_label(uint32_t index) const {
+    return "buffer '" + program.buffers[index].name + "'";
+  }
+  // A whole-buffer copy of `bytes` bytes for buffer `index`.
+  void check_copy(uint32_t index, size_t bytes) const {
+    if (index >= program.buffers.size() || bytes != program.buffers[index].bytes())
+      throw Error(ErrorKind::internal, "internal.buffer_copy", "",
+                  "a copy of " + std::to_string(bytes) + " bytes for buffer " +
+                      std::to_string(index) + " of " + std::to_string(program.buffers.size()));
   }
 
   amk_diag_t read_diag() const {
@@ -277,7 +290,7 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
   require(initial.data.size() == nb, "internal.initial_buffers",
           "initial contents for " + std::to_string(initial.data.size()) +
               " buffers, the program has " + std::to_string(nb));
-  buffer_offsets.resize(nb);
+  std::vector<uint64_t> offsets(nb);
   uint64_t total = 0;
   for (size_t i = 0; i < nb; ++i) {
     const uint64_t bytes = program.buffers[i].bytes();
@@ -290,16 +303,17 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
     if (!next)
       throw Error(ErrorKind::device, "device.memory", "",
                   "the program's buffers do not fit a 64-bit address space");
-    buffer_offsets[i] = *at;
+    offsets[i] = *at;
     total = *next;
   }
   arena = cu::DeviceMemory::allocate(total, "the program's buffers");
+  addresses.resize(nb);
+  for (size_t i = 0; i < nb; ++i) addresses[i] = arena.get() + offsets[i];
   uint64_t data_bytes = 0;
   for (const std::vector<std::byte>& d : initial.data) data_bytes += d.size();
   ByteProgress progress("upload", data_bytes);
   for (size_t i = 0; i < nb; ++i) {
-    arena.upload(initial.data[i], buffer_offsets[i], stream.get(),
-                 "buffer '" + program.buffers[i].name + "'");
+    cu::copy_to_device(addresses[i], initial.data[i], stream.get(), buffer_label(i));
     progress.add(initial.data[i].size());
   }
 
@@ -309,8 +323,8 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
     throw Error(ErrorKind::device, "device.memory", "",
                 "the driver placed the program's buffers above 2^56, where amk's VM cannot "
                 "address them");
-  std::vector<amk_buffer_t> table = plan.buffers;
-  for (size_t i = 0; i < nb; ++i) table[i].address = arena.get() + buffer_offsets[i];
+  table = plan.buffers;
+  for (size_t i = 0; i < nb; ++i) table[i].address = addresses[i];
 
   instructions = cu::DeviceMemory::allocate(plan.instructions.size() * sizeof(amk_instruction_t),
                                             "the instruction table");
@@ -433,9 +447,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& ini
   m.place_and_upload(initial);
 
   phase("tma_encode");
-  std::vector<uint64_t> addresses(m.buffer_offsets.size());
-  for (size_t i = 0; i < addresses.size(); ++i) addresses[i] = m.arena.get() + m.buffer_offsets[i];
-  m.tma = cu::encode_tma(program, addresses);
+  m.tma = cu::encode_tma(program, m.addresses);
   phase(nullptr);
   return exe;
 }
@@ -525,8 +537,7 @@ HostBuffers GpuExecutable::download() const {
   ByteProgress progress("download", total);
   for (size_t i = 0; i < out.data.size(); ++i) {
     out.data[i] = host_bytes(m.program.buffers[i].bytes());  // (huge pages: see host_bytes)
-    m.arena.download(out.data[i], m.buffer_offsets[i], m.stream.get(),
-                     "buffer '" + m.program.buffers[i].name + "'");
+    cu::copy_to_host(out.data[i], m.addresses[i], m.stream.get(), m.buffer_label(i));
     progress.add(out.data[i].size());
   }
   m.stream.synchronize("the buffer download");
@@ -539,14 +550,97 @@ void GpuExecutable::upload(const HostBuffers& buffers) {
   require(buffers.data.size() == m.program.buffers.size(), "internal.upload_buffers",
           "contents for " + std::to_string(buffers.data.size()) + " buffers, the program has " +
               std::to_string(m.program.buffers.size()));
-  for (size_t i = 0; i < buffers.data.size(); ++i) {
-    require(buffers.data[i].size() == m.program.buffers[i].bytes(), "internal.upload_buffers",
-            "buffer " + std::to_string(i) + " has " + std::to_string(buffers.data[i].size()) +
-                " bytes, expected " + std::to_string(m.program.buffers[i].bytes()));
-    m.arena.upload(buffers.data[i], m.buffer_offsets[i], m.stream.get(),
-                   "buffer '" + m.program.buffers[i].name + "'");
+  for (uint32_t i = 0; i < buffers.data.size(); ++i) {
+    m.check_copy(i, buffers.data[i].size());
+    cu::copy_to_device(m.addresses[i], buffers.data[i], m.stream.get(), m.buffer_label(i));
   }
   m.stream.synchronize("the buffer upload");
+}
+
+void GpuExecutable::upload_buffer(uint32_t index, std::span<const std::byte> data) {
+  Impl& m = impl();
+  m.check_copy(index, data.size());
+  m.context.make_current();
+  cu::copy_to_device(m.addresses[index], data, m.stream.get(), m.buffer_label(index));
+  m.stream.synchronize("the buffer upload");
+}
+
+void GpuExecutable::download_buffer(uint32_t index, std::span<std::byte> out) const {
+  Impl& m = impl();
+  m.check_copy(index, out.size());
+  m.context.make_current();
+  cu::copy_to_host(out, m.addresses[index], m.stream.get(), m.buffer_label(index));
+  m.stream.synchronize("the buffer download");
+}
+
+namespace {
+
+std::string hex_address(uint64_t address) {
+  char s[32];
+  std::snprintf(s, sizeof s, "0x%llx", static_cast<unsigned long long>(address));
+  return s;
+}
+
+// [address, address + bytes) must lie in one allocation the driver knows, on device `ordinal`,
+// made in `context` where the driver names one (memory from a pool or the virtual memory API
+// may name none). A range the driver cannot tell is taken as it is.
+void check_caller_memory(uint64_t address, uint64_t bytes, CUcontext context, int ordinal,
+                         const std::string& what) {
+  const cu::DriverApi& d = cu::driver();
+  const auto refuse = [&](const char* code, const std::string& why) {
+    throw Error(ErrorKind::usage, code, what,
+                "bind: device pointer " + hex_address(address) + " for " + what + " " + why);
+  };
+  int device = -1;
+  const CUresult r = d.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    refuse("api.bind.pointer", "is not memory the CUDA driver knows");
+  cu::check(r, "cuPointerGetAttribute", what);
+  if (device != ordinal)
+    refuse("api.bind.device", "is memory of device " + std::to_string(device) +
+                                  ", the executable runs on device " + std::to_string(ordinal));
+  CUcontext owner = nullptr;
+  if (d.pointer_get_attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, address) == CUDA_SUCCESS &&
+      owner != nullptr && owner != context)
+    refuse("api.bind.context", "was allocated in another context than the device's primary "
+                               "context, which the executable uses");
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  if (d.pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) ==
+          CUDA_SUCCESS &&
+      d.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS &&
+      (address - start > size || bytes > size - (address - start)))
+    refuse("api.bind.range", "lies in an allocation of " + std::to_string(size) + " bytes at " +
+                                 hex_address(start) + ", too small for its " +
+                                 std::to_string(bytes) + " bytes");
+}
+
+}  // namespace
+
+void GpuExecutable::bind_buffer(uint32_t index, uint64_t address) {
+  Impl& m = impl();
+  const uint64_t bytes = index < m.program.buffers.size() ? m.program.buffers[index].bytes() : 0;
+  m.check_copy(index, bytes);
+  m.context.make_current();
+  const std::string what = m.buffer_label(index);
+  check_caller_memory(address, bytes, m.context.get(), m.options.device, what);
+  // The VM's shared-memory buffer table packs a dtype above bit 56 (as for the arena).
+  if (address + bytes < address || (address + bytes) >> 56 != 0)
+    throw Error(ErrorKind::device, "device.memory", what,
+                "bind: memory at " + hex_address(address) +
+                    " lies above 2^56, where amk's VM "
+                    "cannot address it");
+  // Everything that can fail first, on copies; then the tables change together.
+  std::vector<uint64_t> addresses = m.addresses;
+  addresses[index] = address;
+  std::vector<CUtensorMap> tma = cu::encode_tma(m.program, addresses);
+  std::vector<amk_buffer_t> table = m.table;
+  table[index].address = address;
+  m.buffer_table.upload(bytes_of(table), 0, m.stream.get(), "the buffer table");
+  m.stream.synchronize("the buffer table upload");
+  m.addresses = std::move(addresses);
+  m.table = std::move(table);
+  m.tma = std::move(tma);
 }
 
 const std::vector<std::pair<std::string, double>>& GpuExecutable::setup_timings_ms() const {
@@ -560,6 +654,8 @@ uint32_t GpuExecutable::block() const { return impl().block; }
 uint32_t GpuExecutable::dynamic_smem() const { return impl().dynamic_smem; }
 const VmChoice& GpuExecutable::vm() const { return impl().vm; }
 const Plan& GpuExecutable::plan() const { return impl().plan; }
+const Program& GpuExecutable::program() const { return impl().program; }
+uint64_t GpuExecutable::timeout_ms() const { return impl().timeout_ms; }
 
 GpuExecutable::StepLaunch GpuExecutable::step_launch() const {
   const Impl& m = impl();

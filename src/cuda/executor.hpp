@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -86,12 +87,27 @@ public:
   [[nodiscard]] HostBuffers download() const;  // every buffer, in program order
   void upload(const HostBuffers& buffers);     // e.g. the initial contents again
 
+  // ---- one buffer at a time (the public API, src/api) ----
+  // Copies buffer `index` whole from / into host memory of its size, at the buffer's address (the
+  // arena's, or the caller's after bind_buffer), and waits.
+  void upload_buffer(uint32_t index, std::span<const std::byte> data);
+  void download_buffer(uint32_t index, std::span<std::byte> out) const;
+  // Moves buffer `index` to `address`, device memory the caller owns: checked with the driver to
+  // lie inside one allocation on this device and context (Error usage api.bind.pointer /
+  // .device / .context / .range) and below 2^56 (device.memory, as the arena); then the tensor
+  // maps are encoded again and the buffer table uploaded. On any error nothing changes. The
+  // arena keeps the buffer's old place and contents.
+  void bind_buffer(uint32_t index, uint64_t address);
+
   [[nodiscard]] const std::vector<std::pair<std::string, double>>& setup_timings_ms() const;
   [[nodiscard]] const DeviceInfo& device() const;
   [[nodiscard]] const KernelResources& kernel() const;
   [[nodiscard]] const CompileOutput& compiled() const;
   [[nodiscard]] const VmChoice& vm() const;  // the configuration the VM was compiled with
   [[nodiscard]] const Plan& plan() const;    // the plan it runs
+  // The program it runs (without inline initial data) and its watchdog deadline.
+  [[nodiscard]] const Program& program() const;
+  [[nodiscard]] uint64_t timeout_ms() const;
   [[nodiscard]] uint32_t grid() const;
   [[nodiscard]] uint32_t block() const;
   // Dynamic shared memory amk_vm launches with: the program's own, or what the VM needs (gemv's

@@ -111,18 +111,28 @@ void check_range(size_t offset, size_t count, size_t size, std::string_view call
 
 void DeviceMemory::upload(std::span<const std::byte> data, size_t offset, CUstream stream,
                           std::string_view what) const {
-  if (data.empty()) return;
   check_range(offset, data.size(), bytes_, "cuMemcpyHtoDAsync", what);
-  check(driver().memcpy_htod_async(ptr_ + offset, data.data(), data.size(), stream),
-        "cuMemcpyHtoDAsync", what);
+  copy_to_device(ptr_ + offset, data, stream, what);
 }
 
 void DeviceMemory::download(std::span<std::byte> out, size_t offset, CUstream stream,
                             std::string_view what) const {
-  if (out.empty()) return;
   check_range(offset, out.size(), bytes_, "cuMemcpyDtoHAsync", what);
-  check(driver().memcpy_dtoh_async(out.data(), ptr_ + offset, out.size(), stream),
-        "cuMemcpyDtoHAsync", what);
+  copy_to_host(out, ptr_ + offset, stream, what);
+}
+
+void copy_to_device(CUdeviceptr address, std::span<const std::byte> data, CUstream stream,
+                    std::string_view what) {
+  if (data.empty()) return;
+  check(driver().memcpy_htod_async(address, data.data(), data.size(), stream), "cuMemcpyHtoDAsync",
+        what);
+}
+
+void copy_to_host(std::span<std::byte> out, CUdeviceptr address, CUstream stream,
+                  std::string_view what) {
+  if (out.empty()) return;
+  check(driver().memcpy_dtoh_async(out.data(), address, out.size(), stream), "cuMemcpyDtoHAsync",
+        what);
 }
 
 void DeviceMemory::reset() noexcept {

@@ -92,6 +92,13 @@ private:
   size_t bytes_ = 0;
 };
 
+// Copies between host memory and any device address (memory amk did not allocate too: a buffer
+// bound to the caller's), ordered on `stream` as DeviceMemory's copies are.
+void copy_to_device(CUdeviceptr address, std::span<const std::byte> data, CUstream stream,
+                    std::string_view what);
+void copy_to_host(std::span<std::byte> out, CUdeviceptr address, CUstream stream,
+                  std::string_view what);
+
 // A scratch buffer that pushes a program's data out of L2: each enqueue writes a fresh pattern
 // over all of it (a new value every time, so the write is never a no-op), ordered on `stream`.
 class L2Flush {

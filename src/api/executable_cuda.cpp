@@ -1,0 +1,199 @@
+// The public API over src/cuda (builds with the CUDA toolkit): an Executable is a GpuExecutable
+// plus the host-side book of its buffers (api/host.hpp) and what crossed between host and device.
+#ifdef AMK_HAVE_CUDA
+#include <cstdio>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "amk/amk.hpp"
+#include "api/host.hpp"
+#include "api/internal.hpp"
+#include "core/error.hpp"
+#include "cuda/bench.hpp"
+#include "cuda/executor.hpp"
+#include "ops/registry.hpp"
+
+namespace amk {
+
+struct Executable::Impl {
+  GpuExecutable gpu;
+  detail::BufferBook book;
+  ExecutableStats stats;
+};
+
+namespace {
+
+std::string instruction_label(const Program& p, uint32_t index) {
+  if (index >= p.instructions.size()) return "instruction " + std::to_string(index);
+  const Instruction& ins = p.instructions[index];
+  std::string s = "instruction " + std::to_string(index);
+  if (!ins.name.empty()) s += " '" + ins.name + "'";
+  s += " (" + op_name(p, ins.op) + ")";
+  return s;
+}
+
+std::string counter_label(const Program& p, uint32_t index) {
+  std::string s;  // (appended: GCC 12 warns, wrongly, about "'" + a std::string)
+  if (index < p.counters.size())
+    s.append("'").append(p.counters[index].name).append("'");
+  else
+    s.append("#").append(std::to_string(index));
+  return s;
+}
+
+// One line for a launch the watchdog stopped or an op refused (status timeout | bad_operand).
+std::string diag_message(const Program& p, const amk_diag_t& d, const std::string& status,
+                         uint64_t timeout_ms) {
+  char buf[512];
+  if (status == "timeout") {
+    std::snprintf(buf, sizeof buf,
+                  "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "
+                  "waits for counter %s >= %u but it is %u",
+                  static_cast<unsigned long long>(timeout_ms), d.block, d.queue_pos,
+                  instruction_label(p, d.instruction).c_str(), counter_label(p, d.counter).c_str(),
+                  d.need, d.have);
+  } else {
+    std::snprintf(buf, sizeof buf, "block %u, queue position %u, %s found invalid data (value %u)",
+                  d.block, d.queue_pos, instruction_label(p, d.instruction).c_str(), d.detail);
+  }
+  return buf;
+}
+
+}  // namespace
+
+namespace detail {
+
+Executable ExecutableAccess::open(const Program& program, const HostBuffers& initial,
+                                  const GpuOptions& options) {
+  return Executable(std::make_unique<Executable::Impl>(
+      Executable::Impl{GpuExecutable::open(program, initial, options), BufferBook(program), {}}));
+}
+
+const GpuExecutable& ExecutableAccess::gpu(const Executable& exe) { return exe.impl("gpu").gpu; }
+
+LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
+  Executable::Impl& m = exe.impl("launch");
+  ++m.stats.launches;
+  m.book.launched();  // (also when it fails: it may have written before it stopped)
+  const LaunchResult r = m.gpu.launch(passes);
+  LaunchOutcome out{r.status, "", r.diag, r.host_ms};
+  if (r.status != "ok")
+    out.message = diag_message(m.gpu.program(), r.diag, r.status, m.gpu.timeout_ms());
+  return out;
+}
+
+}  // namespace detail
+
+Executable::Executable() noexcept = default;
+Executable::Executable(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+Executable::Executable(Executable&&) noexcept = default;
+Executable& Executable::operator=(Executable&&) noexcept = default;
+Executable::~Executable() = default;
+
+Executable::Impl& Executable::impl(const char* call) const {
+  if (!impl_) detail::throw_closed(call);
+  return *impl_;
+}
+
+void Executable::close() noexcept { impl_.reset(); }
+
+Executable Executable::open(const std::string& program_path, const OpenOptions& options) {
+  detail::OpenedProgram opened = detail::load_for_open(program_path, options);
+  GpuOptions o;
+  o.device = options.device;
+  // The device refuses before the host data is made (for a decode step's weights, minutes).
+  o.checked_device = check_device_target(opened.program, options.device);
+  o.compile.use_cache = options.use_cache;
+  if (!options.cache_dir.empty()) o.compile.cache_dir = options.cache_dir;
+  o.vm = std::move(opened.vm);
+  o.trust_custom_ops = options.trust_custom_ops;
+  o.timeout_ms = options.timeout_ms;
+  const HostBuffers initial = materialize_all(opened.program, opened.load);
+  return detail::ExecutableAccess::open(opened.program, initial, o);
+}
+
+const std::vector<BufferInfo>& Executable::buffers() const { return impl("buffers").book.infos(); }
+
+void Executable::set_input(std::string_view name, const void* data, size_t bytes,
+                           std::string_view dtype) {
+  Impl& m = impl("set_input");
+  const uint32_t i = m.book.find(name, "set_input");
+  m.book.check(i, bytes, dtype, "set_input");
+  detail::check_host_pointer(data, name, "set_input");
+  const std::span<const std::byte> span(static_cast<const std::byte*>(data), bytes);
+  const std::optional<uint64_t> fingerprint = m.book.needs_upload(i, span);
+  if (!fingerprint) {
+    ++m.stats.skipped_uploads;
+    return;
+  }
+  m.gpu.upload_buffer(i, span);
+  m.book.uploaded(i, *fingerprint);
+  ++m.stats.uploads;
+  m.stats.uploaded_bytes += bytes;
+}
+
+void Executable::bind(std::string_view name, uint64_t device_pointer, size_t bytes,
+                      std::string_view dtype) {
+  Impl& m = impl("bind");
+  const uint32_t i = m.book.find(name, "bind");
+  m.book.check(i, bytes, dtype, "bind");
+  m.book.check_bind(i, device_pointer);
+  m.gpu.bind_buffer(i, device_pointer);
+  m.book.bound(i);
+}
+
+void Executable::launch(uint32_t passes) {
+  const detail::LaunchOutcome r = detail::ExecutableAccess::launch(*this, passes);
+  if (r.status != "ok")
+    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
+                "", r.message);
+}
+
+void Executable::read_output(std::string_view name, void* data, size_t bytes,
+                             std::string_view dtype) const {
+  Impl& m = impl("read_output");
+  const uint32_t i = m.book.find(name, "read_output");
+  m.book.check(i, bytes, dtype, "read_output");
+  detail::check_host_pointer(data, name, "read_output");
+  m.gpu.download_buffer(i, std::span<std::byte>(static_cast<std::byte*>(data), bytes));
+  m.stats.downloaded_bytes += bytes;
+}
+
+ProfileResult Executable::profile(const ProfileOptions& options) {
+  Impl& m = impl("profile");
+  m.book.launched();
+  const ProfileStats s = m.gpu.profile(options.warmup, options.iterations, options.scope,
+                                       options.flush_l2 ? BenchOptions{}.flush_bytes : 0);
+  return ProfileResult{s.samples_ms, s.median_ms, s.min_ms,    s.max_ms,
+                       s.mean_ms,    s.stddev_ms, s.rel_spread};
+}
+
+KernelAttributes Executable::attributes() const {
+  const GpuExecutable& g = impl("attributes").gpu;
+  const KernelResources& k = g.kernel();
+  KernelAttributes a;
+  a.kernel = g.compiled().kernel_name;
+  a.arch = g.compiled().arch;
+  a.device = g.device().name;
+  a.registers_per_thread = k.regs_per_thread;
+  a.static_smem_bytes = k.static_smem;
+  a.dynamic_smem_bytes = g.dynamic_smem();
+  a.local_bytes = k.local_bytes;
+  a.const_bytes = k.const_bytes;
+  a.max_threads_per_block = k.max_threads;
+  a.block = g.block();
+  a.blocks_per_sm = k.blocks_per_sm;
+  a.sms = g.device().sm_count;
+  a.max_coresident_grid = static_cast<uint64_t>(k.blocks_per_sm) * g.device().sm_count;
+  a.grid = g.grid();
+  a.max_cluster_size = k.max_cluster_size;
+  a.max_active_clusters = k.max_active_clusters;
+  a.cache_hit = g.compiled().cache_hit;
+  return a;
+}
+
+ExecutableStats Executable::stats() const { return impl("stats").stats; }
+
+}  // namespace amk
+#endif

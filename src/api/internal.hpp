@@ -1,0 +1,35 @@
+// What src/session shares with the public API (not installed; CUDA builds only): `amk run`,
+// `amk profile` and `amk inspect --attributes` open, launch and read their executable through
+// Executable, so the command line runs the API's own code.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "amk/amk.hpp"
+#include "amk_abi.h"
+#include "backend/host_data.hpp"
+#include "cuda/executor.hpp"
+#include "program/program.hpp"
+
+namespace amk::detail {
+
+struct LaunchOutcome {
+  std::string status;   // ok | timeout | bad_operand
+  std::string message;  // one line for a non-ok status (the watchdog's or the op's record)
+  amk_diag_t diag{};
+  double host_ms = 0;  // reset + launch + wait, host clock
+};
+
+struct ExecutableAccess {
+  // An already loaded and verified program with every buffer's initial contents (what
+  // Executable::open makes from the file; `amk run` makes them itself: --check poisons, --reseed).
+  [[nodiscard]] static Executable open(const Program& program, const HostBuffers& initial,
+                                       const GpuOptions& options);
+  [[nodiscard]] static const GpuExecutable& gpu(const Executable& exe);
+  // Executable::launch without the throw for a watchdog stop or a bad operand: `amk run` reports
+  // those with the diag record.
+  [[nodiscard]] static LaunchOutcome launch(Executable& exe, uint32_t passes);
+};
+
+}  // namespace amk::detail

@@ -1,4 +1,5 @@
-// The GPU session over src/cuda (builds with the CUDA toolkit).
+// The GPU session over src/cuda (builds with the CUDA toolkit): run, profile, trace and inspect
+// --attributes open, launch and read their executable through the public API (src/api).
 #ifdef AMK_HAVE_CUDA
 #include <cstdlib>
 #include <cstdio>
@@ -7,6 +8,8 @@
 #include <string_view>
 
 #include "session/gpu_session.hpp"
+#include "amk/amk.hpp"
+#include "api/internal.hpp"
 #include "core/error.hpp"
 #include "core/numeric.hpp"
 #include "core/phase_log.hpp"
@@ -52,20 +55,6 @@ ordered_json vm_json(const VmChoice& c) {
   return fields;
 }
 
-std::string instruction_label(const Program& p, uint32_t index) {
-  if (index >= p.instructions.size()) return "instruction " + std::to_string(index);
-  const Instruction& ins = p.instructions[index];
-  std::string s = "instruction " + std::to_string(index);
-  if (!ins.name.empty()) s += " '" + ins.name + "'";
-  s += " (" + op_name(p, ins.op) + ")";
-  return s;
-}
-
-std::string counter_label(const Program& p, uint32_t index) {
-  if (index < p.counters.size()) return "'" + p.counters[index].name + "'";
-  return "#" + std::to_string(index);
-}
-
 ordered_json diag_json(const Program& p, const amk_diag_t& d, const std::string& status) {
   ordered_json j;
   j["status"] = status;
@@ -88,42 +77,23 @@ ordered_json diag_json(const Program& p, const amk_diag_t& d, const std::string&
   return j;
 }
 
-std::string diag_message(const Program& p, const amk_diag_t& d, const std::string& status,
-                         uint64_t timeout_ms) {
-  char buf[512];
-  if (status == "timeout") {
-    std::snprintf(buf, sizeof buf,
-                  "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "
-                  "waits for counter %s >= %u but it is %u",
-                  static_cast<unsigned long long>(timeout_ms), d.block, d.queue_pos,
-                  instruction_label(p, d.instruction).c_str(), counter_label(p, d.counter).c_str(),
-                  d.need, d.have);
-  } else {
-    std::snprintf(buf, sizeof buf, "block %u, queue position %u, %s found invalid data (value %u)",
-                  d.block, d.queue_pos, instruction_label(p, d.instruction).c_str(), d.detail);
-  }
-  return buf;
-}
-
-ordered_json resources_json(const GpuExecutable& ex) {
-  const KernelResources& k = ex.kernel();
-  const DeviceInfo& d = ex.device();
+ordered_json resources_json(const KernelAttributes& a) {
   ordered_json j;
-  j["kernel"] = ex.compiled().kernel_name;
-  j["arch"] = ex.compiled().arch;
-  j["registers_per_thread"] = k.regs_per_thread;
-  j["static_smem_bytes"] = k.static_smem;
-  j["dynamic_smem_bytes"] = ex.dynamic_smem();  // as launched (blocks_per_sm counts it)
-  j["local_bytes"] = k.local_bytes;
-  j["const_bytes"] = k.const_bytes;
-  j["max_threads_per_block"] = k.max_threads;
-  j["block"] = ex.block();
-  j["blocks_per_sm"] = k.blocks_per_sm;
-  j["sms"] = d.sm_count;
-  j["max_coresident_grid"] = static_cast<uint64_t>(k.blocks_per_sm) * d.sm_count;
-  j["grid"] = ex.grid();
-  j["max_cluster_size"] = k.max_cluster_size;
-  j["max_active_clusters"] = k.max_active_clusters;
+  j["kernel"] = a.kernel;
+  j["arch"] = a.arch;
+  j["registers_per_thread"] = a.registers_per_thread;
+  j["static_smem_bytes"] = a.static_smem_bytes;
+  j["dynamic_smem_bytes"] = a.dynamic_smem_bytes;  // as launched (blocks_per_sm counts it)
+  j["local_bytes"] = a.local_bytes;
+  j["const_bytes"] = a.const_bytes;
+  j["max_threads_per_block"] = a.max_threads_per_block;
+  j["block"] = a.block;
+  j["blocks_per_sm"] = a.blocks_per_sm;
+  j["sms"] = a.sms;
+  j["max_coresident_grid"] = a.max_coresident_grid;
+  j["grid"] = a.grid;
+  j["max_cluster_size"] = a.max_cluster_size;
+  j["max_active_clusters"] = a.max_active_clusters;
   return j;
 }
 
@@ -149,7 +119,8 @@ DeviceInfo check_gpu(const Program& program, int device) {
 
 GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
   GpuOutcome out;
-  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req));
+  Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(req));
+  const GpuExecutable& ex = detail::ExecutableAccess::gpu(exe);
   out.timings_ms = ex.setup_timings_ms();
   out.device = ex.device().to_json();
   out.versions = versions_json(ex);
@@ -158,21 +129,33 @@ GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const 
   out.grid = ex.grid();
   out.block = ex.block();
   Phase launch("launch");
-  LaunchResult r = ex.launch(req.iterations);
+  const detail::LaunchOutcome r = detail::ExecutableAccess::launch(exe, req.iterations);
   launch.finish();
   out.timings_ms.emplace_back("launch", r.host_ms);
   out.status = r.status;
   if (r.status != "ok") {
-    const uint64_t timeout = req.timeout_ms.value_or(program.launch.timeout_ms);
     out.diagnostics = diag_json(program, r.diag, r.status);
-    out.message = diag_message(program, r.diag, r.status, timeout);
+    out.message = r.message;
     return out;
   }
+  // Every buffer, each through the API's read_output.
   Phase download("download");
-  out.buffers = ex.download();
+  uint64_t total = 0;
+  for (const BufferInfo& b : exe.buffers()) total += b.bytes;
+  ByteProgress progress("download", total);
+  for (const BufferInfo& b : exe.buffers()) {
+    out.buffers.data.push_back(host_bytes(b.bytes));  // (huge pages: see host_bytes)
+    exe.read_output(b.name, out.buffers.data.back().data(), b.bytes, b.dtype);
+    progress.add(b.bytes);
+  }
   out.timings_ms.emplace_back("download", download.finish());
   if (req.trace) out.trace = ex.trace();
   return out;
+}
+
+ProfileOptions profile_options(const ProfileRequest& req) {
+  return {
+      .warmup = req.warmup, .iterations = req.iterations, .scope = req.scope, .flush_l2 = req.cold};
 }
 
 // The fields every `amk profile --events` result starts with.
@@ -189,8 +172,9 @@ ordered_json profile_head(const Program& program, const ProfileRequest& req, uin
   return j;
 }
 
-// A sample set's statistics into j (median_ms ... samples_ms).
-void put_stats(ordered_json& j, const ProfileStats& s) {
+// A sample set's statistics into j (median_ms ... samples_ms): a ProfileResult or ProfileStats.
+template <class Stats>
+void put_stats(ordered_json& j, const Stats& s) {
   j["median_ms"] = s.median_ms;
   j["min_ms"] = s.min_ms;
   j["max_ms"] = s.max_ms;
@@ -202,16 +186,17 @@ void put_stats(ordered_json& j, const ProfileStats& s) {
 
 ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
-  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(req.gpu));
+  Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(req.gpu));
+  const GpuExecutable& ex = detail::ExecutableAccess::gpu(exe);
   const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
   Phase phase("profile");
-  ProfileStats s = ex.profile(req.warmup, req.iterations, req.scope, flush_bytes);
+  const ProfileResult s = exe.profile(profile_options(req));
   phase.finish();
   ordered_json j = profile_head(program, req, flush_bytes);
   put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;
-  j["attributes"] = resources_json(ex);
+  j["attributes"] = resources_json(exe.attributes());
   j["device"] = ex.device().to_json();
   j["versions"] = versions_json(ex);
   j["target_fingerprint"] = ex.device().fingerprint();
@@ -221,8 +206,8 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   std::snprintf(line, sizeof line,
                 "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
                 "max %.4f, spread %.2f%%\n",
-                program.name.c_str(), ex.device().name.c_str(), s.iterations, s.scope.c_str(),
-                req.cold ? ", L2 flushed before each" : "", s.warmup, s.median_ms, s.min_ms,
+                program.name.c_str(), ex.device().name.c_str(), req.iterations, req.scope.c_str(),
+                req.cold ? ", L2 flushed before each" : "", req.warmup, s.median_ms, s.min_ms,
                 s.max_ms, 100.0 * s.rel_spread);
   text << line << "setup:";
   for (const auto& [k, v] : ex.setup_timings_ms()) {
@@ -236,7 +221,7 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
 ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
                                  const ProfileRequest& req, std::ostringstream& text) {
   const std::vector<TuningArm>& arms = req.arms;
-  std::vector<GpuExecutable> exes;
+  std::vector<Executable> exes;
   exes.reserve(arms.size());
   uint64_t bytes = 0;  // one arm's buffers
   for (const std::vector<std::byte>& b : initial.data) bytes += b.size();
@@ -246,9 +231,9 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
       std::erase_if(r.vm, [&](const VmOverride& x) { return x.field == o.field; });
       r.vm.push_back(o);
     }
-    exes.push_back(GpuExecutable::open(program, initial, gpu_options(r)));
+    exes.push_back(detail::ExecutableAccess::open(program, initial, gpu_options(r)));
     // Every arm holds its own copy of the buffers: refuse before the device runs out.
-    const uint64_t mem = exes[0].device().global_mem_bytes;
+    const uint64_t mem = detail::ExecutableAccess::gpu(exes[0]).device().global_mem_bytes;
     if (exes.size() == 1 && mem != 0 && static_cast<double>(bytes) * arms.size() > 0.9 * mem)
       throw Error(ErrorKind::device, "device.memory", "--tuning-arms",
                   std::to_string(arms.size()) + " arms hold " + std::to_string(arms.size()) +
@@ -260,21 +245,21 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
   std::vector<std::vector<double>> samples(arms.size()), round_medians(arms.size());
   for (uint32_t round = 0; round < req.rounds; ++round)
     for (size_t a = 0; a < arms.size(); ++a) {
-      const ProfileStats s = exes[a].profile(req.warmup, req.iterations, req.scope, flush_bytes);
+      const ProfileResult s = exes[a].profile(profile_options(req));
       samples[a].insert(samples[a].end(), s.samples_ms.begin(), s.samples_ms.end());
       round_medians[a].push_back(s.median_ms);
     }
+  const DeviceInfo& device = detail::ExecutableAccess::gpu(exes[0]).device();
   ordered_json j = profile_head(program, req, flush_bytes);
   j["rounds"] = req.rounds;
-  j["device"] = exes[0].device().to_json();
-  j["target_fingerprint"] = exes[0].device().fingerprint();
+  j["device"] = device.to_json();
+  j["target_fingerprint"] = device.fingerprint();
   char line[320];
   std::snprintf(line, sizeof line,
                 "%s on %s: %zu tuning arms, %u interleaved rounds of %u launches each (%s "
                 "scope%s, %u warm-up)\n",
-                program.name.c_str(), exes[0].device().name.c_str(), arms.size(), req.rounds,
-                req.iterations, req.scope.c_str(), req.cold ? ", L2 flushed before each" : "",
-                req.warmup);
+                program.name.c_str(), device.name.c_str(), arms.size(), req.rounds, req.iterations,
+                req.scope.c_str(), req.cold ? ", L2 flushed before each" : "", req.warmup);
   text << line;
   ordered_json out = ordered_json::array();
   double first = 0.0;
@@ -286,9 +271,11 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
     put_stats(arm, s);
     arm["round_medians_ms"] = round_medians[a];
     arm["ratio_to_first"] = ratio;
-    arm["cache_hit"] = exes[a].compiled().cache_hit;
-    arm["artifact_fingerprint"] = exes[a].compiled().source_fingerprint;
-    arm["attributes"] = resources_json(exes[a]);
+    const KernelAttributes attributes = exes[a].attributes();
+    arm["cache_hit"] = attributes.cache_hit;
+    arm["artifact_fingerprint"] =
+        detail::ExecutableAccess::gpu(exes[a]).compiled().source_fingerprint;
+    arm["attributes"] = resources_json(attributes);
     out.push_back(std::move(arm));
     std::string rounds;
     for (double m : round_medians[a]) {
@@ -312,15 +299,11 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial, co
   traced.trace = true;
   GpuOptions options = gpu_options(traced);
   options.trace = true;
-  GpuExecutable ex = GpuExecutable::open(program, initial, options);
+  Executable exe = detail::ExecutableAccess::open(program, initial, options);
+  const GpuExecutable& ex = detail::ExecutableAccess::gpu(exe);
   Phase launch("launch");
-  const LaunchResult r = ex.launch(1);
+  exe.launch(1);  // a watchdog stop or a bad operand throws run.timeout / run.bad_operand
   launch.finish();
-  if (r.status != "ok")
-    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
-                "",
-                diag_message(program, r.diag, r.status,
-                             req.timeout_ms.value_or(program.launch.timeout_ms)));
   const Plan& ran = ex.plan();
   const std::vector<uint64_t> words = ex.trace();
   const std::vector<TraceSpan> spans = trace_spans(words, ran.queue_offsets, ran.queue_items);
@@ -489,23 +472,20 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   Phase materialize("materialize");
   const HostBuffers initial = materialize_all(program, load);
   materialize.finish();
-  GpuExecutable ex = GpuExecutable::open(program, initial, gpu_options(r));
-  ordered_json j = resources_json(ex);
-  text << "kernel        " << ex.compiled().kernel_name << " for " << ex.compiled().arch << " on "
-       << ex.device().name << "\n"
-       << "  registers/thread " << j["registers_per_thread"].get<uint32_t>() << ", static smem "
-       << j["static_smem_bytes"].get<uint64_t>() << " B, dynamic smem " << ex.dynamic_smem()
-       << " B (program " << program.launch.dynamic_smem << "), local "
-       << j["local_bytes"].get<uint64_t>() << " B, const " << j["const_bytes"].get<uint64_t>()
-       << " B, max threads " << j["max_threads_per_block"].get<uint32_t>() << "\n"
-       << "  blocks/SM " << j["blocks_per_sm"].get<uint32_t>() << " x SMs "
-       << j["sms"].get<uint32_t>() << " = max co-resident grid "
-       << j["max_coresident_grid"].get<uint64_t>() << " (this program: grid " << ex.grid()
-       << ", block " << ex.block() << ")\n";
+  const Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(r));
+  const KernelAttributes a = exe.attributes();
+  text << "kernel        " << a.kernel << " for " << a.arch << " on " << a.device << "\n"
+       << "  registers/thread " << a.registers_per_thread << ", static smem " << a.static_smem_bytes
+       << " B, dynamic smem " << a.dynamic_smem_bytes << " B (program "
+       << program.launch.dynamic_smem << "), local " << a.local_bytes << " B, const "
+       << a.const_bytes << " B, max threads " << a.max_threads_per_block << "\n"
+       << "  blocks/SM " << a.blocks_per_sm << " x SMs " << a.sms << " = max co-resident grid "
+       << a.max_coresident_grid << " (this program: grid " << a.grid << ", block " << a.block
+       << ")\n";
   if (program.launch.mode == LaunchMode::cluster)
-    text << "  cluster: max size " << j["max_cluster_size"].get<uint32_t>()
-         << ", max active clusters " << j["max_active_clusters"].get<uint32_t>() << "\n";
-  return j;
+    text << "  cluster: max size " << a.max_cluster_size << ", max active clusters "
+         << a.max_active_clusters << "\n";
+  return resources_json(a);
 }
 
 ordered_json compile_for_arch(const Program& program, const std::string& arch,

@@ -2,15 +2,12 @@
 // (amk devices lists none).
 #ifndef AMK_HAVE_CUDA
 #include "session/gpu_session.hpp"
-#include "core/error.hpp"
+#include "api/host.hpp"
 
 namespace amk {
 namespace {
 
-[[noreturn]] void no_cuda() {
-  throw Error(ErrorKind::device, "device.unsupported", "",
-              "this amk was built without the CUDA toolkit; only the CPU backend is available");
-}
+[[noreturn]] void no_cuda() { detail::throw_no_cuda(); }
 
 }  // namespace
 

@@ -68,7 +68,7 @@ TEST_CASE("set_input, launch, read_output and bind against the CPU backend") {
   std::mt19937 rng(seed);
 
   const Program program = load_program_file(kSample);
-  const uint32_t a = index_of(program, "a"), b = index_of(program, "b"), s = index_of(program, "s"),
+  const uint32_t a = index_of(program, "a"), b = index_of(program, "b"),
                  out = index_of(program, "out");
   const std::vector<bool> poisoned = poisonable_outputs(program);
   REQUIRE(poisoned[out]);

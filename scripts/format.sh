@@ -2,7 +2,7 @@
 # Formats the project's C++ sources with clang-format and the tree's .clang-format.
 #   bash scripts/format.sh           reformat them in place
 #   bash scripts/format.sh --check   print the files that differ; exit 1 if any, 0 if none
-# Sources: src/**/*.{cpp,hpp}, kernels/*.{h,cuh}, tests/**/*.{cpp,hpp}, scripts/*.cu.
+# Sources: src, tests and samples (*.cpp, *.hpp), kernels/*.{h,cuh}, scripts/*.cu.
 # The format is defined by clang-format 14 (Debian's); other versions may break lines
 # differently. CLANG_FORMAT names another binary. Exit 2: usage error or clang-format failed.
 set -euo pipefail
@@ -27,7 +27,7 @@ fi
 
 files=()
 while IFS= read -r -d '' f; do files+=("$f"); done < <(
-  { find src tests -type f \( -name '*.cpp' -o -name '*.hpp' \) -print0
+  { find src tests samples -type f \( -name '*.cpp' -o -name '*.hpp' \) -print0
     find kernels -maxdepth 1 -type f \( -name '*.h' -o -name '*.cuh' \) -print0
     find scripts -maxdepth 1 -type f -name '*.cu' -print0; } | sort -z)
 

@@ -475,6 +475,8 @@ LaunchResult GpuExecutable::launch(uint32_t iterations) {
   Impl& m = impl();
   if (iterations == 0)
     throw Error(ErrorKind::usage, "launch.iterations", "", "a launch needs at least one pass");
+  // Counters, waits and queue steps scale with the pass: they must stay within 32 bits.
+  check_passes(m.program, m.plan, iterations);
   m.context.make_current();
   LaunchResult r = m.run(iterations);
   if (r.status != "ok") spdlog::debug("launch stopped: {}", describe_diag(r.diag));

@@ -124,6 +124,7 @@ expect() {
 }
 expect coresidency_refused 5 "device.coresidency" -- $amk run $P/too_wide.json --backend cuda
 expect newer_arch_refused 5 "device.target" -- $amk run $P/future_arch.json --backend cuda
+expect device_memory_refused 5 "device.memory. at /buffers: the program's buffers need 204800 MiB" -- $amk run $P/too_big_for_device.json --backend cuda
 $amk -q compile --trust-custom-ops $P/hang.json >/dev/null 2>&1
 expect hang_caught 8 "victim" -- $amk run $P/hang.json --backend cuda --trust-custom-ops -o "$out/hang_out"
 [ -e "$out/hang_out/b.npy" ] && row "hang wrote no outputs" FAIL || row "hang wrote no outputs" pass

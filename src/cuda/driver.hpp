@@ -40,6 +40,7 @@ namespace amk::cu {
   X(occupancy_max_potential_cluster_size, cuOccupancyMaxPotentialClusterSize)                      \
   X(occupancy_max_active_clusters, cuOccupancyMaxActiveClusters)                                   \
   X(mem_alloc, cuMemAlloc)                                                                         \
+  X(mem_get_info, cuMemGetInfo)                                                                    \
   X(mem_free, cuMemFree)                                                                           \
   X(mem_host_alloc, cuMemHostAlloc)                                                                \
   X(mem_free_host, cuMemFreeHost)                                                                  \

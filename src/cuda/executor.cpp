@@ -729,6 +729,16 @@ DeviceInfo check_device_target(const Program& program, int ordinal) {
     for (size_t i = 0; i < mismatches.size(); ++i) msg += (i ? "; " : "") + mismatches[i];
     throw Error(ErrorKind::device, "device.target", "/target", msg);
   }
+  // The buffers against the device's memory, before the host data is built (the allocation
+  // checks the free memory again).
+  uint64_t need = 0;
+  for (const Buffer& b : program.buffers)
+    need = need > UINT64_MAX - b.bytes() ? UINT64_MAX : need + b.bytes();
+  if (d.global_mem_bytes != 0 && need > d.global_mem_bytes)
+    throw Error(ErrorKind::device, "device.memory", "/buffers",
+                "the program's buffers need " + std::to_string(need >> 20) + " MiB (" +
+                    std::to_string(need) + " bytes); " + d.name + " has " +
+                    std::to_string(d.global_mem_bytes >> 20) + " MiB of memory");
   return d;
 }
 

@@ -74,11 +74,34 @@ void Module::reset() noexcept {
 
 // ---- DeviceMemory ----
 
+namespace {
+
+std::string mib(uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
+
+// device.memory (exit 5), naming what needed how much and what the device has.
+[[noreturn]] void throw_out_of_memory(size_t n, std::string_view what) {
+  size_t free_bytes = 0, total_bytes = 0;
+  const bool known = driver().mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS;
+  throw Error(ErrorKind::device, "device.memory", std::string(what),
+              std::string(what) + " need " + mib(n) + " (" + std::to_string(n) +
+                  " bytes) of device memory; " +
+                  (known ? "the device has " + mib(free_bytes) + " free of " + mib(total_bytes)
+                         : std::string("the driver has no more")));
+}
+
+}  // namespace
+
 DeviceMemory DeviceMemory::allocate(size_t bytes, std::string_view what) {
   DeviceMemory m;
   const size_t n = bytes == 0 ? 1 : bytes;
-  check(driver().mem_alloc(&m.ptr_, n), "cuMemAlloc",
-        [&] { return std::string(what) + " (" + std::to_string(n) + " bytes)"; });
+  // Refused before cuMemAlloc where the free memory cannot hold it, and as device.memory where
+  // the driver runs out anyway (fragmentation, another process), not as a driver error.
+  size_t free_bytes = 0, total_bytes = 0;
+  if (driver().mem_get_info(&free_bytes, &total_bytes) == CUDA_SUCCESS && n > free_bytes)
+    throw_out_of_memory(n, what);
+  const CUresult r = driver().mem_alloc(&m.ptr_, n);
+  if (r == CUDA_ERROR_OUT_OF_MEMORY) throw_out_of_memory(n, what);
+  check(r, "cuMemAlloc", [&] { return std::string(what) + " (" + std::to_string(n) + " bytes)"; });
   m.bytes_ = n;
   return m;
 }

@@ -71,12 +71,15 @@ std::vector<std::string> assign_file_names(const Program& program,
   return names;
 }
 
-void check_buffers(const Program& program, const HostBuffers& buffers, const char* which) {
+// `outputs_only`: the other buffers may be left empty (a GPU run downloads its outputs only).
+void check_buffers(const Program& program, const HostBuffers& buffers, const char* which,
+                   bool outputs_only) {
   if (buffers.data.size() != program.buffers.size())
     throw Error(ErrorKind::internal, "outputs.buffers", which,
                 std::to_string(buffers.data.size()) + " buffers given, the program has " +
                     std::to_string(program.buffers.size()));
   for (size_t i = 0; i < program.buffers.size(); ++i) {
+    if (outputs_only && !program.buffers[i].output && buffers.data[i].empty()) continue;
     if (buffers.data[i].size() != program.buffers[i].bytes())
       throw Error(ErrorKind::internal, "outputs.buffers", which,
                   "buffer '" + program.buffers[i].name + "' has " +
@@ -87,12 +90,12 @@ void check_buffers(const Program& program, const HostBuffers& buffers, const cha
 
 void check_arguments(const Program& program, const HostBuffers& buffers, bool include_inputs,
                      const HostBuffers* initial) {
-  check_buffers(program, buffers, "buffers");
+  check_buffers(program, buffers, "buffers", true);
   if (include_inputs) {
     if (initial == nullptr)
       throw Error(ErrorKind::internal, "outputs.inputs", "",
                   "include_inputs needs the initial buffer contents");
-    check_buffers(program, *initial, "initial");
+    check_buffers(program, *initial, "initial", false);
   }
 }
 

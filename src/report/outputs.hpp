@@ -82,7 +82,7 @@ private:
 [[nodiscard]] std::string safe_file_stem(std::string_view name);
 // Writes every output buffer (or also the inputs with `include_inputs`, under inputs/) and
 // then manifest.json into `folder`, which must hold none of those files (a staging folder).
-// Returns the manifest.
+// `buffers` needs the outputs' contents; the others may be empty. Returns the manifest.
 nlohmann::json write_output_files(const std::filesystem::path& folder, const Program& program,
                                   const HostBuffers& buffers, bool include_inputs = false,
                                   const HostBuffers* initial = nullptr);

@@ -44,7 +44,7 @@ struct GpuRequest {
 };
 
 struct GpuOutcome {
-  HostBuffers buffers;       // final contents (valid when status == "ok")
+  HostBuffers buffers;       // the outputs' final contents, others empty (status "ok")
   std::string status;        // ok | timeout | bad_operand
   std::string message;       // one line for a non-ok status
   ordered_json diagnostics;  // watchdog / fault record or null

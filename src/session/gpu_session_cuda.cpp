@@ -138,13 +138,17 @@ GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const 
     out.message = r.message;
     return out;
   }
-  // Every buffer, each through the API's read_output.
+  // The outputs only, each through the API's read_output: the other buffers stay empty (a
+  // decode step's weights are gigabytes that nothing reads back).
   Phase download("download");
   uint64_t total = 0;
-  for (const BufferInfo& b : exe.buffers()) total += b.bytes;
+  for (const BufferInfo& b : exe.buffers())
+    if (b.output) total += b.bytes;
   ByteProgress progress("download", total);
   for (const BufferInfo& b : exe.buffers()) {
-    out.buffers.data.push_back(host_bytes(b.bytes));  // (huge pages: see host_bytes)
+    out.buffers.data.emplace_back();
+    if (!b.output) continue;
+    out.buffers.data.back() = host_bytes(b.bytes);  // (huge pages: see host_bytes)
     exe.read_output(b.name, out.buffers.data.back().data(), b.bytes, b.dtype);
     progress.add(b.bytes);
   }

@@ -222,6 +222,22 @@ TEST_CASE("write_outputs that fails part-way leaves the previous folder as it wa
   CHECK(entries(scratch.path()) == std::vector<std::string>{"out"});
 }
 
+TEST_CASE("write_outputs needs only the outputs' contents") {
+  ScratchDir scratch("outputs_only");
+  const Program p = sample_program();
+  const HostBuffers all = sample_data(7);
+  HostBuffers outputs_only = sample_data(7);
+  for (size_t i = 0; i < p.buffers.size(); ++i)
+    if (!p.buffers[i].output) outputs_only.data[i].clear();  // as a GPU run downloads them
+  (void)amk::write_outputs(scratch.path() / "all", p, all);
+  (void)amk::write_outputs(scratch.path() / "outs", p, outputs_only);
+  CHECK(file_contents(scratch.path() / "all") == file_contents(scratch.path() / "outs"));
+  // An output left empty is still refused.
+  HostBuffers no_output = sample_data(7);
+  no_output.data[0].clear();
+  CHECK_THROWS_AS(amk::write_outputs(scratch.path() / "bad", p, no_output), amk::Error);
+}
+
 TEST_CASE("write_outputs refuses inconsistent arguments") {
   ScratchDir scratch("outputs_bad");
   const Program p = sample_program();

@@ -49,6 +49,8 @@ namespace amk {
 
 // Largest safetensors JSON header accepted (the format's reference implementation uses 100 MB).
 inline constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+// Nesting a .safetensors header may have (the format uses three levels; __metadata__ two).
+inline constexpr int kMaxSafetensorsDepth = 8;
 // Largest .npy header accepted (numpy writes a few hundred bytes).
 inline constexpr uint64_t kMaxNpyHeader = 1u << 20;
 

@@ -90,7 +90,21 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
   }
   std::string text(header_len, '\0');
   file.read(8, std::as_writable_bytes(std::span(text)));
-  const nlohmann::json header = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // The format nests three levels (header, tensor entry, shape); deeper values are not built
+  // (a deeply nested header would cost memory per level) and the header is refused.
+  bool too_deep = false;
+  const auto depth_limit = [&too_deep](int depth, nlohmann::json::parse_event_t event,
+                                       nlohmann::json&) {
+    const bool opens = event == nlohmann::json::parse_event_t::object_start ||
+                       event == nlohmann::json::parse_event_t::array_start;
+    if (opens && depth >= kMaxSafetensorsDepth) too_deep = true;
+    return !too_deep;
+  };
+  const nlohmann::json header =
+      nlohmann::json::parse(text, depth_limit, /*allow_exceptions=*/false);
+  if (too_deep)
+    file.fail("init.safetensors.header",
+              "header nests deeper than " + std::to_string(kMaxSafetensorsDepth) + " levels");
   if (header.is_discarded() || !header.is_object()) {
     file.fail("init.safetensors.header", "header is not a JSON object");
   }

@@ -267,6 +267,17 @@ TEST_CASE("safetensors: rejections carry exact codes") {
   append_value<uint64_t>(max, UINT64_MAX);
   CHECK(code(max) == "init.safetensors.header");
   CHECK(code(safetensors("{not json", data)) == "init.safetensors.header");
+  // Nesting: kMaxSafetensorsDepth levels are read; one more is refused, however deep it goes.
+  auto nested = [&](int levels) {
+    std::string meta(static_cast<size_t>(levels - 2), '[');
+    meta += std::string(static_cast<size_t>(levels - 2), ']');
+    return R"({"__metadata__": {"x": )" + meta +
+           R"(}, "t": {"dtype": "I32", "shape": [4], "data_offsets": [0, 16]}})";
+  };
+  CHECK(code(safetensors(nested(amk::kMaxSafetensorsDepth), data)) == "<none>");
+  CHECK(code(safetensors(nested(amk::kMaxSafetensorsDepth + 1), data)) ==
+        "init.safetensors.header");
+  CHECK(code(safetensors(nested(100000), data)) == "init.safetensors.header");
   CHECK(code(safetensors("[1, 2]", data)) == "init.safetensors.header");
   CHECK(code(safetensors(good, data), "u") == "init.safetensors.tensor");
   CHECK(code(safetensors(good, data), "__metadata__") == "init.safetensors.tensor");

@@ -1,6 +1,5 @@
 // The public API over src/cuda (builds with the CUDA toolkit): an Executable is a GpuExecutable
 // plus the host-side book of its buffers (api/host.hpp) and what crossed between host and device.
-#ifdef AMK_HAVE_CUDA
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -196,4 +195,3 @@ KernelAttributes Executable::attributes() const {
 ExecutableStats Executable::stats() const { return impl("stats").stats; }
 
 }  // namespace amk
-#endif

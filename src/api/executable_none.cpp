@@ -1,7 +1,6 @@
 // The public API in a build without the CUDA toolkit: open loads and verifies the program, then
 // refuses with the device error (device.unsupported, exit 5); no executable is ever open, so
 // every other call throws api.closed.
-#ifndef AMK_HAVE_CUDA
 #include "amk/amk.hpp"
 #include "api/host.hpp"
 
@@ -37,4 +36,3 @@ KernelAttributes Executable::attributes() const { detail::throw_closed("attribut
 ExecutableStats Executable::stats() const { detail::throw_closed("stats"); }
 
 }  // namespace amk
-#endif

@@ -1,6 +1,5 @@
 // The GPU session over src/cuda (builds with the CUDA toolkit): run, profile, trace and inspect
 // --attributes open, launch and read their executable through the public API (src/api).
-#ifdef AMK_HAVE_CUDA
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
@@ -617,4 +616,3 @@ ordered_json list_gpus(std::ostringstream& text) {
 }
 
 }  // namespace amk
-#endif

@@ -45,6 +45,7 @@ struct ProfileCmdOptions {
   bool arms_given = false;  // (an empty --tuning-arms is refused, not ignored)
   std::string tuning_arms;
   VmArgs vm;
+  std::string cubin;
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
@@ -61,6 +62,11 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   if (o.rounds_given && !o.arms_given)
     throw Error(ErrorKind::usage, "usage.profile.rounds", "--rounds",
                 "--rounds applies to --tuning-arms");
+  // A cubin holds one VM: not the traced one, nor one per arm.
+  if (!o.cubin.empty() && (o.arms_given || !o.trace_path.empty()))
+    throw Error(ErrorKind::usage, "usage.profile.cubin", "--cubin",
+                "--cubin applies to --events without --tuning-arms (a trace and each arm compile "
+                "a VM of their own)");
   if (o.arms_given) o.request.arms = parse_tuning_arms(o.tuning_arms, "--tuning-arms");
   ProfileProgramRequest req;
   req.files = {o.program.path, o.program.load_options(), o.out_dir, o.report_path};
@@ -70,6 +76,7 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
   req.profile.gpu.timeout_ms = o.timeout_ms;
   req.profile.gpu.use_cache = !o.cache.no_cache;
   if (!o.cache.cache_dir.empty()) req.profile.gpu.cache_dir = o.cache.cache_dir;
+  req.profile.gpu.cubin = cubin_request(o.cubin);
   req.events = o.events;
   req.trace_path = o.trace_path;
   const CommandResult r = profile_program(req);
@@ -91,7 +98,10 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto* cmd = app.add_subcommand("compile", "compile a program's VM with NVRTC (no GPU needed)");
   add_program_args(cmd, o->program);
   cmd->add_option("--arch", o->arch, "target architecture (default sm_90a)");
-  cmd->add_option("-o,--output", o->files.cubin, "also write the cubin here");
+  cmd->add_option("-o,--output", o->files.cubin,
+                  "also write the cubin here, and beside it FILE.json, the record of what it was "
+                  "built for (arch, fingerprints, versions) that run/profile --cubin FILE check")
+      ->type_name("FILE");
   cmd->add_option("--source-out", o->files.source,
                   "also write the generated CUDA source here (it includes the kernels/ headers)");
   cmd->add_option(
@@ -140,6 +150,7 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_device_option(cmd, o->request.gpu.device);
   add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
+  add_cubin_option(cmd, o->cubin);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
 }
 

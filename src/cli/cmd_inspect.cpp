@@ -23,6 +23,7 @@ struct InspectOptions {
   int device = 0;
   CacheArgs cache;
   VmArgs vm;
+  std::string cubin;
 };
 
 int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
@@ -138,6 +139,7 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
     req.device = o.device;
     req.use_cache = !o.cache.no_cache;
     if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
+    req.cubin = cubin_request(o.cubin);
     ordered_json attrs = kernel_attributes(p, o.program.load_options(), req, t);
     j["attributes"] = std::move(attrs);
   }
@@ -162,6 +164,7 @@ void setup_inspect(CLI::App& app, const GlobalOptions& g, Action& action) {
   o->cache.no_cache_option->needs(attributes);
   o->cache.cache_dir_option->needs(attributes);
   add_vm_args(cmd, o->vm);
+  add_cubin_option(cmd, o->cubin)->needs(attributes);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_inspect(g, *o); }; });
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -30,6 +31,7 @@ struct RunOptions {
   bool device_given = false;
   CacheArgs cache;
   VmArgs vm;
+  std::string cubin;
 };
 
 int run_run(const GlobalOptions& g, const RunOptions& o) {
@@ -39,15 +41,21 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
   if (o.iterations_given)
     spdlog::warn("amk run --iterations is deprecated: use --passes (passes over the program in "
                  "one launch; amk profile's --iterations counts timed launches)");
-  // The CPU backend has no devices: say so rather than ignore --device silently.
-  if (o.device_given && o.backend == "cpu") {
-    spdlog::warn("--device {} is ignored on the CPU backend", o.device);
-  } else if (o.device_given && o.backend == "auto") {
-    std::string why;
-    if (!gpu_present(&why))
-      spdlog::warn("--device {} is ignored on the CPU backend, which auto falls back to without "
-                   "a usable GPU",
-                   o.device);
+  // The CPU backend has no devices and compiles nothing: say so rather than ignore --device or
+  // --cubin silently.
+  std::vector<std::string> ignored;
+  if (o.device_given) ignored.push_back("--device " + std::to_string(o.device));
+  if (!o.cubin.empty()) ignored.push_back("--cubin");
+  std::string why;
+  const bool cpu = o.backend == "cpu" || (!ignored.empty() && o.backend == "auto" &&
+                                          !gpu_present(&why));  // (asked only when it matters)
+  for (const std::string& opt : ignored) {
+    if (o.backend == "cpu")
+      spdlog::warn("{} is ignored on the CPU backend", opt);
+    else if (cpu)
+      spdlog::warn("{} is ignored on the CPU backend, which auto falls back to without a usable "
+                   "GPU",
+                   opt);
   }
   RunRequest req;
   req.program_path = o.program.path;
@@ -65,6 +73,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
   if (!o.cache.cache_dir.empty()) req.gpu.cache_dir = o.cache.cache_dir;
   req.gpu.vm = parse_vm_args(o.vm);  // (a usage error before anything runs)
   req.gpu.line_info = o.vm.line_info;
+  if (!cpu) req.gpu.cubin = cubin_request(o.cubin);  // (its io.* errors before anything runs)
   const RunResult run = run_program(req);
   emit(g, run.report, run.text);
   return 0;
@@ -114,6 +123,7 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_device_option(cmd, o->device)->each([o](const std::string&) { o->device_given = true; });
   add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
+  add_cubin_option(cmd, o->cubin);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_run(g, *o); }; });
 }
 

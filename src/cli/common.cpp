@@ -9,6 +9,7 @@
 
 #include "core/phase_log.hpp"
 #include "io/load.hpp"
+#include "report/artifact.hpp"
 #include "report/outputs.hpp"
 
 namespace amk::cli {
@@ -78,6 +79,22 @@ void add_cache_args(CLI::App* cmd, CacheArgs& args) {
       cmd->add_flag("--no-cache", args.no_cache, "compile afresh, ignoring the kernel cache");
   args.cache_dir_option =
       cmd->add_option("--cache-dir", args.cache_dir, "kernel cache folder (default: XDG cache)");
+}
+
+CLI::Option* add_cubin_option(CLI::App* cmd, std::string& path) {
+  return cmd
+      ->add_option("--cubin", path,
+                   "run this ahead-of-time cubin (amk compile PROGRAM -o FILE) instead of "
+                   "compiling: FILE.json, written beside it, must match this device's arch and "
+                   "the VM this run would compile (program ops, --vm, --lineinfo, NVRTC and amk "
+                   "versions), else artifact.mismatch (exit 5) lists every difference")
+      ->type_name("FILE");
+}
+
+std::optional<std::string> cubin_request(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  (void)read_artifact(path);
+  return path;
 }
 
 void add_program_args(CLI::App* cmd, ProgramArgs& args) {

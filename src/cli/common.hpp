@@ -74,6 +74,12 @@ struct CacheArgs {
   CLI::Option* cache_dir_option = nullptr;
 };
 void add_cache_args(CLI::App* cmd, CacheArgs& args);
+// --cubin FILE (run, profile, inspect --attributes): an ahead-of-time cubin (amk compile -o FILE)
+// loaded instead of compiling, once its record FILE.json matches what this run would compile.
+CLI::Option* add_cubin_option(CLI::App* cmd, std::string& path);
+// The request's cubin: none for an empty path; else the path, once FILE and FILE.json are read
+// and parsed, so that their io.* errors come at once, before the program's host data is built.
+[[nodiscard]] std::optional<std::string> cubin_request(const std::string& path);
 
 // Loads and verifies (the phases load and verify, logged with -v); the summary is filled when
 // `summary` is not null.

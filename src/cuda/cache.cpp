@@ -218,6 +218,11 @@ CompileOutput compile_vm(const std::string& source, uint32_t tma_count,
     out.compile_ms = elapsed_ms();
     return out;
   };
+  if (options.cubin_file) {  // ahead of time (amk compile -o): checked, never compiled or cached
+    load_vm_artifact(*options.cubin_file, out);
+    out.compile_ms = elapsed_ms();
+    return out;
+  }
 
   std::optional<fs::path> dir;
   if (options.use_cache) dir = resolve_cache_dir(options);

@@ -17,6 +17,9 @@ struct CompileOptions {
   std::optional<std::filesystem::path> cache_dir;  // default: $AMK_CACHE_DIR, else XDG cache
   bool line_info = false;                          // -lineinfo (for ncu's source view)
   std::vector<std::string> extra_options;
+  // --cubin FILE: load this ahead-of-time cubin (amk compile -o FILE) instead of compiling, once
+  // its record FILE.json matches what this compile would produce (load_vm_artifact).
+  std::optional<std::filesystem::path> cubin_file;
 };
 
 // The result of an NVRTC compilation: a failure is a result, not an exception.
@@ -36,7 +39,8 @@ struct CompileOutput {
 
 // Compiles (or fetches from the cache) a VM translation unit (cuda/codegen.hpp's vm_source) whose
 // kernel takes `tma_count` tensor maps. Throws Error(kind nvrtc) with the log, arch, options and
-// NVRTC version in the message/detail when compilation fails.
+// NVRTC version in the message/detail when compilation fails. With options.cubin_file, nothing is
+// compiled and the cache is not used: the cubin is load_vm_artifact's.
 [[nodiscard]] CompileOutput compile_vm(const std::string& source, uint32_t tma_count,
                                        const CompileOptions& options);
 
@@ -44,6 +48,19 @@ struct CompileOutput {
 // hands ptxas, to read the front end's code for an op without a GPU or a disassembler. Never
 // cached. Throws like compile_vm.
 [[nodiscard]] std::string vm_ptx(const std::string& source, const CompileOptions& options);
+
+// `amk compile -o FILE`: writes the cubin to FILE and the record of what it was built for
+// (report/artifact.hpp) to FILE.json, each atomically, the record last. Returns FILE.json's path.
+// Throws Error(io, io.write).
+std::filesystem::path write_vm_artifact(const std::filesystem::path& file, const CompileOutput& out,
+                                        const std::string& program_fingerprint);
+
+// Fills out.cubin from the artifact FILE (+ FILE.json) once its record matches `out` (arch,
+// kernel name, tma_count, NVRTC options and version, amk version, source fingerprint: filled by
+// compile_vm as for a compile) and the cubin its recorded size and sha256. Throws read_artifact's
+// Error(io, io.*) for a missing or malformed file, Error(device, artifact.mismatch) listing every
+// difference otherwise; nothing reaches the driver before it returns.
+void load_vm_artifact(const std::filesystem::path& file, CompileOutput& out);
 
 // "13.0"; throws Error(kind nvrtc) if NVRTC cannot be queried.
 [[nodiscard]] std::string nvrtc_version_string();

@@ -41,6 +41,8 @@ struct GpuRequest {
   bool trust_custom_ops = false;
   VmOverrides vm;          // --vm FIELD=VALUE
   bool line_info = false;  // --lineinfo
+  // --cubin FILE: an ahead-of-time cubin (amk compile -o FILE) loaded instead of compiling
+  std::optional<std::string> cubin;
 };
 
 struct GpuOutcome {

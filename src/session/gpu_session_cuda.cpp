@@ -33,6 +33,7 @@ GpuOptions gpu_options(const GpuRequest& r) {
   o.compile.use_cache = r.use_cache;
   if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
   o.compile.line_info = r.line_info;
+  if (r.cubin) o.compile.cubin_file = *r.cubin;
   o.trust_custom_ops = r.trust_custom_ops;
   o.vm = r.vm;
   return o;
@@ -543,7 +544,9 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   auto write_text = [](const std::string& path, const std::string& s) {
     write_file_atomic(path, std::as_bytes(std::span(s.data(), s.size())));
   };
-  if (!cubin_out.empty()) write_file_atomic(cubin_out, out.cubin);
+  const std::string record_out =  // the cubin and, beside it, what it was built for
+      cubin_out.empty() ? std::string()
+                        : write_vm_artifact(cubin_out, out, program_fingerprint(program)).string();
   if (!files.source.empty()) write_text(files.source, source);
   if (!files.ptx.empty()) write_text(files.ptx, ptx);
   ordered_json j;
@@ -558,6 +561,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   j["options"] = out.options;
   j["log"] = out.log;
   if (!cubin_out.empty()) j["output"] = cubin_out;
+  if (!record_out.empty()) j["output_record"] = record_out;
   if (!files.source.empty()) j["source_output"] = files.source;
   if (!files.ptx.empty()) j["ptx_output"] = files.ptx;
   j["vm"] = vm_json(vm);
@@ -590,7 +594,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   for (std::string l; std::getline(log, l);)
     if (l.find("ptxas") != std::string::npos || l.find("registers") != std::string::npos)
       text << "  " << l << "\n";
-  for (const std::string* f : {&cubin_out, &files.source, &files.ptx})
+  for (const std::string* f : {&cubin_out, &record_out, &files.source, &files.ptx})
     if (!f->empty()) text << "wrote " << *f << "\n";
   return j;
 }

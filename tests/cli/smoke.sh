@@ -197,6 +197,38 @@ if [ "$rc" -eq 0 ]; then
     fail=$((fail + 1)); echo "FAIL --lineinfo -> -lineinfo"
   fi
 fi
+# compile -o writes FILE.json beside the cubin: what it was built for (README "Ahead of time").
+if [ "$rc" -eq 0 ]; then
+  AMK_CACHE_DIR="$tmp/cache" "$amk" --json compile "$sample" --arch sm_90a -o "$tmp/vm.cubin" >"$tmp/c.json" 2>/dev/null
+  rec="$tmp/vm.cubin.json"
+  if [ -f "$rec" ] && [ "$(json_field "$rec" "j['format'], j['arch'], j['kernel_name']")" = "amk.cubin sm_90a amk_vm" ] &&
+     [ "$(json_field "$rec" "j['source_fingerprint']")" = "$(json_field "$tmp/c.json" "j['fingerprint']")" ] &&
+     [ "$(json_field "$rec" "j['cubin_sha256']")" = "$(sha256sum "$tmp/vm.cubin" | cut -d' ' -f1)" ] &&
+     [ "$(json_field "$tmp/c.json" "j['output_record']")" = "$rec" ]; then
+    pass=$((pass + 1))
+  else
+    fail=$((fail + 1)); echo "FAIL compile -o: the record beside the cubin"; cat "$rec" 2>&1 | head -5
+  fi
+  # run --cubin reads both files before anything runs: a missing or malformed one is an io error
+  # (exit 4) with its place, on a machine with or without a GPU.
+  expect_rc 4 "run --cubin missing" -- "$amk" run "$sample" --backend cuda --cubin "$tmp/none.cubin"
+  expect_grep "$tmp/err" "io.missing\] at $tmp/none.cubin: no such cubin" "run --cubin missing names the file"
+  cp "$tmp/vm.cubin" "$tmp/bare.cubin"
+  expect_rc 4 "run --cubin without its record" -- "$amk" run "$sample" --backend cuda --cubin "$tmp/bare.cubin"
+  expect_grep "$tmp/err" "io.missing\] at $tmp/bare.cubin.json: no artifact record" "run --cubin names the missing record"
+  echo '{"format": "amk.cubin", "version": 1}' >"$tmp/bare.cubin.json"
+  expect_rc 4 "run --cubin with a record lacking fields" -- "$amk" run "$sample" --backend cuda --cubin "$tmp/bare.cubin"
+  expect_grep "$tmp/err" "io.artifact.field\] at $tmp/bare.cubin.json#/arch" "run --cubin names the missing field"
+  # The CPU backend compiles nothing: --cubin is ignored there, with a warning.
+  expect_rc 0 "run --backend cpu ignores --cubin" -- "$amk" run "$sample" --backend cpu --cubin "$tmp/none.cubin"
+  expect_grep "$tmp/err" "\-\-cubin is ignored on the CPU backend" "run --backend cpu warns about --cubin"
+  expect_rc 2 "profile --trace --cubin refused" -- "$amk" profile "$sample" --trace "$tmp/t.json" --cubin "$tmp/vm.cubin"
+  expect_grep "$tmp/err" "usage.profile.cubin" "profile --trace --cubin names the rule"
+  expect_rc 2 "inspect --cubin needs --attributes" -- "$amk" inspect "$sample" --cubin "$tmp/vm.cubin"
+  if [ "$gpus" -eq 0 ]; then  # the files are fine; the device is what is missing
+    expect_rc 5 "run --cubin without a GPU" -- "$amk" run "$sample" --backend cuda --cubin "$tmp/vm.cubin"
+  fi
+fi
 expect_rc 3 "compile refuses custom ops without trust" -- "$amk" compile "$root/tests/gpu/programs/hang.json" --arch sm_90a
 # The gemv that waits inside the op compiles with the gemv preload at one batch (hang_gemv.json's
 # watchdog runs on the GPU in scripts/gpu_check.sh); needs NVRTC.

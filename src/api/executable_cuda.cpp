@@ -63,7 +63,7 @@ std::string diag_message(const Program& p, const amk_diag_t& d, const std::strin
 
 namespace detail {
 
-Executable ExecutableAccess::open(const Program& program, const HostBuffers& initial,
+Executable ExecutableAccess::open(const Program& program, const InitialData& initial,
                                   const GpuOptions& options) {
   return Executable(std::make_unique<Executable::Impl>(
       Executable::Impl{GpuExecutable::open(program, initial, options), BufferBook(program), {}}));
@@ -108,7 +108,7 @@ Executable Executable::open(const std::string& program_path, const OpenOptions& 
   o.vm = std::move(opened.vm);
   o.trust_custom_ops = options.trust_custom_ops;
   o.timeout_ms = options.timeout_ms;
-  const HostBuffers initial = materialize_all(opened.program, opened.load);
+  const InitialData initial = initial_data(opened.program, opened.load);
   return detail::ExecutableAccess::open(opened.program, initial, o);
 }
 

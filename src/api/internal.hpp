@@ -8,7 +8,7 @@
 
 #include "amk/amk.hpp"
 #include "amk_abi.h"
-#include "backend/host_data.hpp"
+#include "backend/initial_data.hpp"
 #include "cuda/executor.hpp"
 #include "program/program.hpp"
 
@@ -24,7 +24,7 @@ struct LaunchOutcome {
 struct ExecutableAccess {
   // An already loaded and verified program with every buffer's initial contents (what
   // Executable::open makes from the file; `amk run` makes them itself: --check poisons, --reseed).
-  [[nodiscard]] static Executable open(const Program& program, const HostBuffers& initial,
+  [[nodiscard]] static Executable open(const Program& program, const InitialData& initial,
                                        const GpuOptions& options);
   [[nodiscard]] static const GpuExecutable& gpu(const Executable& exe);
   // Executable::launch without the throw for a watchdog stop or a bad operand: `amk run` reports

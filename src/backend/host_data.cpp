@@ -1,6 +1,7 @@
 #include "backend/host_data.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -81,39 +82,20 @@ std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
   const Buffer& buffer = program.buffers[index];
   const BufferInit& init = buffer.init;
   const std::string where = "/buffers/" + std::to_string(index) + "/init";
-  uint64_t elements = 1;
-  for (uint64_t d : buffer.shape) {
-    const auto e = checked_mul(elements, d);
-    if (!e)
-      throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape",
-                          "element count overflows");
-    elements = *e;
-  }
   const size_t item = dtype_size(buffer.dtype);
-  const auto bytes = checked_mul(elements, item);
-  if (!bytes || *bytes > kMaxBufferBytes) {
-    throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape",
-                        "buffer '" + buffer.name + "' exceeds " + std::to_string(kMaxBufferBytes) +
-                            " bytes");
-  }
-
+  const uint64_t bytes = checked_buffer_bytes(program, index);
+  const uint64_t elements = bytes / item;
   switch (init.kind) {
-    case InitKind::zeros: return host_bytes(*bytes);
+    case InitKind::zeros: return host_bytes(bytes);
     case InitKind::constant: {
-      if (!value_fits(buffer.dtype, init.constant)) {
-        throw_program_error("init.value", where + "/value",
-                            "constant " + std::to_string(init.constant) + " does not fit dtype " +
-                                std::string(dtype_name(buffer.dtype)));
-      }
-      std::byte one[8];
-      store_element(one, buffer.dtype, 0, init.constant);
-      std::vector<std::byte> out = host_bytes(*bytes);
-      for (uint64_t i = 0; i < elements; ++i) std::memcpy(out.data() + i * item, one, item);
+      const std::array<std::byte, 8> one = constant_element(program, index);
+      std::vector<std::byte> out = host_bytes(bytes);
+      for (uint64_t i = 0; i < elements; ++i) std::memcpy(out.data() + i * item, one.data(), item);
       return out;
     }
     case InitKind::random: return random_fill(init, buffer.dtype, elements, where);
     case InitKind::values:
-      if (init.data.size() != *bytes) {
+      if (init.data.size() != bytes) {
         throw_program_error("init.values.count", where + "/values",
                             std::to_string(init.data.size() / item) + " values for " +
                                 std::to_string(elements) + " elements");
@@ -133,6 +115,37 @@ std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
 }
 
 }  // namespace
+
+uint64_t checked_buffer_bytes(const Program& program, uint32_t index) {
+  const Buffer& buffer = program.buffers.at(index);
+  uint64_t elements = 1;
+  for (uint64_t d : buffer.shape) {
+    const auto e = checked_mul(elements, d);
+    if (!e)
+      throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape",
+                          "element count overflows");
+    elements = *e;
+  }
+  const auto bytes = checked_mul(elements, dtype_size(buffer.dtype));
+  if (!bytes || *bytes > kMaxBufferBytes) {
+    throw_program_error("init.size", "/buffers/" + std::to_string(index) + "/shape",
+                        "buffer '" + buffer.name + "' exceeds " + std::to_string(kMaxBufferBytes) +
+                            " bytes");
+  }
+  return *bytes;
+}
+
+std::array<std::byte, 8> constant_element(const Program& program, uint32_t index) {
+  const Buffer& buffer = program.buffers.at(index);
+  if (!value_fits(buffer.dtype, buffer.init.constant)) {
+    throw_program_error("init.value", "/buffers/" + std::to_string(index) + "/init/value",
+                        "constant " + std::to_string(buffer.init.constant) +
+                            " does not fit dtype " + std::string(dtype_name(buffer.dtype)));
+  }
+  std::array<std::byte, 8> one{};
+  store_element(one.data(), buffer.dtype, 0, buffer.init.constant);
+  return one;
+}
 
 std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
                                           const LoadOptions& options) {
@@ -180,11 +193,13 @@ std::optional<uint64_t> host_memory_available() {
   return available;
 }
 
-void check_host_memory(const Program& program, std::optional<uint64_t> available) {
+void check_host_memory(const Program& program, std::optional<uint64_t> available,
+                       const std::vector<bool>& counted) {
   if (!available || program.buffers.empty()) return;
   uint64_t needed = 0, most = 0;
   uint32_t biggest = 0;
   for (uint32_t i = 0; i < program.buffers.size(); ++i) {
+    if (!counted.empty() && (i >= counted.size() || !counted[i])) continue;
     const uint64_t bytes = buffer_bytes(program.buffers[i]).value_or(0);
     needed = checked_add(needed, bytes).value_or(UINT64_MAX);
     if (bytes > most) {

@@ -1,6 +1,7 @@
 // Host-side buffer contents: materializing a program's initial data, and numeric helpers.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -23,6 +24,12 @@ struct HostBuffers {
 // Running out of host memory while building it is Error device `host.memory` at the buffer.
 [[nodiscard]] std::vector<std::byte> materialize_buffer(const Program& program, uint32_t index,
                                                         const LoadOptions& options = {});
+// Buffer `index`'s bytes; a shape that overflows or exceeds kMaxBufferBytes is Error program
+// `init.size` at its shape.
+[[nodiscard]] uint64_t checked_buffer_bytes(const Program& program, uint32_t index);
+// One element of a constant init in the buffer's dtype (little endian, the rest zero); a value the
+// dtype cannot hold is Error program `init.value`.
+[[nodiscard]] std::array<std::byte, 8> constant_element(const Program& program, uint32_t index);
 // Every buffer, after check_host_memory against host_memory_available().
 [[nodiscard]] HostBuffers materialize_all(const Program& program, const LoadOptions& options = {});
 
@@ -33,7 +40,9 @@ struct HostBuffers {
 // Refuses, before anything is allocated, a program whose buffers need more host memory than
 // `available` (nullopt: unknown, nothing refused): Error device (exit 5) `host.memory` at the
 // biggest buffer, naming the bytes needed, the bytes available and that buffer.
-void check_host_memory(const Program& program, std::optional<uint64_t> available);
+// `counted`: the buffers that take host memory (empty: all).
+void check_host_memory(const Program& program, std::optional<uint64_t> available,
+                       const std::vector<bool>& counted = {});
 
 // `bytes` zeroed bytes. Large ones (8 MiB and up) are first offered to the kernel as transparent
 // huge pages (a hint): a decode step's weights are gigabytes of fresh memory, and on a virtual

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,23 @@ namespace amk {
                                                  uint64_t elements, const std::string& where);
 
 // ---- files ----
+
+// Where a file-backed init's bytes lie: `bytes` bytes at `offset` of `file`, every size checked
+// against the file's real size. The bytes are the buffer's contents as they are.
+struct FileRange {
+  std::filesystem::path file;
+  uint64_t offset = 0;
+  uint64_t bytes = 0;
+};
+// The locate_* functions check a file as its read_* does and return where the bytes lie;
+// read_* reads them. locate_npy returns nullopt for a file read with conversion (f32 into bf16).
+[[nodiscard]] std::optional<FileRange> locate_npy(const std::filesystem::path& file, DType dtype,
+                                                  uint64_t elements, const std::string& where);
+[[nodiscard]] FileRange locate_raw(const std::filesystem::path& file, uint64_t offset, DType dtype,
+                                   uint64_t elements, const std::string& where);
+[[nodiscard]] FileRange locate_safetensors(const std::filesystem::path& file,
+                                           const std::string& tensor, DType dtype,
+                                           uint64_t elements, const std::string& where);
 
 // A .npy file (format 1.0, 2.0 or 3.0). Codes init.npy.*.
 [[nodiscard]] std::vector<std::byte> read_npy(const std::filesystem::path& file, DType dtype,

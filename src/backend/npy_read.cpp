@@ -177,8 +177,17 @@ uint32_t le32(const std::byte* p) {
 
 }  // namespace
 
-std::vector<std::byte> read_npy(const std::filesystem::path& path, DType dtype, uint64_t elements,
-                                const std::string& where) {
+namespace {
+
+// Where a checked .npy file's data lies and whether it is converted (f32 into bf16).
+struct NpyLayout {
+  FileRange range;  // the file's data bytes
+  bool f32_to_bf16 = false;
+  uint64_t count = 0;
+};
+
+NpyLayout npy_layout(const std::filesystem::path& path, DType dtype, uint64_t elements,
+                     const std::string& where) {
   const detail::DataFile file(path, where);
   static constexpr std::array<unsigned char, 6> kMagic = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 
@@ -264,8 +273,25 @@ std::vector<std::byte> read_npy(const std::filesystem::path& path, DType dtype, 
                                    (data_bytes ? std::to_string(*data_bytes) : "more than 2^64"));
   }
 
+  return {{path, data_start, *data_bytes}, match->f32_to_bf16, count};
+}
+
+}  // namespace
+
+std::optional<FileRange> locate_npy(const std::filesystem::path& path, DType dtype,
+                                    uint64_t elements, const std::string& where) {
+  NpyLayout l = npy_layout(path, dtype, elements, where);
+  if (l.f32_to_bf16) return std::nullopt;
+  return std::move(l.range);
+}
+
+std::vector<std::byte> read_npy(const std::filesystem::path& path, DType dtype, uint64_t elements,
+                                const std::string& where) {
+  const NpyLayout l = npy_layout(path, dtype, elements, where);
+  const detail::DataFile file(l.range.file, where);
+  const uint64_t data_start = l.range.offset, count = l.count;
   std::vector<std::byte> out = host_bytes(elements * dtype_size(dtype));
-  if (!match->f32_to_bf16) {
+  if (!l.f32_to_bf16) {
     file.read(data_start, out);
     return out;
   }

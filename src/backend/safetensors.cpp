@@ -68,9 +68,8 @@ void check_no_overlap(const detail::DataFile& file, const nlohmann::json& header
 
 }  // namespace
 
-std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
-                                        const std::string& tensor, DType dtype, uint64_t elements,
-                                        const std::string& where) {
+FileRange locate_safetensors(const std::filesystem::path& path, const std::string& tensor,
+                             DType dtype, uint64_t elements, const std::string& where) {
   const detail::DataFile file(path, where);
   if (file.size() < 8)
     file.fail("init.safetensors.header", "file too short for the 8-byte header length");
@@ -178,8 +177,15 @@ std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
                   ") run past the end of the file (" + std::to_string(file.size() - data_start) +
                   " data bytes)");
   }
-  std::vector<std::byte> out = host_bytes(bytes);
-  file.read(data_start + *begin, out);
+  return {path, data_start + *begin, bytes};
+}
+
+std::vector<std::byte> read_safetensors(const std::filesystem::path& path,
+                                        const std::string& tensor, DType dtype, uint64_t elements,
+                                        const std::string& where) {
+  const FileRange r = locate_safetensors(path, tensor, dtype, elements, where);
+  std::vector<std::byte> out = host_bytes(r.bytes);
+  detail::DataFile(r.file, where).read(r.offset, out);
   return out;
 }
 

@@ -166,7 +166,7 @@ BenchCheck compare(const Program& program, uint32_t i, const char* arm,
 
 }  // namespace
 
-BenchResult run_bench(GpuExecutable& exe, const Program& program, const HostBuffers& initial,
+BenchResult run_bench(GpuExecutable& exe, const Program& program, const InitialData& initial,
                       const BenchOptions& options) {
   const GpuExecutable::StepLaunch l = exe.step_launch();
   if (l.function == nullptr)

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/host_data.hpp"
+#include "backend/initial_data.hpp"
 #include "cuda/bench_stats.hpp"
 #include "cuda/executor.hpp"
 #include "plan/plan.hpp"
@@ -72,6 +72,6 @@ struct BenchResult {
 // launch faults, Error(launch, launch.<status>) when a sample ends with a non-ok diag, and
 // Error(mismatch, bench.mismatch) when B or C disagrees with A.
 [[nodiscard]] BenchResult run_bench(GpuExecutable& exe, const Program& program,
-                                    const HostBuffers& initial, const BenchOptions& options);
+                                    const InitialData& initial, const BenchOptions& options);
 
 }  // namespace amk

@@ -61,6 +61,7 @@ namespace amk::cu {
   X(launch_kernel_ex, cuLaunchKernelEx)                                                            \
   X(launch_kernel, cuLaunchKernel)                                                                 \
   X(memset_d32_async, cuMemsetD32Async)                                                            \
+  X(memset_d16_async, cuMemsetD16Async)                                                            \
   X(stream_begin_capture, cuStreamBeginCapture)                                                    \
   X(stream_end_capture, cuStreamEndCapture)                                                        \
   X(graph_instantiate_with_flags, cuGraphInstantiateWithFlags)                                     \

@@ -17,6 +17,7 @@
 #include "cuda/driver.hpp"
 #include "cuda/resources.hpp"
 #include "cuda/tma.hpp"
+#include "cuda/upload.hpp"
 #include "report/trace.hpp"
 
 namespace amk {
@@ -264,7 +265,7 @@ struct GpuExecutable::Impl {
     return result;
   }
 
-  void place_and_upload(const HostBuffers& initial);
+  void place_and_upload(const InitialData& initial);
 };
 
 namespace {
@@ -282,21 +283,21 @@ DeviceCaps device_caps(const DeviceInfo& d) {
 
 }  // namespace
 
-void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
+void GpuExecutable::Impl::place_and_upload(const InitialData& initial) {
   const size_t nb = program.buffers.size();
   require(plan.buffers.size() == nb, "internal.plan_buffers",
           "the plan has " + std::to_string(plan.buffers.size()) + " buffers, the program " +
               std::to_string(nb));
-  require(initial.data.size() == nb, "internal.initial_buffers",
-          "initial contents for " + std::to_string(initial.data.size()) +
-              " buffers, the program has " + std::to_string(nb));
+  require(initial.size() == nb, "internal.initial_buffers",
+          "initial contents for " + std::to_string(initial.size()) + " buffers, the program has " +
+              std::to_string(nb));
   std::vector<uint64_t> offsets(nb);
   uint64_t total = 0;
   for (size_t i = 0; i < nb; ++i) {
     const uint64_t bytes = program.buffers[i].bytes();
-    require(initial.data[i].size() == bytes, "internal.initial_buffers",
+    require(initial[i].size == bytes, "internal.initial_buffers",
             "buffer " + std::to_string(i) + " '" + program.buffers[i].name + "' has " +
-                std::to_string(initial.data[i].size()) + " initial bytes, expected " +
+                std::to_string(initial[i].size) + " initial bytes, expected " +
                 std::to_string(bytes));
     const auto at = checked_align_up(total, kBufferAlignment);
     const auto next = at ? checked_add(*at, bytes) : std::nullopt;
@@ -309,13 +310,8 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
   arena = cu::DeviceMemory::allocate(total, "the program's buffers");
   addresses.resize(nb);
   for (size_t i = 0; i < nb; ++i) addresses[i] = arena.get() + offsets[i];
-  uint64_t data_bytes = 0;
-  for (const std::vector<std::byte>& d : initial.data) data_bytes += d.size();
-  ByteProgress progress("upload", data_bytes);
-  for (size_t i = 0; i < nb; ++i) {
-    cu::copy_to_device(addresses[i], initial.data[i], stream.get(), buffer_label(i));
-    progress.add(initial.data[i].size());
-  }
+  cu::upload_initial(initial, addresses, context, stream.get(),
+                     [this](size_t i) { return buffer_label(static_cast<uint32_t>(i)); });
 
   // The VM's shared-memory buffer table packs a dtype above bit 56 of each address
   // (kernels/amk_device.cuh, AMK_SMEM_BUFFERS): GPU virtual addresses are 49 bits today.
@@ -354,7 +350,7 @@ void GpuExecutable::Impl::place_and_upload(const HostBuffers& initial) {
   stream.synchronize("the plan upload");
 }
 
-GpuExecutable GpuExecutable::open(const Program& program, const HostBuffers& initial,
+GpuExecutable GpuExecutable::open(const Program& program, const InitialData& initial,
                                   const GpuOptions& options) {
   GpuExecutable exe;
   exe.impl_ = std::make_unique<Impl>();
@@ -546,17 +542,15 @@ HostBuffers GpuExecutable::download() const {
   return out;
 }
 
-void GpuExecutable::upload(const HostBuffers& buffers) {
+void GpuExecutable::upload(const InitialData& data) {
   Impl& m = impl();
   m.context.make_current();
-  require(buffers.data.size() == m.program.buffers.size(), "internal.upload_buffers",
-          "contents for " + std::to_string(buffers.data.size()) + " buffers, the program has " +
+  require(data.size() == m.program.buffers.size(), "internal.upload_buffers",
+          "contents for " + std::to_string(data.size()) + " buffers, the program has " +
               std::to_string(m.program.buffers.size()));
-  for (uint32_t i = 0; i < buffers.data.size(); ++i) {
-    m.check_copy(i, buffers.data[i].size());
-    cu::copy_to_device(m.addresses[i], buffers.data[i], m.stream.get(), m.buffer_label(i));
-  }
-  m.stream.synchronize("the buffer upload");
+  for (uint32_t i = 0; i < data.size(); ++i) m.check_copy(i, data[i].size);
+  cu::upload_initial(data, m.addresses, m.context, m.stream.get(),
+                     [&m](size_t i) { return m.buffer_label(static_cast<uint32_t>(i)); });
 }
 
 void GpuExecutable::upload_buffer(uint32_t index, std::span<const std::byte> data) {

@@ -16,6 +16,7 @@
 
 #include "amk_abi.h"
 #include "backend/host_data.hpp"
+#include "backend/initial_data.hpp"
 #include "config/choose.hpp"
 #include "cuda/compile.hpp"
 #include "device/device.hpp"
@@ -62,8 +63,8 @@ public:
   // (or cache hit), module_load, configure (function attributes, occupancy, co-residency proof),
   // plan (once, for the grid: the co-resident maximum where the program leaves grid and
   // scheduling to amk), upload (buffers, instructions, queues, buffer table), tma_encode.
-  // `initial` holds every buffer's initial contents (materialize_all).
-  static GpuExecutable open(const Program& program, const HostBuffers& initial,
+  // `initial` holds every buffer's initial contents (initial_data, or InitialData::view).
+  static GpuExecutable open(const Program& program, const InitialData& initial,
                             const GpuOptions& options);
 
   GpuExecutable(GpuExecutable&&) noexcept;
@@ -85,7 +86,7 @@ public:
                        uint64_t flush_bytes = 0);
 
   [[nodiscard]] HostBuffers download() const;  // every buffer, in program order
-  void upload(const HostBuffers& buffers);     // e.g. the initial contents again
+  void upload(const InitialData& data);        // e.g. the initial contents again
 
   // ---- one buffer at a time (the public API, src/api) ----
   // Copies buffer `index` whole from / into host memory of its size, at the buffer's address (the

@@ -179,6 +179,15 @@ HostMappedMemory HostMappedMemory::allocate(size_t bytes, std::string_view what)
   return m;
 }
 
+HostMappedMemory HostMappedMemory::allocate_staging(size_t bytes, std::string_view what) {
+  HostMappedMemory m;
+  const size_t n = bytes == 0 ? 1 : bytes;
+  check(driver().mem_host_alloc(&m.host_, n, 0), "cuMemHostAlloc",
+        [&] { return std::string(what) + " (" + std::to_string(n) + " bytes)"; });
+  m.bytes_ = n;
+  return m;
+}
+
 HostMappedMemory& HostMappedMemory::operator=(HostMappedMemory&& o) noexcept {
   if (this != &o) {
     reset();

@@ -119,6 +119,8 @@ public:
   HostMappedMemory() = default;
   static HostMappedMemory allocate(size_t bytes,
                                    std::string_view what);  // zero-filled
+  // Pinned, not mapped (device() is 0) and not cleared: a staging buffer for copies.
+  static HostMappedMemory allocate_staging(size_t bytes, std::string_view what);
   HostMappedMemory(HostMappedMemory&& o) noexcept
       : host_(std::exchange(o.host_, nullptr)), device_(std::exchange(o.device_, 0)),
         bytes_(std::exchange(o.bytes_, 0)) {}

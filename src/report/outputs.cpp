@@ -435,17 +435,4 @@ std::string program_fingerprint(const Program& program) {
   return sha256_hex(program_to_json(program));
 }
 
-std::string data_fingerprint(const HostBuffers& buffers) {
-  Sha256 h;
-  for (const auto& b : buffers.data) {
-    // Sizes are hashed so that moving bytes between adjacent buffers changes the fingerprint.
-    std::byte size_le[8];
-    const uint64_t n = b.size();
-    for (int k = 0; k < 8; ++k) size_le[k] = static_cast<std::byte>((n >> (8 * k)) & 0xff);
-    h.update(std::span<const std::byte>(size_le, 8));
-    h.update(std::span<const std::byte>(b.data(), b.size()));
-  }
-  return h.finish_hex();
-}
-
 }  // namespace amk

@@ -92,10 +92,9 @@ nlohmann::json write_outputs(const std::filesystem::path& dir, const Program& pr
                              const HostBuffers* initial = nullptr);
 
 // Program fingerprint: sha256 (hex) of the canonical JSON text of the program. Data files are
-// named by path only; their contents are fingerprinted separately by data_fingerprint.
+// named by path only; their contents are fingerprinted separately by data_fingerprint
+// (backend/initial_data.hpp).
 [[nodiscard]] std::string program_fingerprint(const Program& program);
-// sha256 (hex) over the initial contents of every buffer, in order.
-[[nodiscard]] std::string data_fingerprint(const HostBuffers& buffers);
 
 // report.json (schemas/report.schema.json). The CLI fills what it knows; absent parts are null.
 struct RunReport {

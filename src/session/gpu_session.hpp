@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/host_data.hpp"
+#include "backend/initial_data.hpp"
 #include "config/vm_config.hpp"
 #include "device/device.hpp"
 #include "io/load.hpp"
@@ -90,24 +90,24 @@ struct BenchRequest {
 // CUDA: device.unsupported) before any host data is made.
 [[nodiscard]] DeviceInfo check_gpu(const Program& program, int device);
 
-[[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const InitialData& initial,
                                     const GpuRequest& request);
-[[nodiscard]] ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
                                           const ProfileRequest& request, std::ostringstream& text);
 // `amk profile --events --tuning-arms`: one executable per VM tuning arm, all open at once (the
 // host data materialized once), profiled in `rounds` interleaved rounds; per arm the median of
 // all its samples and its ratio to the first arm.
-[[nodiscard]] ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] ordered_json profile_arms_on_gpu(const Program& program, const InitialData& initial,
                                                const ProfileRequest& request,
                                                std::ostringstream& text);
 // One traced launch: writes the Chrome trace to `trace_path` and returns the per-op / per-block
 // summary (report/trace.hpp).
-[[nodiscard]] ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] ordered_json trace_on_gpu(const Program& program, const InitialData& initial,
                                         const GpuRequest& request, const std::string& trace_path,
                                         std::ostringstream& text);
 // Runs the three arms interleaved; returns the versioned JSON and writes the table to `text`.
 // Throws Error(mismatch, bench.mismatch) when the arms disagree.
-[[nodiscard]] ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
+[[nodiscard]] ordered_json bench_on_gpu(const Program& program, const InitialData& initial,
                                         const BenchRequest& request, std::ostringstream& text);
 [[nodiscard]] ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
                                              const GpuRequest& request, std::ostringstream& text);

@@ -45,7 +45,7 @@ void lift_result(const ordered_json& j, RunReport& report) {
 }
 
 using GpuCommand =
-    std::function<ordered_json(const Program&, const HostBuffers&, std::ostringstream&)>;
+    std::function<ordered_json(const Program&, const InitialData&, std::ostringstream&)>;
 
 // Runs `command` on the loaded, verified, device-checked program and its host data; with
 // files.out_dir or files.report_path, writes report.json whether it succeeds or not.
@@ -80,7 +80,7 @@ CommandResult run_with_report(const std::string& name, const GpuCommandFiles& fi
     gpu.checked_device = check_gpu(p, gpu.device);
     gpu.trust_custom_ops = files.load.trust_custom_ops;
     Phase materialize("materialize");
-    const HostBuffers initial = materialize_all(p, files.load);
+    const InitialData initial = initial_data(p, files.load);
     report.timings_ms.emplace_back("materialize", materialize.finish());
     report.data_fingerprint = data_fingerprint(initial);
 
@@ -119,7 +119,7 @@ CommandResult profile_program(const ProfileProgramRequest& request) {
   ProfileRequest profile = request.profile;
   return run_with_report(
       "profile", request.files, profile.gpu,
-      [&](const Program& p, const HostBuffers& initial, std::ostringstream& text) {
+      [&](const Program& p, const InitialData& initial, std::ostringstream& text) {
         ordered_json j;
         if (request.events)
           j = profile.arms.empty() ? profile_on_gpu(p, initial, profile, text)
@@ -139,7 +139,7 @@ CommandResult bench_program(const BenchProgramRequest& request) {
   BenchRequest bench = request.bench;
   return run_with_report(
       "bench", request.files, bench.gpu,
-      [&](const Program& p, const HostBuffers& initial, std::ostringstream& text) {
+      [&](const Program& p, const InitialData& initial, std::ostringstream& text) {
         return bench_on_gpu(p, initial, bench, text);
       });
 }

@@ -117,7 +117,7 @@ DeviceInfo check_gpu(const Program& program, int device) {
   return check_device_target(program, device);
 }
 
-GpuOutcome run_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req) {
+GpuOutcome run_on_gpu(const Program& program, const InitialData& initial, const GpuRequest& req) {
   GpuOutcome out;
   Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(req));
   const GpuExecutable& ex = detail::ExecutableAccess::gpu(exe);
@@ -188,7 +188,7 @@ void put_stats(ordered_json& j, const Stats& s) {
   j["samples_ms"] = s.samples_ms;
 }
 
-ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
+ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
   Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(req.gpu));
   const GpuExecutable& ex = detail::ExecutableAccess::gpu(exe);
@@ -222,13 +222,13 @@ ordered_json profile_on_gpu(const Program& program, const HostBuffers& initial,
   return j;
 }
 
-ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& initial,
+ordered_json profile_arms_on_gpu(const Program& program, const InitialData& initial,
                                  const ProfileRequest& req, std::ostringstream& text) {
   const std::vector<TuningArm>& arms = req.arms;
   std::vector<Executable> exes;
   exes.reserve(arms.size());
   uint64_t bytes = 0;  // one arm's buffers
-  for (const std::vector<std::byte>& b : initial.data) bytes += b.size();
+  for (const InitialSource& s : initial.sources()) bytes += s.size;
   for (const TuningArm& arm : arms) {
     GpuRequest r = req.gpu;
     for (const VmOverride& o : arm.overrides) {
@@ -297,7 +297,7 @@ ordered_json profile_arms_on_gpu(const Program& program, const HostBuffers& init
   return j;
 }
 
-ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial, const GpuRequest& req,
+ordered_json trace_on_gpu(const Program& program, const InitialData& initial, const GpuRequest& req,
                           const std::string& trace_path, std::ostringstream& text) {
   GpuRequest traced = req;
   traced.trace = true;
@@ -352,7 +352,7 @@ ordered_json trace_on_gpu(const Program& program, const HostBuffers& initial, co
   return summary;
 }
 
-ordered_json bench_on_gpu(const Program& program, const HostBuffers& initial,
+ordered_json bench_on_gpu(const Program& program, const InitialData& initial,
                           const BenchRequest& req, std::ostringstream& text) {
   GpuOptions opts = gpu_options(req.gpu);
   opts.step_kernel = true;
@@ -474,7 +474,7 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   r.checked_device = check_gpu(program, req.device);
   r.trust_custom_ops = load.trust_custom_ops;
   Phase materialize("materialize");
-  const HostBuffers initial = materialize_all(program, load);
+  const InitialData initial = initial_data(program, load);
   materialize.finish();
   const Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(r));
   const KernelAttributes a = exe.attributes();

@@ -15,20 +15,20 @@ bool gpu_present(std::string* why) {
   return false;
 }
 DeviceInfo check_gpu(const Program&, int) { no_cuda(); }
-GpuOutcome run_on_gpu(const Program&, const HostBuffers&, const GpuRequest&) { no_cuda(); }
-ordered_json profile_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
+GpuOutcome run_on_gpu(const Program&, const InitialData&, const GpuRequest&) { no_cuda(); }
+ordered_json profile_on_gpu(const Program&, const InitialData&, const ProfileRequest&,
                             std::ostringstream&) {
   no_cuda();
 }
-ordered_json profile_arms_on_gpu(const Program&, const HostBuffers&, const ProfileRequest&,
+ordered_json profile_arms_on_gpu(const Program&, const InitialData&, const ProfileRequest&,
                                  std::ostringstream&) {
   no_cuda();
 }
-ordered_json trace_on_gpu(const Program&, const HostBuffers&, const GpuRequest&, const std::string&,
+ordered_json trace_on_gpu(const Program&, const InitialData&, const GpuRequest&, const std::string&,
                           std::ostringstream&) {
   no_cuda();
 }
-ordered_json bench_on_gpu(const Program&, const HostBuffers&, const BenchRequest&,
+ordered_json bench_on_gpu(const Program&, const InitialData&, const BenchRequest&,
                           std::ostringstream&) {
   no_cuda();
 }

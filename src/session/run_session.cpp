@@ -14,6 +14,7 @@
 
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
+#include "backend/initial_data.hpp"
 #include "core/error.hpp"
 #include "core/phase_log.hpp"
 #include "core/numeric.hpp"
@@ -148,20 +149,32 @@ RunResult run_program(const RunRequest& request) {
       reseeded = reseed_random_inits(p, *request.reseed);
       report.extra = {{"reseed", *request.reseed}, {"reseeded_buffers", reseeded}};
     }
-    HostBuffers initial = materialize_all(p, request.load);
-    report.data_fingerprint = data_fingerprint(initial);
+    // Host copies of the initial contents where something reads them there (the CPU backend,
+    // --check's reference, --save-inputs); a GPU run alone maps its data files and fills its
+    // zeros and constants on the device.
+    const bool on_host = backend != "cuda" || request.check || request.save_inputs;
+    HostBuffers initial;
+    InitialData data;
+    if (on_host) {
+      initial = materialize_all(p, request.load);
+      data = InitialData::view(initial);
+    } else {
+      data = initial_data(p, request.load);
+    }
+    report.data_fingerprint = data_fingerprint(data);
     // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
     // (after the fingerprint, which stays that of the program's own data).
     std::vector<bool> poisoned;
     if (request.check) {
       poisoned = poisonable_outputs(p);
       poison_buffers(p, poisoned, initial);
+      data = InitialData::view(initial);
     }
     report.timings_ms.emplace_back("materialize", materialize.finish());
 
     HostBuffers result;
     if (backend == "cuda") {
-      GpuOutcome out = run_on_gpu(p, initial, gpu);
+      GpuOutcome out = run_on_gpu(p, data, gpu);
       report.device = out.device;
       report.versions = out.versions;
       report.target_fingerprint = out.target_fingerprint;

@@ -112,6 +112,9 @@ TEST_CASE("set_input, launch, read_output and bind against the CPU backend") {
 
   {
     // b and out in memory the caller allocated (in the primary context the executable uses).
+    // The caller holds its own retain of that context: the executable's close() releases the
+    // executable's, and the caller's memory and stream must outlive it.
+    const cu::PrimaryContext caller = cu::PrimaryContext::retain(0);
     cu::Stream stream = cu::Stream::create("the test's stream");
     cu::DeviceMemory b_mem = cu::DeviceMemory::allocate(kBytes, "the caller's b");
     cu::DeviceMemory out_mem = cu::DeviceMemory::allocate(kBytes, "the caller's out");

@@ -135,12 +135,12 @@ TEST_CASE("three arms agree with each other and with the CPU, hot and cold") {
   (void)verify(program);
   const Plan plan = make_plan(program, PlanOptions{4});
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, initial, step_options());
+  GpuExecutable exe = GpuExecutable::open(program, InitialData::view(initial), step_options());
   REQUIRE(exe.step_launch().function != nullptr);
 
   for (const bool cold : {false, true}) {
     CAPTURE(cold);
-    const BenchResult r = run_bench(exe, program, initial, quick(cold));
+    const BenchResult r = run_bench(exe, program, InitialData::view(initial), quick(cold));
     check_result(r, static_cast<uint32_t>(program.instructions.size() - 1));
     CHECK(r.skipped_nops == 1);
     CHECK(r.instructions == program.instructions.size());
@@ -151,7 +151,7 @@ TEST_CASE("three arms agree with each other and with the CPU, hot and cold") {
   // The megakernel still agrees with the CPU after the bench (nothing left in a bad state).
   HostBuffers want = initial;
   (void)run_cpu(program, plan, want);
-  exe.upload(initial);
+  exe.upload(InitialData::view(initial));
   REQUIRE(exe.launch().status == "ok");
   const HostBuffers got = exe.download();
   CHECK(got.data[3] == want.data[3]);
@@ -164,8 +164,8 @@ TEST_CASE("the TMA gemv runs through amk_step with the tensor-map parameter") {
   (void)verify(program);
   REQUIRE(!program.tma.empty());
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, initial, step_options());
-  const BenchResult r = run_bench(exe, program, initial, quick(false));
+  GpuExecutable exe = GpuExecutable::open(program, InitialData::view(initial), step_options());
+  const BenchResult r = run_bench(exe, program, InitialData::view(initial), quick(false));
   uint32_t work = 0;
   for (const Instruction& ins : program.instructions) work += ins.op != 0;
   check_result(r, work);
@@ -174,10 +174,10 @@ TEST_CASE("the TMA gemv runs through amk_step with the tensor-map parameter") {
 TEST_CASE("an executable without the step kernel is refused") {
   const Program program = chain_program();
   const HostBuffers initial = materialize_all(program);
-  GpuExecutable exe = GpuExecutable::open(program, initial, {});
+  GpuExecutable exe = GpuExecutable::open(program, InitialData::view(initial), {});
   CHECK(exe.step_launch().function == nullptr);
   try {
-    (void)run_bench(exe, program, initial, quick(false));
+    (void)run_bench(exe, program, InitialData::view(initial), quick(false));
     FAIL("expected bench.step_kernel");
   } catch (const Error& e) {
     CHECK(e.code() == "bench.step_kernel");

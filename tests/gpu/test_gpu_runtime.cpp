@@ -10,15 +10,20 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
 #include "backend/check_inputs.hpp"
 #include "backend/cpu_backend.hpp"
 #include "backend/host_data.hpp"
+#include "backend/initial_data.hpp"
 #include "core/error.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/executor.hpp"
+#include "cuda/upload.hpp"
 #include "gpu_support.hpp"
 #include "io/load.hpp"
 #include "ops/registry.hpp"
@@ -131,7 +136,7 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
   };
 
   GpuOptions opts;
-  GpuExecutable exe = GpuExecutable::open(program, initial, opts);
+  GpuExecutable exe = GpuExecutable::open(program, InitialData::view(initial), opts);
   // Setup phases, in order: one way, the plan once after the occupancy.
   const auto& t = exe.setup_timings_ms();
   const char* phases[] = {"context",   "device", "config", "compile",   "module_load",
@@ -160,7 +165,7 @@ TEST_CASE("a small program matches the CPU reference, launch after launch") {
     all_written(got);
     // The inputs are untouched and a fresh upload starts the next round from scratch.
     CHECK(got.data[0] == initial.data[0]);
-    exe.upload(initial);
+    exe.upload(InitialData::view(initial));
     CHECK(exe.download().data[3] == initial.data[3]);
   }
 
@@ -194,11 +199,14 @@ TEST_CASE("the launch's dynamic shared memory is what the VM needs (the TMA gemv
     CAPTURE(name);
     const Program program =
         load_program_file(std::string(AMK_SOURCE_DIR) + "/tests/gpu/programs/" + name);
-    GpuExecutable exe = GpuExecutable::open(program, materialize_all(program), GpuOptions{});
-    const uint32_t want = exe.vm().dynamic_smem;
-    CHECK(want >= amk_gemv_ring_bytes(exe.vm().config));
-    CHECK(want > 0);
-    CHECK(exe.dynamic_smem() == want);
+    GpuExecutable exe =
+        GpuExecutable::open(program, InitialData::own(materialize_all(program)), GpuOptions{});
+    // The config's (gemv's ring) at least, and more where the TMA gemv's stages need it.
+    const uint32_t ring = exe.vm().dynamic_smem;
+    CHECK(ring >= amk_gemv_ring_bytes(exe.vm().config));
+    CHECK(exe.dynamic_smem() >= ring);
+    CHECK(exe.dynamic_smem() >= program.launch.dynamic_smem);
+    CHECK(exe.dynamic_smem() > 0);
   }
 }
 
@@ -207,12 +215,12 @@ TEST_CASE("a grid past co-residency is refused before launching") {
   const HostBuffers initial = materialize_all(program);
   uint32_t max_grid = 0;
   {
-    GpuExecutable probe = GpuExecutable::open(program, initial, {});
+    GpuExecutable probe = GpuExecutable::open(program, InitialData::view(initial), {});
     max_grid = probe.kernel().blocks_per_sm * probe.device().sm_count;
   }
   program.launch.grid = max_grid + 1;
   try {
-    (void)GpuExecutable::open(program, initial, {});
+    (void)GpuExecutable::open(program, InitialData::view(initial), {});
     FAIL("expected a co-residency refusal");
   } catch (const Error& e) {
     CHECK(e.code() == "device.coresidency");
@@ -234,7 +242,7 @@ TEST_CASE("the watchdog stops a wait that can never hold and the context stays "
   stuck.waits = {Wait{0, 1}};
   program.instructions = {stuck};
   program.queues = std::vector<std::vector<uint32_t>>{{0}};  // user queues: no deadlock proof
-  GpuExecutable exe = GpuExecutable::open(program, HostBuffers{}, {});
+  GpuExecutable exe = GpuExecutable::open(program, InitialData{}, {});
   const LaunchResult r = exe.launch();
   CHECK(r.status == "timeout");
   CHECK(r.diag.status == AMK_STATUS_TIMEOUT);
@@ -249,4 +257,75 @@ TEST_CASE("the watchdog stops a wait that can never hold and the context stays "
   // A second launch resets the diag and times out the same way: the context survived.
   const LaunchResult again = exe.launch();
   CHECK(again.status == "timeout");
+}
+
+TEST_CASE("initial_data reaches the device byte for byte: fills, staged chunks, mapped files") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("amk_gpu_upload_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  // A .safetensors file with two u8 tensors, the first past one staging buffer.
+  const uint64_t big = cu::kStagingBytes + 4099, small = 77;
+  const std::string header = R"({"big": {"dtype": "U8", "shape": [)" + std::to_string(big) +
+                             R"(], "data_offsets": [0, )" + std::to_string(big) +
+                             R"(]}, "small": {"dtype": "U8", "shape": [77], "data_offsets": [)" +
+                             std::to_string(big) + ", " + std::to_string(big + small) + "]}}";
+  {
+    std::ofstream f(dir / "w.safetensors", std::ios::binary);
+    const uint64_t len = header.size();
+    f.write(reinterpret_cast<const char*>(&len), 8);
+    f << header;
+    for (uint64_t i = 0; i < big + small; ++i) f.put(static_cast<char>((i * 131 + 17) % 251));
+  }
+  Program program;
+  program.name = "gpu_upload_kinds";
+  program.base_dir = dir.string();
+  program.launch.block = 128;
+  auto add = [&](const char* name, DType dtype, uint64_t n, InitKind kind, double value = 0) {
+    Buffer b;
+    b.name = name;
+    b.dtype = dtype;
+    b.shape = {n};
+    b.init.kind = kind;
+    b.init.constant = value;
+    b.init.seed = 5;
+    b.init.a = -1;
+    b.init.b = 1;
+    program.buffers.push_back(b);
+  };
+  add("zeros", DType::u8, 1000003, InitKind::zeros);
+  add("c_u8", DType::u8, 33, InitKind::constant, 7);
+  add("c_f16", DType::f16, 1001, InitKind::constant, -1.5);
+  add("c_u32", DType::u32, 1001, InitKind::constant, 123456789);
+  add("c_i64", DType::i64, 1001, InitKind::constant, -3);      // halves differ
+  add("c_i64_same", DType::i64, 1001, InitKind::constant, 0);  // halves equal
+  add("random", DType::bf16, (cu::kStagingBytes * 5) / 2 + 9, InitKind::random);
+  add("big", DType::u8, big, InitKind::safetensors);
+  program.buffers.back().init.path = "w.safetensors";
+  program.buffers.back().init.tensor = "big";
+  add("small", DType::u8, small, InitKind::safetensors);
+  program.buffers.back().init.path = "w.safetensors";
+  program.buffers.back().init.tensor = "small";
+  Instruction nop;
+  nop.op = static_cast<uint16_t>(OpId::nop);
+  program.instructions = {nop};
+  (void)verify(program);
+
+  const InitialData data = initial_data(program);
+  CHECK(data[0].kind == InitialSource::Kind::zeros);
+  CHECK(data[4].kind == InitialSource::Kind::fill);
+  CHECK(data[7].kind == InitialSource::Kind::bytes);
+  const HostBuffers want = materialize_all(program);
+  GpuExecutable exe = GpuExecutable::open(program, data, {});
+  // The device's bytes are poisoned and uploaded again: the second upload writes every byte.
+  HostBuffers poison = want;
+  for (auto& b : poison.data) std::fill(b.begin(), b.end(), std::byte{0xA5});
+  exe.upload(InitialData::view(poison));
+  CHECK(exe.download().data[0][17] == std::byte{0xA5});
+  exe.upload(data);
+  const HostBuffers got = exe.download();
+  for (size_t i = 0; i < want.data.size(); ++i) {
+    CAPTURE(program.buffers[i].name);
+    CHECK(got.data[i] == want.data[i]);
+  }
+  std::filesystem::remove_all(dir);
 }

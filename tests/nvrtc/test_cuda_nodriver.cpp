@@ -85,7 +85,7 @@ TEST_CASE("driver availability is reported, never fatal") {
     // open fails at its first phase with the same clear error, before compiling anything.
     Program p;
     p.name = "none";
-    const Error o = catch_error([&] { (void)GpuExecutable::open(p, HostBuffers{}, {}); });
+    const Error o = catch_error([&] { (void)GpuExecutable::open(p, InitialData{}, {}); });
     CHECK(o.code() == "device.no_driver");
   } else {
     CHECK(cu::driver_if_loaded() != nullptr);

@@ -125,7 +125,9 @@ public:
   // executable's own memory for the buffer stays allocated (all buffers share one allocation)
   // and holds the contents it had; binding again moves the buffer once more. The caller keeps
   // the memory alive while the executable may use it, and finishes its own work on it before a
-  // launch (launch() returns once the device is done).
+  // launch (launch() returns once the device is done). The memory lives in the device's primary
+  // context, which the executable retains until close(): a caller that frees its memory after
+  // close() holds a retain of its own (cuDevicePrimaryCtxRetain), or the context may be gone.
   void bind(std::string_view name, uint64_t device_pointer, size_t bytes, std::string_view dtype);
 
   // Runs `passes` passes over the program in one persistent launch and waits. A watchdog stop

@@ -18,80 +18,12 @@
 using namespace amk;
 using namespace amk::test;
 
-namespace {
-
-Buffer with_init(Buffer b, BufferInit init) {
-  b.init = std::move(init);
-  return b;
-}
-
-BufferInit init_of(InitKind kind) {
-  BufferInit i;
-  i.kind = kind;
-  return i;
-}
-
-}  // namespace
-
 TEST_CASE("every init kind") {
   TempDir dir;
-  Program p;
-  p.base_dir = dir.path().string();
-
-  BufferInit constant = init_of(InitKind::constant);
-  constant.constant = 1.5;
-  BufferInit random = init_of(InitKind::random);
-  random.seed = 9;
-  random.distribution = Distribution::normal;
-  random.a = 0;
-  random.b = 1;
-  BufferInit values = init_of(InitKind::values);
-  values.data = bytes_of(std::vector<int32_t>{4, -5, 6});
-  // npy: f32 [2, 2].
-  const std::vector<float> npy_values = nonzero_floats(4, 1);
-  std::vector<std::byte> npy_file;
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2), }";
-  while ((10 + header.size() + 1) % 64) header += ' ';
-  header += '\n';
-  append(npy_file, "\x93NUMPY\x01");
-  append_value<uint8_t>(npy_file, 0);
-  append_value<uint16_t>(npy_file, static_cast<uint16_t>(header.size()));
-  append(npy_file, header);
-  append(npy_file, npy_values.data(), 16);
-  std::filesystem::create_directory(dir / "data");
-  write_bytes(dir / "data" / "w.npy", npy_file);
-  BufferInit npy = init_of(InitKind::npy);
-  npy.path = "data/w.npy";
-  // raw: u8 bytes 2..5 of a file.
-  write_bytes(dir / "r.bin", bytes_of(std::vector<uint8_t>{9, 8, 7, 6, 5, 4}));
-  BufferInit raw = init_of(InitKind::raw);
-  raw.path = "r.bin";
-  raw.offset = 2;
-  // safetensors: one I64 tensor.
-  const std::string st_header =
-      R"({"ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}})";
-  std::vector<std::byte> st;
-  append_value<uint64_t>(st, st_header.size());
-  append(st, st_header);
-  const std::vector<int64_t> ids = {-3, 1LL << 50};
-  append(st, ids.data(), 16);
-  write_bytes(dir / "m.safetensors", st);
-  BufferInit safet = init_of(InitKind::safetensors);
-  safet.path = "m.safetensors";
-  safet.tensor = "ids";
-
-  p.buffers = {
-      make_buffer("zeros", DType::f32, {3}),
-      with_init(make_buffer("constant", DType::f16, {2, 2}), constant),
-      with_init(make_buffer("random", DType::bf16, {100}), random),
-      with_init(make_buffer("values", DType::i32, {3}), values),
-      with_init(make_buffer("npy", DType::f32, {4}), npy),
-      with_init(make_buffer("raw", DType::u8, {4}), raw),
-      with_init(make_buffer("safet", DType::i64, {2}), safet),
-      with_init(make_buffer("scalar", DType::u32, {}), constant),
-  };
-  p.buffers[7].init.constant = 7;
-
+  const EveryInit e = every_init_program(dir);
+  const Program& p = e.program;
+  const BufferInit& random = p.buffers[2].init;
+  const std::vector<float>& npy_values = e.npy_values;
   const HostBuffers h = materialize_all(p);
   REQUIRE(h.data.size() == 8);
   CHECK(h.data[0] == std::vector<std::byte>(12));

@@ -273,21 +273,6 @@ TEST_CASE("write_outputs refuses inconsistent arguments") {
   CHECK(amk_test::read_text(scratch.path() / "file") == "not a folder");
 }
 
-TEST_CASE("data_fingerprint hashes sizes and bytes") {
-  HostBuffers h;
-  h.data = {{std::byte{1}, std::byte{2}, std::byte{3}}, {}};
-  // sha256(le64(3) 01 02 03 le64(0)), from Python's hashlib.
-  CHECK(amk::data_fingerprint(h) ==
-        "6c13ec82265f35963dafc81d417a4beae96b394e225a1e521402ff0cccb43b57");
-  CHECK(amk::data_fingerprint(HostBuffers{}) ==
-        "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  // The same bytes split differently are different data.
-  HostBuffers a, b;
-  a.data = {{std::byte{1}}, {std::byte{2}, std::byte{3}}};
-  b.data = {{std::byte{1}, std::byte{2}}, {std::byte{3}}};
-  CHECK(amk::data_fingerprint(a) != amk::data_fingerprint(b));
-}
-
 TEST_CASE("program_fingerprint follows the program") {
   Program p = sample_program();
   const std::string before = amk::program_fingerprint(p);

@@ -193,7 +193,9 @@ TEST_CASE("artifact: every difference from the expected record is listed in one 
 
   SUBCASE("a cubin that is not the one its record names") {
     // Rewritten in place after amk compile (or a crash between the two renames).
-    write(cubin, std::string("\x7f" "ELF") + std::string(300, 'x'));
+    write(cubin, std::string("\x7f"
+                             "ELF") +
+                     std::string(300, 'x'));
     const amk::LoadedArtifact changed = amk::read_artifact(cubin);
     const std::vector<std::string> m = amk::artifact_mismatches(changed, sample_record());
     REQUIRE(m.size() == 2);
@@ -234,9 +236,9 @@ TEST_CASE("artifact: a malformed record is refused with its place") {
     CHECK(contains(refused("io.artifact.format", rec + "#/version"), "version 2"));
   }
   SUBCASE("each field missing") {
-    for (const char* key : {"arch", "kernel_name", "tma_count", "nvrtc_version", "amk_version",
-                            "source_fingerprint", "program_fingerprint", "options", "cubin_bytes",
-                            "cubin_sha256"}) {
+    for (const char* key :
+         {"arch", "kernel_name", "tma_count", "nvrtc_version", "amk_version", "source_fingerprint",
+          "program_fingerprint", "options", "cubin_bytes", "cubin_sha256"}) {
       CAPTURE(key);
       amk::write_artifact(cubin, fake_cubin(128, 0x33), sample_record());
       rewrite_record(cubin, key, nlohmann::json(nlohmann::json::value_t::discarded));
@@ -278,7 +280,9 @@ TEST_CASE("artifact: a missing or unreadable file is refused with its path") {
   // No cubin.
   CHECK(contains(refused("io.missing", cubin), "no such cubin"));
   // A cubin without its record: the message says what writes it.
-  write(cubin, std::string("\x7f" "ELF") + std::string(60, '\0'));
+  write(cubin, std::string("\x7f"
+                           "ELF") +
+                   std::string(60, '\0'));
   CHECK(contains(refused("io.missing", dir.path() / "vm.cubin.json"), "amk compile PROGRAM -o"));
   // A folder where the cubin should be.
   fs::remove(cubin);

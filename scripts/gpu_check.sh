@@ -228,6 +228,22 @@ except Exception as e:
     print(f"1B bench|unavailable ({e})")
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/decode_rows.txt"
+# amk run end to end, kernel cache warm and the weights in the page cache (after the runs above).
+for r in 1 2 3; do
+  $amk --json run "$d/llama1b.json" -o "$d/run1b" > "$d/run1b.$r.json" 2>>"$out/run1b.err"
+done
+$py - "$d" <<'PY' > "$out/run_rows.txt"
+import json, os, statistics, sys
+try:
+    t = [json.load(open(os.path.join(sys.argv[1], f"run1b.{r}.json")))["timings_ms"] for r in (1, 2, 3)]
+    tot = [x["total"] for x in t]
+    mid = t[tot.index(statistics.median(tot))]
+    phases = ", ".join(f"{k} {v:.0f}" for k, v in mid.items() if k != "total" and v >= 1)
+    print("1B amk run, warm cache, end to end|total " + " / ".join(f"{v:.0f}" for v in tot) + f" ms ({phases})")
+except Exception as e:
+    print(f"1B amk run|unavailable ({e})")
+PY
+while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/run_rows.txt"
 tail -3 "$out/phases1b.txt"
 if [ "${AMK_TORCH:-1}" = 1 ]; then
   tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)

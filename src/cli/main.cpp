@@ -117,8 +117,9 @@ int main(int argc, char** argv) {
   } catch (const amk::Error& e) {
     return report_error(g, e);
   } catch (const std::bad_alloc&) {
-    return report_error(
-        g, amk::Error(amk::ErrorKind::internal, "internal.memory", "", "out of host memory"));
+    // A resource this machine lacks, as host.memory before an allocation (exit 5), not a bug.
+    return report_error(g, amk::Error(amk::ErrorKind::device, "host.memory", "",
+                                      "out of host memory (an allocation failed)"));
   } catch (const std::exception& e) {
     return report_error(g, amk::Error(amk::ErrorKind::internal, "internal.exception", "",
                                       std::string("unexpected: ") + e.what()));

@@ -22,6 +22,23 @@ int run_validate(const GlobalOptions& g, const ValidateOptions& o) {
     ordered_json r;
     r["path"] = path;
     try {
+      if (is_wrapper_file(path)) {
+        WrapperSummary ws;
+        const WrapperProgram w = load_and_check_wrapper(args, &ws);
+        r["status"] = "ok";
+        r["kind"] = "wrapper";
+        r["name"] = w.name;
+        r["kernel_name"] = w.wrapper.kernel_name;
+        r["queues"] = w.launch.queues;
+        r["instructions"] = ws.instruction_count;
+        r["tensor_args"] = w.tensor_args.size();
+        text << "ok      " << path << ": " << w.name << " (wrapper " << w.wrapper.kernel_name
+             << ", " << w.launch.queues << " queues, " << ws.instruction_count
+             << " instruction records, " << w.tensor_args.size() << " tensor arguments, "
+             << w.tma.size() << " TMA specs)\n";
+        results.push_back(std::move(r));
+        continue;
+      }
       VerifySummary summary;
       Program p = load_and_verify(args, &summary);
       r["status"] = "ok";
@@ -56,7 +73,8 @@ int run_validate(const GlobalOptions& g, const ValidateOptions& o) {
 void setup_validate(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto o = std::make_shared<ValidateOptions>();
   auto* cmd = app.add_subcommand("validate", "load and verify programs (no GPU needed)");
-  cmd->add_option("programs", o->paths, "program files (.json or .amkb)")->required();
+  cmd->add_option("programs", o->paths, "program files (.json or .amkb; wrapper programs: .json)")
+      ->required();
   cmd->add_flag("--allow-outside", o->allow_outside,
                 "let data paths in the program point outside its folder");
   cmd->add_flag("--trust-custom-ops", o->trust_custom_ops, "accept custom op sources");

@@ -143,6 +143,17 @@ Program load_and_verify(const ProgramArgs& args, VerifySummary* summary) {
   return program;
 }
 
+WrapperProgram load_and_check_wrapper(const ProgramArgs& args, WrapperSummary* summary) {
+  Phase load("load");
+  WrapperProgram w = load_wrapper_file(args.path, args.load_options());
+  load.finish();
+  Phase checking("check");
+  const WrapperSummary s = check_wrapper(w, args.load_options());
+  checking.finish();
+  if (summary != nullptr) *summary = s;
+  return w;
+}
+
 void emit(const GlobalOptions& g, const ordered_json& json, const std::string& text) {
   if (g.json) {
     std::cout << json.dump(2) << "\n";

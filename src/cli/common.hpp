@@ -16,6 +16,7 @@
 #include "io/load.hpp"
 #include "program/program.hpp"
 #include "verify/verify.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace amk::cli {
 
@@ -84,6 +85,11 @@ CLI::Option* add_cubin_option(CLI::App* cmd, std::string& path);
 // Loads and verifies (the phases load and verify, logged with -v); the summary is filled when
 // `summary` is not null.
 [[nodiscard]] Program load_and_verify(const ProgramArgs& args, VerifySummary* summary = nullptr);
+
+// A wrapper program (schemas/wrapper.md), loaded and checked (the phases load and check, logged
+// with -v). validate and inspect take wrapper programs; is_wrapper_file tells them apart.
+[[nodiscard]] WrapperProgram load_and_check_wrapper(const ProgramArgs& args,
+                                                    WrapperSummary* summary = nullptr);
 
 // Writes `p` atomically as .amkb (encoding "amkb") or JSON text (anything else); returns the
 // bytes written.

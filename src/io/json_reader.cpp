@@ -501,6 +501,13 @@ public:
 
   void read(const Value& root) {
     const Loc loc;
+    // A wrapper program (schemas/wrapper.md) is another kind: say so before its keys are refused.
+    if (root.is_object())
+      if (auto f = member(root, "format"); f && f->is_string() && f->str() == "amk.wrapper")
+        fail("wrapper.unsupported", loc / "format",
+             "a wrapper program (format \"amk.wrapper\"): validate and inspect take it; "
+             "running, profiling, compiling and converting wrapper programs needs their GPU "
+             "launch path, which this amk does not have yet");
     check_keys(root, loc,
                {"format", "version", "name", "description", "target", "launch", "buffers",
                 "counters", "instructions", "queues", "tma", "custom_ops"});

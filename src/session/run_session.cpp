@@ -22,6 +22,7 @@
 #include "report/outputs.hpp"
 #include "session/check.hpp"
 #include "verify/verify.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace amk {
 namespace {
@@ -122,6 +123,11 @@ RunResult run_program(const RunRequest& request) {
   // Every failure after this point still writes report.json (status error / timeout).
   try {
     Phase load_verify("load_verify");
+    // A wrapper is compiler-made CUDA source: the CPU reference backend has nothing to interpret.
+    if (request.backend == "cpu" && is_wrapper_file(request.program_path))
+      throw_program_error("wrapper.backend.cpu", "/format",
+                          "the CPU backend does not run wrapper programs: a wrapper's kernel is "
+                          "CUDA source that only the cuda backend compiles and launches");
     Program p = load_program_file(request.program_path, request.load);
     spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
                   p.buffers.size(), p.counters.size(), p.instructions.size());

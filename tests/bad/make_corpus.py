@@ -160,6 +160,40 @@ JSON_CASES = [
     ("custom_untrusted", mutate(setp(["custom_ops"], [{"name": "my_op", "operands": ["x"], "params": [], "source": "__device__ void f() {}"}])), P, "custom.untrusted", "/custom_ops"),
 ]
 
+# Wrapper programs (schemas/wrapper.md): a small valid one, and mutations of it. Its queue arrays
+# are i32 base64: offsets [0, 1], lengths [1, 1] over two 16-byte instruction records.
+WRAPPER_BASE = {
+    "format": "amk.wrapper",
+    "version": 1,
+    "name": "wrapper_base",
+    "wrapper": {"kernel_name": "df_main", "source": "extern \"C\" __global__ void df_main() {}"},
+    "launch": {"queues": 2, "block_dim": [128]},
+    "package": {
+        "instructions": {"dtype": "u8", "count": 32, "record_bytes": 16, "init": {"kind": "zeros"}},
+        "queue_offsets": {"dtype": "i32", "count": 2, "data": "AAAAAAEAAAA="},
+        "queue_lengths": {"dtype": "i32", "count": 2, "data": "AQAAAAEAAAA="},
+    },
+    "target": {"arch": "sm_90a", "sm_count": 132, "max_shared_memory_per_block_optin": 232448,
+               "cluster_launch": True, "compiler_version": "nvcc 13.0", "fingerprint": "t:1"},
+}
+
+
+def wrapper(fn):
+    p = copy.deepcopy(WRAPPER_BASE)
+    fn(p)
+    return json.dumps(p, indent=1)
+
+
+JSON_CASES += [
+    # queue 1: offset 1 + length 2 = 3 records of 2
+    ("wrapper_queue_range", wrapper(setp(["package", "queue_lengths", "data"], "AQAAAAIAAAA=")),
+     P, "wrapper.package.queue_range", "/package/queue_offsets"),
+    ("wrapper_bad_policy", wrapper(setp(["launch", "scheduling_policy"], "spread")),
+     P, "wrapper.launch.scheduling_policy", "/launch/scheduling_policy"),
+    ("wrapper_source_escape", wrapper(both(delp(["wrapper", "source"]), setp(["wrapper", "source_path"], "../../CMakeLists.txt"))),
+     P, "path.escape", "/wrapper/source_path"),
+]
+
 # Cases too large to commit, written at test time: expected.tsv names them under generated/ and
 # tests/cli/bad_inputs.sh writes them to a scratch folder with --generated-into. Each text is a
 # function so that only the modes that write it pay for it.
@@ -181,6 +215,8 @@ RUN_CASES = [
      DEV, "host.memory", "/buffers/4"),
     ("safetensors_overlap", mutate(setp(["buffers", 0, "init"], {"kind": "safetensors", "path": "overlap.safetensors", "tensor": "a"})),
      P, "init.safetensors.overlap", "/buffers/0/init/path"),
+    # A valid wrapper program: the CPU backend refuses it by kind.
+    ("wrapper_cpu_backend", wrapper(lambda p: None), P, "wrapper.backend.cpu", "/format"),
 ]
 
 

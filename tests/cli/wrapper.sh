@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Wrapper programs on the command line (no GPU needed): validate and inspect take them, the
+# commands that would compile or launch one refuse with a located error, and the sample matches
+# schemas/wrapper.schema.json.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+amk="${AMK:?set AMK to the amk binary}"
+py=/usr/bin/python3
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+pass=0
+fail=0
+sample="$root/tests/wrapper/sample/wrapper.json"
+
+expect_rc() {  # expect_rc WANT DESCRIPTION -- command...
+  local want="$1" what="$2"
+  shift 3
+  "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $what: exit $rc, want $want"; head -3 "$tmp/err" | sed 's/^/    /'; fi
+}
+expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
+  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $3: '$2' not in output"; head -5 "$1" | sed 's/^/    /'; fi
+}
+json_field() {  # json_field FILE EXPR -> prints python expression over `j`
+  "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
+}
+
+expect_rc 0 "validate a wrapper" -- "$amk" validate "$sample"
+expect_grep "$tmp/out" "^ok .*sample_dataflow (wrapper df_main, 2 queues, 4 instruction records" "validate's verdict"
+expect_rc 0 "validate --json" -- "$amk" --json validate "$sample" "$root/samples/mlp_block.json"
+[ "$(json_field "$tmp/out" "j['status'] + ' ' + j['programs'][0]['kind'] + ' ' + str(j['programs'][0]['instructions'])")" = "ok wrapper 4" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL validate --json of a wrapper"; }
+
+expect_rc 0 "inspect a wrapper" -- "$amk" inspect "$sample"
+expect_grep "$tmp/out" "^kernel        df_main (kernel.cu" "inspect names the kernel"
+expect_grep "$tmp/out" "grid 2 (one block per queue), block 128x1x1, cluster 2" "inspect shows the launch shape"
+expect_grep "$tmp/out" "9  tensor_args  u8\[432\]" "inspect sizes the tensor_args amk writes"
+expect_grep "$tmp/out" "14  w_map -> w" "inspect lists TMA specs after the 14 pointers"
+expect_grep "$tmp/out" "target        sm_90a, 132 SMs" "inspect shows the target snapshot"
+expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
+[ "$(json_field "$tmp/out" "' '.join(str(x) for x in [j['kind'], len(j['package']['arrays']), j['package']['instruction_count'], len(j['tensor_args']), j['target']['fingerprint']])")" = "wrapper 14 4 3 target:sm_90a:132:232448:cluster" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json of a wrapper"; }
+expect_rc 2 "inspect --attributes refuses a wrapper" -- "$amk" inspect "$sample" --attributes
+expect_grep "$tmp/err" "\[usage.wrapper.attributes\] at --attributes" "inspect --attributes names the flag"
+
+# Not yet: the GPU path. Each refusal names the kind and what is missing, at /format (exit 3).
+for cmd in "run" "profile --events" "compile --arch sm_90a -o $tmp/k.cubin" "convert -o $tmp/w.json"; do
+  expect_rc 3 "$cmd refuses a wrapper" -- "$amk" $cmd "$sample"
+  expect_grep "$tmp/err" "\[wrapper.unsupported\] at /format: a wrapper program" "$cmd's refusal is located"
+done
+expect_rc 3 "run --backend cpu refuses a wrapper" -- "$amk" run "$sample" --backend cpu
+expect_grep "$tmp/err" "\[wrapper.backend.cpu\] at /format: the CPU backend does not run wrapper programs" "the CPU backend's refusal"
+
+# The sample matches the JSON Schema (with python3-jsonschema and its referencing registry).
+schema_py=""
+for c in "${AMK_PYTHON:-}" /usr/bin/python3 python3; do
+  if [ -n "$c" ] && "$c" -c "import jsonschema, referencing" 2>/dev/null; then schema_py="$c"; break; fi
+done
+if [ -n "$schema_py" ]; then
+  "$schema_py" - "$root/schemas" "$sample" <<'PY' && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL the sample wrapper against wrapper.schema.json"; }
+import json, sys, pathlib
+import jsonschema
+from referencing import Registry, Resource
+d = pathlib.Path(sys.argv[1])
+schemas = [json.load(open(d / n)) for n in ("wrapper.schema.json", "program.schema.json")]
+registry = Registry().with_resources([(s["$id"], Resource.from_contents(s)) for s in schemas])
+jsonschema.Draft202012Validator.check_schema(schemas[0])
+jsonschema.Draft202012Validator(schemas[0], registry=registry).validate(json.load(open(sys.argv[2])))
+PY
+fi
+
+echo "wrapper cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -551,8 +551,10 @@ private:
              "the data holds " + std::to_string(decoded->size()) + " bytes; " +
                  std::to_string(count) + " x " + std::string(dtype_name(*t)) + " is " +
                  std::to_string(*bytes));
-      e.buffer.init.kind = InitKind::values;
-      e.buffer.init.data = std::move(*decoded);
+      if (count > 0) {  // an empty array has no contents to keep (and writes none back)
+        e.buffer.init.kind = InitKind::values;
+        e.buffer.init.data = std::move(*decoded);
+      }
     } else if (init && count > 0) {
       // The VM program reader reads the init, for a one-buffer program of this array's shape.
       const json program = {{"format", "amk.program"},

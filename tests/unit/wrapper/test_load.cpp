@@ -100,7 +100,10 @@ TEST_CASE("a wrapper program round-trips through the canonical writer") {
   j["wrapper"]["source"] = "extern \"C\" __global__ void df_main() {}";
   j["package"]["args"] = {
       {"dtype", "f32"}, {"count", 2}, {"init", {{"kind", "constant"}, {"value", 2}}}};
+  // An empty array with empty data keeps no contents.
+  j["package"]["comms"] = {{"dtype", "u8"}, {"count", 0}, {"data", ""}};
   const WrapperProgram inl = parse(j);
+  CHECK(inl.entry(PackageArray::comms).present);
   CHECK(parse_json_wrapper(wrapper_to_json(inl), kSampleDir) == inl);
 }
 

@@ -19,10 +19,16 @@ mkdir -p "$work/json" "$work/amkb" "$work/wrapper" "$work/artifacts"
 cp samples/*.json tests/bad/json/*.json "$work/json/"
 cp tests/bad/amkb/*.amkb "$work/amkb/" 2>/dev/null || true
 cp tests/wrapper/sample/wrapper.json tests/bad/json/wrapper_*.json "$work/wrapper/"
+cp tests/bad/amkb/wrapper_*.amkb "$work/wrapper/"
 # (--allow-outside: a seed is parsed, never run, so its rewritten data paths may leave the folder.)
 for s in samples/*.json; do
   "$amk" -q convert --allow-outside "$s" -o "$work/amkb/$(basename "$s" .json).amkb" || true
 done
+# The sample wrapper as .amkb, converted inside a copy of its folder (its source stays inside).
+cp -r tests/wrapper/sample "$work/sample"
+if "$amk" -q convert "$work/sample/wrapper.json" -o "$work/sample/wrapper.amkb"; then
+  cp "$work/sample/wrapper.amkb" "$work/wrapper/sample_wrapper.amkb"
+fi
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for h in json amkb wrapper; do

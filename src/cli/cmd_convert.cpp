@@ -1,5 +1,6 @@
-// amk convert IN -o OUT: JSON <-> .amkb, losslessly. The output is verified first and written
-// atomically; relative data paths are rewritten to resolve from OUT's folder.
+// amk convert IN -o OUT: JSON <-> .amkb, losslessly, for VM and wrapper programs alike. The output
+// is verified (a wrapper: checked) first and written atomically; relative data paths (and a
+// wrapper's source path) are rewritten to resolve from OUT's folder.
 #include <filesystem>
 #include <sstream>
 
@@ -7,6 +8,7 @@
 #include "core/error.hpp"
 #include "io/load.hpp"
 #include "report/outputs.hpp"
+#include "wrapper/amkb.hpp"
 
 namespace amk::cli {
 namespace {
@@ -16,6 +18,21 @@ struct ConvertOptions {
   std::string output;
   std::string to;  // json | amkb; default from the output's extension
 };
+
+// Writes a checked wrapper program in `to`'s encoding; returns the bytes written.
+uint64_t convert_wrapper(const ConvertOptions& o, const std::string& to, uint32_t& rebased) {
+  WrapperProgram w = load_and_check_wrapper(o.program);
+  const std::filesystem::path out_dir = std::filesystem::path(o.output).parent_path();
+  rebased = rebase_wrapper_paths(w, out_dir, o.program.load_options());
+  if (to == "amkb") {
+    const auto data = wrapper_to_amkb(w);
+    write_file_atomic(o.output, data);
+    return data.size();
+  }
+  const std::string text = wrapper_to_json(w) + "\n";
+  write_text_atomic(o.output, text);
+  return text.size();
+}
 
 int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
   std::string to = o.to;
@@ -29,13 +46,21 @@ int run_convert(const GlobalOptions& g, const ConvertOptions& o) {
       throw Error(ErrorKind::usage, "usage.convert.format", o.output,
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");
   }
-  Program p = load_and_verify(o.program);
-  // Relative data paths keep naming the same files from the output's folder.
-  const std::filesystem::path out_dir = std::filesystem::path(o.output).parent_path();
-  const uint32_t rebased = rebase_data_paths(p, out_dir, o.program.load_options());
-  const uint64_t bytes = write_program(p, o.output, to);
+  const bool wrapper = is_wrapper_file(o.program.path);
+  uint32_t rebased = 0;
+  uint64_t bytes = 0;
+  if (wrapper) {
+    bytes = convert_wrapper(o, to, rebased);
+  } else {
+    Program p = load_and_verify(o.program);
+    // Relative data paths keep naming the same files from the output's folder.
+    const std::filesystem::path out_dir = std::filesystem::path(o.output).parent_path();
+    rebased = rebase_data_paths(p, out_dir, o.program.load_options());
+    bytes = write_program(p, o.output, to);
+  }
   ordered_json j;
   j["status"] = "ok";
+  if (wrapper) j["kind"] = "wrapper";  // as validate and inspect say it
   j["input"] = o.program.path;
   j["output"] = o.output;
   j["encoding"] = to;

@@ -16,6 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kAmkbMagic[4] = {'A', 'M', 'K', 'B'};
+constexpr char kWrapperAmkbMagic[4] = {'A', 'M', 'K', 'W'};  // a wrapper program's .amkb
 
 std::string read_file_limited(const fs::path& path) {
   std::error_code ec;
@@ -65,6 +66,13 @@ bool is_within(const fs::path& p, const fs::path& base) {
 Program load_program_file(const fs::path& path, const LoadOptions& options) {
   const std::string bytes = read_file_limited(path);
   Program program;
+  // A wrapper program (schemas/wrapper.md) is another kind: say so, as the JSON reader does.
+  if (bytes.size() >= sizeof kWrapperAmkbMagic &&
+      std::memcmp(bytes.data(), kWrapperAmkbMagic, 4) == 0)
+    throw_program_error("wrapper.unsupported", "header byte 0",
+                        "a wrapper program's .amkb (magic AMKW): validate, inspect and convert "
+                        "take it; running, profiling and compiling wrapper programs needs their "
+                        "GPU launch path, which this amk does not have yet");
   if (bytes.size() >= sizeof kAmkbMagic && std::memcmp(bytes.data(), kAmkbMagic, 4) == 0)
     program = parse_amkb_program(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),

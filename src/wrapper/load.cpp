@@ -2,8 +2,11 @@
 // an amk::Error with a stable code and the JSON pointer of the offending value. Tensor arguments,
 // TMA specs and package-array inits use the VM program's syntax, so they are read by the VM
 // program reader itself (io's parse_json_program on a small program holding just them) and its
-// errors are moved to where the values sit in the wrapper file: one reader, one set of rules.
+// errors are moved to where the values sit in the wrapper file: one reader, one set of rules. The
+// .amkb decoder's META section is read here too (detail::parse_wrapper_meta), so that both
+// encodings take the same checks.
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -12,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <span>
 #include <string>
 #include <system_error>
 
@@ -20,6 +24,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "io/load.hpp"
+#include "wrapper/amkb.hpp"
 #include "wrapper/wrapper.hpp"
 
 namespace amk {
@@ -297,7 +302,9 @@ std::string read_text_file(const fs::path& path, uint64_t limit, const std::stri
 
 class Reader {
 public:
-  Reader(WrapperProgram& w, const LoadOptions& options) : w_(w), options_(options) {}
+  // `meta`: reading an .amkb's META (source and raw contents come from its other sections).
+  Reader(WrapperProgram& w, const LoadOptions& options, detail::WrapperMeta* meta = nullptr)
+      : w_(w), options_(options), meta_(meta) {}
 
   void read(const json& root) {
     check_keys(root, "",
@@ -327,7 +334,10 @@ public:
 
 private:
   void read_wrapper(const json& j, const std::string& at) {
-    check_keys(j, at, {"kernel_name", "source", "source_path", "defines"});
+    if (meta_)
+      check_keys(j, at, {"kernel_name", "source_path", "defines"});
+    else
+      check_keys(j, at, {"kernel_name", "source", "source_path", "defines"});
     WrapperSource& s = w_.wrapper;
     const std::string kat = child(at, "kernel_name");
     s.kernel_name = get_string(required(j, at, "kernel_name"), kat);
@@ -335,15 +345,19 @@ private:
       fail("wrapper.kernel_name", kat,
            "expected a C identifier (the extern \"C\" entry point), found " +
                in_quotes(s.kernel_name));
-    const json* inline_source = member(j, "source");
+    const json* inline_source = meta_ ? nullptr : member(j, "source");
+    const bool has_inline = meta_ ? meta_->source != nullptr : inline_source != nullptr;
     const json* path = member(j, "source_path");
-    if (inline_source && path)
+    if (has_inline && path)
       fail("wrapper.source", child(at, "source_path"),
-           "give the source inline (\"source\") or as a file (\"source_path\"), not both");
-    if (!inline_source && !path)
-      fail("wrapper.source", at, "missing the kernel's CUDA source: \"source\" or \"source_path\"");
-    if (inline_source) {
-      s.source = get_string(*inline_source, child(at, "source"));
+           meta_ ? "a SOURCE section and \"source_path\": give the source one way"
+                 : "give the source inline (\"source\") or as a file (\"source_path\"), not both");
+    if (!has_inline && !path)
+      fail("wrapper.source", at,
+           meta_ ? "missing the kernel's CUDA source: a SOURCE section or \"source_path\""
+                 : "missing the kernel's CUDA source: \"source\" or \"source_path\"");
+    if (has_inline) {
+      s.source = meta_ ? *meta_->source : get_string(*inline_source, child(at, "source"));
       if (s.source.size() > kMaxWrapperSourceBytes)
         fail("limit.source", child(at, "source"),
              "the source is " + std::to_string(s.source.size()) + " bytes; at most " +
@@ -358,7 +372,7 @@ private:
       s.source = read_text_file(file, kMaxWrapperSourceBytes, pat);
     }
     if (s.source.empty())
-      fail("wrapper.source", inline_source ? child(at, "source") : child(at, "source_path"),
+      fail("wrapper.source", has_inline ? child(at, "source") : child(at, "source_path"),
            "the kernel's source is empty");
     if (const json* d = member(j, "defines")) read_defines(*d, child(at, "defines"));
   }
@@ -494,7 +508,10 @@ private:
   }
 
   void read_entry(const json& j, const std::string& at, PackageArray a) {
-    check_keys(j, at, {"dtype", "count", "record_bytes", "data", "init"});
+    if (meta_)
+      check_keys(j, at, {"dtype", "count", "record_bytes", "raw", "init"});
+    else
+      check_keys(j, at, {"dtype", "count", "record_bytes", "data", "init"});
     PackageEntry& e = w_.package[static_cast<size_t>(a)];
     e.present = true;
     e.buffer.name = std::string(package_array_name(a));
@@ -537,12 +554,20 @@ private:
       fail("json.missing", at, "missing required key \"record_bytes\" (one instruction's size)");
     }
 
-    const json* data = member(j, "data");
+    const json* data = member(j, meta_ ? "raw" : "data");
     const json* init = member(j, "init");
     if (data && init)
       fail("wrapper.package.data", child(at, "init"),
-           "give the contents inline (\"data\") or as an init (\"init\"), not both");
-    if (data) {
+           meta_ ? "contents in PACKAGE (\"raw\") and an init: give one"
+                 : "give the contents inline (\"data\") or as an init (\"init\"), not both");
+    if (data && meta_) {
+      // The decoder copies the bytes from PACKAGE once every offset is checked.
+      const std::string rat = child(at, "raw");
+      const uint64_t offset = get_uint(*data, rat, kU64Max);
+      if (count == 0) fail("amkb.package", rat, "an empty array has no contents in PACKAGE");
+      meta_->raw[static_cast<size_t>(a)] = offset;
+      e.buffer.init.kind = InitKind::values;
+    } else if (data) {
       const std::string dpat = child(at, "data");
       auto decoded = base64_decode(get_string(*data, dpat));
       if (!decoded) fail("wrapper.package.base64", dpat, "expected RFC 4648 base64 text");
@@ -695,6 +720,7 @@ private:
 
   WrapperProgram& w_;
   const LoadOptions& options_;
+  detail::WrapperMeta* meta_ = nullptr;
   uint64_t total_ = 0;
 };
 
@@ -774,6 +800,11 @@ bool is_wrapper_json(std::string_view text) {
 bool is_wrapper_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;  // the loader reports the file as it always does
+  std::array<char, 4> head{};
+  in.read(head.data(), head.size());
+  if (in.gcount() == 4 && is_wrapper_amkb({head.data(), head.size()})) return true;
+  in.clear();
+  in.seekg(0);
   FormatSniffer sniffer;
   try {
     (void)json::sax_parse(in, &sniffer);
@@ -794,14 +825,31 @@ WrapperProgram parse_json_wrapper(std::string_view text, const fs::path& base_di
 
 WrapperProgram load_wrapper_file(const fs::path& path, const LoadOptions& options) {
   const std::string text = read_text_file(path, kMaxFileBytes, path.string());
-  if (text.size() >= 4 && text.compare(0, 4, "AMKB") == 0)
-    fail("wrapper.amkb", path.string(),
-         "wrapper programs have no .amkb encoding yet; give the JSON file");
   std::error_code ec;
   fs::path abs = fs::absolute(path, ec);
   if (ec) abs = path;
-  return parse_json_wrapper(text, abs.lexically_normal().parent_path(), options);
+  const fs::path dir = abs.lexically_normal().parent_path();
+  // The encoding comes from the first bytes, never the extension; a VM program's .amkb ("AMKB")
+  // goes to the wrapper decoder too, which names it.
+  if (text.size() >= 4 && (is_wrapper_amkb(text) || text.compare(0, 4, "AMKB") == 0))
+    return parse_amkb_wrapper(
+        std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size()),
+        dir, options);
+  return parse_json_wrapper(text, dir, options);
 }
+
+namespace detail {
+
+WrapperProgram parse_wrapper_meta(std::string_view text, const fs::path& base_dir,
+                                  const LoadOptions& options, WrapperMeta& meta) {
+  const json root = parse_strict(text);
+  WrapperProgram w;
+  w.base_dir = base_dir.string();
+  Reader(w, options, &meta).read(root);
+  return w;
+}
+
+}  // namespace detail
 
 std::string wrapper_to_json(const WrapperProgram& w) {
   // Tensor arguments, TMA specs and inits are written by the VM program writer, as they are read.

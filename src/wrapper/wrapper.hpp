@@ -182,7 +182,7 @@ struct WrapperProgram {
 [[nodiscard]] WrapperProgram parse_json_wrapper(std::string_view text,
                                                 const std::filesystem::path& base_dir,
                                                 const LoadOptions& options = {});
-// Reads a wrapper program file (JSON; the .amkb encoding is a later step).
+// Reads a wrapper program file of either encoding, chosen by its first bytes (wrapper/amkb.hpp).
 [[nodiscard]] WrapperProgram load_wrapper_file(const std::filesystem::path& path,
                                                const LoadOptions& options = {});
 // Canonical JSON text (stable key order, inline arrays as base64).

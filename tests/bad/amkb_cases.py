@@ -154,3 +154,44 @@ def generate(amk, here, base):
             raise SystemExit(f"{fname}: intended {want}, amk says {err.get('code')} at {err.get('where')}: {err.get('message')}")
         rows.append(("validate", fname, r.returncode, want, err["where"]))
     return rows
+
+
+def generate_wrapper(amk, here, base):
+    """Wrapper .amkb cases (schemas/wrapper.md, "Binary encoding"): `amk convert` of a small
+    wrapper with an inline source, damaged in its header, a section or its package bytes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "wrapper.json")
+        json.dump(base, open(src, "w"))
+        good = os.path.join(tmp, "wrapper.amkb")
+        subprocess.run([amk, "-q", "convert", src, "-o", good], check=True)
+        blob = open(good, "rb").read()
+    secs = {}
+    for i in range(struct.unpack_from("<I", blob, 28)[0]):
+        kind, _flags, off, _size = struct.unpack_from("<IIQQ", blob, HEADER + i * ENTRY)
+        secs[{1: "META", 2: "SOURCE", 3: "PACKAGE"}[kind]] = off
+    meta_at, source_at, package_at = secs["META"], secs["SOURCE"], secs["PACKAGE"]
+    # PACKAGE: queue_offsets at 0, queue_lengths at 256 (i32 [1, 1]); 2 makes queue 1 run past
+    # the two instruction records, a size the package lies about.
+    cases = [
+        ("wrapper_bad_magic_tail", patch(blob, 6, "<B", 0x41, fix=False), "amkb.magic"),
+        ("wrapper_header_checksum", patch(blob, 56, "<I", 7, fix=False), "amkb.checksum"),
+        ("wrapper_tensor_arg_bytes", patch(blob, 24, "<I", 128), "amkb.header"),
+        ("wrapper_truncated", blob[:-3], "amkb.truncated"),
+        ("wrapper_package_checksum", patch(blob, package_at + 1, "<B", 0x5A, fix=False), "amkb.checksum"),
+        ("wrapper_source_utf8", patch(blob, source_at + 2, "<B", 0xFF), "amkb.source"),
+        ("wrapper_meta_syntax", patch(blob, meta_at, "<B", ord("x")), "json.syntax"),
+        ("wrapper_queue_lie", patch(blob, package_at + 256 + 4, "<I", 2), "wrapper.package.queue_range"),
+    ]
+    rows = []
+    for name, data, want in cases:
+        fname = os.path.join("amkb", name + ".amkb")
+        path = os.path.join(here, fname)
+        with open(path, "wb") as f:
+            f.write(data)
+        r = subprocess.run([amk, "--json", "validate", path], capture_output=True, text=True)
+        j = json.loads(r.stdout)
+        err = j["programs"][0].get("error", {})
+        if err.get("code") != want:
+            raise SystemExit(f"{fname}: intended {want}, amk says {err.get('code')} at {err.get('where')}: {err.get('message')}")
+        rows.append(("validate", fname, r.returncode, want, err["where"]))
+    return rows

@@ -274,6 +274,7 @@ def main():
     try:
         import amkb_cases  # noqa: F401  (written once the binary format is documented)
         rows += amkb_cases.generate(args.amk, HERE, BASE)
+        rows += amkb_cases.generate_wrapper(args.amk, HERE, WRAPPER_BASE)
     except ImportError:
         pass
     with open(os.path.join(HERE, "expected.tsv"), "w") as f:

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Wrapper programs on the command line (no GPU needed): validate and inspect take them, the
-# commands that would compile or launch one refuse with a located error, and the sample matches
-# schemas/wrapper.schema.json.
+# Wrapper programs on the command line (no GPU needed): validate, inspect and convert take them
+# (convert losslessly, both ways), the commands that would compile or launch one refuse with a
+# located error, and the sample matches schemas/wrapper.schema.json.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
@@ -45,10 +45,28 @@ expect_rc 2 "inspect --attributes refuses a wrapper" -- "$amk" inspect "$sample"
 expect_grep "$tmp/err" "\[usage.wrapper.attributes\] at --attributes" "inspect --attributes names the flag"
 
 # Not yet: the GPU path. Each refusal names the kind and what is missing, at /format (exit 3).
-for cmd in "run" "profile --events" "compile --arch sm_90a -o $tmp/k.cubin" "convert -o $tmp/w.json"; do
+for cmd in "run" "profile --events" "compile --arch sm_90a -o $tmp/k.cubin"; do
   expect_rc 3 "$cmd refuses a wrapper" -- "$amk" $cmd "$sample"
   expect_grep "$tmp/err" "\[wrapper.unsupported\] at /format: a wrapper program" "$cmd's refusal is located"
 done
+# convert: JSON -> .amkb -> JSON in the sample's folder (its source must stay inside), lossless.
+cp -r "$root/tests/wrapper/sample" "$tmp/s"
+expect_rc 0 "convert a wrapper to .amkb" -- "$amk" --json convert "$tmp/s/wrapper.json" -o "$tmp/s/w.amkb"
+[ "$(json_field "$tmp/out" "j['kind'] + ' ' + j['encoding']")" = "wrapper amkb" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL convert --json of a wrapper"; }
+expect_rc 0 "convert the .amkb back" -- "$amk" convert "$tmp/s/w.amkb" -o "$tmp/s/back.json"
+expect_rc 0 "convert the JSON to canonical JSON" -- "$amk" convert "$tmp/s/wrapper.json" -o "$tmp/s/canon.json"
+cmp -s "$tmp/s/back.json" "$tmp/s/canon.json" && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL .amkb round trip differs from the canonical JSON"; }
+expect_rc 0 "validate the .amkb" -- "$amk" validate "$tmp/s/w.amkb"
+expect_grep "$tmp/out" "sample_dataflow (wrapper df_main, 2 queues, 4 instruction records" "validate reads the .amkb"
+expect_rc 0 "convert into the parent folder rebases the source path" -- "$amk" convert "$tmp/s/w.amkb" -o "$tmp/up.amkb"
+expect_rc 0 "the rebased .amkb validates" -- "$amk" validate "$tmp/up.amkb"
+expect_rc 0 "and converts back" -- "$amk" convert "$tmp/up.amkb" -o "$tmp/up.json"
+[ "$(json_field "$tmp/up.json" "j['wrapper']['source_path']")" = "s/kernel.cu" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL the source path was not rebased"; }
+mkdir -p "$tmp/s/sub"
+expect_rc 2 "convert refuses a source outside the output's folder" -- "$amk" convert "$tmp/s/wrapper.json" -o "$tmp/s/sub/w.amkb"
+expect_grep "$tmp/err" "\[usage.convert.path\] at /wrapper/source_path" "the refusal names the source path"
+expect_rc 3 "run refuses a wrapper .amkb" -- "$amk" run "$tmp/s/w.amkb"
+expect_grep "$tmp/err" "\[wrapper.unsupported\] at header byte 0" "run's refusal of a wrapper .amkb is located"
 expect_rc 3 "run --backend cpu refuses a wrapper" -- "$amk" run "$sample" --backend cpu
 expect_grep "$tmp/err" "\[wrapper.backend.cpu\] at /format: the CPU backend does not run wrapper programs" "the CPU backend's refusal"
 

@@ -197,7 +197,8 @@ TEST_CASE("schemas/wrapper.md documents every error code the wrapper stage gives
   REQUIRE_FALSE(doc.str().empty());
   for (const char* code : {"wrapper.unsupported",
                            "wrapper.backend.cpu",
-                           "wrapper.amkb",
+                           "amkb.package",
+                           "amkb.source",
                            "wrapper.kernel_name",
                            "wrapper.source",
                            "wrapper.define",

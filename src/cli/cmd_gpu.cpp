@@ -1,6 +1,7 @@
 // The GPU-facing subcommands: amk compile (ahead of time, no GPU needed), amk devices,
 // amk profile --events / --trace (session/gpu_session.hpp does the work).
 #include <sstream>
+#include <utility>
 
 #include "cli/common.hpp"
 #include "session/gpu_session.hpp"
@@ -11,14 +12,39 @@ namespace {
 
 struct CompileCmdOptions {
   ProgramArgs program;
-  std::string arch = "sm_90a";
+  std::string arch;  // empty: sm_90a for a VM program, the target snapshot's for a wrapper
   CompileOutputs files;
   CacheArgs cache;
   VmArgs vm;
   bool explain = false;
+  bool trust_source = false;
 };
 
+// A wrapper program: its own source, compiled only with --trust-source, for its snapshot's arch.
+int run_compile_wrapper(const GlobalOptions& g, const CompileCmdOptions& o) {
+  // The VM's flags say nothing about a wrapper: refused by name rather than ignored.
+  const std::pair<bool, const char*> vm_only[] = {{!o.vm.vm.empty(), "--vm"},
+                                                  {o.explain, "--explain"},
+                                                  {!o.files.source.empty(), "--source-out"},
+                                                  {!o.files.ptx.empty(), "--ptx-out"}};
+  for (const auto& [given, flag] : vm_only)
+    if (given)
+      throw Error(ErrorKind::usage, "usage.wrapper.compile", flag,
+                  std::string(flag) + " applies to VM programs; a wrapper's source is its own");
+  const WrapperProgram w = load_and_check_wrapper(o.program);
+  const std::string arch = wrapper_compile_arch(w, o.arch, o.trust_source);
+  GpuRequest req;
+  req.line_info = o.vm.line_info;
+  req.use_cache = !o.cache.no_cache;
+  if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
+  std::ostringstream text;
+  const ordered_json j = compile_wrapper_for_arch(w, arch, req, o.files.cubin, text);
+  emit(g, j, text.str());
+  return 0;
+}
+
 int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
+  if (is_wrapper_file(o.program.path)) return run_compile_wrapper(g, o);
   GpuRequest req;
   req.vm = parse_vm_args(o.vm);
   req.line_info = o.vm.line_info;
@@ -27,7 +53,8 @@ int run_compile(const GlobalOptions& g, const CompileCmdOptions& o) {
   if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
   req.trust_custom_ops = o.program.trust_custom_ops;
   std::ostringstream text;
-  ordered_json j = compile_for_arch(p, o.arch, req, o.files, o.explain, text);
+  ordered_json j =
+      compile_for_arch(p, o.arch.empty() ? "sm_90a" : o.arch, req, o.files, o.explain, text);
   emit(g, j, text.str());
   return 0;
 }
@@ -95,9 +122,15 @@ int run_devices(const GlobalOptions& g) {
 
 void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto o = std::make_shared<CompileCmdOptions>();
-  auto* cmd = app.add_subcommand("compile", "compile a program's VM with NVRTC (no GPU needed)");
+  auto* cmd = app.add_subcommand(
+      "compile",
+      "compile a program's VM, or a wrapper program's kernel, with NVRTC (no GPU needed)");
   add_program_args(cmd, o->program);
-  cmd->add_option("--arch", o->arch, "target architecture (default sm_90a)");
+  cmd->add_option("--arch", o->arch,
+                  "target architecture (default sm_90a; a wrapper program: its target.arch, and "
+                  "no other)");
+  cmd->add_flag(std::string(kTrustSourceFlag), o->trust_source,
+                "compile a wrapper program's own CUDA source (runs code from the file)");
   cmd->add_option("-o,--output", o->files.cubin,
                   "also write the cubin here, and beside it FILE.json, the record of what it was "
                   "built for (arch, fingerprints, versions) that run/profile --cubin FILE check")

@@ -24,8 +24,9 @@ ArtifactRecord record_of(const CompileOutput& out) {
 
 }  // namespace
 
-std::filesystem::path write_vm_artifact(const std::filesystem::path& file, const CompileOutput& out,
-                                        const std::string& program_fingerprint) {
+std::filesystem::path write_cubin_artifact(const std::filesystem::path& file,
+                                           const CompileOutput& out,
+                                           const std::string& program_fingerprint) {
   ArtifactRecord r = record_of(out);
   r.program_fingerprint = program_fingerprint;
   write_artifact(file, out.cubin, std::move(r));

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -103,7 +104,55 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
+// ELF64 little endian, as NVRTC writes cubins: the fields read here, at their offsets.
+constexpr size_t kShoffAt = 0x28, kShentsizeAt = 0x3A, kShnumAt = 0x3C;
+constexpr size_t kSectionBytes = 64, kSymbolBytes = 24;
+constexpr uint32_t kShtSymtab = 2;
+constexpr uint8_t kSttFunc = 2;
+constexpr uint8_t kStoCudaEntry = 0x10;  // st_other of a __global__ function
+
+template <typename T>
+T read_le(const std::vector<std::byte>& b, uint64_t at) {
+  T v{};
+  std::memcpy(&v, b.data() + at, sizeof v);
+  return v;
+}
+
 }  // namespace
+
+bool cubin_has_entry(const std::vector<std::byte>& cubin, std::string_view name) {
+  if (!looks_like_cubin(cubin)) return false;
+  const uint64_t size = cubin.size();
+  const auto shoff = read_le<uint64_t>(cubin, kShoffAt);
+  const auto shentsize = read_le<uint16_t>(cubin, kShentsizeAt);
+  const auto shnum = read_le<uint16_t>(cubin, kShnumAt);
+  if (shentsize != kSectionBytes || shoff > size || shnum > (size - shoff) / kSectionBytes)
+    return false;
+  auto section = [&](uint64_t i) { return shoff + i * kSectionBytes; };
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const uint64_t s = section(i);
+    if (read_le<uint32_t>(cubin, s + 4) != kShtSymtab) continue;
+    const auto off = read_le<uint64_t>(cubin, s + 0x18);
+    const auto bytes = read_le<uint64_t>(cubin, s + 0x20);
+    const auto link = read_le<uint32_t>(cubin, s + 0x28);  // the symbols' string table
+    if (off > size || bytes > size - off || link >= shnum) return false;
+    const auto str_off = read_le<uint64_t>(cubin, section(link) + 0x18);
+    const auto str_bytes = read_le<uint64_t>(cubin, section(link) + 0x20);
+    if (str_off > size || str_bytes > size - str_off) return false;
+    const std::string_view strings(reinterpret_cast<const char*>(cubin.data()) + str_off,
+                                   str_bytes);
+    for (uint64_t sym = off; sym + kSymbolBytes <= off + bytes; sym += kSymbolBytes) {
+      const auto name_at = read_le<uint32_t>(cubin, sym);
+      const auto info = read_le<uint8_t>(cubin, sym + 4);
+      const auto other = read_le<uint8_t>(cubin, sym + 5);
+      if ((info & 0xF) != kSttFunc || (other & kStoCudaEntry) == 0 || name_at >= strings.size())
+        continue;
+      const std::string_view sym_name = strings.substr(name_at);
+      if (sym_name.substr(0, sym_name.find('\0')) == name) return true;
+    }
+  }
+  return false;
+}
 
 std::optional<fs::path> resolve_cache_dir(const CompileOptions& options) {
   if (options.cache_dir) return *options.cache_dir;
@@ -116,10 +165,11 @@ std::optional<fs::path> resolve_cache_dir(const CompileOptions& options) {
 }
 
 std::string cubin_cache_key(const std::string& source, const std::vector<std::string>& options,
-                            const std::string& arch, const std::string& nvrtc_version) {
+                            const std::string& arch, const std::string& nvrtc_version,
+                            const std::string& generator) {
   Sha256 h;
   hash_field(h, "amk.cubin-cache");
-  hash_field(h, std::to_string(kCubinCacheVersion) + "/" + std::to_string(kVmCodegenVersion));
+  hash_field(h, std::to_string(kCubinCacheVersion) + "/" + generator);
   hash_field(h, std::to_string(AMK_ABI_VERSION));
   hash_field(h, arch);
   hash_field(h, nvrtc_version);
@@ -198,14 +248,26 @@ std::string vm_ptx(const std::string& source, const CompileOptions& options) {
 
 CompileOutput compile_vm(const std::string& source, uint32_t tma_count,
                          const CompileOptions& options) {
+  CompileUnit unit;
+  unit.source = source;
+  unit.kernel_name = std::string(kKernelName);
+  unit.tma_count = tma_count;
+  unit.generator = std::to_string(kVmCodegenVersion);  // (the VM's keys predate CompileUnit)
+  return compile_unit(unit, options);
+}
+
+CompileOutput compile_unit(const CompileUnit& unit, const CompileOptions& options) {
+  const std::string& source = unit.source;
   const auto t0 = std::chrono::steady_clock::now();
   CompileOutput out;
-  out.kernel_name = std::string(kKernelName);
+  out.kernel_name = unit.kernel_name;
   out.arch = options.arch;
-  out.tma_count = tma_count;
+  out.tma_count = unit.tma_count;
   out.options = nvrtc_options(options);
+  out.options.insert(out.options.end(), unit.defines.begin(), unit.defines.end());
   out.nvrtc_version = nvrtc_version_string();
-  const std::string key = cubin_cache_key(source, out.options, out.arch, out.nvrtc_version);
+  const std::string key =
+      cubin_cache_key(source, out.options, out.arch, out.nvrtc_version, unit.generator);
   out.source_fingerprint = key;
   auto elapsed_ms = [&] {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -246,7 +308,7 @@ CompileOutput compile_vm(const std::string& source, uint32_t tma_count,
     }
   }
 
-  NvrtcResult r = nvrtc_compile(source, out.options);
+  NvrtcResult r = nvrtc_compile(source, out.options, unit.file_name);
   out.log = std::move(r.log);
   out.compile_ms = elapsed_ms();
   if (!r.ok)

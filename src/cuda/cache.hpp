@@ -20,12 +20,13 @@ inline constexpr uint32_t kCubinCacheVersion = 1;
 // when none can be named.
 [[nodiscard]] std::optional<std::filesystem::path> resolve_cache_dir(const CompileOptions& options);
 
-// sha256 over the generated source, every embedded header (name and text), the sorted NVRTC
-// options, the arch, the NVRTC version, AMK_ABI_VERSION and the cache/codegen versions.
+// sha256 over the source, every embedded header (name and text), the sorted NVRTC options (a
+// wrapper's defines among them), the arch, the NVRTC version, AMK_ABI_VERSION, the cache version
+// and `generator`, what wrote the source (CompileUnit::generator).
 [[nodiscard]] std::string cubin_cache_key(const std::string& source,
                                           const std::vector<std::string>& options,
-                                          const std::string& arch,
-                                          const std::string& nvrtc_version);
+                                          const std::string& arch, const std::string& nvrtc_version,
+                                          const std::string& generator);
 
 struct CachedCubin {
   std::vector<std::byte> cubin;

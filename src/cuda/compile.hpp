@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace amk {
@@ -37,6 +38,28 @@ struct CompileOutput {
   uint32_t tma_count = 0;  // CUtensorMap parameters after the program struct
 };
 
+// One translation unit for compile_unit: amk's VM or a wrapper's own source.
+struct CompileUnit {
+  std::string source;
+  std::string file_name = "amk_vm.cu";  // NVRTC's name for it (in the log)
+  std::string kernel_name;              // extern "C" entry point
+  uint32_t tma_count = 0;               // CUtensorMap parameters (recorded, not compiled in)
+  std::vector<std::string> defines;     // "-DNAME[=VALUE]", after amk's own options
+  // What wrote the source, part of the cache key: the VM's codegen version, or "wrapper/" and
+  // amk's version for a wrapper.
+  std::string generator;
+};
+
+// Compiles (or fetches from the cache) one unit: amk's NVRTC options for options.arch, then the
+// unit's defines, with every embedded kernels/ header available to #include. Throws
+// Error(nvrtc, nvrtc.compile) with the log in the detail when NVRTC fails. With
+// options.cubin_file, nothing is compiled: the artifact is loaded once its record matches.
+[[nodiscard]] CompileOutput compile_unit(const CompileUnit& unit, const CompileOptions& options);
+
+// True when `cubin` defines the kernel `name` (an entry point, as extern "C" __global__ gives it
+// under its own name), read from its ELF symbol table; false for anything malformed.
+[[nodiscard]] bool cubin_has_entry(const std::vector<std::byte>& cubin, std::string_view name);
+
 // Compiles (or fetches from the cache) a VM translation unit (cuda/codegen.hpp's vm_source) whose
 // kernel takes `tma_count` tensor maps. Throws Error(kind nvrtc) with the log, arch, options and
 // NVRTC version in the message/detail when compilation fails. With options.cubin_file, nothing is
@@ -49,11 +72,12 @@ struct CompileOutput {
 // cached. Throws like compile_vm.
 [[nodiscard]] std::string vm_ptx(const std::string& source, const CompileOptions& options);
 
-// `amk compile -o FILE`: writes the cubin to FILE and the record of what it was built for
+// `amk compile -o FILE` (a VM or a wrapper): writes the cubin to FILE and the record of what it was built for
 // (report/artifact.hpp) to FILE.json, each atomically, the record last. Returns FILE.json's path.
 // Throws Error(io, io.write).
-std::filesystem::path write_vm_artifact(const std::filesystem::path& file, const CompileOutput& out,
-                                        const std::string& program_fingerprint);
+std::filesystem::path write_cubin_artifact(const std::filesystem::path& file,
+                                           const CompileOutput& out,
+                                           const std::string& program_fingerprint);
 
 // Fills out.cubin from the artifact FILE (+ FILE.json) once its record matches `out` (arch,
 // kernel name, tma_count, NVRTC options and version, amk version, source fingerprint: filled by

@@ -84,7 +84,8 @@ std::vector<std::string> nvrtc_options(const CompileOptions& options) {
   return o;
 }
 
-NvrtcResult nvrtc_compile(const std::string& source, const std::vector<std::string>& options) {
+NvrtcResult nvrtc_compile(const std::string& source, const std::vector<std::string>& options,
+                          const std::string& file_name) {
   std::vector<const char*> header_texts, header_names;
   // NVRTC wants NUL-terminated texts; the embedded views are (scripts/embed_kernels.cmake).
   std::vector<std::string> owned;
@@ -96,7 +97,7 @@ NvrtcResult nvrtc_compile(const std::string& source, const std::vector<std::stri
     owned.emplace_back(f.text);
     header_texts.push_back(owned.back().c_str());
   }
-  NvrtcProgram program(source, "amk_vm.cu", header_texts, header_names);
+  NvrtcProgram program(source, file_name.c_str(), header_texts, header_names);
 
   std::vector<const char*> argv;
   argv.reserve(options.size());

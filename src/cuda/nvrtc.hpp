@@ -25,8 +25,9 @@ struct NvrtcResult {
 // The full NVRTC option list for these compile options (order as passed).
 [[nodiscard]] std::vector<std::string> nvrtc_options(const CompileOptions& options);
 
-// Compiles `source` (named amk_vm.cu) with the embedded headers.
+// Compiles `source` (named `file_name` in the log) with the embedded headers.
 [[nodiscard]] NvrtcResult nvrtc_compile(const std::string& source,
-                                        const std::vector<std::string>& options);
+                                        const std::vector<std::string>& options,
+                                        const std::string& file_name = "amk_vm.cu");
 
 }  // namespace amk

@@ -121,6 +121,17 @@ struct CompileOutputs {
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
                                             const GpuRequest& request, const CompileOutputs& files,
                                             bool explain, std::ostringstream& text);
+struct WrapperProgram;
+// `amk compile` of a wrapper program for `arch` (wrapper_compile_arch's: the trust flag and the
+// arch are checked before): its source with its defines and amk's NVRTC options, into the kernel
+// cache; `cubin_out` not empty: the cubin and its record, as for the VM. Throws Error(nvrtc) with
+// the log as compile_vm does, Error(program, wrapper.kernel_missing) at /wrapper/kernel_name when
+// the cubin has no entry point of that name.
+[[nodiscard]] ordered_json compile_wrapper_for_arch(const WrapperProgram& w,
+                                                    const std::string& arch,
+                                                    const GpuRequest& request,
+                                                    const std::string& cubin_out,
+                                                    std::ostringstream& text);
 // Every device the driver reports; without a driver, a device or a CUDA build, none and a
 // "notice" saying why (an answer, not an error).
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);

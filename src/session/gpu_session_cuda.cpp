@@ -20,6 +20,7 @@
 #include "ops/registry.hpp"
 #include "report/outputs.hpp"
 #include "report/trace.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace amk {
 namespace {
@@ -492,6 +493,71 @@ ordered_json kernel_attributes(const Program& program, const LoadOptions& load,
   return resources_json(a);
 }
 
+ordered_json compile_wrapper_for_arch(const WrapperProgram& w, const std::string& arch,
+                                      const GpuRequest& req, const std::string& cubin_out,
+                                      std::ostringstream& text) {
+  CompileOptions co = gpu_options(req).compile;
+  co.arch = arch;
+  co.cubin_file.reset();
+  CompileUnit unit;
+  unit.source = w.wrapper.source;
+  unit.file_name = w.wrapper.source_path.empty() ? "wrapper.cu" : w.wrapper.source_path;
+  unit.kernel_name = w.wrapper.kernel_name;
+  unit.tma_count = static_cast<uint32_t>(w.tma.size());
+  unit.defines = wrapper_nvrtc_defines(w.wrapper);
+  unit.generator = std::string("wrapper/") + AMK_VERSION;
+  const CompileOutput out = compile_unit(unit, co);
+  // NVRTC compiles a source without the named kernel happily; a launch would fail at
+  // cuModuleGetFunction, so the cubin's symbol table is read now (cache hits included).
+  if (!cubin_has_entry(out.cubin, unit.kernel_name))
+    throw Error(ErrorKind::program, "wrapper.kernel_missing", "/wrapper/kernel_name",
+                "the compiled source has no kernel " + unit.kernel_name +
+                    " (declare it extern \"C\" "
+                    "__global__ so that it keeps its name)");
+  if (!cubin_out.empty()) {
+    const std::filesystem::path dir = std::filesystem::absolute(cubin_out).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      throw Error(ErrorKind::io, "io.write", cubin_out,
+                  "the folder " + dir.string() + " does not exist (nothing was written)");
+  }
+  const std::string program_fingerprint =
+      "wrapper " + w.name + (w.artifact_fingerprint.empty() ? "" : " " + w.artifact_fingerprint);
+  const std::string record_out =
+      cubin_out.empty() ? std::string()
+                        : write_cubin_artifact(cubin_out, out, program_fingerprint).string();
+  ordered_json j;
+  j["status"] = "ok";
+  j["kind"] = "wrapper";
+  j["arch"] = out.arch;
+  j["kernel"] = out.kernel_name;
+  j["cubin_bytes"] = out.cubin.size();
+  j["cache_hit"] = out.cache_hit;
+  j["compile_ms"] = out.compile_ms;
+  j["nvrtc_version"] = out.nvrtc_version;
+  j["fingerprint"] = out.source_fingerprint;
+  j["target_fingerprint"] = w.target.fingerprint;
+  j["artifact_fingerprint"] = w.artifact_fingerprint;
+  j["options"] = out.options;
+  j["log"] = out.log;
+  if (!cubin_out.empty()) j["output"] = cubin_out;
+  if (!record_out.empty()) j["output_record"] = record_out;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "compiled wrapper %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
+                out.kernel_name.c_str(), out.arch.c_str(), out.cubin.size(),
+                out.cache_hit ? "cache hit" : "compiled", out.compile_ms,
+                out.nvrtc_version.c_str());
+  text << line;
+  std::istringstream log(out.log);
+  for (std::string l; std::getline(log, l);)
+    if (l.find("ptxas") != std::string::npos || l.find("registers") != std::string::npos)
+      text << "  " << l << "\n";
+  for (const std::string* f : {&cubin_out, &record_out})
+    if (!f->empty()) text << "wrote " << *f << "\n";
+  return j;
+}
+
 ordered_json compile_for_arch(const Program& program, const std::string& arch,
                               const GpuRequest& req, const CompileOutputs& files, bool explain,
                               std::ostringstream& text) {
@@ -545,8 +611,9 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
     write_file_atomic(path, std::as_bytes(std::span(s.data(), s.size())));
   };
   const std::string record_out =  // the cubin and, beside it, what it was built for
-      cubin_out.empty() ? std::string()
-                        : write_vm_artifact(cubin_out, out, program_fingerprint(program)).string();
+      cubin_out.empty()
+          ? std::string()
+          : write_cubin_artifact(cubin_out, out, program_fingerprint(program)).string();
   if (!files.source.empty()) write_text(files.source, source);
   if (!files.ptx.empty()) write_text(files.ptx, ptx);
   ordered_json j;

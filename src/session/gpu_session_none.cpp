@@ -40,6 +40,10 @@ ordered_json compile_for_arch(const Program&, const std::string&, const GpuReque
                               const CompileOutputs&, bool, std::ostringstream&) {
   no_cuda();
 }
+ordered_json compile_wrapper_for_arch(const WrapperProgram&, const std::string&, const GpuRequest&,
+                                      const std::string&, std::ostringstream&) {
+  no_cuda();
+}
 ordered_json list_gpus(std::ostringstream& text) {
   // Zero devices is an answer, not an error (as without a driver in a CUDA build).
   std::string why;

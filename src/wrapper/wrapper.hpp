@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "amk_wrapper.h"
 #include "io/load.hpp"
 #include "program/program.hpp"
 
@@ -48,44 +49,25 @@ enum class PackageArray : uint8_t {
   global_staging,
   flags,
 };
-inline constexpr size_t kPackageArrays = 14;
+inline constexpr size_t kPackageArrays = AMK_WRAPPER_POINTER_PARAMS;
+static_assert(static_cast<size_t>(PackageArray::flags) == AMK_WRAPPER_PARAM_FLAGS &&
+              static_cast<size_t>(PackageArray::tensor_args) == AMK_WRAPPER_PARAM_TENSOR_ARGS);
 [[nodiscard]] std::string_view package_array_name(PackageArray a) noexcept;
 [[nodiscard]] std::optional<PackageArray> parse_package_array(std::string_view name) noexcept;
 
-// ---- records amk reads or writes (little endian; the size guards below pin the layout) ----
+// ---- records amk reads or writes: kernels/amk_wrapper.h defines them for host and device ----
 
-// One tensor argument as amk writes it into the tensor_args array at launch: the device address
-// of the tensor argument's buffer, its dtype (AMK_DTYPE_*), rank and row-major shape and strides
-// (in elements); entries past `rank` are zero.
-inline constexpr uint32_t kTensorArgMaxRank = 8;
-struct WrapperTensorArgRecord {
-  uint64_t data;
-  uint32_t dtype;
-  uint32_t rank;
-  uint64_t shape[kTensorArgMaxRank];
-  int64_t strides[kTensorArgMaxRank];
-};
+// One tensor argument as amk writes it into the tensor_args array at launch.
+inline constexpr uint32_t kTensorArgMaxRank = AMK_WRAPPER_MAX_RANK;
+using WrapperTensorArgRecord = amk_wrapper_tensor_arg_t;
 static_assert(sizeof(WrapperTensorArgRecord) == 144, "tensor-arg record ABI (schemas/wrapper.md)");
-static_assert(offsetof(WrapperTensorArgRecord, dtype) == 8);
-static_assert(offsetof(WrapperTensorArgRecord, rank) == 12);
-static_assert(offsetof(WrapperTensorArgRecord, shape) == 16);
-static_assert(offsetof(WrapperTensorArgRecord, strides) == 80);
 static_assert(kTensorArgMaxRank == kMaxRank, "a tensor argument is an amk buffer");
 
-// One comm record of the comms array, as the compiler writes it. amk reads `kind` only: the HBM
-// send and receive kinds need the flags array zeroed before each launch.
-struct WrapperCommRecord {
-  uint32_t kind;
-  uint32_t peer;
-  uint64_t send_offset;
-  uint64_t recv_offset;
-  uint64_t bytes;
-};
+// One comm record of the comms array, as the compiler writes it; amk reads `kind` only.
+using WrapperCommRecord = amk_wrapper_comm_t;
 static_assert(sizeof(WrapperCommRecord) == 32, "comm record ABI (schemas/wrapper.md)");
-static_assert(offsetof(WrapperCommRecord, send_offset) == 8);
-static_assert(offsetof(WrapperCommRecord, bytes) == 24);
-inline constexpr uint32_t kCommKindHbmSend = 3;
-inline constexpr uint32_t kCommKindHbmRecv = 4;
+inline constexpr uint32_t kCommKindHbmSend = AMK_WRAPPER_COMM_HBM_SEND;
+inline constexpr uint32_t kCommKindHbmRecv = AMK_WRAPPER_COMM_HBM_RECV;
 
 // ---- the model ----
 
@@ -209,6 +191,20 @@ struct WrapperSummary {
 // The package entry's bytes (materialized from its init; empty for an absent array).
 [[nodiscard]] std::vector<std::byte> package_bytes(const WrapperProgram& w, PackageArray a,
                                                    const LoadOptions& options = {});
+
+// ---- compiling (compile.cpp; NVRTC itself is src/cuda's) ----
+
+// The flag that lets amk compile a wrapper's source: it is code from the program file.
+inline constexpr std::string_view kTrustSourceFlag = "--trust-source";
+// "sm_90a" for the snapshot's arch 90 with the "a" suffix.
+[[nodiscard]] std::string wrapper_arch(const TargetSnapshot& t);
+// The defines as NVRTC options, "-DNAME" or "-DNAME=VALUE", in the program's order.
+[[nodiscard]] std::vector<std::string> wrapper_nvrtc_defines(const WrapperSource& s);
+// The arch to compile `w` for: its target snapshot's. Throws Error(program, wrapper.untrusted)
+// at the source, naming kTrustSourceFlag, unless `trust_source`; Error(device, device.target) at
+// --arch when `requested` is not empty and not the snapshot's arch.
+[[nodiscard]] std::string wrapper_compile_arch(const WrapperProgram& w,
+                                               const std::string& requested, bool trust_source);
 
 // ---- base64 (RFC 4648, with padding) ----
 [[nodiscard]] std::string base64_encode(const std::vector<std::byte>& bytes);

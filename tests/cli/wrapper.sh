@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Wrapper programs on the command line (no GPU needed): validate, inspect and convert take them
-# (convert losslessly, both ways), the commands that would compile or launch one refuse with a
+# (convert losslessly, both ways), the commands that would launch one refuse with a
 # located error, and the sample matches schemas/wrapper.schema.json.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -44,8 +44,9 @@ expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
 expect_rc 2 "inspect --attributes refuses a wrapper" -- "$amk" inspect "$sample" --attributes
 expect_grep "$tmp/err" "\[usage.wrapper.attributes\] at --attributes" "inspect --attributes names the flag"
 
-# Not yet: the GPU path. Each refusal names the kind and what is missing, at /format (exit 3).
-for cmd in "run" "profile --events" "compile --arch sm_90a -o $tmp/k.cubin"; do
+# Not yet: the launch. Each refusal names the kind and what is missing, at /format (exit 3).
+# (compile: tests/cli/wrapper_compile.sh)
+for cmd in "run" "profile --events"; do
   expect_rc 3 "$cmd refuses a wrapper" -- "$amk" $cmd "$sample"
   expect_grep "$tmp/err" "\[wrapper.unsupported\] at /format: a wrapper program" "$cmd's refusal is located"
 done

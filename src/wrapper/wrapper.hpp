@@ -21,6 +21,8 @@
 
 namespace amk {
 
+struct DeviceInfo;  // device/device.hpp
+
 inline constexpr uint32_t kWrapperFormatVersion = 1;
 inline constexpr std::string_view kWrapperFormat = "amk.wrapper";
 
@@ -205,6 +207,18 @@ inline constexpr std::string_view kTrustSourceFlag = "--trust-source";
 // --arch when `requested` is not empty and not the snapshot's arch.
 [[nodiscard]] std::string wrapper_compile_arch(const WrapperProgram& w,
                                                const std::string& requested, bool trust_source);
+
+// ---- the live device (target.cpp) ----
+
+// Every way device `d` differs from the snapshot the compiler built for (arch, SM count, the
+// three shared-memory limits, cluster launch), and every launch requirement it cannot meet
+// (threads per block, dynamic shared memory over its opt-in limit, a cluster without cluster
+// launch). Empty: the wrapper may run there.
+[[nodiscard]] std::vector<std::string> wrapper_target_mismatches(const WrapperProgram& w,
+                                                                 const DeviceInfo& d);
+// Throws Error(device, device.target) at /target listing every mismatch, with the snapshot's and
+// the device's fingerprints.
+void check_wrapper_target(const WrapperProgram& w, const DeviceInfo& d);
 
 // ---- base64 (RFC 4648, with padding) ----
 [[nodiscard]] std::string base64_encode(const std::vector<std::byte>& bytes);

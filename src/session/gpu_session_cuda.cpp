@@ -110,6 +110,25 @@ ordered_json timings_json(const std::vector<std::pair<std::string, double>>& t) 
   return j;
 }
 
+// `amk compile`'s result: the compile and the files written (empty: none).
+ordered_json compile_json(const CompileOutput& out, const std::string& cubin_out,
+                          const std::string& record_out) {
+  ordered_json j;
+  j["status"] = "ok";
+  j["arch"] = out.arch;
+  j["kernel"] = out.kernel_name;
+  j["cubin_bytes"] = out.cubin.size();
+  j["cache_hit"] = out.cache_hit;
+  j["compile_ms"] = out.compile_ms;
+  j["nvrtc_version"] = out.nvrtc_version;
+  j["fingerprint"] = out.source_fingerprint;
+  j["options"] = out.options;
+  j["log"] = out.log;
+  if (!cubin_out.empty()) j["output"] = cubin_out;
+  if (!record_out.empty()) j["output_record"] = record_out;
+  return j;
+}
+
 }  // namespace
 
 bool gpu_present(std::string* why) { return gpu_available(why); }
@@ -526,22 +545,10 @@ ordered_json compile_wrapper_for_arch(const WrapperProgram& w, const std::string
   const std::string record_out =
       cubin_out.empty() ? std::string()
                         : write_cubin_artifact(cubin_out, out, program_fingerprint).string();
-  ordered_json j;
-  j["status"] = "ok";
+  ordered_json j = compile_json(out, cubin_out, record_out);
   j["kind"] = "wrapper";
-  j["arch"] = out.arch;
-  j["kernel"] = out.kernel_name;
-  j["cubin_bytes"] = out.cubin.size();
-  j["cache_hit"] = out.cache_hit;
-  j["compile_ms"] = out.compile_ms;
-  j["nvrtc_version"] = out.nvrtc_version;
-  j["fingerprint"] = out.source_fingerprint;
   j["target_fingerprint"] = w.target.fingerprint;
   j["artifact_fingerprint"] = w.artifact_fingerprint;
-  j["options"] = out.options;
-  j["log"] = out.log;
-  if (!cubin_out.empty()) j["output"] = cubin_out;
-  if (!record_out.empty()) j["output_record"] = record_out;
   char line[256];
   std::snprintf(line, sizeof line,
                 "compiled wrapper %s for %s: %zu bytes of cubin, %s in %.1f ms (NVRTC %s)\n",
@@ -616,19 +623,7 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
           : write_cubin_artifact(cubin_out, out, program_fingerprint(program)).string();
   if (!files.source.empty()) write_text(files.source, source);
   if (!files.ptx.empty()) write_text(files.ptx, ptx);
-  ordered_json j;
-  j["status"] = "ok";
-  j["arch"] = out.arch;
-  j["kernel"] = out.kernel_name;
-  j["cubin_bytes"] = out.cubin.size();
-  j["cache_hit"] = out.cache_hit;
-  j["compile_ms"] = out.compile_ms;
-  j["nvrtc_version"] = out.nvrtc_version;
-  j["fingerprint"] = out.source_fingerprint;
-  j["options"] = out.options;
-  j["log"] = out.log;
-  if (!cubin_out.empty()) j["output"] = cubin_out;
-  if (!record_out.empty()) j["output_record"] = record_out;
+  ordered_json j = compile_json(out, cubin_out, record_out);
   if (!files.source.empty()) j["source_output"] = files.source;
   if (!files.ptx.empty()) j["ptx_output"] = files.ptx;
   j["vm"] = vm_json(vm);

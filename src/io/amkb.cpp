@@ -16,11 +16,14 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "core/numeric.hpp"
+#include "io/amkb_bytes.hpp"
 #include "io/load.hpp"
 #include "ops/registry.hpp"
 
 namespace amk {
 namespace {
+
+using namespace amkb_bytes;
 
 // The file is little endian and the instruction table is memcpy'd as is.
 static_assert(std::endian::native == std::endian::little, ".amkb I/O assumes a little-endian host");
@@ -86,71 +89,8 @@ uint16_t rd16(const uint8_t* p) {
   std::memcpy(&v, p, 2);
   return v;
 }
-uint32_t rd32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-uint64_t rd64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, 8);
-  return v;
-}
 
-bool all_zero(const uint8_t* p, uint64_t n) {
-  for (uint64_t i = 0; i < n; ++i)
-    if (p[i] != 0) return false;
-  return true;
-}
-
-uint32_t crc_of(const uint8_t* p, uint64_t n) {
-  return crc32c(std::span<const std::byte>(reinterpret_cast<const std::byte*>(p), n));
-}
-
-// Whether a stored checksum disagrees. Fuzzing builds (the libFuzzer convention macro) accept any
-// checksum so that mutations reach the parsers behind it; nothing else changes.
-bool crc_mismatch(uint32_t stored, const uint8_t* p, uint64_t n) {
-#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-  (void)crc_of(p, n);
-  (void)stored;
-  return false;
-#else
-  return crc_of(p, n) != stored;
-#endif
-}
-
-// Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF): the JSON writer must be
-// able to emit every string the binary reader accepts.
-bool valid_utf8(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<uint8_t>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t n = 0;
-    uint32_t cp = 0;
-    uint32_t min = 0;
-    if ((c & 0xE0) == 0xC0)
-      n = 1, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-      n = 2, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-      n = 3, cp = c & 0x07, min = 0x10000;
-    else
-      return false;
-    if (s.size() - i - 1 < n) return false;
-    for (size_t k = 1; k <= n; ++k) {
-      auto d = static_cast<uint8_t>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += n + 1;
-  }
-  return true;
-}
+bool valid_utf8(std::string_view s) { return invalid_utf8_at(s) == std::string_view::npos; }
 
 bool name_char_ok(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||

@@ -1,5 +1,6 @@
 // The public API over src/cuda (builds with the CUDA toolkit): an Executable is a GpuExecutable
-// plus the host-side book of its buffers (api/host.hpp) and what crossed between host and device.
+// (a VM program) or a WrapperExecutable (a wrapper program), plus the host-side book of its
+// buffers (api/host.hpp) and what crossed between host and device.
 #include <cstdio>
 #include <memory>
 #include <span>
@@ -11,12 +12,14 @@
 #include "core/error.hpp"
 #include "cuda/bench.hpp"
 #include "cuda/executor.hpp"
+#include "cuda/wrapper_exec.hpp"
 #include "ops/registry.hpp"
 
 namespace amk {
 
 struct Executable::Impl {
-  GpuExecutable gpu;
+  std::optional<GpuExecutable> gpu;          // a VM program
+  std::optional<WrapperExecutable> wrapper;  // a wrapper program
   detail::BufferBook book;
   ExecutableStats stats;
 };
@@ -59,26 +62,67 @@ std::string diag_message(const Program& p, const amk_diag_t& d, const std::strin
   return buf;
 }
 
+[[noreturn]] void throw_wrong_kind(const char* wanted) {
+  throw Error(ErrorKind::internal, "internal.executable_kind", "",
+              std::string("the executable is not ") + wanted);
+}
+
 }  // namespace
 
 namespace detail {
 
 Executable ExecutableAccess::open(const Program& program, const InitialData& initial,
                                   const GpuOptions& options) {
-  return Executable(std::make_unique<Executable::Impl>(
-      Executable::Impl{GpuExecutable::open(program, initial, options), BufferBook(program), {}}));
+  return Executable(std::make_unique<Executable::Impl>(Executable::Impl{
+      GpuExecutable::open(program, initial, options), {}, BufferBook(program), {}}));
 }
 
-const GpuExecutable& ExecutableAccess::gpu(const Executable& exe) { return exe.impl("gpu").gpu; }
+Executable ExecutableAccess::open_wrapper(const WrapperProgram& w, const InitialData& initial,
+                                          const WrapperGpuOptions& options) {
+  // The kernel may write any array it is given; the records are amk's alone.
+  const Program view = wrapper_buffers(w);
+  std::vector<bool> written(view.buffers.size(), true);
+  written[static_cast<size_t>(PackageArray::tensor_args)] = false;
+  return Executable(std::make_unique<Executable::Impl>(
+      Executable::Impl{std::nullopt,
+                       WrapperExecutable::open(w, initial, options),
+                       BufferBook(view, std::move(written)),
+                       {}}));
+}
+
+const GpuExecutable& ExecutableAccess::gpu(const Executable& exe) {
+  Executable::Impl& m = exe.impl("gpu");
+  if (!m.gpu) throw_wrong_kind("a VM program's executable");
+  return *m.gpu;
+}
+
+const WrapperExecutable& ExecutableAccess::wrapper(const Executable& exe) {
+  Executable::Impl& m = exe.impl("wrapper");
+  if (!m.wrapper) throw_wrong_kind("a wrapper program's executable");
+  return *m.wrapper;
+}
 
 LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
   Executable::Impl& m = exe.impl("launch");
+  if (m.wrapper && passes != 1)
+    throw Error(ErrorKind::usage, "api.wrapper.passes", "passes",
+                "a wrapper program's launch is one grid of its own kernel: passes must be 1, not " +
+                    std::to_string(passes));
   ++m.stats.launches;
   m.book.launched();  // (also when it fails: it may have written before it stopped)
-  const LaunchResult r = m.gpu.launch(passes);
+  if (m.wrapper) {
+    const WrapperLaunchResult r = m.wrapper->launch();
+    LaunchOutcome out{r.status, "", {}, r.host_ms};
+    if (r.status != "ok")
+      out.message = "the wrapper passed its " + std::to_string(m.wrapper->timeout_ms()) +
+                    " ms deadline and returned on the abort word (flags word " +
+                    std::to_string(AMK_WRAPPER_ABORT_WORD) + ")";
+    return out;
+  }
+  const LaunchResult r = m.gpu->launch(passes);
   LaunchOutcome out{r.status, "", r.diag, r.host_ms};
   if (r.status != "ok")
-    out.message = diag_message(m.gpu.program(), r.diag, r.status, m.gpu.timeout_ms());
+    out.message = diag_message(m.gpu->program(), r.diag, r.status, m.gpu->timeout_ms());
   return out;
 }
 
@@ -99,6 +143,16 @@ void Executable::close() noexcept { impl_.reset(); }
 
 Executable Executable::open(const std::string& program_path, const OpenOptions& options) {
   detail::OpenedProgram opened = detail::load_for_open(program_path, options);
+  if (opened.wrapper) {
+    WrapperGpuOptions o;
+    o.device = options.device;
+    o.checked_device = check_wrapper_device(*opened.wrapper, options.device);
+    o.compile.use_cache = options.use_cache;
+    if (!options.cache_dir.empty()) o.compile.cache_dir = options.cache_dir;
+    o.timeout_ms = options.timeout_ms;
+    const InitialData initial = initial_data(opened.program, opened.load);
+    return detail::ExecutableAccess::open_wrapper(*opened.wrapper, initial, o);
+  }
   GpuOptions o;
   o.device = options.device;
   // The device refuses before the host data is made (for a decode step's weights, minutes).
@@ -126,7 +180,10 @@ void Executable::set_input(std::string_view name, const void* data, size_t bytes
     ++m.stats.skipped_uploads;
     return;
   }
-  m.gpu.upload_buffer(i, span);
+  if (m.wrapper)
+    m.wrapper->upload_buffer(i, span);
+  else
+    m.gpu->upload_buffer(i, span);
   m.book.uploaded(i, *fingerprint);
   ++m.stats.uploads;
   m.stats.uploaded_bytes += bytes;
@@ -138,7 +195,10 @@ void Executable::bind(std::string_view name, uint64_t device_pointer, size_t byt
   const uint32_t i = m.book.find(name, "bind");
   m.book.check(i, bytes, dtype, "bind");
   m.book.check_bind(i, device_pointer);
-  m.gpu.bind_buffer(i, device_pointer);
+  if (m.wrapper)
+    m.wrapper->bind_buffer(i, device_pointer);
+  else
+    m.gpu->bind_buffer(i, device_pointer);
   m.book.bound(i);
 }
 
@@ -155,40 +215,56 @@ void Executable::read_output(std::string_view name, void* data, size_t bytes,
   const uint32_t i = m.book.find(name, "read_output");
   m.book.check(i, bytes, dtype, "read_output");
   detail::check_host_pointer(data, name, "read_output");
-  m.gpu.download_buffer(i, std::span<std::byte>(static_cast<std::byte*>(data), bytes));
+  const std::span<std::byte> out(static_cast<std::byte*>(data), bytes);
+  if (m.wrapper)
+    m.wrapper->download_buffer(i, out);
+  else
+    m.gpu->download_buffer(i, out);
   m.stats.downloaded_bytes += bytes;
 }
 
 ProfileResult Executable::profile(const ProfileOptions& options) {
   Impl& m = impl("profile");
   m.book.launched();
-  const ProfileStats s = m.gpu.profile(options.warmup, options.iterations, options.scope,
-                                       options.flush_l2 ? BenchOptions{}.flush_bytes : 0);
+  const uint64_t flush = options.flush_l2 ? BenchOptions{}.flush_bytes : 0;
+  const ProfileStats s =
+      m.wrapper ? m.wrapper->profile(options.warmup, options.iterations, options.scope, flush)
+                : m.gpu->profile(options.warmup, options.iterations, options.scope, flush);
   return ProfileResult{s.samples_ms, s.median_ms, s.min_ms,    s.max_ms,
                        s.mean_ms,    s.stddev_ms, s.rel_spread};
 }
 
 KernelAttributes Executable::attributes() const {
-  const GpuExecutable& g = impl("attributes").gpu;
-  const KernelResources& k = g.kernel();
+  const Impl& m = impl("attributes");
+  const DeviceInfo& d = m.wrapper ? m.wrapper->device() : m.gpu->device();
+  const KernelResources& k = m.wrapper ? m.wrapper->kernel() : m.gpu->kernel();
+  const CompileOutput& c = m.wrapper ? m.wrapper->compiled() : m.gpu->compiled();
   KernelAttributes a;
-  a.kernel = g.compiled().kernel_name;
-  a.arch = g.compiled().arch;
-  a.device = g.device().name;
+  a.kernel = c.kernel_name;
+  a.arch = c.arch;
+  a.device = d.name;
   a.registers_per_thread = k.regs_per_thread;
   a.static_smem_bytes = k.static_smem;
-  a.dynamic_smem_bytes = g.dynamic_smem();
   a.local_bytes = k.local_bytes;
   a.const_bytes = k.const_bytes;
   a.max_threads_per_block = k.max_threads;
-  a.block = g.block();
   a.blocks_per_sm = k.blocks_per_sm;
-  a.sms = g.device().sm_count;
-  a.max_coresident_grid = static_cast<uint64_t>(k.blocks_per_sm) * g.device().sm_count;
-  a.grid = g.grid();
+  a.sms = d.sm_count;
+  a.max_coresident_grid = static_cast<uint64_t>(k.blocks_per_sm) * d.sm_count;
   a.max_cluster_size = k.max_cluster_size;
   a.max_active_clusters = k.max_active_clusters;
-  a.cache_hit = g.compiled().cache_hit;
+  a.cache_hit = c.cache_hit;
+  if (m.wrapper) {
+    const WrapperLaunch& l = m.wrapper->program().launch;
+    const auto b = l.block3();
+    a.dynamic_smem_bytes = l.dynamic_smem_bytes;
+    a.block = b[0] * b[1] * b[2];
+    a.grid = l.queues;
+  } else {
+    a.dynamic_smem_bytes = m.gpu->dynamic_smem();
+    a.block = m.gpu->block();
+    a.grid = m.gpu->grid();
+  }
   return a;
 }
 

@@ -18,6 +18,17 @@ OpenedProgram load_for_open(const std::string& path, const OpenOptions& options)
                     std::to_string(*options.timeout_ms));
   out.load.allow_outside_paths = options.allow_outside_paths;
   out.load.trust_custom_ops = options.trust_custom_ops;
+  if (is_wrapper_file(path)) {
+    WrapperProgram w = load_wrapper_file(path, out.load);
+    (void)check_wrapper(w, out.load);
+    (void)wrapper_compile_arch(w, "", options.trust_source);  // refuses untrusted source
+    if (!options.vm.empty())
+      throw Error(ErrorKind::usage, "api.vm.wrapper", "vm",
+                  "vm fields configure amk's VM; a wrapper program brings its own kernel");
+    out.program = wrapper_buffers(w);
+    out.wrapper = std::move(w);
+    return out;
+  }
   out.program = load_program_file(path, out.load);
   (void)verify(out.program);
   return out;
@@ -53,9 +64,10 @@ std::vector<bool> written_buffers(const Program& program) {
   return written;
 }
 
-BufferBook::BufferBook(const Program& program)
+BufferBook::BufferBook(const Program& program, std::optional<std::vector<bool>> written_override)
     : uploaded_(program.buffers.size()), program_name_(program.name) {
-  const std::vector<bool> written = written_buffers(program);
+  const std::vector<bool> written =
+      written_override ? std::move(*written_override) : written_buffers(program);
   infos_.reserve(program.buffers.size());
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     const Buffer& b = program.buffers[i];

@@ -17,13 +17,15 @@
 #include "config/vm_config.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace amk::detail {
 
 // Executable::open's program and what its options say, checked before anything is loaded:
 // usage.vm for a bad vm text, api.timeout for a deadline of 0 or past a program's limit.
 struct OpenedProgram {
-  Program program;  // loaded and verified
+  Program program;  // loaded and verified; a wrapper's: wrapper_buffers(*wrapper)
+  std::optional<WrapperProgram> wrapper;  // a wrapper program, loaded and checked
   LoadOptions load;
   VmOverrides vm;
 };
@@ -46,7 +48,10 @@ void check_host_pointer(const void* data, std::string_view name, std::string_vie
 // One program's buffers as the API sees them. `call` names the API call in errors.
 class BufferBook {
 public:
-  explicit BufferBook(const Program& program);
+  // `written`: which buffers a launch may write, where the program cannot say (a wrapper's
+  // kernel may write any array it is given); default written_buffers(program).
+  explicit BufferBook(const Program& program,
+                      std::optional<std::vector<bool>> written = std::nullopt);
 
   [[nodiscard]] const std::vector<BufferInfo>& infos() const noexcept { return infos_; }
   // The buffer's index; throws Error(usage, api.buffer) naming the program's buffers.

@@ -10,6 +10,7 @@
 #include "amk_abi.h"
 #include "backend/initial_data.hpp"
 #include "cuda/executor.hpp"
+#include "cuda/wrapper_exec.hpp"
 #include "program/program.hpp"
 
 namespace amk::detail {
@@ -17,8 +18,8 @@ namespace amk::detail {
 struct LaunchOutcome {
   std::string status;   // ok | timeout | bad_operand
   std::string message;  // one line for a non-ok status (the watchdog's or the op's record)
-  amk_diag_t diag{};
-  double host_ms = 0;  // reset + launch + wait, host clock
+  amk_diag_t diag{};    // (a wrapper's launch has none)
+  double host_ms = 0;   // reset + launch + wait, host clock
 };
 
 struct ExecutableAccess {
@@ -26,7 +27,13 @@ struct ExecutableAccess {
   // Executable::open makes from the file; `amk run` makes them itself: --check poisons, --reseed).
   [[nodiscard]] static Executable open(const Program& program, const InitialData& initial,
                                        const GpuOptions& options);
+  // A checked wrapper program (wrapper_compile_arch has passed) and the initial contents of
+  // wrapper_buffers(w).
+  [[nodiscard]] static Executable open_wrapper(const WrapperProgram& w, const InitialData& initial,
+                                               const WrapperGpuOptions& options);
+  // The executable underneath (Error(internal) for the other kind).
   [[nodiscard]] static const GpuExecutable& gpu(const Executable& exe);
+  [[nodiscard]] static const WrapperExecutable& wrapper(const Executable& exe);
   // Executable::launch without the throw for a watchdog stop or a bad operand: `amk run` reports
   // those with the diag record.
   [[nodiscard]] static LaunchOutcome launch(Executable& exe, uint32_t passes);

@@ -73,6 +73,7 @@ struct ProfileCmdOptions {
   std::string tuning_arms;
   VmArgs vm;
   std::string cubin;
+  bool trust_source = false;
 };
 
 int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
@@ -94,9 +95,14 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
     throw Error(ErrorKind::usage, "usage.profile.cubin", "--cubin",
                 "--cubin applies to --events without --tuning-arms (a trace and each arm compile "
                 "a VM of their own)");
+  if (is_wrapper_file(o.program.path) &&
+      (!o.events || o.arms_given || !o.trace_path.empty() || !o.vm.vm.empty()))
+    throw Error(ErrorKind::usage, "usage.wrapper.profile", o.events ? "--tuning-arms" : "--trace",
+                "a wrapper program profiles with --events alone: tuning arms, --vm and traces "
+                "belong to amk's VM");
   if (o.arms_given) o.request.arms = parse_tuning_arms(o.tuning_arms, "--tuning-arms");
   ProfileProgramRequest req;
-  req.files = {o.program.path, o.program.load_options(), o.out_dir, o.report_path};
+  req.files = {o.program.path, o.program.load_options(), o.out_dir, o.report_path, o.trust_source};
   req.profile = std::move(o.request);
   req.profile.gpu.vm = parse_vm_args(o.vm);
   req.profile.gpu.line_info = o.vm.line_info;
@@ -129,8 +135,7 @@ void setup_compile(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--arch", o->arch,
                   "target architecture (default sm_90a; a wrapper program: its target.arch, and "
                   "no other)");
-  cmd->add_flag(std::string(kTrustSourceFlag), o->trust_source,
-                "compile a wrapper program's own CUDA source (runs code from the file)");
+  add_trust_source_flag(cmd, o->trust_source);
   cmd->add_option("-o,--output", o->files.cubin,
                   "also write the cubin here, and beside it FILE.json, the record of what it was "
                   "built for (arch, fingerprints, versions) that run/profile --cubin FILE check")
@@ -184,6 +189,7 @@ void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   add_cubin_option(cmd, o->cubin);
+  add_trust_source_flag(cmd, o->trust_source);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_profile(g, *o); }; });
 }
 

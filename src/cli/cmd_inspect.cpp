@@ -24,6 +24,7 @@ struct InspectOptions {
   CacheArgs cache;
   VmArgs vm;
   std::string cubin;
+  bool trust_source = false;
 };
 
 std::string dims_text(const std::vector<uint64_t>& dims) {
@@ -34,12 +35,13 @@ std::string dims_text(const std::vector<uint64_t>& dims) {
 
 // A wrapper program: kernel, launch shape, package arrays, tensor arguments, TMA specs, target.
 int inspect_wrapper(const GlobalOptions& g, const InspectOptions& o) {
-  if (o.attributes)
-    throw Error(ErrorKind::usage, "usage.wrapper.attributes", "--attributes",
-                "a wrapper program's kernel is not compiled by this amk yet (its GPU path is a "
-                "later step); inspect it without --attributes");
+  if (o.attributes && (!o.vm.vm.empty() || o.vm.line_info))
+    throw Error(ErrorKind::usage, "usage.wrapper.attributes",
+                o.vm.line_info ? "--lineinfo" : "--vm",
+                "--vm and --lineinfo configure amk's VM; a wrapper brings its own kernel");
   WrapperSummary s;
   const WrapperProgram w = load_and_check_wrapper(o.program, &s);
+  if (o.attributes) (void)wrapper_compile_arch(w, "", o.trust_source);  // refuses untrusted
   ordered_json j;
   std::ostringstream t;
   j["status"] = "ok";
@@ -153,6 +155,14 @@ int inspect_wrapper(const GlobalOptions& g, const InspectOptions& o) {
     << (tg.cluster_launch ? "yes" : "no") << ", compiler " << tg.compiler_version << "\n"
     << "fingerprints  target " << tg.fingerprint << ", artifact "
     << (w.artifact_fingerprint.empty() ? std::string("(none)") : w.artifact_fingerprint) << "\n";
+  if (o.attributes) {
+    GpuRequest req;
+    req.device = o.device;
+    req.use_cache = !o.cache.no_cache;
+    if (!o.cache.cache_dir.empty()) req.cache_dir = o.cache.cache_dir;
+    req.cubin = cubin_request(o.cubin);
+    j["attributes"] = wrapper_attributes(w, o.program.load_options(), req, t);
+  }
   emit(g, j, t.str());
   return 0;
 }
@@ -297,6 +307,7 @@ void setup_inspect(CLI::App& app, const GlobalOptions& g, Action& action) {
   o->cache.cache_dir_option->needs(attributes);
   add_vm_args(cmd, o->vm);
   add_cubin_option(cmd, o->cubin)->needs(attributes);
+  add_trust_source_flag(cmd, o->trust_source)->needs(attributes);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_inspect(g, *o); }; });
 }
 

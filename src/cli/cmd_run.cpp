@@ -32,6 +32,7 @@ struct RunOptions {
   CacheArgs cache;
   VmArgs vm;
   std::string cubin;
+  bool trust_source = false;
 };
 
 int run_run(const GlobalOptions& g, const RunOptions& o) {
@@ -66,6 +67,7 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
   req.check = o.check;
   req.save_inputs = o.save_inputs;
   req.reseed = o.reseed;
+  req.trust_source = o.trust_source;
   req.gpu.device = o.device;
   req.gpu.iterations = o.passes;
   req.gpu.timeout_ms = o.timeout_ms;
@@ -124,6 +126,7 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
   add_cache_args(cmd, o->cache);
   add_vm_args(cmd, o->vm);
   add_cubin_option(cmd, o->cubin);
+  add_trust_source_flag(cmd, o->trust_source);
   cmd->callback([&g, &action, o] { action = [&g, o] { return run_run(g, *o); }; });
 }
 

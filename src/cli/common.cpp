@@ -105,6 +105,11 @@ void add_program_args(CLI::App* cmd, ProgramArgs& args) {
                 "compile the program's custom op sources (runs code from the file)");
 }
 
+CLI::Option* add_trust_source_flag(CLI::App* cmd, bool& flag) {
+  return cmd->add_flag(std::string(kTrustSourceFlag), flag,
+                       "compile a wrapper program's own CUDA source (runs code from the file)");
+}
+
 void add_vm_args(CLI::App* cmd, VmArgs& args) {
   cmd->add_option("--vm", args.vm,
                   "override a field of the VM's configuration, FIELD=VALUE[,FIELD=VALUE...] "

@@ -47,6 +47,8 @@ struct ProgramArgs {
 
 // Adds PROGRAM and the flags every program-reading command shares.
 void add_program_args(CLI::App* cmd, ProgramArgs& args);
+// --trust-source: a wrapper program's own CUDA source may be compiled (and run).
+CLI::Option* add_trust_source_flag(CLI::App* cmd, bool& flag);
 
 // --vm FIELD=VALUE (repeatable, or comma-separated) and --lineinfo: the commands that compile the
 // VM.

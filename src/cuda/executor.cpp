@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <thread>
 
 #include "core/checked.hpp"
 #include "core/error.hpp"
@@ -32,9 +31,6 @@ constexpr uint64_t kBufferAlignment = 256;
 // how long it waits for the blocks to see it. The device watchdog normally fires first.
 constexpr auto kHostGrace = std::chrono::milliseconds(5000);
 constexpr auto kAbortGrace = std::chrono::milliseconds(5000);
-// Poll cuStreamQuery without sleeping this long (short launches), then back off to 1 ms.
-constexpr auto kSpinPhase = std::chrono::milliseconds(2);
-constexpr auto kMaxPollSleep = std::chrono::microseconds(1000);
 
 // Layout of the host-mapped control block: the diag record, then the word the host copies into the
 // device abort flag (a pinned source, so the copy runs on the copy engine next to the persistent
@@ -192,54 +188,31 @@ struct GpuExecutable::Impl {
   // flag; if the blocks still do not return, the executable is abandoned (launch.hang). Returns
   // true when the host had to raise the abort flag.
   bool wait() {
-    const auto t0 = Clock::now();
-    constexpr uint64_t kMaxDeadlineMs = uint64_t{1} << 40;  // ~35 years: no time_point overflow
-    const auto deadline =
-        t0 + std::chrono::milliseconds(std::min(timeout_ms, kMaxDeadlineMs)) + kHostGrace;
-    std::optional<Clock::time_point> abort_deadline;
-    auto sleep = std::chrono::microseconds(10);
-    for (;;) {
-      const CUresult r = stream.query();
-      if (r == CUDA_SUCCESS) return abort_deadline.has_value();
-      if (r != CUDA_ERROR_NOT_READY) fault(r);
-      const auto now = Clock::now();
-      // timeout 0 disables the watchdog in the VM; the host then waits as long as it takes.
-      if (timeout_ms != 0 && !abort_deadline && now > deadline) {
-        spdlog::warn("launch still running {} ms after its {} ms deadline; raising the "
-                     "abort flag",
-                     std::chrono::duration_cast<std::chrono::milliseconds>(now - t0).count() -
-                         static_cast<long long>(timeout_ms),
-                     timeout_ms);
-        const void* one = static_cast<const std::byte*>(control.host()) + kAbortWordOffset;
-        cu::check(cu::driver().memcpy_htod_async(abort_flag.get(), one, sizeof(uint32_t),
-                                                 abort_stream.get()),
-                  "cuMemcpyHtoDAsync", "the abort flag (host abort)");
-        abort_deadline = now + kAbortGrace;
-      } else if (abort_deadline && now > *abort_deadline) {
-        hung = true;
-        const amk_diag_t d = read_diag();
-        throw Error(
-            ErrorKind::timeout, "launch.hang", launch_label(),
-            "the launch did not finish: the device watchdog (" + std::to_string(timeout_ms) +
-                " ms) did not stop it, nor did the abort "
-                "flag the host raised " +
-                std::to_string(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(kHostGrace).count()) +
-                " ms later (waited another " +
-                std::to_string(
-                    std::chrono::duration_cast<std::chrono::milliseconds>(kAbortGrace).count()) +
-                " ms); the kernel is still running and the GPU context is "
-                "abandoned; "
-                "diag: " +
-                describe_diag(d));
-      }
-      if (now - t0 < kSpinPhase) {
-        std::this_thread::yield();
-      } else {
-        std::this_thread::sleep_for(sleep);
-        sleep = std::min(sleep * 2, kMaxPollSleep);
-      }
-    }
+    const cu::HostWatchdog watchdog{timeout_ms, kHostGrace, kAbortGrace};
+    return cu::wait_with_watchdog(
+        stream, watchdog,
+        [&] {
+          spdlog::warn("launch still running {} ms after its {} ms deadline; raising the abort "
+                       "flag",
+                       kHostGrace.count(), timeout_ms);
+          const void* one = static_cast<const std::byte*>(control.host()) + kAbortWordOffset;
+          cu::check(cu::driver().memcpy_htod_async(abort_flag.get(), one, sizeof(uint32_t),
+                                                   abort_stream.get()),
+                    "cuMemcpyHtoDAsync", "the abort flag (host abort)");
+        },
+        [&] {
+          hung = true;
+          throw Error(ErrorKind::timeout, "launch.hang", launch_label(),
+                      "the launch did not finish: the device watchdog (" +
+                          std::to_string(timeout_ms) +
+                          " ms) did not stop it, nor did the abort flag the host raised " +
+                          std::to_string(kHostGrace.count()) + " ms later (waited another " +
+                          std::to_string(kAbortGrace.count()) +
+                          " ms); the kernel is still running and the GPU context is abandoned; "
+                          "diag: " +
+                          describe_diag(read_diag()));
+        },
+        [&](CUresult r) { fault(r); });
   }
 
   [[noreturn]] void fault(CUresult r) {
@@ -569,61 +542,17 @@ void GpuExecutable::download_buffer(uint32_t index, std::span<std::byte> out) co
   m.stream.synchronize("the buffer download");
 }
 
-namespace {
-
-std::string hex_address(uint64_t address) {
-  char s[32];
-  std::snprintf(s, sizeof s, "0x%llx", static_cast<unsigned long long>(address));
-  return s;
-}
-
-// [address, address + bytes) must lie in one allocation the driver knows, on device `ordinal`,
-// made in `context` where the driver names one (memory from a pool or the virtual memory API
-// may name none). A range the driver cannot tell is taken as it is.
-void check_caller_memory(uint64_t address, uint64_t bytes, CUcontext context, int ordinal,
-                         const std::string& what) {
-  const cu::DriverApi& d = cu::driver();
-  const auto refuse = [&](const char* code, const std::string& why) {
-    throw Error(ErrorKind::usage, code, what,
-                "bind: device pointer " + hex_address(address) + " for " + what + " " + why);
-  };
-  int device = -1;
-  const CUresult r = d.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
-  if (r == CUDA_ERROR_INVALID_VALUE)
-    refuse("api.bind.pointer", "is not memory the CUDA driver knows");
-  cu::check(r, "cuPointerGetAttribute", what);
-  if (device != ordinal)
-    refuse("api.bind.device", "is memory of device " + std::to_string(device) +
-                                  ", the executable runs on device " + std::to_string(ordinal));
-  CUcontext owner = nullptr;
-  if (d.pointer_get_attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, address) == CUDA_SUCCESS &&
-      owner != nullptr && owner != context)
-    refuse("api.bind.context", "was allocated in another context than the device's primary "
-                               "context, which the executable uses");
-  CUdeviceptr start = 0;
-  size_t size = 0;
-  if (d.pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) ==
-          CUDA_SUCCESS &&
-      d.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS &&
-      (address - start > size || bytes > size - (address - start)))
-    refuse("api.bind.range", "lies in an allocation of " + std::to_string(size) + " bytes at " +
-                                 hex_address(start) + ", too small for its " +
-                                 std::to_string(bytes) + " bytes");
-}
-
-}  // namespace
-
 void GpuExecutable::bind_buffer(uint32_t index, uint64_t address) {
   Impl& m = impl();
   const uint64_t bytes = index < m.program.buffers.size() ? m.program.buffers[index].bytes() : 0;
   m.check_copy(index, bytes);
   m.context.make_current();
   const std::string what = m.buffer_label(index);
-  check_caller_memory(address, bytes, m.context.get(), m.options.device, what);
+  cu::check_caller_memory(address, bytes, m.context.get(), m.options.device, what);
   // The VM's shared-memory buffer table packs a dtype above bit 56 (as for the arena).
   if (address + bytes < address || (address + bytes) >> 56 != 0)
     throw Error(ErrorKind::device, "device.memory", what,
-                "bind: memory at " + hex_address(address) +
+                "bind: memory at " + cu::hex_address(address) +
                     " lies above 2^56, where amk's VM "
                     "cannot address it");
   // Everything that can fail first, on copies; then the tables change together.

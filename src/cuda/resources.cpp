@@ -1,5 +1,9 @@
 #include "cuda/resources.hpp"
 
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <thread>
 #include <cstring>
 
 #include "core/error.hpp"
@@ -268,6 +272,83 @@ double elapsed_ms(const Event& start, const Event& end, std::string_view what) {
   float ms = 0.0f;
   check(driver().event_elapsed_time(&ms, start.get(), end.get()), "cuEventElapsedTime", what);
   return static_cast<double>(ms);
+}
+
+bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
+                        const std::function<void()>& raise_abort, const std::function<void()>& hang,
+                        const std::function<void(CUresult)>& fault) {
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kSpinPhase = std::chrono::milliseconds(2);
+  constexpr auto kMaxPollSleep = std::chrono::microseconds(1000);
+  constexpr uint64_t kMaxDeadlineMs = uint64_t{1} << 40;  // ~35 years: no time_point overflow
+  const auto t0 = Clock::now();
+  const auto deadline = t0 +
+                        std::chrono::milliseconds(std::min(watchdog.timeout_ms, kMaxDeadlineMs)) +
+                        watchdog.grace;
+  std::optional<Clock::time_point> abort_deadline;
+  auto sleep = std::chrono::microseconds(10);
+  for (;;) {
+    const CUresult r = stream.query();
+    if (r == CUDA_SUCCESS) return abort_deadline.has_value();
+    if (r != CUDA_ERROR_NOT_READY) {
+      fault(r);
+      throw_driver_error(r, "cuStreamQuery", "the launch");  // (fault throws first)
+    }
+    const auto now = Clock::now();
+    if (watchdog.timeout_ms != 0 && !abort_deadline && now > deadline) {
+      raise_abort();
+      abort_deadline = now + watchdog.abort_grace;
+    } else if (abort_deadline && now > *abort_deadline) {
+      hang();
+      throw Error(ErrorKind::timeout, "launch.hang", "", "the launch did not finish");
+    }
+    if (now - t0 < kSpinPhase) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(sleep);
+      sleep = std::min(sleep * 2, kMaxPollSleep);
+    }
+  }
+}
+
+std::string hex_address(uint64_t address) {
+  char s[32];
+  std::snprintf(s, sizeof s, "0x%llx", static_cast<unsigned long long>(address));
+  return s;
+}
+
+// [address, address + bytes) must lie in one allocation the driver knows, on device `ordinal`,
+// made in `context` where the driver names one (memory from a pool or the virtual memory API
+// may name none). A range the driver cannot tell is taken as it is.
+void check_caller_memory(uint64_t address, uint64_t bytes, CUcontext context, int ordinal,
+                         const std::string& what) {
+  const cu::DriverApi& d = cu::driver();
+  const auto refuse = [&](const char* code, const std::string& why) {
+    throw Error(ErrorKind::usage, code, what,
+                "bind: device pointer " + hex_address(address) + " for " + what + " " + why);
+  };
+  int device = -1;
+  const CUresult r = d.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, address);
+  if (r == CUDA_ERROR_INVALID_VALUE)
+    refuse("api.bind.pointer", "is not memory the CUDA driver knows");
+  cu::check(r, "cuPointerGetAttribute", what);
+  if (device != ordinal)
+    refuse("api.bind.device", "is memory of device " + std::to_string(device) +
+                                  ", the executable runs on device " + std::to_string(ordinal));
+  CUcontext owner = nullptr;
+  if (d.pointer_get_attribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, address) == CUDA_SUCCESS &&
+      owner != nullptr && owner != context)
+    refuse("api.bind.context", "was allocated in another context than the device's primary "
+                               "context, which the executable uses");
+  CUdeviceptr start = 0;
+  size_t size = 0;
+  if (d.pointer_get_attribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, address) ==
+          CUDA_SUCCESS &&
+      d.pointer_get_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, address) == CUDA_SUCCESS &&
+      (address - start > size || bytes > size - (address - start)))
+    refuse("api.bind.range", "lies in an allocation of " + std::to_string(size) + " bytes at " +
+                                 hex_address(start) + ", too small for its " +
+                                 std::to_string(bytes) + " bytes");
 }
 
 }  // namespace amk::cu

@@ -6,7 +6,9 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -190,5 +192,30 @@ private:
 
 // Milliseconds between two recorded, completed events.
 [[nodiscard]] double elapsed_ms(const Event& start, const Event& end, std::string_view what);
+
+// The host side of a persistent launch's watchdog: how long to wait before raising the abort,
+// and how long the blocks then get to see it.
+struct HostWatchdog {
+  uint64_t timeout_ms = 0;                // 0: no deadline, wait as long as it takes
+  std::chrono::milliseconds grace{0};     // past the timeout, before raise_abort
+  std::chrono::milliseconds abort_grace;  // past raise_abort, before hang
+};
+
+// Waits for everything queued on `stream`, polling cuStreamQuery (spinning for the first 2 ms,
+// then sleeping with a backoff up to 1 ms). Past the deadline it calls raise_abort() once (which
+// enqueues the abort write on a stream of its own); abort_grace later, hang(), which throws. A
+// failed query calls fault(result), which throws. Returns true when the abort was raised.
+bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
+                        const std::function<void()>& raise_abort, const std::function<void()>& hang,
+                        const std::function<void(CUresult)>& fault);
+
+// "0x7f..." for an address in messages.
+[[nodiscard]] std::string hex_address(uint64_t address);
+
+// [address, address + bytes) must lie in one allocation the driver knows, on device `ordinal`,
+// made in `context` where the driver names one; Error(usage, api.bind.pointer / .device /
+// .context / .range) naming `what` otherwise.
+void check_caller_memory(uint64_t address, uint64_t bytes, CUcontext context, int ordinal,
+                         const std::string& what);
 
 }  // namespace amk::cu

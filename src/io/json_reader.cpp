@@ -505,9 +505,8 @@ public:
     if (root.is_object())
       if (auto f = member(root, "format"); f && f->is_string() && f->str() == "amk.wrapper")
         fail("wrapper.unsupported", loc / "format",
-             "a wrapper program (format \"amk.wrapper\"): validate, inspect and convert take "
-             "it; running, profiling and compiling wrapper programs needs their GPU launch "
-             "path, which this amk does not have yet");
+             "a wrapper program (format \"amk.wrapper\") where only a VM program is taken: "
+             "wrappers go to validate, inspect, convert, compile, run and profile --events");
     check_keys(root, loc,
                {"format", "version", "name", "description", "target", "launch", "buffers",
                 "counters", "instructions", "queues", "tma", "custom_ops"});

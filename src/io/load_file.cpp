@@ -70,9 +70,9 @@ Program load_program_file(const fs::path& path, const LoadOptions& options) {
   if (bytes.size() >= sizeof kWrapperAmkbMagic &&
       std::memcmp(bytes.data(), kWrapperAmkbMagic, 4) == 0)
     throw_program_error("wrapper.unsupported", "header byte 0",
-                        "a wrapper program's .amkb (magic AMKW): validate, inspect and convert "
-                        "take it; running, profiling and compiling wrapper programs needs their "
-                        "GPU launch path, which this amk does not have yet");
+                        "a wrapper program's .amkb (magic AMKW) where only a VM program is "
+                        "taken: wrappers go to validate, inspect, convert, compile, run and "
+                        "profile --events");
   if (bytes.size() >= sizeof kAmkbMagic && std::memcmp(bytes.data(), kAmkbMagic, 4) == 0)
     program = parse_amkb_program(
         std::span<const std::byte>(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size()),

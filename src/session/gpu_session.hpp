@@ -56,8 +56,9 @@ struct GpuOutcome {
   std::string target_fingerprint;
   std::string artifact_fingerprint;
   uint32_t grid = 0;
-  uint32_t block = 0;
+  uint32_t block = 0;  // threads per block
   std::vector<uint64_t> trace;
+  ordered_json wrapper;  // a wrapper's launch (kernel, shape, fingerprints) or null
 };
 
 struct ProfileRequest {
@@ -92,6 +93,23 @@ struct BenchRequest {
 
 [[nodiscard]] GpuOutcome run_on_gpu(const Program& program, const InitialData& initial,
                                     const GpuRequest& request);
+struct WrapperProgram;
+// A wrapper program's device checked against its target snapshot (device.target listing every
+// difference) and its arrays against the device's memory, before any host data is made.
+[[nodiscard]] DeviceInfo check_wrapper_gpu(const WrapperProgram& w, int device);
+// One launch of a checked wrapper program whose source is trusted; `initial` holds the contents
+// of wrapper_buffers(w). The outputs come back as run_on_gpu's do; status ok or timeout.
+[[nodiscard]] GpuOutcome run_wrapper_on_gpu(const WrapperProgram& w, const InitialData& initial,
+                                            const GpuRequest& request);
+// `amk profile --events` of a wrapper (kernel or launch scope, cold or warm L2).
+[[nodiscard]] ordered_json profile_wrapper_on_gpu(const WrapperProgram& w,
+                                                  const InitialData& initial,
+                                                  const ProfileRequest& request,
+                                                  std::ostringstream& text);
+// `amk inspect --attributes` of a wrapper: its compiled kernel's resources at its launch shape
+// (opened as for a run: target, compile, proof, upload).
+[[nodiscard]] ordered_json wrapper_attributes(const WrapperProgram& w, const LoadOptions& load,
+                                              const GpuRequest& request, std::ostringstream& text);
 [[nodiscard]] ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
                                           const ProfileRequest& request, std::ostringstream& text);
 // `amk profile --events --tuning-arms`: one executable per VM tuning arm, all open at once (the
@@ -121,7 +139,6 @@ struct CompileOutputs {
 [[nodiscard]] ordered_json compile_for_arch(const Program& program, const std::string& arch,
                                             const GpuRequest& request, const CompileOutputs& files,
                                             bool explain, std::ostringstream& text);
-struct WrapperProgram;
 // `amk compile` of a wrapper program for `arch` (wrapper_compile_arch's: the trust flag and the
 // arch are checked before): its source with its defines and amk's NVRTC options, into the kernel
 // cache; `cubin_out` not empty: the cubin and its record, as for the VM. Throws Error(nvrtc) with
@@ -140,8 +157,9 @@ struct WrapperProgram;
 struct GpuCommandFiles {
   std::string program_path;
   LoadOptions load;
-  std::string out_dir;      // -o: report.json goes here (the folder is made if missing)
-  std::string report_path;  // --report: report.json here instead; both empty: no report
+  std::string out_dir;        // -o: report.json goes here (the folder is made if missing)
+  std::string report_path;    // --report: report.json here instead; both empty: no report
+  bool trust_source = false;  // a wrapper program's own CUDA source may be compiled
 };
 
 struct ProfileProgramRequest {

@@ -8,10 +8,12 @@
 #include <utility>
 
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/phase_log.hpp"
 #include "report/outputs.hpp"
 #include "session/gpu_session.hpp"
 #include "verify/verify.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace amk {
 namespace {
@@ -46,11 +48,15 @@ void lift_result(const ordered_json& j, RunReport& report) {
 
 using GpuCommand =
     std::function<ordered_json(const Program&, const InitialData&, std::ostringstream&)>;
+// The command for a wrapper program; null: the command takes VM programs only.
+using WrapperCommand =
+    std::function<ordered_json(const WrapperProgram&, const InitialData&, std::ostringstream&)>;
 
 // Runs `command` on the loaded, verified, device-checked program and its host data; with
 // files.out_dir or files.report_path, writes report.json whether it succeeds or not.
 CommandResult run_with_report(const std::string& name, const GpuCommandFiles& files,
-                              GpuRequest& gpu, const GpuCommand& command) {
+                              GpuRequest& gpu, const GpuCommand& command,
+                              const WrapperCommand& wrapper_command = nullptr) {
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   RunReport report;
@@ -67,26 +73,44 @@ CommandResult run_with_report(const std::string& name, const GpuCommandFiles& fi
     write_report(report_file, report);
   };
   try {
-    Phase load("load");
-    Program p = load_program_file(files.program_path, files.load);
-    report.timings_ms.emplace_back("load", load.finish());
-    Phase verifying("verify");
-    (void)verify(p);
-    report.timings_ms.emplace_back("verify", verifying.finish());
-    report.program_name = p.name;
-    report.program_fingerprint = program_fingerprint(p);
-    report.instructions = p.instructions.size();
-    // (a refusal before minutes of host data)
-    gpu.checked_device = check_gpu(p, gpu.device);
-    gpu.trust_custom_ops = files.load.trust_custom_ops;
-    Phase materialize("materialize");
-    const InitialData initial = initial_data(p, files.load);
-    report.timings_ms.emplace_back("materialize", materialize.finish());
-    report.data_fingerprint = data_fingerprint(initial);
-
     CommandResult result;
     std::ostringstream text;
-    result.json = command(p, initial, text);
+    if (wrapper_command && is_wrapper_file(files.program_path)) {
+      Phase load("load");
+      const WrapperProgram w = load_wrapper_file(files.program_path, files.load);
+      report.timings_ms.emplace_back("load", load.finish());
+      Phase checking("verify");
+      const WrapperSummary summary = check_wrapper(w, files.load);
+      (void)wrapper_compile_arch(w, "", files.trust_source);  // refuses untrusted source
+      report.timings_ms.emplace_back("verify", checking.finish());
+      report.program_name = w.name;
+      report.program_fingerprint = sha256_hex(wrapper_to_json(w));
+      report.instructions = summary.instruction_count;
+      gpu.checked_device = check_wrapper_gpu(w, gpu.device);
+      Phase materialize("materialize");
+      const InitialData initial = initial_data(wrapper_buffers(w), files.load);
+      report.timings_ms.emplace_back("materialize", materialize.finish());
+      report.data_fingerprint = data_fingerprint(initial);
+      result.json = wrapper_command(w, initial, text);
+    } else {
+      Phase load("load");
+      Program p = load_program_file(files.program_path, files.load);
+      report.timings_ms.emplace_back("load", load.finish());
+      Phase verifying("verify");
+      (void)verify(p);
+      report.timings_ms.emplace_back("verify", verifying.finish());
+      report.program_name = p.name;
+      report.program_fingerprint = program_fingerprint(p);
+      report.instructions = p.instructions.size();
+      // (a refusal before minutes of host data)
+      gpu.checked_device = check_gpu(p, gpu.device);
+      gpu.trust_custom_ops = files.load.trust_custom_ops;
+      Phase materialize("materialize");
+      const InitialData initial = initial_data(p, files.load);
+      report.timings_ms.emplace_back("materialize", materialize.finish());
+      report.data_fingerprint = data_fingerprint(initial);
+      result.json = command(p, initial, text);
+    }
     lift_result(result.json, report);
     report.extra = result.json;
     report.timings_ms.emplace_back(
@@ -132,6 +156,13 @@ CommandResult profile_program(const ProfileProgramRequest& request) {
             j = ordered_json{{"status", "ok"}, {"program", p.name}, {"trace", std::move(t)}};
         }
         return j;
+      },
+      [&](const WrapperProgram& w, const InitialData& initial, std::ostringstream& text) {
+        if (!request.events || !profile.arms.empty() || !request.trace_path.empty())
+          throw Error(ErrorKind::usage, "usage.wrapper.profile", "--events",
+                      "a wrapper program profiles with --events only: tuning arms and traces "
+                      "belong to amk's VM");
+        return profile_wrapper_on_gpu(w, initial, profile, text);
       });
 }
 

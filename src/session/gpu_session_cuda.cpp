@@ -10,12 +10,14 @@
 #include "amk/amk.hpp"
 #include "api/internal.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/numeric.hpp"
 #include "core/phase_log.hpp"
 #include "cuda/bench.hpp"
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/executor.hpp"
+#include "cuda/wrapper_exec.hpp"
 #include "config/choose.hpp"
 #include "ops/registry.hpp"
 #include "report/outputs.hpp"
@@ -177,17 +179,109 @@ GpuOutcome run_on_gpu(const Program& program, const InitialData& initial, const 
   return out;
 }
 
+namespace {
+
+WrapperGpuOptions wrapper_options(const GpuRequest& r) {
+  WrapperGpuOptions o;
+  o.device = r.device;
+  o.checked_device = r.checked_device;
+  o.compile.use_cache = r.use_cache;
+  if (r.cache_dir) o.compile.cache_dir = *r.cache_dir;
+  o.compile.line_info = r.line_info;
+  if (r.cubin) o.compile.cubin_file = *r.cubin;
+  o.timeout_ms = r.timeout_ms;
+  return o;
+}
+
+// What report.json says of a wrapper's launch (under `extra.wrapper`).
+ordered_json wrapper_json(const WrapperExecutable& ex) {
+  const WrapperProgram& w = ex.program();
+  const auto b = w.launch.block3();
+  ordered_json j;
+  j["kernel"] = ex.compiled().kernel_name;
+  j["arch"] = ex.compiled().arch;
+  j["grid"] = w.launch.queues;
+  j["block"] = {b[0], b[1], b[2]};
+  j["cluster_size"] = w.launch.cluster_size;
+  j["launch"] = w.launch.cluster_size > 1 ? "cluster" : "cooperative";
+  j["dynamic_smem_bytes"] = w.launch.dynamic_smem_bytes;
+  j["static_smem_bytes"] = ex.kernel().static_smem;
+  j["registers_per_thread"] = ex.kernel().regs_per_thread;
+  j["instruction_count"] = w.entry(PackageArray::instructions).records();
+  j["tensor_args"] = w.tensor_args.size();
+  j["tma_maps"] = w.tma.size();
+  j["flags_reset"] = ex.flags_reset();
+  j["timeout_ms"] = ex.timeout_ms();
+  j["target_fingerprint"] = w.target.fingerprint;
+  j["device_fingerprint"] = ex.device().fingerprint();
+  j["artifact_fingerprint"] = w.artifact_fingerprint;
+  j["compiled_fingerprint"] = ex.compiled().source_fingerprint;
+  j["cache_hit"] = ex.compiled().cache_hit;
+  return j;
+}
+
+}  // namespace
+
+DeviceInfo check_wrapper_gpu(const WrapperProgram& w, int device) {
+  return check_wrapper_device(w, device);
+}
+
+GpuOutcome run_wrapper_on_gpu(const WrapperProgram& w, const InitialData& initial,
+                              const GpuRequest& req) {
+  GpuOutcome out;
+  Executable exe = detail::ExecutableAccess::open_wrapper(w, initial, wrapper_options(req));
+  const WrapperExecutable& ex = detail::ExecutableAccess::wrapper(exe);
+  out.timings_ms = ex.setup_timings_ms();
+  out.device = ex.device().to_json();
+  out.versions = {{"amk", AMK_VERSION},
+                  {"nvrtc", ex.compiled().nvrtc_version},
+                  {"driver", ex.device().driver_version}};
+  out.target_fingerprint = w.target.fingerprint;
+  out.artifact_fingerprint =
+      w.artifact_fingerprint.empty() ? ex.compiled().source_fingerprint : w.artifact_fingerprint;
+  out.grid = w.launch.queues;
+  const auto b = w.launch.block3();
+  out.block = b[0] * b[1] * b[2];
+  out.wrapper = wrapper_json(ex);
+  Phase launch("launch");
+  const detail::LaunchOutcome r = detail::ExecutableAccess::launch(exe, 1);
+  launch.finish();
+  out.timings_ms.emplace_back("launch", r.host_ms);
+  out.status = r.status;
+  if (r.status != "ok") {
+    out.diagnostics = {{"status", r.status},
+                       {"timeout_ms", ex.timeout_ms()},
+                       {"abort_word", AMK_WRAPPER_ABORT_WORD},
+                       {"elapsed_ms", r.host_ms}};
+    out.message = r.message;
+    return out;
+  }
+  Phase download("staging_download");
+  for (const BufferInfo& bi : exe.buffers()) {
+    out.buffers.data.emplace_back();
+    if (!bi.output) continue;
+    out.buffers.data.back() = host_bytes(bi.bytes);
+    exe.read_output(bi.name, out.buffers.data.back().data(), bi.bytes, bi.dtype);
+  }
+  out.timings_ms.emplace_back("staging_download", download.finish());
+  Phase cleanup("cleanup");
+  exe.close();
+  out.timings_ms.emplace_back("cleanup", cleanup.finish());
+  return out;
+}
+
 ProfileOptions profile_options(const ProfileRequest& req) {
   return {
       .warmup = req.warmup, .iterations = req.iterations, .scope = req.scope, .flush_l2 = req.cold};
 }
 
 // The fields every `amk profile --events` result starts with.
-ordered_json profile_head(const Program& program, const ProfileRequest& req, uint64_t flush_bytes) {
+ordered_json profile_head(const std::string& name, const std::string& fingerprint,
+                          const ProfileRequest& req, uint64_t flush_bytes) {
   ordered_json j;
   j["status"] = "ok";
-  j["program"] = program.name;
-  j["program_fingerprint"] = program_fingerprint(program);
+  j["program"] = name;
+  j["program_fingerprint"] = fingerprint;
   j["scope"] = req.scope;
   j["cold"] = req.cold;
   if (req.cold) j["flush_bytes"] = flush_bytes;
@@ -208,6 +302,25 @@ void put_stats(ordered_json& j, const Stats& s) {
   j["samples_ms"] = s.samples_ms;
 }
 
+// `amk profile --events`' two lines: the samples' statistics, then the setup phases.
+void profile_text(std::ostringstream& text, const std::string& title, const DeviceInfo& device,
+                  const ProfileRequest& req, const ProfileResult& s,
+                  const std::vector<std::pair<std::string, double>>& setup, bool cache_hit) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
+                "max %.4f, spread %.2f%%\n",
+                title.c_str(), device.name.c_str(), req.iterations, req.scope.c_str(),
+                req.cold ? ", L2 flushed before each" : "", req.warmup, s.median_ms, s.min_ms,
+                s.max_ms, 100.0 * s.rel_spread);
+  text << line << "setup:";
+  for (const auto& [k, v] : setup) {
+    std::snprintf(line, sizeof line, " %s %.2f ms", k.c_str(), v);
+    text << line;
+  }
+  text << (cache_hit ? " (kernel from cache)\n" : " (kernel compiled)\n");
+}
+
 ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
                             const ProfileRequest& req, std::ostringstream& text) {
   Executable exe = detail::ExecutableAccess::open(program, initial, gpu_options(req.gpu));
@@ -216,7 +329,7 @@ ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
   Phase phase("profile");
   const ProfileResult s = exe.profile(profile_options(req));
   phase.finish();
-  ordered_json j = profile_head(program, req, flush_bytes);
+  ordered_json j = profile_head(program.name, program_fingerprint(program), req, flush_bytes);
   put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;
@@ -226,20 +339,55 @@ ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
   j["target_fingerprint"] = ex.device().fingerprint();
   j["artifact_fingerprint"] = ex.compiled().source_fingerprint;
   j["vm"] = vm_json(ex.vm());
-  char line[256];
-  std::snprintf(line, sizeof line,
-                "%s on %s: %u launches (%s scope%s, %u warm-up): median %.4f ms, min %.4f, "
-                "max %.4f, spread %.2f%%\n",
-                program.name.c_str(), ex.device().name.c_str(), req.iterations, req.scope.c_str(),
-                req.cold ? ", L2 flushed before each" : "", req.warmup, s.median_ms, s.min_ms,
-                s.max_ms, 100.0 * s.rel_spread);
-  text << line << "setup:";
-  for (const auto& [k, v] : ex.setup_timings_ms()) {
-    std::snprintf(line, sizeof line, " %s %.2f ms", k.c_str(), v);
-    text << line;
-  }
-  text << (ex.compiled().cache_hit ? " (kernel from cache)\n" : " (kernel compiled)\n");
+  profile_text(text, program.name, ex.device(), req, s, ex.setup_timings_ms(),
+               ex.compiled().cache_hit);
   return j;
+}
+
+ordered_json profile_wrapper_on_gpu(const WrapperProgram& w, const InitialData& initial,
+                                    const ProfileRequest& req, std::ostringstream& text) {
+  Executable exe = detail::ExecutableAccess::open_wrapper(w, initial, wrapper_options(req.gpu));
+  const WrapperExecutable& ex = detail::ExecutableAccess::wrapper(exe);
+  const uint64_t flush_bytes = req.cold ? BenchOptions{}.flush_bytes : 0;
+  Phase phase("profile");
+  const ProfileResult s = exe.profile(profile_options(req));
+  phase.finish();
+  ordered_json j = profile_head(w.name, sha256_hex(wrapper_to_json(w)), req, flush_bytes);
+  put_stats(j, s);
+  j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
+  j["cache_hit"] = ex.compiled().cache_hit;
+  j["attributes"] = resources_json(exe.attributes());
+  j["device"] = ex.device().to_json();
+  j["versions"] = {{"amk", AMK_VERSION},
+                   {"nvrtc", ex.compiled().nvrtc_version},
+                   {"driver", ex.device().driver_version}};
+  j["target_fingerprint"] = w.target.fingerprint;
+  j["artifact_fingerprint"] =
+      w.artifact_fingerprint.empty() ? ex.compiled().source_fingerprint : w.artifact_fingerprint;
+  j["wrapper"] = wrapper_json(ex);
+  profile_text(text, w.name + " (wrapper " + ex.compiled().kernel_name + ")", ex.device(), req, s,
+               ex.setup_timings_ms(), ex.compiled().cache_hit);
+  return j;
+}
+
+ordered_json wrapper_attributes(const WrapperProgram& w, const LoadOptions& load,
+                                const GpuRequest& req, std::ostringstream& text) {
+  GpuRequest r = req;
+  r.checked_device = check_wrapper_device(w, req.device);
+  const InitialData initial = initial_data(wrapper_buffers(w), load);
+  const Executable exe = detail::ExecutableAccess::open_wrapper(w, initial, wrapper_options(r));
+  const KernelAttributes a = exe.attributes();
+  text << "kernel        " << a.kernel << " for " << a.arch << " on " << a.device << "\n"
+       << "  registers/thread " << a.registers_per_thread << ", static smem " << a.static_smem_bytes
+       << " B, dynamic smem " << a.dynamic_smem_bytes << " B, local " << a.local_bytes
+       << " B, const " << a.const_bytes << " B, max threads " << a.max_threads_per_block << "\n"
+       << "  blocks/SM " << a.blocks_per_sm << " x SMs " << a.sms << " = max co-resident grid "
+       << a.max_coresident_grid << " (this wrapper: grid " << a.grid << ", block " << a.block
+       << ")\n";
+  if (w.launch.cluster_size > 1)
+    text << "  cluster " << w.launch.cluster_size << ": max size " << a.max_cluster_size
+         << ", max active clusters " << a.max_active_clusters << "\n";
+  return resources_json(a);
 }
 
 ordered_json profile_arms_on_gpu(const Program& program, const InitialData& initial,
@@ -274,7 +422,7 @@ ordered_json profile_arms_on_gpu(const Program& program, const InitialData& init
       round_medians[a].push_back(s.median_ms);
     }
   const DeviceInfo& device = detail::ExecutableAccess::gpu(exes[0]).device();
-  ordered_json j = profile_head(program, req, flush_bytes);
+  ordered_json j = profile_head(program.name, program_fingerprint(program), req, flush_bytes);
   j["rounds"] = req.rounds;
   j["device"] = device.to_json();
   j["target_fingerprint"] = device.fingerprint();
@@ -518,21 +666,7 @@ ordered_json compile_wrapper_for_arch(const WrapperProgram& w, const std::string
   CompileOptions co = gpu_options(req).compile;
   co.arch = arch;
   co.cubin_file.reset();
-  CompileUnit unit;
-  unit.source = w.wrapper.source;
-  unit.file_name = w.wrapper.source_path.empty() ? "wrapper.cu" : w.wrapper.source_path;
-  unit.kernel_name = w.wrapper.kernel_name;
-  unit.tma_count = static_cast<uint32_t>(w.tma.size());
-  unit.defines = wrapper_nvrtc_defines(w.wrapper);
-  unit.generator = std::string("wrapper/") + AMK_VERSION;
-  const CompileOutput out = compile_unit(unit, co);
-  // NVRTC compiles a source without the named kernel happily; a launch would fail at
-  // cuModuleGetFunction, so the cubin's symbol table is read now (cache hits included).
-  if (!cubin_has_entry(out.cubin, unit.kernel_name))
-    throw Error(ErrorKind::program, "wrapper.kernel_missing", "/wrapper/kernel_name",
-                "the compiled source has no kernel " + unit.kernel_name +
-                    " (declare it extern \"C\" "
-                    "__global__ so that it keeps its name)");
+  const CompileOutput out = compile_wrapper(w, co);
   if (!cubin_out.empty()) {
     const std::filesystem::path dir = std::filesystem::absolute(cubin_out).parent_path();
     std::error_code ec;

@@ -16,6 +16,18 @@ bool gpu_present(std::string* why) {
 }
 DeviceInfo check_gpu(const Program&, int) { no_cuda(); }
 GpuOutcome run_on_gpu(const Program&, const InitialData&, const GpuRequest&) { no_cuda(); }
+DeviceInfo check_wrapper_gpu(const WrapperProgram&, int) { no_cuda(); }
+GpuOutcome run_wrapper_on_gpu(const WrapperProgram&, const InitialData&, const GpuRequest&) {
+  no_cuda();
+}
+ordered_json profile_wrapper_on_gpu(const WrapperProgram&, const InitialData&,
+                                    const ProfileRequest&, std::ostringstream&) {
+  no_cuda();
+}
+ordered_json wrapper_attributes(const WrapperProgram&, const LoadOptions&, const GpuRequest&,
+                                std::ostringstream&) {
+  no_cuda();
+}
 ordered_json profile_on_gpu(const Program&, const InitialData&, const ProfileRequest&,
                             std::ostringstream&) {
   no_cuda();

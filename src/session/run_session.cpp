@@ -16,6 +16,7 @@
 #include "backend/cpu_backend.hpp"
 #include "backend/initial_data.hpp"
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "core/phase_log.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
@@ -94,6 +95,82 @@ std::filesystem::path explicit_report(const std::filesystem::path& path,
   return path;
 }
 
+// The GPU run's device, versions, fingerprints, launch, diagnostics and phase times into the
+// report; a launch that did not finish ok throws run.timeout or run.bad_operand. Returns the
+// outputs.
+HostBuffers take_outcome(GpuOutcome out, RunReport& report) {
+  report.device = out.device;
+  report.versions = out.versions;
+  report.target_fingerprint = out.target_fingerprint;
+  report.artifact_fingerprint = out.artifact_fingerprint;
+  report.grid = out.grid;
+  report.block = out.block;
+  report.diagnostics = out.diagnostics;
+  if (!out.wrapper.is_null()) {
+    if (report.extra.is_null()) report.extra = nlohmann::json::object();
+    report.extra["wrapper"] = out.wrapper;
+  }
+  for (auto& t : out.timings_ms) report.timings_ms.push_back(t);
+  if (out.status != "ok") {
+    const ErrorKind kind = out.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch;
+    throw Error(kind, out.status == "timeout" ? "run.timeout" : "run.bad_operand", "", out.message);
+  }
+  return std::move(out.buffers);
+}
+
+// A wrapper program's run: load and check, the trust flag, the device against the target
+// snapshot (before any host data), the host data of its arrays and tensor arguments, one launch.
+// Returns the outputs (global_staging and the output tensor arguments) of `view`, which it sets
+// to wrapper_buffers; `initial` gets host copies of every buffer with --save-inputs.
+HostBuffers run_wrapper(const RunRequest& request, GpuRequest& gpu, RunReport& report,
+                        Phase& load_verify, Program& view, HostBuffers& initial,
+                        uint32_t& reseeded) {
+  if (request.check)
+    throw Error(ErrorKind::usage, "usage.run.check", "--check",
+                "--check compares the outputs with the CPU backend's, which does not run wrapper "
+                "programs: compare them with a reference of your own (scripts/check_wrappers.py "
+                "does it with numpy)");
+  if (!gpu.vm.empty() || gpu.line_info)
+    throw Error(ErrorKind::usage, "usage.wrapper.vm", gpu.line_info ? "--lineinfo" : "--vm",
+                "--vm and --lineinfo configure amk's VM; a wrapper program brings its own "
+                "kernel");
+  if (gpu.iterations != 1)
+    throw Error(ErrorKind::usage, "usage.run.passes", "--passes",
+                "a wrapper program's launch is one grid of its own kernel: --passes must be 1");
+  const WrapperProgram w = load_wrapper_file(request.program_path, request.load);
+  const WrapperSummary summary = check_wrapper(w, request.load);
+  (void)wrapper_compile_arch(w, "", request.trust_source);  // refuses untrusted source
+  view = wrapper_buffers(w);
+  report.program_name = w.name;
+  report.program_fingerprint = sha256_hex(wrapper_to_json(w));
+  report.instructions = summary.instruction_count;
+  report.timings_ms.emplace_back("load_verify", load_verify.finish());
+
+  std::string why;
+  if (!gpu_present(&why))
+    throw Error(ErrorKind::device, "device.no_gpu", "",
+                "a wrapper program runs on the GPU only, and none is usable: " + why);
+  report.backend = "cuda";
+  gpu.checked_device = check_wrapper_gpu(w, gpu.device);
+
+  Phase materialize("materialize");
+  if (request.reseed) {
+    reseeded = reseed_random_inits(view, *request.reseed);
+    report.extra = {{"reseed", *request.reseed}, {"reseeded_buffers", reseeded}};
+  }
+  InitialData data;
+  if (request.save_inputs) {
+    initial = materialize_all(view, request.load);
+    data = InitialData::view(initial);
+  } else {
+    data = initial_data(view, request.load);
+  }
+  report.data_fingerprint = data_fingerprint(data);
+  report.timings_ms.emplace_back("materialize", materialize.finish());
+
+  return take_outcome(run_wrapper_on_gpu(w, data, gpu), report);
+}
+
 }  // namespace
 
 RunResult run_program(const RunRequest& request) {
@@ -124,95 +201,89 @@ RunResult run_program(const RunRequest& request) {
   try {
     Phase load_verify("load_verify");
     // A wrapper is compiler-made CUDA source: the CPU reference backend has nothing to interpret.
-    if (request.backend == "cpu" && is_wrapper_file(request.program_path))
+    const bool wrapper = is_wrapper_file(request.program_path);
+    if (wrapper && request.backend == "cpu")
       throw_program_error("wrapper.backend.cpu", "/format",
                           "the CPU backend does not run wrapper programs: a wrapper's kernel is "
                           "CUDA source that only the cuda backend compiles and launches");
-    Program p = load_program_file(request.program_path, request.load);
-    spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
-                  p.buffers.size(), p.counters.size(), p.instructions.size());
-    (void)verify(p);
-    report.program_name = p.name;
-    report.program_fingerprint = program_fingerprint(p);
-    report.instructions = p.instructions.size();
-    report.timings_ms.emplace_back("load_verify", load_verify.finish());
-
-    // The backend (and, for the GPU, its device and target) before the host data, which for a
-    // decode step's weights takes minutes: a refusal comes at once.
-    std::string backend = request.backend;
-    if (backend == "auto") {
-      std::string why;
-      backend = gpu_present(&why) ? "cuda" : "cpu";
-      if (backend == "cpu")
-        spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
-    }
-    report.backend = backend;
-    if (backend == "cuda") gpu.checked_device = check_gpu(p, gpu.device);
-
-    Phase materialize("materialize");
+    Program p;  // a wrapper's: wrapper_buffers (its package arrays and tensor arguments)
+    std::string backend;
     uint32_t reseeded = 0;
-    if (request.reseed) {
-      reseeded = reseed_random_inits(p, *request.reseed);
-      report.extra = {{"reseed", *request.reseed}, {"reseeded_buffers", reseeded}};
-    }
-    // Host copies of the initial contents where something reads them there (the CPU backend,
-    // --check's reference, --save-inputs); a GPU run alone maps its data files and fills its
-    // zeros and constants on the device.
-    const bool on_host = backend != "cuda" || request.check || request.save_inputs;
     HostBuffers initial;
-    InitialData data;
-    if (on_host) {
-      initial = materialize_all(p, request.load);
-      data = InitialData::view(initial);
-    } else {
-      data = initial_data(p, request.load);
-    }
-    report.data_fingerprint = data_fingerprint(data);
-    // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
-    // (after the fingerprint, which stays that of the program's own data).
     std::vector<bool> poisoned;
-    if (request.check) {
-      poisoned = poisonable_outputs(p);
-      poison_buffers(p, poisoned, initial);
-      data = InitialData::view(initial);
-    }
-    report.timings_ms.emplace_back("materialize", materialize.finish());
-
     HostBuffers result;
-    if (backend == "cuda") {
-      GpuOutcome out = run_on_gpu(p, data, gpu);
-      report.device = out.device;
-      report.versions = out.versions;
-      report.target_fingerprint = out.target_fingerprint;
-      report.artifact_fingerprint = out.artifact_fingerprint;
-      report.grid = out.grid;
-      report.block = out.block;
-      report.diagnostics = out.diagnostics;
-      for (auto& t : out.timings_ms) report.timings_ms.push_back(t);
-      if (out.status != "ok") {
-        const ErrorKind kind = out.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch;
-        throw Error(kind, out.status == "timeout" ? "run.timeout" : "run.bad_operand", "",
-                    out.message);
-      }
-      result = std::move(out.buffers);
+    if (wrapper) {
+      backend = "cuda";
+      result = run_wrapper(request, gpu, report, load_verify, p, initial, reseeded);
     } else {
-      Phase plan_phase("plan");
-      PlanOptions popts;
-      popts.grid_hint = kDefaultGridHint;
-      Plan plan = make_plan(p, popts);
-      report.grid = plan.grid;
-      report.block = plan.block;
-      report.timings_ms.emplace_back("plan", plan_phase.finish());
-      // The CPU backend runs in place: on a copy only when the initial contents are still
-      // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
-      result =
-          request.check || request.save_inputs ? copy_host_buffers(initial) : std::move(initial);
-      CpuRunOptions copts;
-      copts.iterations = iterations;
-      Phase execute("cpu_execute");
-      CpuRunStats stats = run_cpu(p, plan, result, copts);
-      (void)execute.finish();
-      report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
+      p = load_program_file(request.program_path, request.load);
+      spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
+                    p.buffers.size(), p.counters.size(), p.instructions.size());
+      (void)verify(p);
+      report.program_name = p.name;
+      report.program_fingerprint = program_fingerprint(p);
+      report.instructions = p.instructions.size();
+      report.timings_ms.emplace_back("load_verify", load_verify.finish());
+
+      // The backend (and, for the GPU, its device and target) before the host data, which for a
+      // decode step's weights takes minutes: a refusal comes at once.
+      backend = request.backend;
+      if (backend == "auto") {
+        std::string why;
+        backend = gpu_present(&why) ? "cuda" : "cpu";
+        if (backend == "cpu")
+          spdlog::warn("no usable GPU ({}); running on the CPU reference backend", why);
+      }
+      report.backend = backend;
+      if (backend == "cuda") gpu.checked_device = check_gpu(p, gpu.device);
+
+      Phase materialize("materialize");
+      if (request.reseed) {
+        reseeded = reseed_random_inits(p, *request.reseed);
+        report.extra = {{"reseed", *request.reseed}, {"reseeded_buffers", reseeded}};
+      }
+      // Host copies of the initial contents where something reads them there (the CPU backend,
+      // --check's reference, --save-inputs); a GPU run alone maps its data files and fills its
+      // zeros and constants on the device.
+      const bool on_host = backend != "cuda" || request.check || request.save_inputs;
+      InitialData data;
+      if (on_host) {
+        initial = materialize_all(p, request.load);
+        data = InitialData::view(initial);
+      } else {
+        data = initial_data(p, request.load);
+      }
+      report.data_fingerprint = data_fingerprint(data);
+      // --check: the outputs whose initial zeros nothing reads start poisoned on both backends
+      // (after the fingerprint, which stays that of the program's own data).
+      if (request.check) {
+        poisoned = poisonable_outputs(p);
+        poison_buffers(p, poisoned, initial);
+        data = InitialData::view(initial);
+      }
+      report.timings_ms.emplace_back("materialize", materialize.finish());
+
+      if (backend == "cuda") {
+        result = take_outcome(run_on_gpu(p, data, gpu), report);
+      } else {
+        Phase plan_phase("plan");
+        PlanOptions popts;
+        popts.grid_hint = kDefaultGridHint;
+        Plan plan = make_plan(p, popts);
+        report.grid = plan.grid;
+        report.block = plan.block;
+        report.timings_ms.emplace_back("plan", plan_phase.finish());
+        // The CPU backend runs in place: on a copy only when the initial contents are still
+        // needed (--check, --save-inputs); otherwise on them (a decode step's are gigabytes).
+        result =
+            request.check || request.save_inputs ? copy_host_buffers(initial) : std::move(initial);
+        CpuRunOptions copts;
+        copts.iterations = iterations;
+        Phase execute("cpu_execute");
+        CpuRunStats stats = run_cpu(p, plan, result, copts);
+        (void)execute.finish();
+        report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
+      }
     }
 
     if (request.check) {
@@ -253,7 +324,7 @@ RunResult run_program(const RunRequest& request) {
     }
 
     std::ostringstream text;
-    text << p.name << ": ok on " << backend << " (" << p.instructions.size() << " instructions, "
+    text << p.name << ": ok on " << backend << " (" << report.instructions << " instructions, "
          << format_ms(report.timings_ms) << ")\n";
     text << describe_outputs(p, result);
     if (reseeded != 0)

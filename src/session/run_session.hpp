@@ -21,6 +21,7 @@ struct RunRequest {
   bool check = false;              // compare every output with the CPU backend
   bool save_inputs = false;        // also write every input buffer under OUT/inputs
   std::optional<uint64_t> reseed;  // draw every random init from this seed
+  bool trust_source = false;       // compile a wrapper program's own CUDA source
   // Device, cache, VM overrides; its iterations count on either backend, and trust_custom_ops
   // comes from `load`.
   GpuRequest gpu;

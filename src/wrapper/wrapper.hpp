@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -21,7 +22,8 @@
 
 namespace amk {
 
-struct DeviceInfo;  // device/device.hpp
+struct DeviceInfo;       // device/device.hpp
+struct KernelResources;  // device/device.hpp
 
 inline constexpr uint32_t kWrapperFormatVersion = 1;
 inline constexpr std::string_view kWrapperFormat = "amk.wrapper";
@@ -219,6 +221,29 @@ inline constexpr std::string_view kTrustSourceFlag = "--trust-source";
 // Throws Error(device, device.target) at /target listing every mismatch, with the snapshot's and
 // the device's fingerprints.
 void check_wrapper_target(const WrapperProgram& w, const DeviceInfo& d);
+
+// ---- the launch (launch.cpp; the driver's part is src/cuda/wrapper_exec) ----
+
+// The wrapper's device arrays as amk buffers, in one list: the 14 package arrays in parameter
+// order (absent ones empty u8 arrays; `tensor_args` as many zeroed bytes as the records take),
+// then the tensor arguments. `global_staging` and the tensor arguments marked output are the
+// outputs. Initial data, uploads, downloads and output files work on this list.
+[[nodiscard]] Program wrapper_buffers(const WrapperProgram& w);
+// Buffer index of tensor argument `i` in wrapper_buffers.
+[[nodiscard]] constexpr uint32_t wrapper_tensor_buffer(size_t i) noexcept {
+  return static_cast<uint32_t>(kPackageArrays + i);
+}
+// The tensor_args array as the kernel reads it: one record per tensor argument with its device
+// address (addresses[i]), dtype, rank, row-major shape and contiguous strides.
+[[nodiscard]] std::vector<std::byte> tensor_arg_records(const WrapperProgram& w,
+                                                        std::span<const uint64_t> addresses);
+// Proves the launch against the compiled kernel on device `d`: threads per block within the
+// kernel's limit (device.block), static + dynamic shared memory within the opt-in limit
+// (device.smem), and the whole grid co-resident: without a cluster, as one cooperative launch
+// (device.coresidency); with one, cluster launch present, the queues a multiple of the cluster
+// size and the size within cuOccupancyMaxPotentialClusterSize (device.cluster), and the clusters
+// within cuOccupancyMaxActiveClusters (device.coresidency). Every refusal names its numbers.
+void prove_wrapper_launch(const WrapperProgram& w, const DeviceInfo& d, const KernelResources& k);
 
 // ---- base64 (RFC 4648, with padding) ----
 [[nodiscard]] std::string base64_encode(const std::vector<std::byte>& bytes);

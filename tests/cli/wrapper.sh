@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wrapper programs on the command line (no GPU needed): validate, inspect and convert take them
-# (convert losslessly, both ways), the commands that would launch one refuse with a
-# located error, and the sample matches schemas/wrapper.schema.json.
+# (convert losslessly, both ways), run / profile / inspect --attributes refuse untrusted source
+# and the VM's options with located errors, and the sample matches schemas/wrapper.schema.json.
+# (The launch itself: tests/gpu/wrappers.sh.)
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
@@ -41,15 +42,32 @@ expect_grep "$tmp/out" "14  w_map -> w" "inspect lists TMA specs after the 14 po
 expect_grep "$tmp/out" "target        sm_90a, 132 SMs" "inspect shows the target snapshot"
 expect_rc 0 "inspect --json" -- "$amk" --json inspect "$sample"
 [ "$(json_field "$tmp/out" "' '.join(str(x) for x in [j['kind'], len(j['package']['arrays']), j['package']['instruction_count'], len(j['tensor_args']), j['target']['fingerprint']])")" = "wrapper 14 4 3 target:sm_90a:132:232448:cluster" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL inspect --json of a wrapper"; }
-expect_rc 2 "inspect --attributes refuses a wrapper" -- "$amk" inspect "$sample" --attributes
-expect_grep "$tmp/err" "\[usage.wrapper.attributes\] at --attributes" "inspect --attributes names the flag"
+expect_rc 3 "inspect --attributes compiles only trusted source" -- "$amk" inspect "$sample" --attributes
+expect_grep "$tmp/err" "\[wrapper.untrusted\] at /wrapper/source_path: .*--trust-source" "the refusal names the flag"
+expect_rc 2 "inspect --attributes --vm is the VM's" -- "$amk" inspect "$sample" --attributes --vm gemv_ring_stages=2
+expect_grep "$tmp/err" "\[usage.wrapper.attributes\] at --vm" "--vm's refusal is located"
 
-# Not yet: the launch. Each refusal names the kind and what is missing, at /format (exit 3).
-# (compile: tests/cli/wrapper_compile.sh)
+# The launch: trusted source only (exit 3), one grid (--passes 1), no CPU reference (--check),
+# no VM options, no bench; on a machine without a GPU, a device error (exit 5) after the checks.
 for cmd in "run" "profile --events"; do
-  expect_rc 3 "$cmd refuses a wrapper" -- "$amk" $cmd "$sample"
-  expect_grep "$tmp/err" "\[wrapper.unsupported\] at /format: a wrapper program" "$cmd's refusal is located"
+  expect_rc 3 "$cmd refuses untrusted source" -- "$amk" $cmd "$sample"
+  expect_grep "$tmp/err" "\[wrapper.untrusted\] at /wrapper/source_path: the wrapper's kernel df_main" "$cmd's refusal names the kernel"
 done
+expect_rc 2 "run --check refuses a wrapper" -- "$amk" run "$sample" --trust-source --check
+expect_grep "$tmp/err" "\[usage.run.check\] at --check" "--check's refusal is located"
+expect_rc 2 "run --passes 2 refuses a wrapper" -- "$amk" run "$sample" --trust-source --passes 2
+expect_grep "$tmp/err" "\[usage.run.passes\] at --passes" "--passes's refusal is located"
+expect_rc 2 "run --vm refuses a wrapper" -- "$amk" run "$sample" --trust-source --vm gemv_ring_stages=2
+expect_grep "$tmp/err" "\[usage.wrapper.vm\] at --vm" "--vm's refusal is located"
+expect_rc 2 "profile --trace refuses a wrapper" -- "$amk" profile "$sample" --trust-source --trace "$tmp/t.json"
+expect_grep "$tmp/err" "\[usage.wrapper.profile\]" "--trace's refusal is named"
+expect_rc 3 "bench refuses a wrapper" -- "$amk" bench "$sample"
+expect_grep "$tmp/err" "\[wrapper.unsupported\] at /format: a wrapper program" "bench's refusal is located"
+if ! "$amk" --json devices | grep -q '"ordinal"'; then
+  expect_rc 5 "run on a machine without a GPU" -- "$amk" run "$sample" --trust-source -o "$tmp/no_gpu"
+  expect_grep "$tmp/err" "device" "the device error"
+  [ ! -e "$tmp/no_gpu" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a refused run made its output folder"; }
+fi
 # convert: JSON -> .amkb -> JSON in the sample's folder (its source must stay inside), lossless.
 cp -r "$root/tests/wrapper/sample" "$tmp/s"
 expect_rc 0 "convert a wrapper to .amkb" -- "$amk" --json convert "$tmp/s/wrapper.json" -o "$tmp/s/w.amkb"
@@ -66,8 +84,10 @@ expect_rc 0 "and converts back" -- "$amk" convert "$tmp/up.amkb" -o "$tmp/up.jso
 mkdir -p "$tmp/s/sub"
 expect_rc 2 "convert refuses a source outside the output's folder" -- "$amk" convert "$tmp/s/wrapper.json" -o "$tmp/s/sub/w.amkb"
 expect_grep "$tmp/err" "\[usage.convert.path\] at /wrapper/source_path" "the refusal names the source path"
-expect_rc 3 "run refuses a wrapper .amkb" -- "$amk" run "$tmp/s/w.amkb"
-expect_grep "$tmp/err" "\[wrapper.unsupported\] at header byte 0" "run's refusal of a wrapper .amkb is located"
+expect_rc 3 "run of a wrapper .amkb needs trusted source" -- "$amk" run "$tmp/s/w.amkb"
+expect_grep "$tmp/err" "\[wrapper.untrusted\]" "run's refusal of a wrapper .amkb"
+expect_rc 3 "bench refuses a wrapper .amkb" -- "$amk" bench "$tmp/s/w.amkb"
+expect_grep "$tmp/err" "\[wrapper.unsupported\] at header byte 0" "bench's refusal of a wrapper .amkb is located"
 expect_rc 3 "run --backend cpu refuses a wrapper" -- "$amk" run "$sample" --backend cpu
 expect_grep "$tmp/err" "\[wrapper.backend.cpu\] at /format: the CPU backend does not run wrapper programs" "the CPU backend's refusal"
 

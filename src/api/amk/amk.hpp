@@ -29,6 +29,7 @@ struct OpenOptions {
   std::optional<uint64_t> timeout_ms;  // the watchdog's deadline; default: the program's
   bool trust_custom_ops = false;       // compile the program's custom op sources
   bool allow_outside_paths = false;    // data files may live outside the program's folder
+  bool trust_source = false;           // compile a wrapper program's own CUDA source
 };
 
 // A buffer of the opened program. dtype is one of f32 f16 bf16 i32 u32 i64 u8.
@@ -98,6 +99,15 @@ public:
   // Loads and verifies the program file (.json or .amkb), checks the device against its target,
   // builds every buffer's initial contents (inits, data files), compiles the VM for the device
   // (or takes it from the cache), plans it for the grid that can be co-resident, uploads.
+  //
+  // A wrapper program (schemas/wrapper.md) opens with options.trust_source (otherwise program
+  // wrapper.untrusted): its own kernel is compiled instead of the VM, proven to fit and
+  // co-reside, and its buffers are the 14 package arrays in parameter order (named as in the
+  // package) followed by its tensor arguments; `tensor_args` is amk's and cannot be set. Only
+  // tensor arguments can be bound (their records and the tensor maps over them are rewritten),
+  // and every launch may write every buffer, so set_input uploads after each launch. A launch
+  // is one grid (passes must be 1); past its deadline the host sets the abort word, and a
+  // wrapper that returns then gives timeout run.timeout.
   static Executable open(const std::string& program_path, const OpenOptions& options = {});
 
   Executable(Executable&&) noexcept;

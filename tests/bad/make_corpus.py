@@ -192,6 +192,24 @@ JSON_CASES += [
      P, "wrapper.launch.scheduling_policy", "/launch/scheduling_policy"),
     ("wrapper_source_escape", wrapper(both(delp(["wrapper", "source"]), setp(["wrapper", "source_path"], "../../CMakeLists.txt"))),
      P, "path.escape", "/wrapper/source_path"),
+    # queue_offsets says 2 elements but carries 3
+    ("wrapper_size_lie", wrapper(setp(["package", "queue_offsets", "data"], "AAAAAAEAAAACAAAA")),
+     P, "wrapper.package.size", "/package/queue_offsets/data"),
+    # 32 bytes of instructions are no whole number of 12-byte records
+    ("wrapper_record_lie", wrapper(setp(["package", "instructions", "record_bytes"], 12)),
+     P, "wrapper.package.record_bytes", "/package/instructions/record_bytes"),
+    ("wrapper_tensor_args_given", wrapper(setp(["package", "tensor_args"], {"dtype": "u8", "count": 144})),
+     P, "wrapper.package.tensor_args", "/package/tensor_args"),
+    ("wrapper_cluster_grid", wrapper(setp(["launch", "cluster_size"], 4)),
+     P, "wrapper.launch.cluster_size", "/launch/cluster_size"),
+    # a TMA spec over a tensor argument that does not exist, and two specs of one name
+    ("wrapper_tma_unknown_tensor", wrapper(both(setp(["tensor_args"], [{"name": "w", "dtype": "f32", "shape": [16, 64]}]),
+                                                setp(["tma"], [{"name": "m", "tensor": "v", "dims": [64, 16], "box": [64, 8]}]))),
+     P, "ref.tensor_arg", "/tma/0/tensor"),
+    ("wrapper_tma_duplicate", wrapper(both(setp(["tensor_args"], [{"name": "w", "dtype": "f32", "shape": [16, 64]}]),
+                                           setp(["tma"], [{"name": "m", "tensor": "w", "dims": [64, 16], "box": [64, 8]},
+                                                          {"name": "m", "tensor": "w", "dims": [64, 16], "box": [64, 8]}]))),
+     P, "name.duplicate", "/tma/1/name"),
 ]
 
 # Cases too large to commit, written at test time: expected.tsv names them under generated/ and

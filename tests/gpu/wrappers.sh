@@ -64,6 +64,11 @@ expect smem_limit 5 "device.smem.*static" -- "$amk" run "$P/smem_limit.json" --t
 expect too_wide 5 "device.coresidency" -- "$amk" run "$P/too_wide.json" --trust-source
 expect wrong_target 5 "device.target.*sm_count: snapshot" -- \
   "$amk" run "$P/wrong_target.json" --trust-source
+expect aot_compile 0 "compiled wrapper probe" -- "$amk" compile "$P/ok.json" --trust-source -o "$tmp/ok.cubin"
+expect aot_run 0 "ok on cuda" -- "$amk" run "$P/ok.json" --trust-source --cubin "$tmp/ok.cubin"
+expect aot_mismatch 5 "artifact.mismatch" -- "$amk" run "$P/spin.json" --trust-source --cubin "$tmp/ok.cubin"
+expect phase_log 0 "staging_download" -- "$amk" -v run "$P/ok.json" --trust-source
+check "-v logs every phase" -- grep -q "tma_encode" "$tmp/phase_log.log"
 expect profile 0 "median" -- "$amk" profile --events "$P/ok.json" --trust-source --iterations 5
 expect attributes 0 "registers/thread" -- "$amk" inspect --attributes "$P/ok.json" --trust-source
 

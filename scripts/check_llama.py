@@ -4,6 +4,7 @@
     /usr/bin/python3 scripts/check_llama.py --amk build/default/amk [--backend cpu|cuda]
         [--preset tiny] [--context 16] [--seed 0] [--token 1] [--layers N] [--fused | --unfused | --rope-ops]
         [--attn-chunks N] [--combine steps|oproj] [--combine-heads N] [--mlp-act f32|bf16]
+        [--from [--shards N] [--tied]]
 
 What it does:
 1. `amk gen llama --preset P --write-weights DIR/weights.safetensors -o DIR/llama.json`: the
@@ -22,6 +23,12 @@ What it does:
 4. Compares: the saved inputs against the file (both readers agree), the logits by normalized
    error ||amk - numpy|| / ||numpy|| (amk keeps f32 activations over the same bf16 weights, so
    the difference is f32 rounding: tolerance 1e-4), and the next token exactly.
+
+With --from, step 1 instead writes a small Hugging Face checkpoint folder here (config.json with
+its own shape, llama3 rope scaling and tie_word_embeddings; seeded bf16 weights as
+model.safetensors, or with --shards N as N shards and model.safetensors.index.json; --tied: no
+lm_head.weight) and runs `amk gen llama --from DIR`; the KV prefill, seeded random by amk, is
+taken from the run's saved inputs.
 
 Exit 0 on success, 1 on a mismatch, 2 when amk fails.
 """
@@ -67,6 +74,86 @@ def read_safetensors(path):
             raise ValueError(f"{name}: dtype {e['dtype']}")
         out[name] = a.astype(F64).reshape(e["shape"])
     return out, meta
+
+
+def to_bf16_bits(a):
+    """float array -> bf16 bit patterns (round to nearest even), uint16."""
+    bits = np.asarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """{name: float array} written as BF16 tensors, in order."""
+    header, blobs, off = {}, [], 0
+    for name, a in tensors.items():
+        raw = to_bf16_bits(a).astype("<u2").tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+# The shape of the checkpoint --from writes: none of amk's presets, GQA, llama3 rope scaling.
+HF_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_act": "silu",
+    "hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 128,
+    "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "max_position_embeddings": 256,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+    "attention_bias": False, "mlp_bias": False, "torch_dtype": "bfloat16",
+}
+
+
+def write_hf_checkpoint(folder, seed, shards, tied):
+    """A Hugging Face Llama folder: config.json and seeded bf16 weights (one file or shards)."""
+    cfg = dict(HF_CONFIG, tie_word_embeddings=tied)
+    H, F, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    hd = H // cfg["num_attention_heads"]
+    Q, KV = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    rng = np.random.default_rng(seed)
+    w = lambda *shape: rng.normal(0.0, 0.05, shape)
+    t = {"model.embed_tokens.weight": w(V, H)}
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        t[p + "input_layernorm.weight"] = rng.uniform(0.8, 1.2, H)
+        t[p + "self_attn.q_proj.weight"] = w(Q, H)
+        t[p + "self_attn.k_proj.weight"] = w(KV, H)
+        t[p + "self_attn.v_proj.weight"] = w(KV, H)
+        t[p + "self_attn.o_proj.weight"] = w(H, Q)
+        t[p + "post_attention_layernorm.weight"] = rng.uniform(0.8, 1.2, H)
+        t[p + "mlp.gate_proj.weight"] = w(F, H)
+        t[p + "mlp.up_proj.weight"] = w(F, H)
+        t[p + "mlp.down_proj.weight"] = w(H, F)
+    t["model.norm.weight"] = rng.uniform(0.8, 1.2, H)
+    if not tied:
+        t["lm_head.weight"] = w(V, H)
+    os.makedirs(folder, exist_ok=True)
+    json.dump(cfg, open(os.path.join(folder, "config.json"), "w"), indent=2)
+    if shards <= 1:
+        write_safetensors(os.path.join(folder, "model.safetensors"), t)
+        return
+    names = list(t)
+    weight_map = {}
+    for i in range(shards):
+        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+        part = names[i::shards]
+        write_safetensors(os.path.join(folder, file), {n: t[n] for n in part})
+        weight_map.update({n: file for n in part})
+    json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map},
+              open(os.path.join(folder, "model.safetensors.index.json"), "w"), indent=2)
+
+
+def read_hf_checkpoint(folder):
+    """{name: float64 array} of every weights file of the folder, and its config.json."""
+    tensors = {}
+    for f in sorted(os.listdir(folder)):
+        if f.endswith(".safetensors"):
+            tensors.update(read_safetensors(os.path.join(folder, f))[0])
+    return tensors, json.load(open(os.path.join(folder, "config.json")))
 
 
 def rmsnorm(x, w, eps):
@@ -171,14 +258,27 @@ def main():
     ap.add_argument("--mlp-act", choices=["f32", "bf16"],
                     help="dtype of the MLP activation (amk gen llama --mlp-act; default f32)")
     ap.add_argument("--vm", help="VM config overrides for the run (amk run --vm FIELD=VALUE,...)")
+    ap.add_argument("--from", dest="from_hf", action="store_true",
+                    help="write a small Hugging Face checkpoint folder and generate from it "
+                         "(amk gen llama --from)")
+    ap.add_argument("--shards", type=int, default=1,
+                    help="--from: weights in this many shards with model.safetensors.index.json")
+    ap.add_argument("--tied", action="store_true",
+                    help="--from: tie_word_embeddings true and no lm_head.weight")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or tmp
         os.makedirs(work, exist_ok=True)
         prog, weights, out = (os.path.join(work, n) for n in ("llama.json", "weights.safetensors", "out"))
-        gen = [args.amk, "-q", "gen", "llama", "--preset", args.preset, "--seed", str(args.seed),
-               "--token", str(args.token), "--write-weights", weights, "-o", prog]
+        hf = os.path.join(work, "hf")
+        if args.from_hf:
+            write_hf_checkpoint(hf, args.seed, args.shards, args.tied)
+            gen = [args.amk, "-q", "gen", "llama", "--from", hf]
+        else:
+            gen = [args.amk, "-q", "gen", "llama", "--preset", args.preset,
+                   "--write-weights", weights]
+        gen += ["--seed", str(args.seed), "--token", str(args.token), "-o", prog]
         if args.context:
             gen += ["--context", str(args.context)]
         if args.layers:
@@ -206,11 +306,20 @@ def main():
                 print(f"FAIL: {' '.join(cmd)} exited {r.returncode}: {r.stderr.strip()}")
                 return 2
 
-        tensors, meta = read_safetensors(weights)
-        cfg = json.loads(meta["amk.config"])
         manifest = json.load(open(os.path.join(out, "manifest.json")))
         outputs = {e["name"]: np.load(os.path.join(out, e["file"])) for e in manifest["outputs"]}
         inputs = {e["name"]: e["file"] for e in manifest["inputs"]}
+        if args.from_hf:
+            tensors, cfg = read_hf_checkpoint(hf)
+            context = args.context or min(1024, cfg["max_position_embeddings"])
+            cfg.update(preset="hf", context=context, position=context - 1, token=args.token,
+                       head_dim=cfg["hidden_size"] // cfg["num_attention_heads"])
+            kv = {n: np.load(os.path.join(out, f)).astype(F64) for n, f in inputs.items()
+                  if n.startswith("amk.kv.")}
+        else:
+            tensors, meta = read_safetensors(weights)
+            cfg = json.loads(meta["amk.config"])
+            kv = {}
 
         ok = True
         # Both readers of the file agree (amk's saved initial buffers vs this script's parse).
@@ -220,7 +329,7 @@ def main():
               + (f" (differ: {bad[:4]})" if bad else ""))
         ok &= not bad
 
-        want = forward(tensors, cfg, new_row_f32=not args.rope_ops, mlp_bf16=args.mlp_act == "bf16")
+        want = forward({**tensors, **kv}, cfg, new_row_f32=not args.rope_ops, mlp_bf16=args.mlp_act == "bf16")
         got = outputs["act.logits"].astype(F64).ravel()
         err = np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30)
         good = bool(np.isfinite(err) and err <= args.tolerance)

@@ -1,7 +1,8 @@
 // amk gen llama: generates a whole Llama decode step (batch 1) as one program (src/gen/).
 // Weights are seeded random (`random` inits: the file stays small), read from a .safetensors
-// file with Hugging Face names (--weights), or written to one together with the KV prefill
-// (--write-weights) so that other implementations can run the same numbers. The program is
+// file with Hugging Face names (--weights), written to one together with the KV prefill
+// (--write-weights) so that other implementations can run the same numbers, or taken with the
+// shape from a Hugging Face checkpoint folder (--from). The program is
 // verified (hazards included) before it is written atomically as .json or .amkb.
 #include <filesystem>
 #include <map>
@@ -12,6 +13,7 @@
 
 #include "cli/common.hpp"
 #include "core/error.hpp"
+#include "gen/checkpoint.hpp"
 #include "gen/llama.hpp"
 #include "ops/registry.hpp"
 #include "report/outputs.hpp"
@@ -27,6 +29,8 @@ struct GenLlamaOptions {
   std::optional<uint32_t> context;
   std::string weights;
   std::string write_weights;
+  std::string from;
+  bool preset_given = false;
   std::string output;
   std::string to;
   bool allow_outside = false;
@@ -53,6 +57,19 @@ std::string program_relative(const fs::path& data, const fs::path& output, bool 
   return text;
 }
 
+// --from gives the shape and the weights: --preset, --weights and --write-weights would too.
+void check_from(const GenLlamaOptions& o) {
+  if (o.from.empty()) return;
+  const char* other = o.preset_given             ? "--preset"
+                      : !o.weights.empty()       ? "--weights"
+                      : !o.write_weights.empty() ? "--write-weights"
+                                                 : nullptr;
+  if (other)
+    throw Error(ErrorKind::usage, "usage.gen.from", other,
+                std::string("--from and ") + other +
+                    " exclude each other (the checkpoint gives the shape and the weights)");
+}
+
 int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   std::string to = o.to;
   if (to.empty()) {
@@ -65,6 +82,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
       throw Error(ErrorKind::usage, "usage.gen.format", o.output,
                   "cannot tell the output encoding from the extension; use .json, .amkb or --to");
   }
+  check_from(o);
   if (!o.weights.empty() && !o.write_weights.empty())
     throw Error(ErrorKind::usage, "usage.gen.weights", "--weights",
                 "--weights and --write-weights exclude each other");
@@ -78,11 +96,21 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   if (o.combine != "auto") o.gen.combine_oproj = o.combine == "oproj";
   o.gen.layers = o.layers;
   o.gen.context = o.context;
+  std::optional<gen::HfCheckpoint> ckpt;
+  if (!o.from.empty()) {
+    ckpt = gen::read_hf_checkpoint(o.from);
+    o.gen.config = ckpt->cfg;
+  }
   const gen::ResolvedLlama r = gen::resolve_llama(o.gen);
   Program p = gen::generate_llama(o.gen);
 
   std::string weights_source = "random";
-  if (!o.weights.empty()) {
+  if (ckpt) {
+    gen::use_hf_checkpoint(p, *ckpt, [&](const fs::path& file) {
+      return program_relative(file, o.output, o.allow_outside);
+    });
+    weights_source = o.from;
+  } else if (!o.weights.empty()) {
     const auto header = gen::read_safetensors_header(o.weights);
     gen::use_safetensors(p, header, program_relative(o.weights, o.output, o.allow_outside),
                          /*require_kv=*/false);
@@ -114,6 +142,7 @@ int run_gen_llama(const GlobalOptions& g, GenLlamaOptions o) {
   j["encoding"] = to;
   j["bytes"] = bytes;
   j["preset"] = r.cfg.preset;
+  if (ckpt) j["from"] = o.from;
   j["layers"] = r.cfg.layers;
   j["context"] = r.context;
   j["weights"] = weights_source;
@@ -148,7 +177,7 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   auto o = std::make_shared<GenLlamaOptions>();
   auto* cmd =
       gen_cmd->add_subcommand("llama", "a whole Llama decode step (batch 1) as one program");
-  cmd->add_option("--preset", o->gen.preset, "model shape")
+  cmd->add_option("--preset", o->gen.preset, "model shape (excludes --from)")
       ->check(CLI::IsMember(gen::llama_preset_names()))
       ->default_val("tiny");
   cmd->add_option("--layers", o->layers, "number of decoder layers (default: the preset's)");
@@ -198,11 +227,22 @@ void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action) {
   cmd->add_option("--write-weights", o->write_weights,
                   "write the seeded weights and KV prefill to this .safetensors file and read "
                   "them from it");
+  cmd->add_option("--from", o->from,
+                  "Hugging Face Llama checkpoint folder: the shape from DIR/config.json (what the "
+                  "generator cannot build is refused naming the key), the weights from "
+                  "DIR/model.safetensors or the shards of DIR/model.safetensors.index.json, "
+                  "checked before anything is written; lm_head is the embedding where "
+                  "tie_word_embeddings is true or there is no lm_head.weight; the KV prefill "
+                  "stays seeded random; --context at most max_position_embeddings (default "
+                  "1024 or less). Excludes --preset, --weights and --write-weights");
   cmd->add_flag("--allow-outside", o->allow_outside,
                 "allow a weights file outside the program's folder (stored as an absolute path)");
   cmd->add_option("-o,--output", o->output, "output program (.json or .amkb)")->required();
   cmd->add_option("--to", o->to, "output encoding")->check(CLI::IsMember({"json", "amkb"}));
-  cmd->callback([&g, &action, o] { action = [&g, o] { return run_gen_llama(g, *o); }; });
+  cmd->callback([&g, &action, o, cmd] {
+    o->preset_given = cmd->count("--preset") > 0;
+    action = [&g, o] { return run_gen_llama(g, *o); };
+  });
 }
 
 }  // namespace amk::cli

@@ -256,7 +256,7 @@ std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
 }
 
 ResolvedLlama resolve_llama(const LlamaOptions& o) {
-  auto cfg = llama_preset(o.preset);
+  auto cfg = o.config ? o.config : llama_preset(o.preset);
   if (!cfg) {
     std::string names;
     for (const auto& n : llama_preset_names()) names += (names.empty() ? "" : ", ") + n;
@@ -276,6 +276,11 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                   "context must be in 1..131072, got " + std::to_string(*o.context));
     r.context = *o.context;
   }
+  if (r.cfg.max_position != 0 && r.context > r.cfg.max_position)
+    usage_error("usage.gen.context", "--context",
+                "context " + std::to_string(r.context) + " exceeds the model's " +
+                    std::to_string(r.cfg.max_position) +
+                    " positions (config.json max_position_embeddings)");
   if (o.token < 0 || o.token >= static_cast<int64_t>(r.cfg.vocab))
     usage_error("usage.gen.token", "--token",
                 "token must be in 0.." + std::to_string(r.cfg.vocab - 1) + ", got " +
@@ -325,10 +330,11 @@ Program generate_llama(const LlamaOptions& o) {
   Program p;
   p.name = "llama_decode_" + c.preset;
   p.description =
-      "Llama decode step, batch 1 (amk gen llama --preset " + c.preset + "): hidden " +
-      std::to_string(H) + ", " + std::to_string(c.layers) + " layers, " + std::to_string(c.heads) +
-      " heads / " + std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " +
-      std::to_string(F) + ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
+      std::string("Llama decode step, batch 1 (amk gen llama ") +
+      (o.config ? "--from " : "--preset ") + c.preset + "): hidden " + std::to_string(H) + ", " +
+      std::to_string(c.layers) + " layers, " + std::to_string(c.heads) + " heads / " +
+      std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
+      ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
       " (new token at position " + std::to_string(pos) +
       "). bf16 weights and KV caches, f32 activations" +
       (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
@@ -847,27 +853,36 @@ void use_safetensors(Program& program, const SafetensorsHeader& header,
       throw_program_error("gen.weights.missing", b.name,
                           "the weights file has no tensor '" + b.name + "'");
     }
-    const SafetensorsEntry& e = it->second;
-    const auto dt = st_dtype(e.dtype);
-    if (!dt)
-      throw_program_error("gen.weights.dtype", b.name,
-                          "tensor '" + b.name + "' has dtype " + e.dtype +
-                              "; expected BF16 (F16 and F32 are accepted)");
-    if (e.shape != b.shape)
-      throw_program_error("gen.weights.shape", b.name,
-                          "tensor '" + b.name + "' has shape " + shape_text(e.shape) +
-                              ", the preset needs " + shape_text(b.shape));
-    b.dtype = *dt;
-    if (e.end - e.begin != b.bytes())
-      throw_program_error("gen.weights.shape", b.name,
-                          "tensor '" + b.name + "' spans " + std::to_string(e.end - e.begin) +
-                              " bytes, its shape needs " + std::to_string(b.bytes()));
-    BufferInit init;
-    init.kind = InitKind::safetensors;
-    init.path = program_path;
-    init.tensor = b.name;
-    b.init = std::move(init);
+    b.dtype = check_safetensors_tensor(b, it->second, b.name);
+    b.init = safetensors_init(program_path, b.name);
   }
+}
+
+DType check_safetensors_tensor(const Buffer& b, const SafetensorsEntry& e,
+                               const std::string& where) {
+  const auto dt = st_dtype(e.dtype);
+  if (!dt)
+    throw_program_error("gen.weights.dtype", where,
+                        "tensor '" + b.name + "' has dtype " + e.dtype +
+                            "; expected BF16 (F16 and F32 are accepted)");
+  if (e.shape != b.shape)
+    throw_program_error("gen.weights.shape", where,
+                        "tensor '" + b.name + "' has shape " + shape_text(e.shape) +
+                            ", the program needs " + shape_text(b.shape));
+  if (e.end - e.begin != b.elements() * dtype_size(*dt))
+    throw_program_error("gen.weights.shape", where,
+                        "tensor '" + b.name + "' spans " + std::to_string(e.end - e.begin) +
+                            " bytes, its shape needs " +
+                            std::to_string(b.elements() * dtype_size(*dt)));
+  return *dt;
+}
+
+BufferInit safetensors_init(const std::string& program_path, const std::string& name) {
+  BufferInit init;
+  init.kind = InitKind::safetensors;
+  init.path = program_path;
+  init.tensor = name;
+  return init;
 }
 
 std::string llama_config_json(const ResolvedLlama& r, const LlamaOptions& o) {

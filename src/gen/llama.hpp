@@ -15,7 +15,8 @@
 // key and the value are appended to the caches by instructions nothing in the step waits for. Weights are named as Hugging Face names them (model.layers.N....); KV
 // caches are `amk.kv.layers.N.{k,v}` ([n_kv_heads, context, head_dim], bf16). Weights and
 // caches are seeded random by default, or read from a .safetensors file (whose header is
-// checked against the preset here, without reading the data).
+// checked against the preset here, without reading the data); gen/checkpoint.hpp reads the
+// config and the weights of a Hugging Face checkpoint folder instead of a preset.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@ struct LlamaConfig {
   double rms_eps = 1e-5;
   bool tied_embeddings = false;
   uint32_t default_context = 1024;
+  uint32_t max_position = 0;  // positions the model is trained for (0: unbounded); caps context
 };
 
 // Preset by name (tiny, llama-3.2-1b, llama-3.1-8b); nullopt if unknown.
@@ -58,6 +60,8 @@ inline constexpr uint32_t kDefaultSplitTarget = 132;
 
 struct LlamaOptions {
   std::string preset = "tiny";
+  // A config read from a checkpoint (--from), used instead of the preset.
+  std::optional<LlamaConfig> config;
   std::optional<uint32_t> layers;   // override the preset's layer count
   std::optional<uint32_t> context;  // KV length incl. the new token (position = context - 1)
   uint64_t seed = 0;
@@ -137,6 +141,15 @@ struct SafetensorsHeader {
 // Reads and parses only the header (Error kind io for a missing/unreadable file, program
 // code gen.weights.* for a malformed one).
 [[nodiscard]] SafetensorsHeader read_safetensors_header(const std::filesystem::path& file);
+
+// Checks one tensor of a safetensors file against buffer `b` (dtype BF16, F16 or F32; the
+// buffer's shape and byte size) and returns its dtype. Throws gen.weights.dtype / .shape at
+// `where`.
+[[nodiscard]] DType check_safetensors_tensor(const Buffer& b, const SafetensorsEntry& e,
+                                             const std::string& where);
+
+// A buffer init reading tensor `name` of the safetensors file `program_path`.
+[[nodiscard]] BufferInit safetensors_init(const std::string& program_path, const std::string& name);
 
 // Points the program's weight buffers (and, when the file has them, the KV caches) at tensors
 // of `file`, after checking names, dtypes and shapes against the program. `program_path` is

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstring>
 
-#include "backend/host_data.hpp"
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/phase_log.hpp"
@@ -420,20 +419,6 @@ void WrapperExecutable::download_buffer(uint32_t index, std::span<std::byte> out
   m.stream.synchronize("the buffer download");
 }
 
-HostBuffers WrapperExecutable::download_outputs() const {
-  Impl& m = impl();
-  m.context.make_current();
-  HostBuffers out;
-  out.data.resize(m.view.buffers.size());
-  for (size_t i = 0; i < out.data.size(); ++i) {
-    if (!m.view.buffers[i].output) continue;
-    out.data[i] = host_bytes(m.view.buffers[i].bytes());
-    cu::copy_to_host(out.data[i], m.addresses[i], m.stream.get(), m.buffer_label(i));
-  }
-  m.stream.synchronize("the output download");
-  return out;
-}
-
 void WrapperExecutable::bind_buffer(uint32_t index, uint64_t address) {
   Impl& m = impl();
   const uint64_t bytes = index < m.view.buffers.size() ? m.view.buffers[index].bytes() : 0;
@@ -466,7 +451,6 @@ const DeviceInfo& WrapperExecutable::device() const { return impl().device; }
 const KernelResources& WrapperExecutable::kernel() const { return impl().kernel; }
 const CompileOutput& WrapperExecutable::compiled() const { return impl().compiled; }
 const WrapperProgram& WrapperExecutable::program() const { return impl().program; }
-const Program& WrapperExecutable::buffers() const { return impl().view; }
 uint64_t WrapperExecutable::timeout_ms() const { return impl().timeout_ms; }
 bool WrapperExecutable::flags_reset() const { return impl().reset_flags; }
 

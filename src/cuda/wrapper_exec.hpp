@@ -77,9 +77,6 @@ public:
   // One buffer of wrapper_buffers, whole (the tensor_args array is amk's: not writable).
   void upload_buffer(uint32_t index, std::span<const std::byte> data);
   void download_buffer(uint32_t index, std::span<std::byte> out) const;
-  // The outputs (global_staging and the output tensor arguments) in wrapper_buffers order,
-  // the other buffers empty.
-  [[nodiscard]] HostBuffers download_outputs() const;
   // Moves tensor argument buffer `index` to device memory the caller owns (checked with the
   // driver as GpuExecutable::bind_buffer does), re-validates and re-encodes every TMA map over
   // it and rewrites its record. On any error nothing changes.
@@ -90,7 +87,6 @@ public:
   [[nodiscard]] const KernelResources& kernel() const;
   [[nodiscard]] const CompileOutput& compiled() const;
   [[nodiscard]] const WrapperProgram& program() const;  // without the source and inline data
-  [[nodiscard]] const Program& buffers() const;         // wrapper_buffers of it
   [[nodiscard]] uint64_t timeout_ms() const;
   [[nodiscard]] bool flags_reset() const;  // the whole flags array is zeroed before a launch
 

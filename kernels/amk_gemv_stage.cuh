@@ -113,7 +113,7 @@ template <uint32_t X, uint32_t kPer, uint32_t kTrip, class Between>
 __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uint32_t k,
                                                      const amk_gemv_fuse& fuse, Between&& between) {
   if constexpr (amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE)) {
-    if (fuse.combine_hd != 0) {  // (X is f32: amk_gemv_combine) x' is the partials' merge
+    if (fuse.combine_hd != 0) {  // (X is f32: a merging gemv) x' is the partials' merge
       amk_gemv_stage_combine<kPer>(reinterpret_cast<const float*>(x), k, fuse);
       between();
       return 1.0f;

@@ -331,38 +331,42 @@ __device__ __forceinline__ void amk_gemv_vector(const unsigned char* w, const un
 // combination is not compiled in (the caller takes the scalar path). Pairs that no fused
 // instruction of the program uses (kAmkOps.gemv_plain_only, e.g. the bf16 x of a `--mlp-act bf16`
 // down projection beside the f32 x of the norm-fused gemvs) get the plain instantiation only.
+// A merging gemv (fuse.combine_hd != 0: bf16 weights, f32 partials) takes the norm
+// instantiation, whose staging merges the partials: one inlined copy serves both fusions.
 template <uint32_t W, uint32_t X, class Wait>
 __device__ __forceinline__ bool amk_gemv_vector_any(const unsigned char* w, const unsigned char* x,
                                                     uint32_t k, uint32_t rows, const amk_view& y,
                                                     const amk_view& res, const amk_gemv_fuse& fuse,
                                                     Wait& wait) {
-  if (fuse.norm == nullptr && fuse.w2 == nullptr) {
+  constexpr bool kFused = (kAmkOps.gemv_plain_only & amk_gemv_pair_bit(W, X)) == 0;
+  constexpr bool kMerges =
+      amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE) && W == AMK_DTYPE_BF16 && X == AMK_DTYPE_F32;
+  constexpr bool kNormFused = kFused && amk_gemv_fuses(AMK_GEMV_FUSE_NORM);
+  const bool merges = amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE) && fuse.combine_hd != 0;
+  if (!merges && fuse.norm == nullptr && fuse.w2 == nullptr) {
     amk_gemv_vector<W, X, false, false>(w, x, k, rows, y, res, fuse, wait);
     return true;
   }
-  if constexpr ((kAmkOps.gemv_plain_only & amk_gemv_pair_bit(W, X)) != 0) {
-    return false;
-  } else {
-    if constexpr (amk_gemv_fuses(AMK_GEMV_FUSE_NORM)) {
-      if (fuse.w2 == nullptr) {
-        amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse, wait);
-        return true;
-      }
+  if constexpr (kNormFused || kMerges) {
+    if (merges ? kMerges : kNormFused && fuse.w2 == nullptr) {
+      amk_gemv_vector<W, X, true, false>(w, x, k, rows, y, res, fuse, wait);
+      return true;
     }
-    if constexpr (amk_gemv_fuses(AMK_GEMV_FUSE_GLU)) {
-      if (fuse.norm == nullptr) {
-        amk_gemv_vector<W, X, false, true>(w, x, k, rows, y, res, fuse, wait);
-        return true;
-      }
-    }
-    if constexpr (amk_gemv_fuses(AMK_GEMV_FUSE_NORM_GLU)) {
-      if (fuse.norm != nullptr && fuse.w2 != nullptr) {
-        amk_gemv_vector<W, X, true, true>(w, x, k, rows, y, res, fuse, wait);
-        return true;
-      }
-    }
-    return false;
   }
+  if (merges) return false;
+  if constexpr (kFused && amk_gemv_fuses(AMK_GEMV_FUSE_GLU)) {
+    if (fuse.norm == nullptr) {
+      amk_gemv_vector<W, X, false, true>(w, x, k, rows, y, res, fuse, wait);
+      return true;
+    }
+  }
+  if constexpr (kFused && amk_gemv_fuses(AMK_GEMV_FUSE_NORM_GLU)) {
+    if (fuse.norm != nullptr && fuse.w2 != nullptr) {
+      amk_gemv_vector<W, X, true, true>(w, x, k, rows, y, res, fuse, wait);
+      return true;
+    }
+  }
+  return false;
 }
 
 // Any dtypes, any alignment: one element at a time, one warp per row.
@@ -400,12 +404,18 @@ __device__ __forceinline__ bool amk_gemv_pair(const amk_view& w, const amk_view&
   return false;
 }
 
+// Every non-TMA gemv: plain, norm- or GLU-fused, or merging attention partials (hd != 0, with
+// params head_dim, heads: K = heads * head_dim, x' the partials' merge, staged like the norm's
+// x'). Each vector instantiation is inlined once, whichever fusion reaches it; anything the vector
+// path does not take runs on the scalar path (a merge staged in order first).
 template <class Wait>
 __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view& x,
                                                const amk_view& y, const amk_view& res,
                                                const amk_view& norm, const amk_view& w2, float eps,
-                                               Wait& wait) {
-  const uint32_t k = x.n;
+                                               uint32_t hd, uint32_t heads, Wait& wait) {
+  // (the verifier: a merge has hd a multiple of 4, x whole chunks, k <= 4096, no norm, no w2)
+  const bool merges = amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE) && hd != 0;
+  const uint32_t k = merges ? heads * hd : x.n;
   if (k == 0) {
     wait();
     return;
@@ -413,16 +423,18 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
   const uint32_t rows = w.n / k;
   const uint64_t row_bytes = static_cast<uint64_t>(k) * amk_dtype_size(w.dtype);
   amk_gemv_fuse fuse;
-  fuse.norm = norm.ptr;
+  fuse.norm = merges ? nullptr : norm.ptr;
   fuse.norm_dtype = norm.dtype;
   fuse.eps = eps;
-  fuse.w2 = w2.ptr;
-  fuse.combine_hd = 0;
+  fuse.w2 = merges ? nullptr : w2.ptr;
+  fuse.combine_hd = merges ? hd : 0;
+  fuse.combine_heads = heads;
+  fuse.combine_chunks = merges ? x.n / (heads * (hd + 2)) : 0;
   // The vector loads of norm follow x's pattern, w2's follow w's (the verifier makes w2's dtype
   // w's), and x' must fit the stage; the scalar path takes anything else.
   const bool fuse_aligned =
-      (!norm.present() || (amk_aligned16(norm.ptr) && k <= kAmkGemvStageFloats)) &&
-      (!w2.present() || (amk_aligned16(w2.ptr) && w2.dtype == w.dtype));
+      merges || ((!norm.present() || (amk_aligned16(norm.ptr) && k <= kAmkGemvStageFloats)) &&
+                 (!w2.present() || (amk_aligned16(w2.ptr) && w2.dtype == w.dtype)));
   if (amk_aligned16(w.ptr) && amk_aligned16(x.ptr) && row_bytes % kAmkVectorBytes == 0 &&
       fuse_aligned) {
     constexpr uint32_t F32 = AMK_DTYPE_F32, F16 = AMK_DTYPE_F16, BF16 = AMK_DTYPE_BF16;
@@ -439,47 +451,22 @@ __device__ __forceinline__ void amk_gemv_plain(const amk_view& w, const amk_view
   }
   if (wait())
     return;  // (reached when no vector form took the instruction: its waits are still due)
-  amk_gemv_scalar(w, x, k, rows, y, res, norm, w2,
-                  norm.present() ? amk_gemv_inv_rms(x, eps) : 1.0f);
-}
-
-// A gemv whose x is attention partials (params head_dim, heads): K = heads * head_dim, the
-// partials merged into the staged x' (amk_gemv_stage_combine), then the norm instantiation's
-// loop with bf16 weights (the decode steps'), else the scalar path over the merge staged in
-// order. Inlined like every heavy op (as a call, its views go through a stack frame).
-template <class Wait>
-__device__ __forceinline__ void amk_gemv_combine(const amk_view& w, const amk_view& x,
-                                                 const amk_view& y, const amk_view& res,
-                                                 uint32_t hd, uint32_t heads, Wait& wait) {
-  const uint32_t k = heads * hd;  // (the verifier: hd a multiple of 4, x whole chunks, k <= 4096)
-  const uint32_t rows = w.n / k;
-  amk_gemv_fuse fuse;
-  fuse.norm = nullptr;
-  fuse.norm_dtype = 0;
-  fuse.eps = 0.0f;
-  fuse.w2 = nullptr;
-  fuse.combine_hd = hd;
-  fuse.combine_heads = heads;
-  fuse.combine_chunks = x.n / (heads * (hd + 2));
-  if constexpr ((kAmkOps.gemv_pairs & amk_gemv_pair_bit(AMK_DTYPE_BF16, AMK_DTYPE_F32)) != 0) {
-    if (w.dtype == AMK_DTYPE_BF16 && amk_aligned16(w.ptr) && amk_aligned16(x.ptr) &&
-        (2ull * k) % kAmkVectorBytes == 0) {
-      amk_gemv_vector<AMK_DTYPE_BF16, AMK_DTYPE_F32, true, false>(w.ptr, x.ptr, k, rows, y, res,
-                                                                  fuse, wait);
-      return;
-    }
+  // One scalar loop for every fusion: a merge runs it over the partials' merge staged in order.
+  amk_view xs = x, ns = norm, w2s = w2;
+  float inv_rms = 1.0f;
+  if (merges) {
+    amk_gemv_stage_combine<4>(reinterpret_cast<const float*>(x.ptr), k, fuse);
+    xs.ptr = reinterpret_cast<unsigned char*>(amk_gemv_xs);
+    xs.n = k;
+    xs.dtype = AMK_DTYPE_F32;
+    ns.ptr = nullptr;
+    ns.n = 0;
+    w2s.ptr = nullptr;
+    w2s.n = 0;
+  } else if (norm.present()) {
+    inv_rms = amk_gemv_inv_rms(x, eps);
   }
-  if (wait()) return;
-  amk_gemv_stage_combine<4>(reinterpret_cast<const float*>(x.ptr), k, fuse);
-  amk_view xs = x;
-  xs.ptr = reinterpret_cast<unsigned char*>(amk_gemv_xs);
-  xs.n = k;
-  xs.dtype = AMK_DTYPE_F32;
-  amk_view none;
-  none.ptr = nullptr;
-  none.n = 0;
-  none.dtype = 0;
-  amk_gemv_scalar(w, xs, k, rows, y, res, none, none, 1.0f);
+  amk_gemv_scalar(w, xs, k, rows, y, res, ns, w2s, inv_rms);
 }
 
 // The TMA pipeline stores its rows with amk_gemv_store_row (above).
@@ -506,11 +493,6 @@ __device__ __forceinline__ void amk_op_gemv(const amk_device_program_t& prog,
       return;
   }
   const float eps = norm.present() ? __uint_as_float(ins.params[0]) : 0.0f;
-  if constexpr (amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE)) {
-    if (ins.params[1] != 0) {  // x is attention partials
-      amk_gemv_combine(w, x, y, res, ins.params[1], ins.params[2], wait);
-      return;
-    }
-  }
-  amk_gemv_plain(w, x, y, res, norm, w2, eps, wait);
+  // params[1] != 0: x is attention partials (head_dim params[1], heads params[2]).
+  amk_gemv_plain(w, x, y, res, norm, w2, eps, ins.params[1], ins.params[2], wait);
 }

@@ -81,3 +81,29 @@ TEST_CASE("the tiny step, fused and unfused with RoPE ops of their own") {
   // (The unfused layer's VM holds every op's fast path at once and spills a few bytes.)
   CHECK(compile_row("tiny unfused, rope ops", unfused, {}, false) <= 255);
 }
+
+// Each vector gemv instantiation is inlined into the VM once, whichever fusion reaches it: the
+// merging (o_proj) gemv shares the norm instantiation, so the combine fusion adds its staging to
+// the VM but no loop of its own. Counted in the PTX by the ring's 16-byte cp.async copies, of
+// which every inlined copy of the loop has its own.
+TEST_CASE("Llama-3.2-1B step: the merging gemv adds no vector gemv loop of its own") {
+  const Program p = llama("llama-3.2-1b");
+  const VmChoice chosen = choose_for(p);
+  REQUIRE(chosen.config.gemv_ring_stages > 0);
+  REQUIRE((chosen.ops.gemv_fusions & AMK_GEMV_FUSE_COMBINE) != 0);
+  auto ring_copies = [&](uint32_t fusions) {
+    VmChoice c = chosen;
+    c.ops.gemv_fusions = fusions;
+    const std::string ptx = vm_ptx(vm_source(p, c, false), CompileOptions{});
+    size_t n = 0;
+    for (size_t at = ptx.find("cp.async.cg"); at != std::string::npos;
+         at = ptx.find("cp.async.cg", at + 1))
+      ++n;
+    return n;
+  };
+  const size_t plain = ring_copies(0);
+  const size_t norm = ring_copies(AMK_GEMV_FUSE_NORM);
+  const size_t merge = ring_copies(AMK_GEMV_FUSE_NORM | AMK_GEMV_FUSE_COMBINE);
+  REQUIRE(norm > plain);               // the norm instantiation: one more loop
+  CHECK(merge - norm < norm - plain);  // the merge: less than one more
+}

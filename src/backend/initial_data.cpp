@@ -19,6 +19,7 @@
 #include "backend/init_sources.hpp"
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/mapped_read.hpp"
 
 namespace amk {
 namespace {
@@ -133,6 +134,13 @@ void put_le64(std::byte* out, uint64_t v) {
 
 }  // namespace
 
+void throw_data_file_shrank(size_t buffer) {
+  throw_io_error("io.read", "/buffers/" + std::to_string(buffer) + "/init/path",
+                 "the data file of buffer " + std::to_string(buffer) +
+                     " shrank while it was read (its mapped pages are gone); nothing was "
+                     "written");
+}
+
 std::vector<std::byte> InitialData::expand(size_t i) const {
   const InitialSource& s = sources_.at(i);
   std::vector<std::byte> out = host_bytes(s.size);
@@ -143,7 +151,7 @@ std::vector<std::byte> InitialData::expand(size_t i) const {
         std::memcpy(out.data() + at, s.element.data(), s.element_size);
       break;
     case InitialSource::Kind::bytes:
-      if (s.size != 0) std::memcpy(out.data(), s.bytes.data(), s.size);
+      if (!copy_mapped(out.data(), s.bytes.data(), s.size)) throw_data_file_shrank(i);
       break;
   }
   return out;
@@ -236,7 +244,14 @@ std::string data_fingerprint(const InitialData& data) {
     const InitialSource& s = data[p.buffer];
     Sha256 h;
     if (s.kind == InitialSource::Kind::bytes) {
-      h.update(s.bytes.subspan(p.offset, p.bytes));
+      struct Update {
+        Sha256* h;
+        std::span<const std::byte> bytes;
+      } u{&h, s.bytes.subspan(p.offset, p.bytes)};
+      if (!run_guarded(
+              [](void* c) { static_cast<Update*>(c)->h->update(static_cast<Update*>(c)->bytes); },
+              &u))
+        throw_data_file_shrank(p.buffer);
     } else {
       // A zero or fill piece, hashed from a block of the pattern (fill pieces start on an element
       // boundary: the piece size is a multiple of every element size).

@@ -63,6 +63,10 @@ private:
 // and converted .npy data are built on the host after check_host_memory on their bytes alone.
 [[nodiscard]] InitialData initial_data(const Program& program, const LoadOptions& options = {});
 
+// Error(io, io.read) at buffer `buffer`'s init path: a memory-mapped data file it reads shrank
+// after it was mapped (core/mapped_read.hpp turned the fault into `false`).
+[[noreturn]] void throw_data_file_shrank(size_t buffer);
+
 // sha256 (hex) of the initial contents: over, for each buffer in order, its size (8 bytes,
 // little endian) then the sha256 digest of each 64 MiB piece of its bytes (the last one shorter;
 // none for an empty buffer). Pieces are hashed in parallel; the value does not depend on how.

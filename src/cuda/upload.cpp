@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/mapped_read.hpp"
 #include "core/phase_log.hpp"
 #include "cuda/driver.hpp"
 
@@ -113,7 +114,8 @@ void upload_initial(const InitialData& data, std::span<const uint64_t> addresses
         } else {
           landed[b].synchronize(what(c.buffer));  // the copy that used this buffer has landed
         }
-        std::memcpy(slot[b].host(), c.src.data(), c.src.size());
+        if (!copy_mapped(slot[b].host(), c.src.data(), c.src.size()))
+          throw_data_file_shrank(c.buffer);
         copy_to_device(c.dst, {static_cast<const std::byte*>(slot[b].host()), c.src.size()},
                        copies.get(), what(c.buffer));
         landed[b].record(copies.get(), what(c.buffer));

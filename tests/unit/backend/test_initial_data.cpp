@@ -4,6 +4,8 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -130,4 +132,28 @@ TEST_CASE("data_fingerprint: sizes and 64 MiB piece digests, the same for fills 
   HostBuffers changed = materialize_all(p);
   changed.data[1][kFingerprintPiece + 5] ^= std::byte{1};  // in the second piece
   CHECK(data_fingerprint(InitialData::view(changed)) != data_fingerprint(fills));
+}
+
+TEST_CASE("a mapped data file that shrinks while it is read: io.read, not SIGBUS") {
+  TempDir dir;
+  Program p;
+  p.base_dir = dir.path().string();
+  constexpr uint64_t kBytes = uint64_t{4} << 20;  // many pages, all past the new end
+  write_bytes(dir.path() / "big.bin", std::vector<std::byte>(kBytes, std::byte{7}));
+  BufferInit raw = init_of(InitKind::raw);
+  raw.path = "big.bin";
+  p.buffers = {make_buffer("z", DType::f32, {4}),
+               with_init(make_buffer("r", DType::u8, {kBytes}), raw)};
+  const InitialData d = initial_data(p);
+  REQUIRE(d[1].kind == Kind::bytes);
+  CHECK(d.expand(1)[kBytes - 1] == std::byte{7});
+  std::filesystem::resize_file(dir.path() / "big.bin", 0);
+  for (const auto& read : {std::function<void()>([&] { (void)d.expand(1); }),
+                           std::function<void()>([&] { (void)data_fingerprint(d); })}) {
+    const auto err = caught(read);
+    REQUIRE(err);
+    CHECK(err->code() == "io.read");
+    CHECK(err->where() == "/buffers/1/init/path");
+  }
+  CHECK(d.expand(0).size() == 16);  // the other buffers still read
 }

@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
@@ -49,6 +52,28 @@ private:
   Clock::time_point start_;
   int exceptions_ = std::uncaught_exceptions();
   bool done_ = false;
+};
+
+// Phases one after another, each timed into `timings` when the next one starts:
+//   PhaseSequence phases(timings); phases.next("compile"); ...; phases.next("upload"); ...;
+//   phases.end();
+class PhaseSequence {
+public:
+  explicit PhaseSequence(std::vector<std::pair<std::string, double>>& timings)
+      : timings_(timings) {}
+  void next(const char* name) {
+    end();
+    current_.emplace(name);
+  }
+  void end() {
+    if (!current_) return;
+    timings_.emplace_back(current_->name(), current_->finish());
+    current_.reset();
+  }
+
+private:
+  std::vector<std::pair<std::string, double>>& timings_;
+  std::optional<Phase> current_;
 };
 
 // Progress of a phase that moves `total` bytes: after each piece, add(bytes). Once the phase has

@@ -333,24 +333,20 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
   for (auto& b : m.program.buffers) b.init.data.clear();  // contents come from `initial`
   m.timeout_ms = options.timeout_ms.value_or(program.launch.timeout_ms);
   // Each phase logged as it starts and ends (-v) and timed into setup_timings_ms().
-  std::optional<Phase> current;
-  const auto phase = [&](const char* next) {
-    if (current) m.timings.emplace_back(current->name(), current->finish());
-    if (next != nullptr) current.emplace(next);
-  };
+  PhaseSequence phases(m.timings);
 
-  phase("context");
+  phases.next("context");
   m.context = cu::PrimaryContext::retain(options.device);
   m.stream = cu::Stream::create("the launch stream");
   m.abort_stream = cu::Stream::create("the abort stream");
   m.start = cu::Event::create("the profile start event");
   m.end = cu::Event::create("the profile end event");
 
-  phase("device");
+  phases.next("device");
   m.device = options.checked_device ? *options.checked_device
                                     : check_device_target(program, options.device);
 
-  phase("config");
+  phases.next("config");
   ChooseOptions chosen;
   chosen.overrides = options.vm;
   chosen.trace = options.trace;
@@ -358,16 +354,16 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
   m.vm = choose(program_facts(program), device_caps(m.device), chosen);
   const std::string source = vm_source(program, m.vm, options.trust_custom_ops);
 
-  phase("compile");
+  phases.next("compile");
   CompileOptions copts = options.compile;
   copts.arch = m.device.arch();
   m.compiled = compile_vm(source, static_cast<uint32_t>(program.tma.size()), copts);
 
-  phase("module_load");
+  phases.next("module_load");
   m.module = cu::Module::load(m.compiled.cubin, m.kernel_label());
   m.function = m.module.function(m.compiled.kernel_name);
 
-  phase("configure");
+  phases.next("configure");
   const Launch& l = program.launch;
   m.block = l.block;
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
@@ -401,7 +397,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
   if (l.grid == 0 && !program.queues)
     if (const uint32_t g = auto_grid(program, m.device, m.kernel); g != 0) popts.grid_hint = g;
 
-  phase("plan");
+  phases.next("plan");
   m.plan = make_plan(program, popts);
   m.grid = m.plan.grid;
   prove_coresidency(program, m.grid, m.device, m.kernel);
@@ -412,12 +408,12 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
           "the plan has " + std::to_string(m.n_queues) + " queues for a grid of " +
               std::to_string(m.grid));
 
-  phase("upload");
+  phases.next("upload");
   m.place_and_upload(initial);
 
-  phase("tma_encode");
+  phases.next("tma_encode");
   m.tma = cu::encode_tma(program, m.addresses);
-  phase(nullptr);
+  phases.end();
   return exe;
 }
 

@@ -272,13 +272,9 @@ WrapperExecutable WrapperExecutable::open(const WrapperProgram& w, const Initial
   for (auto& b : m.tma_view.buffers) b.init.data.clear();
   m.tma_view.tma = w.tma;
   m.timeout_ms = options.timeout_ms.value_or(w.launch.timeout_ms);
-  std::optional<Phase> current;
-  const auto phase = [&](const char* next) {
-    if (current) m.timings.emplace_back(current->name(), current->finish());
-    if (next != nullptr) current.emplace(next);
-  };
+  PhaseSequence phases(m.timings);
 
-  phase("context");
+  phases.next("context");
   m.context = cu::PrimaryContext::retain(options.device);
   m.stream = cu::Stream::create("the launch stream");
   m.abort_stream = cu::Stream::create("the abort stream");
@@ -288,21 +284,21 @@ WrapperExecutable WrapperExecutable::open(const WrapperProgram& w, const Initial
   const uint32_t abort = AMK_WRAPPER_ABORT;
   std::memcpy(m.abort_word.host(), &abort, sizeof abort);
 
-  phase("target");
+  phases.next("target");
   m.device =
       options.checked_device ? *options.checked_device : check_wrapper_device(w, options.device);
 
-  phase("compile");
+  phases.next("compile");
   CompileOptions co = options.compile;
   co.arch = wrapper_arch(w.target);
   m.compiled = compile_wrapper(w, co);
 
-  phase("module_load");
+  phases.next("module_load");
   m.module = cu::Module::load(m.compiled.cubin, "wrapper kernel " + m.compiled.kernel_name +
                                                     ", arch " + m.compiled.arch);
   m.function = m.module.function(m.compiled.kernel_name);
 
-  phase("configure");
+  phases.next("configure");
   const WrapperLaunch& l = w.launch;
   const auto b = l.block3();
   const uint32_t threads = b[0] * b[1] * b[2];
@@ -317,19 +313,19 @@ WrapperExecutable WrapperExecutable::open(const WrapperProgram& w, const Initial
   m.kernel = cu::query_kernel(m.function, shape, m.launch_label());
   prove_wrapper_launch(w, m.device, m.kernel);
 
-  phase("upload");
+  phases.next("upload");
   m.reset_flags = comms_need_reset(initial);
   m.place_and_upload(initial);
 
-  phase("tensor_args");
+  phases.next("tensor_args");
   const std::vector<std::byte> records = tensor_arg_records(w, m.tensor_addresses(m.addresses));
   if (!records.empty())
     cu::copy_to_device(m.addresses[kTensorArgs], records, m.stream.get(), "the tensor-arg records");
   m.stream.synchronize("the upload");
 
-  phase("tma_encode");
+  phases.next("tma_encode");
   m.tma = cu::encode_tma(m.tma_view, m.tensor_addresses(m.addresses));
-  phase(nullptr);
+  phases.end();
   return exe;
 }
 

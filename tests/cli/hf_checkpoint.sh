@@ -9,21 +9,8 @@ amk="${AMK:?set AMK to the amk binary}"
 py="$(numpy_python)" || { echo "hf_checkpoint: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. "$root/tests/cli/expect.sh"
 
-expect_rc() {  # expect_rc WANT DESCRIPTION -- command...
-  local want="$1" what="$2"
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $what: exit $rc, want $want"; head -3 "$tmp/err" | sed 's/^/    /'; fi
-}
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $3: '$2' not in output"; head -5 "$1" | sed 's/^/    /'; fi
-}
 
 # The decode step against numpy: one file, three shards, tied + sharded, the unfused layer.
 check() {  # check DESCRIPTION -- check_llama.py arguments...

@@ -9,25 +9,9 @@ py=/usr/bin/python3
 np_py="$(numpy_python)" || { echo "smoke: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. "$root/tests/cli/expect.sh"
 sample="$root/samples/mlp_block.json"
 
-expect_rc() {  # expect_rc WANT DESCRIPTION -- command...
-  local want="$1" what="$2"
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $what: exit $rc, want $want"; head -3 "$tmp/err" | sed 's/^/    /'; fi
-}
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $3: '$2' not in output"; head -5 "$1" | sed 's/^/    /'; fi
-}
-json_field() {  # json_field FILE EXPR -> prints python expression over `j`
-  "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); print($2)" "$1"
-}
 # GPUs this machine has (amk devices: zero, with a notice, without a driver or a device).
 gpus="$("$amk" --json devices 2>/dev/null | "$py" -c "import json,sys; print(len(json.load(sys.stdin)['devices']))" 2>/dev/null)"
 gpus="${gpus:-0}"

@@ -9,23 +9,10 @@ amk="${AMK:?set AMK to the amk binary}"
 py=/usr/bin/python3
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-pass=0
-fail=0
+. "$root/tests/cli/expect.sh"
 sample="$root/tests/wrapper/sample/wrapper.json"
 cache=(--cache-dir "$tmp/cache")
 
-expect_rc() {  # expect_rc WANT DESCRIPTION -- command...
-  local want="$1" what="$2"
-  shift 3
-  "$@" >"$tmp/out" 2>"$tmp/err"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $what: exit $rc, want $want"; head -3 "$tmp/err" | sed 's/^/    /'; fi
-}
-expect_grep() {  # expect_grep FILE PATTERN DESCRIPTION
-  if grep -q -- "$2" "$1"; then pass=$((pass + 1)); else
-    fail=$((fail + 1)); echo "FAIL $3: '$2' not in output"; head -5 "$1" | sed 's/^/    /'; fi
-}
 expect_py() {  # expect_py FILE EXPR DESCRIPTION: EXPR over the JSON `j` must be true
   if "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if ($2) else 1)" "$1"; then
     pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL $3"; head -5 "$1" | sed 's/^/    /'; fi

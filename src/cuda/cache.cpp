@@ -105,7 +105,10 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 // ELF64 little endian, as NVRTC writes cubins: the fields read here, at their offsets.
-constexpr size_t kShoffAt = 0x28, kShentsizeAt = 0x3A, kShnumAt = 0x3C;
+constexpr size_t kShoffAt = 0x28, kShentsizeAt = 0x3A, kShnumAt = 0x3C, kShstrndxAt = 0x3E;
+// .nv.info.<kernel> records (the attribute format and the parameter attribute) as cuobjdump
+// names them: EIFMT_SVAL, EIATTR_KPARAM_INFO.
+constexpr uint8_t kEifmtSval = 4, kEiattrKparamInfo = 0x17;
 constexpr size_t kSectionBytes = 64, kSymbolBytes = 24;
 constexpr uint32_t kShtSymtab = 2;
 constexpr uint8_t kSttFunc = 2;
@@ -152,6 +155,59 @@ bool cubin_has_entry(const std::vector<std::byte>& cubin, std::string_view name)
     }
   }
   return false;
+}
+
+std::optional<std::vector<KernelParam>> cubin_kernel_params(const std::vector<std::byte>& cubin,
+                                                            std::string_view name) {
+  if (!looks_like_cubin(cubin)) return std::nullopt;
+  const uint64_t size = cubin.size();
+  const auto shoff = read_le<uint64_t>(cubin, kShoffAt);
+  const auto shentsize = read_le<uint16_t>(cubin, kShentsizeAt);
+  const auto shnum = read_le<uint16_t>(cubin, kShnumAt);
+  const auto shstrndx = read_le<uint16_t>(cubin, kShstrndxAt);
+  if (shentsize != kSectionBytes || shoff > size || shnum > (size - shoff) / kSectionBytes ||
+      shstrndx >= shnum)
+    return std::nullopt;
+  auto section = [&](uint64_t i) { return shoff + i * kSectionBytes; };
+  const auto names_off = read_le<uint64_t>(cubin, section(shstrndx) + 0x18);
+  const auto names_bytes = read_le<uint64_t>(cubin, section(shstrndx) + 0x20);
+  if (names_off > size || names_bytes > size - names_off) return std::nullopt;
+  const std::string_view names(reinterpret_cast<const char*>(cubin.data()) + names_off,
+                               names_bytes);
+  const std::string wanted = ".nv.info." + std::string(name);
+  for (uint64_t i = 0; i < shnum; ++i) {
+    const auto name_at = read_le<uint32_t>(cubin, section(i));
+    if (name_at >= names.size()) continue;
+    const std::string_view sec_name = names.substr(name_at);
+    if (sec_name.substr(0, sec_name.find('\0')) != wanted) continue;
+    const auto off = read_le<uint64_t>(cubin, section(i) + 0x18);
+    const auto bytes = read_le<uint64_t>(cubin, section(i) + 0x20);
+    if (off > size || bytes > size - off) return std::nullopt;
+    // Attribute records: format byte, attribute byte, then a 2-byte value (EIFMT_HVAL) or a
+    // 2-byte length and that many bytes (EIFMT_SVAL). A parameter is EIATTR_KPARAM_INFO: index
+    // u32, ordinal u16, offset u16, and a word whose top 14 bits are the size in bytes.
+    std::vector<KernelParam> params;
+    for (uint64_t at = off; at + 4 <= off + bytes;) {
+      const auto format = read_le<uint8_t>(cubin, at);
+      const auto attribute = read_le<uint8_t>(cubin, at + 1);
+      const auto value = read_le<uint16_t>(cubin, at + 2);
+      if (format != kEifmtSval) {
+        at += 4;
+        continue;
+      }
+      if (value > off + bytes - at - 4) return std::nullopt;
+      if (attribute == kEiattrKparamInfo && value >= 12)
+        params.push_back({read_le<uint16_t>(cubin, at + 8), read_le<uint16_t>(cubin, at + 10),
+                          read_le<uint32_t>(cubin, at + 12) >> 18});
+      at += 4 + value;
+    }
+    std::sort(params.begin(), params.end(),
+              [](const KernelParam& a, const KernelParam& b) { return a.ordinal < b.ordinal; });
+    for (size_t k = 0; k < params.size(); ++k)
+      if (params[k].ordinal != k) return std::nullopt;  // not the one list of parameters
+    return params;
+  }
+  return std::nullopt;
 }
 
 std::optional<fs::path> resolve_cache_dir(const CompileOptions& options) {

@@ -60,6 +60,17 @@ struct CompileUnit {
 // under its own name), read from its ELF symbol table; false for anything malformed.
 [[nodiscard]] bool cubin_has_entry(const std::vector<std::byte>& cubin, std::string_view name);
 
+// One parameter of a kernel in a cubin: its position, byte offset and size.
+struct KernelParam {
+  uint32_t ordinal = 0;
+  uint32_t offset = 0;
+  uint32_t size = 0;
+};
+// The parameters of kernel `name`, in order, from the cubin's .nv.info.<name> section; nullopt
+// when the section is missing or malformed.
+[[nodiscard]] std::optional<std::vector<KernelParam>> cubin_kernel_params(
+    const std::vector<std::byte>& cubin, std::string_view name);
+
 // Compiles (or fetches from the cache) a VM translation unit (cuda/codegen.hpp's vm_source) whose
 // kernel takes `tma_count` tensor maps. Throws Error(kind nvrtc) with the log, arch, options and
 // NVRTC version in the message/detail when compilation fails. With options.cubin_file, nothing is

@@ -53,6 +53,35 @@ bool comms_need_reset(const InitialData& initial) {
   return false;
 }
 
+// The kernel's parameter list against the package: 14 pointers of 8 bytes, then one 128-byte
+// tensor map per TMA spec. A launch with another list would hand the kernel garbage (or read
+// past amk's parameter array). A cubin without the parameter records is taken as it is.
+void check_kernel_params(const WrapperProgram& w, const CompileOutput& out) {
+  const auto params = cubin_kernel_params(out.cubin, out.kernel_name);
+  if (!params) return;
+  const size_t want = kPackageArrays + w.tma.size();
+  bool ok = params->size() == want;
+  for (size_t i = 0; ok && i < params->size(); ++i)
+    ok = (*params)[i].size == (i < kPackageArrays ? 8u : sizeof(CUtensorMap));
+  if (ok) return;
+  // "14 x 8, 1 x 128": runs of equal sizes.
+  std::string sizes;
+  for (size_t i = 0; i < params->size();) {
+    size_t j = i;
+    while (j < params->size() && (*params)[j].size == (*params)[i].size) ++j;
+    sizes += (sizes.empty() ? "" : ", ") + std::to_string(j - i) + " x " +
+             std::to_string((*params)[i].size);
+    i = j;
+  }
+  throw Error(ErrorKind::program, "wrapper.kernel_params", "/wrapper/kernel_name",
+              "kernel " + out.kernel_name + " takes " + std::to_string(params->size()) +
+                  " parameters (" + (sizes.empty() ? std::string("none") : sizes + " bytes") +
+                  "); the launch passes the 14 package pointers (8 bytes each) and " +
+                  std::to_string(w.tma.size()) + " tensor map(s) of " +
+                  std::to_string(sizeof(CUtensorMap)) +
+                  " bytes, one per TMA spec in order (AMK_WRAPPER_PARAMS, kernels/amk_wrapper.h)");
+}
+
 }  // namespace
 
 CompileOutput compile_wrapper(const WrapperProgram& w, const CompileOptions& options) {
@@ -70,6 +99,7 @@ CompileOutput compile_wrapper(const WrapperProgram& w, const CompileOptions& opt
     throw Error(ErrorKind::program, "wrapper.kernel_missing", "/wrapper/kernel_name",
                 "the compiled source has no kernel " + unit.kernel_name +
                     " (declare it extern \"C\" __global__ so that it keeps its name)");
+  check_kernel_params(w, out);
   return out;
 }
 

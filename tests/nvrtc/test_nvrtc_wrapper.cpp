@@ -1,12 +1,13 @@
 // Wrapper programs compiled with NVRTC for sm_90a (no GPU needed): the sample with and without
 // the trust flag, the cache, a syntax error's log, defines reaching the source, the kernel-name
-// check, and kernels/amk_wrapper.h's record sizes as the device sees them.
+// and parameter-list checks, and kernels/amk_wrapper.h's record sizes as the device sees them.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "core/error.hpp"
 #include "cuda/compile.hpp"
@@ -118,12 +119,14 @@ TEST_CASE("a syntax error is the nvrtc error with the log") {
 
 TEST_CASE("the program's defines reach the source") {
   TempCache cache;
-  WrapperProgram w =
-      with_source(load_wrapper_file(kSample),
-                  "#if !defined(T_ON) || T_WIDTH != 0x20\n"
-                  "#error \"T_ON and T_WIDTH=0x20 are the program's defines\"\n"
-                  "#endif\n"
-                  "extern \"C\" __global__ void df_main(int* p) { p[0] = T_WIDTH; }\n");
+  WrapperProgram w = with_source(
+      load_wrapper_file(kSample),
+      "#if !defined(T_ON) || T_WIDTH != 0x20\n"
+      "#error \"T_ON and T_WIDTH=0x20 are the program's defines\"\n"
+      "#endif\n"
+      "#include \"amk_wrapper.h\"\n"
+      "extern \"C\" __global__ void df_main(AMK_WRAPPER_PARAMS,\n"
+      "    const __grid_constant__ amk_wrapper_tensor_map_t m) { flags[1] = T_WIDTH; }\n");
   try {
     (void)compile(w, cache.path);
     FAIL("compiled without the defines");
@@ -151,6 +154,35 @@ TEST_CASE("the kernel must be in the cubin under its own name") {
     }
   }
   CHECK_FALSE(cubin_has_entry({}, "df_main"));
+}
+
+TEST_CASE("the kernel's parameters must be the 14 pointers and one tensor map per TMA spec") {
+  TempCache cache;
+  const WrapperProgram base = load_wrapper_file(kSample);  // one TMA spec (w_map)
+  const std::string head = "#include \"amk_wrapper.h\"\nextern \"C\" __global__ void df_main(";
+  const std::string body = ") { if (flags) flags[1] = 1; }\n";
+  const std::string tma = "const __grid_constant__ amk_wrapper_tensor_map_t m";
+  // The right list compiles; its records read back from the cubin.
+  const ordered_json ok =
+      compile(with_source(base, head + "AMK_WRAPPER_PARAMS, " + tma + body), cache.path);
+  CHECK(ok["status"] == "ok");
+  for (const std::string& params : std::vector<std::string>{
+           "AMK_WRAPPER_PARAMS",                                     // the tensor map missing
+           "AMK_WRAPPER_PARAMS, " + tma + ", " + tma + "2",          // one too many
+           std::string("AMK_WRAPPER_PARAMS, unsigned long long m"),  // a pointer-sized stand-in
+           "const uint8_t* instructions, " + tma + ", uint32_t* flags"}) {  // too few pointers
+    CAPTURE(params);
+    try {
+      (void)compile(with_source(base, head + params + body), cache.path);
+      FAIL("a kernel with another parameter list passed");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::program);
+      CHECK(e.code() == "wrapper.kernel_params");
+      CHECK(e.where() == "/wrapper/kernel_name");
+      CHECK(std::string(e.message()).find("1 tensor map(s) of 128 bytes") != std::string::npos);
+    }
+  }
+  CHECK_FALSE(cubin_kernel_params({}, "df_main"));
 }
 
 TEST_CASE("amk_wrapper.h's records have the host's sizes on the device") {

@@ -18,13 +18,15 @@
 #include "wrapper/amkb.hpp"
 #include "wrapper/wrapper.hpp"
 
+#include "sample.hpp"
+
 using namespace amk;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSampleDir = fs::path(AMK_SOURCE_DIR) / "tests" / "wrapper" / "sample";
+const fs::path kSampleDir = test::kWrapperSampleDir;
 using Bytes = std::vector<std::byte>;
 
 uint32_t rd32(const Bytes& b, size_t at) {

@@ -15,13 +15,15 @@
 #include "core/error.hpp"
 #include "wrapper/wrapper.hpp"
 
+#include "sample.hpp"
+
 using namespace amk;
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSampleDir = fs::path(AMK_SOURCE_DIR) / "tests" / "wrapper" / "sample";
+const fs::path kSampleDir = test::kWrapperSampleDir;
 
 json sample() {
   std::ifstream in(kSampleDir / "wrapper.json");

@@ -4,7 +4,6 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -12,15 +11,11 @@
 #include "device/device.hpp"
 #include "wrapper/wrapper.hpp"
 
+#include "sample.hpp"
+
 using namespace amk;
-namespace fs = std::filesystem;
 
 namespace {
-
-WrapperProgram sample() {
-  return load_wrapper_file(fs::path(AMK_SOURCE_DIR) / "tests" / "wrapper" / "sample" /
-                           "wrapper.json");
-}
 
 DeviceInfo device() {
   DeviceInfo d;
@@ -60,7 +55,7 @@ std::string refusal(const WrapperProgram& w, const DeviceInfo& d, const KernelRe
 }  // namespace
 
 TEST_CASE("wrapper_buffers: the 14 package arrays in parameter order, then the tensor arguments") {
-  const WrapperProgram w = sample();
+  const WrapperProgram w = test::sample_wrapper();
   const Program p = wrapper_buffers(w);
   REQUIRE(p.buffers.size() == kPackageArrays + w.tensor_args.size());
   for (size_t i = 0; i < kPackageArrays; ++i)
@@ -83,7 +78,7 @@ TEST_CASE("wrapper_buffers: the 14 package arrays in parameter order, then the t
 }
 
 TEST_CASE("tensor_arg_records: address, dtype, rank, row-major shape and strides") {
-  const WrapperProgram w = sample();  // x f32[64], w bf16[16, 64], y f32[16]
+  const WrapperProgram w = test::sample_wrapper();  // x f32[64], w bf16[16, 64], y f32[16]
   const std::vector<uint64_t> addresses = {0x7f0000001000, 0x7f0000002000, 0x7f0000003000};
   const std::vector<std::byte> bytes = tensor_arg_records(w, addresses);
   REQUIRE(bytes.size() == 3 * sizeof(WrapperTensorArgRecord));
@@ -107,7 +102,7 @@ TEST_CASE("tensor_arg_records: address, dtype, rank, row-major shape and strides
 }
 
 TEST_CASE("prove_wrapper_launch: block, shared memory, cluster and co-residency") {
-  WrapperProgram w = sample();  // 2 queues, block 128, cluster 2, 1024 bytes dynamic
+  WrapperProgram w = test::sample_wrapper();  // 2 queues, block 128, cluster 2, 1024 bytes dynamic
   const DeviceInfo d = device();
   CHECK(refusal(w, d, kernel()).empty());
 

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <array>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -11,15 +10,11 @@
 #include "device/device.hpp"
 #include "wrapper/wrapper.hpp"
 
+#include "sample.hpp"
+
 using namespace amk;
-namespace fs = std::filesystem;
 
 namespace {
-
-WrapperProgram sample() {
-  return load_wrapper_file(fs::path(AMK_SOURCE_DIR) / "tests" / "wrapper" / "sample" /
-                           "wrapper.json");
-}
 
 // The device the sample's snapshot describes (an H100 SXM's limits).
 DeviceInfo matching(const WrapperProgram& w) {
@@ -46,7 +41,7 @@ bool has(const std::vector<std::string>& v, const std::string& prefix) {
 }  // namespace
 
 TEST_CASE("the device the snapshot describes runs the sample") {
-  const WrapperProgram w = sample();
+  const WrapperProgram w = test::sample_wrapper();
   REQUIRE(w.target.arch == 90);
   const DeviceInfo d = matching(w);
   CHECK(wrapper_target_mismatches(w, d).empty());
@@ -54,7 +49,7 @@ TEST_CASE("the device the snapshot describes runs the sample") {
 }
 
 TEST_CASE("every snapshot field that differs is named, snapshot vs device") {
-  const WrapperProgram w = sample();
+  const WrapperProgram w = test::sample_wrapper();
   DeviceInfo d = matching(w);
   d.cc_major = 10;
   d.cc_minor = 0;
@@ -89,7 +84,7 @@ TEST_CASE("every snapshot field that differs is named, snapshot vs device") {
 }
 
 TEST_CASE("the launch's needs are checked against the device itself") {
-  WrapperProgram w = sample();
+  WrapperProgram w = test::sample_wrapper();
   DeviceInfo d = matching(w);
   w.launch.cluster_size = 2;
   d.cluster_launch = false;
@@ -98,7 +93,7 @@ TEST_CASE("the launch's needs are checked against the device itself") {
   REQUIRE(m.size() == 1);
   CHECK(has(m, "cluster_size 2: the device has no cluster launch"));
 
-  w = sample();
+  w = test::sample_wrapper();
   d = matching(w);
   w.launch.dynamic_smem_bytes = static_cast<uint32_t>(d.smem_per_block_optin + 1);
   d.max_threads_per_block = 64;

@@ -17,6 +17,7 @@
 #include "core/hash.hpp"
 #include "core/numeric.hpp"
 #include "io/amkb_bytes.hpp"
+#include "io/amkb_frame.hpp"
 #include "io/load.hpp"
 #include "ops/registry.hpp"
 
@@ -24,61 +25,28 @@ namespace amk {
 namespace {
 
 using namespace amkb_bytes;
+using namespace amkb_frame;
 
 // The file is little endian and the instruction table is memcpy'd as is.
 static_assert(std::endian::native == std::endian::little, ".amkb I/O assumes a little-endian host");
 
 // "AMKB" then CR LF SUB LF, which catch text-mode line-ending damage.
 constexpr std::array<uint8_t, 8> kMagic = {'A', 'M', 'K', 'B', '\r', '\n', 0x1A, '\n'};
-constexpr uint32_t kAmkbVersion = 1;
-constexpr uint32_t kByteOrderMark = 0x01020304u;
-constexpr uint32_t kByteOrderSwapped = 0x04030201u;
-constexpr uint64_t kHeaderBytes = 64;
-constexpr uint64_t kEntryBytes = 32;
 constexpr uint32_t kMaxSections = 16;
 constexpr uint64_t kDataAlign = 256;  // every inline-values blob starts on this file alignment
 
-// Header field offsets.
-constexpr size_t kHdrVersion = 8;
-constexpr size_t kHdrByteOrder = 12;
-constexpr size_t kHdrHeaderBytes = 16;
-constexpr size_t kHdrAbiVersion = 20;
-constexpr size_t kHdrInstrBytes = 24;
-constexpr size_t kHdrSectionCount = 28;
-constexpr size_t kHdrTableOffset = 32;
-constexpr size_t kHdrFileBytes = 40;
-constexpr size_t kHdrFlags = 48;
-constexpr size_t kHdrTableCrc = 52;
-constexpr size_t kHdrReserved = 56;
-constexpr size_t kHdrCrc = 60;
+// The header's own words: the instruction ABI version and the instruction size.
+constexpr size_t kHdrAbiVersion = kHdrOwn20;
+constexpr size_t kHdrInstrBytes = kHdrOwn24;
 
-enum SectionKind : uint32_t { kMeta = 1, kInstr = 2, kQueues = 3, kData = 4 };
+enum AmkbSection : uint32_t { kMeta = 1, kInstr = 2, kQueues = 3, kData = 4 };
 
-struct KindInfo {
-  uint32_t kind;
-  const char* name;
-  uint64_t align;
-  bool required;
-};
-constexpr KindInfo kKinds[] = {
+constexpr SectionKind kKinds[] = {
     {kMeta, "META", 8, true},
     {kInstr, "INSTR", 256, true},
     {kQueues, "QUEUES", 16, false},
     {kData, "DATA", kDataAlign, false},
 };
-
-const KindInfo* find_kind(uint32_t kind) {
-  for (const auto& k : kKinds)
-    if (k.kind == kind) return &k;
-  return nullptr;
-}
-
-[[noreturn]] void fail(std::string code, std::string_view area, uint64_t byte, std::string msg) {
-  std::string where(area);
-  where += " byte ";
-  where += std::to_string(byte);
-  throw Error(ErrorKind::program, std::move(code), std::move(where), std::move(msg));
-}
 
 [[noreturn]] void encode_fail(std::string where, std::string msg) {
   throw Error(ErrorKind::program, "amkb.encode", std::move(where), std::move(msg));
@@ -108,15 +76,6 @@ bool finite_bits(DType t, const uint8_t* p) {
 
 // ---------------------------------------------------------------------------------------------
 // Reading
-
-struct Section {
-  uint32_t kind = 0;
-  const char* name = "";
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  uint32_t crc = 0;
-  bool present = false;
-};
 
 // A bounds-checked cursor over one section. Every read states what it reads, so a short section
 // names the field it ended in.
@@ -236,61 +195,6 @@ struct Meta {
   uint64_t data_next = 0;  // DATA offset the next values blob must start at
   uint64_t data_size = 0;  // DATA size the values need (the last blob is not padded)
 };
-
-void read_section_table(const uint8_t* f, uint64_t file_bytes, uint32_t count,
-                        std::array<Section, 5>& by_kind) {
-  const uint64_t table_end = kHeaderBytes + uint64_t{count} * kEntryBytes;
-  uint64_t prev_end = table_end;
-  const char* prev_name = "section table";
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint64_t e = kHeaderBytes + uint64_t{i} * kEntryBytes;
-    const uint8_t* p = f + e;
-    uint32_t kind = rd32(p);
-    const KindInfo* info = find_kind(kind);
-    if (!info)
-      fail("amkb.section", "section table", e, "unknown section kind " + std::to_string(kind));
-    if (by_kind[kind].present)
-      fail("amkb.section", "section table", e, std::string("duplicate section ") + info->name);
-    for (const uint64_t field : {uint64_t{4}, uint64_t{28}})  // flags, reserved
-      if (rd32(p + field) != 0)
-        fail("amkb.section", "section table", e + field,
-             std::string("section ") + info->name + ": reserved fields must be zero");
-    Section s;
-    s.kind = kind;
-    s.name = info->name;
-    s.offset = rd64(p + 8);
-    s.size = rd64(p + 16);
-    s.crc = rd32(p + 24);
-    s.present = true;
-    auto end = checked_add(s.offset, s.size);
-    if (!end || *end > file_bytes)
-      fail("amkb.section", "section table", e + 8,
-           std::string("section ") + info->name + " [" + std::to_string(s.offset) + ", +" +
-               std::to_string(s.size) + ") lies past the end of the file (" +
-               std::to_string(file_bytes) + " bytes)");
-    if (s.offset % info->align != 0)
-      fail("amkb.section", "section table", e + 8,
-           std::string("section ") + info->name + " offset " + std::to_string(s.offset) +
-               " is not a multiple of " + std::to_string(info->align));
-    // Entries are in file order; a section starting before the previous one ends overlaps it.
-    if (s.offset < prev_end)
-      fail("amkb.section.overlap", "section table", e + 8,
-           std::string("section ") + info->name + " at " + std::to_string(s.offset) + " overlaps " +
-               prev_name + " ending at " + std::to_string(prev_end));
-    if (!all_zero(f + prev_end, s.offset - prev_end))
-      fail("amkb.section", "section table", e + 8,
-           "nonzero padding before section " + std::string(info->name));
-    prev_end = *end;
-    prev_name = info->name;
-    by_kind[kind] = s;
-  }
-  if (!all_zero(f + prev_end, file_bytes - prev_end))
-    fail("amkb.section", "section table", kHeaderBytes, "nonzero bytes after the last section");
-  for (const auto& k : kKinds)
-    if (k.required && !by_kind[k.kind].present)
-      fail("amkb.section.missing", "section table", kHeaderBytes,
-           std::string("required section ") + k.name + " is missing");
-}
 
 void read_buffers(Cursor& r, Program& p, Meta& meta) {
   uint32_t n = r.count("buffer count", kMaxBuffers, "limit.buffers", 8);
@@ -989,20 +893,7 @@ Program parse_amkb_program(std::span<const std::byte> bytes, const LoadOptions& 
   // Magic first (over what exists), so that a short non-amkb file says so.
   if (n > 0 && std::memcmp(f, kMagic.data(), std::min<uint64_t>(n, kMagic.size())) != 0)
     fail("amkb.magic", "header", 0, "not an .amkb file (bad magic bytes)");
-  if (n < kHeaderBytes)
-    fail("amkb.truncated", "header", n,
-         "file ends after " + std::to_string(n) + " bytes, inside the 64-byte header");
-  if (uint32_t v = rd32(f + kHdrVersion); v != kAmkbVersion)
-    fail("amkb.version", "header", kHdrVersion,
-         ".amkb version " + std::to_string(v) + " (this amk reads version 1)");
-  if (uint32_t bom = rd32(f + kHdrByteOrder); bom != kByteOrderMark)
-    fail("amkb.endian", "header", kHdrByteOrder,
-         bom == kByteOrderSwapped ? "file is big endian; amk reads little-endian .amkb only"
-                                  : "bad byte order marker");
-  if (crc_mismatch(rd32(f + kHdrCrc), f, kHdrCrc))
-    fail("amkb.checksum", "header", kHdrCrc, "header checksum mismatch");
-  if (rd32(f + kHdrHeaderBytes) != kHeaderBytes)
-    fail("amkb.header", "header", kHdrHeaderBytes, "header size must be 64");
+  check_header_start(f, n, ".amkb");
   if (uint32_t abi = rd32(f + kHdrAbiVersion); abi != AMK_ABI_VERSION)
     fail("amkb.version", "header", kHdrAbiVersion,
          "instruction ABI version " + std::to_string(abi) + " (this amk uses " +
@@ -1013,36 +904,9 @@ Program parse_amkb_program(std::span<const std::byte> bytes, const LoadOptions& 
   if (count < 1 || count > kMaxSections)
     fail("amkb.header", "header", kHdrSectionCount,
          "section count " + std::to_string(count) + " is not 1..16");
-  if (rd64(f + kHdrTableOffset) != kHeaderBytes)
-    fail("amkb.header", "header", kHdrTableOffset, "the section table must follow the header");
-  for (const size_t field : {kHdrFlags, kHdrReserved})
-    if (rd32(f + field) != 0)
-      fail("amkb.header", "header", field,
-           std::string(field == kHdrFlags ? "flags" : "reserved") +
-               " header field must be zero, found " + std::to_string(rd32(f + field)));
-  const uint64_t file_bytes = rd64(f + kHdrFileBytes);
-  if (file_bytes > kMaxFileBytes)
-    fail("limit.file", "header", kHdrFileBytes,
-         "file size field " + std::to_string(file_bytes) + " exceeds the limit");
-  if (n < file_bytes)
-    fail("amkb.truncated", "header", n,
-         "file ends after " + std::to_string(n) + " of " + std::to_string(file_bytes) + " bytes");
-  if (n > file_bytes)
-    fail("amkb.header", "header", kHdrFileBytes,
-         std::to_string(n - file_bytes) + " trailing bytes after the declared end");
-  const uint64_t table_end = kHeaderBytes + uint64_t{count} * kEntryBytes;
-  if (table_end > file_bytes)
-    fail("amkb.header", "header", kHdrSectionCount,
-         "the section table runs past the end of the file");
-  if (crc_mismatch(rd32(f + kHdrTableCrc), f + kHeaderBytes, table_end - kHeaderBytes))
-    fail("amkb.checksum", "section table", kHeaderBytes, "section table checksum mismatch");
-
+  check_header_end(f, n, count);
   std::array<Section, 5> sec{};
-  read_section_table(f, file_bytes, count, sec);
-  for (const Section& s : sec)
-    if (s.present && crc_mismatch(s.crc, f + s.offset, s.size))
-      fail("amkb.checksum", std::string("section ") + s.name, s.offset,
-           std::string("section ") + s.name + " checksum mismatch");
+  read_section_table(f, n, count, kKinds, sec);
 
   const Section& instr = sec[kInstr];
   if (instr.size % AMK_INSTRUCTION_BYTES != 0)
@@ -1107,44 +971,10 @@ std::vector<std::byte> program_to_amkb(const Program& program) {
     return b.init.kind == InitKind::values;
   });
 
-  struct Planned {
-    uint32_t kind;
-    const std::vector<std::byte>* bytes;
-  };
-  std::vector<Planned> parts = {{kMeta, &meta}, {kInstr, &instr.bytes}};
-  if (p.queues) parts.push_back({kQueues, &queues.bytes});
-  if (has_values) parts.push_back({kData, &data.bytes});
-
-  Out file;
-  file.bytes.resize(kHeaderBytes + parts.size() * kEntryBytes);
-  std::vector<uint64_t> offsets;
-  for (const Planned& part : parts) {
-    file.pad_to(find_kind(part.kind)->align);
-    offsets.push_back(file.bytes.size());
-    file.raw(part.bytes->data(), part.bytes->size());
-  }
-  auto* f = reinterpret_cast<uint8_t*>(file.bytes.data());
-  auto put32 = [](uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); };
-  auto put64 = [](uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); };
-  for (size_t i = 0; i < parts.size(); ++i) {
-    uint8_t* e = f + kHeaderBytes + i * kEntryBytes;
-    put32(e, parts[i].kind);
-    put64(e + 8, offsets[i]);
-    put64(e + 16, parts[i].bytes->size());
-    put32(e + 24, crc_of(f + offsets[i], parts[i].bytes->size()));
-  }
-  std::memcpy(f, kMagic.data(), kMagic.size());
-  put32(f + kHdrVersion, kAmkbVersion);
-  put32(f + kHdrByteOrder, kByteOrderMark);
-  put32(f + kHdrHeaderBytes, kHeaderBytes);
-  put32(f + kHdrAbiVersion, AMK_ABI_VERSION);
-  put32(f + kHdrInstrBytes, AMK_INSTRUCTION_BYTES);
-  put32(f + kHdrSectionCount, static_cast<uint32_t>(parts.size()));
-  put64(f + kHdrTableOffset, kHeaderBytes);
-  put64(f + kHdrFileBytes, file.bytes.size());
-  put32(f + kHdrTableCrc, crc_of(f + kHeaderBytes, parts.size() * kEntryBytes));
-  put32(f + kHdrCrc, crc_of(f, kHdrCrc));
-  return std::move(file.bytes);
+  std::vector<Part> parts = {{kMeta, meta}, {kInstr, instr.bytes}};
+  if (p.queues) parts.push_back({kQueues, queues.bytes});
+  if (has_values) parts.push_back({kData, data.bytes});
+  return write_frame(kMagic, AMK_ABI_VERSION, AMK_INSTRUCTION_BYTES, parts, kKinds);
 }
 
 }  // namespace amk

@@ -17,6 +17,7 @@
 #include "core/error.hpp"
 #include "core/hash.hpp"
 #include "io/amkb_bytes.hpp"
+#include "io/amkb_frame.hpp"
 #include "wrapper/amkb.hpp"
 
 namespace amk {
@@ -24,66 +25,23 @@ namespace {
 
 using namespace amkb_bytes;
 
-static_assert(std::endian::native == std::endian::little, ".amkb I/O assumes a little-endian host");
+using namespace amkb_frame;
 
 constexpr std::array<uint8_t, 4> kVmMagic = {'A', 'M', 'K', 'B'};
-constexpr uint32_t kAmkbVersion = 1;
-constexpr uint32_t kByteOrderMark = 0x01020304u;
-constexpr uint32_t kByteOrderSwapped = 0x04030201u;
-constexpr uint64_t kHeaderBytes = 64;
-constexpr uint64_t kEntryBytes = 32;
 constexpr uint64_t kPackageAlign = 256;  // every array's contents start on this file alignment
 
-// Header field offsets (the VM .amkb's, with the wrapper's two ABI sizes at 20 and 24).
-constexpr size_t kHdrVersion = 8;
-constexpr size_t kHdrByteOrder = 12;
-constexpr size_t kHdrHeaderBytes = 16;
-constexpr size_t kHdrPackageArrays = 20;
-constexpr size_t kHdrTensorArgBytes = 24;
-constexpr size_t kHdrSectionCount = 28;
-constexpr size_t kHdrTableOffset = 32;
-constexpr size_t kHdrFileBytes = 40;
-constexpr size_t kHdrFlags = 48;
-constexpr size_t kHdrTableCrc = 52;
-constexpr size_t kHdrReserved = 56;
-constexpr size_t kHdrCrc = 60;
+// The header's own words: the package array count and the tensor-argument record size.
+constexpr size_t kHdrPackageArrays = kHdrOwn20;
+constexpr size_t kHdrTensorArgBytes = kHdrOwn24;
 
-enum SectionKind : uint32_t { kMeta = 1, kSource = 2, kPackage = 3 };
+enum WrapperSection : uint32_t { kMeta = 1, kSource = 2, kPackage = 3 };
+constexpr SectionKind kKinds[] = {{kMeta, "META", 8, true},
+                                  {kSource, "SOURCE", 8, false},
+                                  {kPackage, "PACKAGE", kPackageAlign, false}};
 constexpr uint32_t kSectionKinds = 3;
-
-struct KindInfo {
-  uint32_t kind;
-  const char* name;
-  uint64_t align;
-};
-constexpr KindInfo kKinds[kSectionKinds] = {
-    {kMeta, "META", 8}, {kSource, "SOURCE", 8}, {kPackage, "PACKAGE", kPackageAlign}};
-
-const KindInfo* find_kind(uint32_t kind) {
-  for (const auto& k : kKinds)
-    if (k.kind == kind) return &k;
-  return nullptr;
-}
-
-[[noreturn]] void fail(std::string code, std::string_view area, uint64_t byte, std::string msg) {
-  std::string where(area);
-  where += " byte ";
-  where += std::to_string(byte);
-  throw Error(ErrorKind::program, std::move(code), std::move(where), std::move(msg));
-}
-
-void put32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void put64(uint8_t* p, uint64_t v) { std::memcpy(p, &v, 8); }
 
 uint64_t round_up(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
 
-struct Section {
-  const char* name = "";
-  uint64_t offset = 0;
-  uint64_t size = 0;
-  uint32_t crc = 0;
-  bool present = false;
-};
 using Sections = std::array<Section, kSectionKinds + 1>;  // by kind
 
 void read_header(const uint8_t* f, uint64_t n) {
@@ -98,20 +56,7 @@ void read_header(const uint8_t* f, uint64_t n) {
            "a VM program's .amkb (magic AMKB), not a wrapper program's (magic AMKW)");
     fail("amkb.magic", "header", 0, "not a wrapper .amkb file (bad magic bytes)");
   }
-  if (n < kHeaderBytes)
-    fail("amkb.truncated", "header", n,
-         "file ends after " + std::to_string(n) + " bytes, inside the 64-byte header");
-  if (const uint32_t v = rd32(f + kHdrVersion); v != kAmkbVersion)
-    fail("amkb.version", "header", kHdrVersion,
-         "wrapper .amkb version " + std::to_string(v) + " (this amk reads version 1)");
-  if (const uint32_t bom = rd32(f + kHdrByteOrder); bom != kByteOrderMark)
-    fail("amkb.endian", "header", kHdrByteOrder,
-         bom == kByteOrderSwapped ? "file is big endian; amk reads little-endian .amkb only"
-                                  : "bad byte order marker");
-  if (crc_mismatch(rd32(f + kHdrCrc), f, kHdrCrc))
-    fail("amkb.checksum", "header", kHdrCrc, "header checksum mismatch");
-  if (rd32(f + kHdrHeaderBytes) != kHeaderBytes)
-    fail("amkb.header", "header", kHdrHeaderBytes, "header size must be 64");
+  check_header_start(f, n, "wrapper .amkb");
   if (const uint32_t a = rd32(f + kHdrPackageArrays); a != kPackageArrays)
     fail("amkb.header", "header", kHdrPackageArrays,
          "the file is for " + std::to_string(a) + " package arrays; this amk passes " +
@@ -124,85 +69,7 @@ void read_header(const uint8_t* f, uint64_t n) {
   if (const uint32_t c = rd32(f + kHdrSectionCount); c < 1 || c > kSectionKinds)
     fail("amkb.header", "header", kHdrSectionCount,
          "section count " + std::to_string(c) + " is not 1..3");
-  if (rd64(f + kHdrTableOffset) != kHeaderBytes)
-    fail("amkb.header", "header", kHdrTableOffset, "the section table must follow the header");
-  for (const size_t field : {kHdrFlags, kHdrReserved})
-    if (rd32(f + field) != 0)
-      fail("amkb.header", "header", field,
-           std::string(field == kHdrFlags ? "flags" : "reserved") +
-               " header field must be zero, found " + std::to_string(rd32(f + field)));
-  const uint64_t file_bytes = rd64(f + kHdrFileBytes);
-  if (file_bytes > kMaxFileBytes)
-    fail("limit.file", "header", kHdrFileBytes,
-         "file size field " + std::to_string(file_bytes) + " exceeds the limit");
-  if (n < file_bytes)
-    fail("amkb.truncated", "header", n,
-         "file ends after " + std::to_string(n) + " of " + std::to_string(file_bytes) + " bytes");
-  if (n > file_bytes)
-    fail("amkb.header", "header", kHdrFileBytes,
-         std::to_string(n - file_bytes) + " trailing bytes after the declared end");
-  const uint64_t table_end = kHeaderBytes + rd32(f + kHdrSectionCount) * kEntryBytes;
-  if (table_end > n)
-    fail("amkb.header", "header", kHdrSectionCount,
-         "the section table runs past the end of the file");
-  if (crc_mismatch(rd32(f + kHdrTableCrc), f + kHeaderBytes, table_end - kHeaderBytes))
-    fail("amkb.checksum", "section table", kHeaderBytes, "section table checksum mismatch");
-}
-
-Sections read_section_table(const uint8_t* f, uint64_t n) {
-  const uint32_t count = rd32(f + kHdrSectionCount);
-  Sections by_kind{};
-  uint64_t prev_end = kHeaderBytes + uint64_t{count} * kEntryBytes;
-  std::string prev_name = "the section table";
-  for (uint32_t i = 0; i < count; ++i) {
-    const uint64_t e = kHeaderBytes + uint64_t{i} * kEntryBytes;
-    const uint8_t* p = f + e;
-    const uint32_t kind = rd32(p);
-    const KindInfo* info = find_kind(kind);
-    if (!info)
-      fail("amkb.section", "section table", e, "unknown section kind " + std::to_string(kind));
-    if (by_kind[kind].present)
-      fail("amkb.section", "section table", e, std::string("duplicate section ") + info->name);
-    for (const uint64_t field : {uint64_t{4}, uint64_t{28}})  // flags, reserved
-      if (rd32(p + field) != 0)
-        fail("amkb.section", "section table", e + field,
-             std::string("section ") + info->name + ": reserved fields must be zero");
-    Section s;
-    s.name = info->name;
-    s.offset = rd64(p + 8);
-    s.size = rd64(p + 16);
-    s.crc = rd32(p + 24);
-    s.present = true;
-    const auto end = checked_add(s.offset, s.size);
-    if (!end || *end > n)
-      fail("amkb.section", "section table", e + 8,
-           std::string("section ") + info->name + " [" + std::to_string(s.offset) + ", +" +
-               std::to_string(s.size) + ") lies past the end of the file (" + std::to_string(n) +
-               " bytes)");
-    if (s.offset % info->align != 0)
-      fail("amkb.section", "section table", e + 8,
-           std::string("section ") + info->name + " offset " + std::to_string(s.offset) +
-               " is not a multiple of " + std::to_string(info->align));
-    if (s.offset < prev_end)
-      fail("amkb.section.overlap", "section table", e + 8,
-           std::string("section ") + info->name + " at " + std::to_string(s.offset) + " overlaps " +
-               prev_name + " ending at " + std::to_string(prev_end));
-    if (!all_zero(f + prev_end, s.offset - prev_end))
-      fail("amkb.section", "section table", e + 8,
-           "nonzero padding before section " + std::string(info->name));
-    prev_end = *end;
-    prev_name = std::string("section ") + info->name;
-    by_kind[kind] = s;
-  }
-  if (!all_zero(f + prev_end, n - prev_end))
-    fail("amkb.section", "section table", kHeaderBytes, "nonzero bytes after the last section");
-  if (!by_kind[kMeta].present)
-    fail("amkb.section.missing", "section table", kHeaderBytes, "required section META is missing");
-  for (const Section& s : by_kind)
-    if (s.present && crc_mismatch(s.crc, f + s.offset, s.size))
-      fail("amkb.checksum", std::string("section ") + s.name, s.offset,
-           std::string("section ") + s.name + " checksum mismatch");
-  return by_kind;
+  check_header_end(f, n, rd32(f + kHdrSectionCount));
 }
 
 std::string read_source(const uint8_t* f, const Section& s) {
@@ -288,7 +155,8 @@ WrapperProgram parse_amkb_wrapper(std::span<const std::byte> bytes,
   const auto* f = reinterpret_cast<const uint8_t*>(bytes.data());
   const uint64_t n = bytes.size();
   read_header(f, n);
-  const Sections sec = read_section_table(f, n);
+  Sections sec{};
+  read_section_table(f, n, rd32(f + kHdrSectionCount), kKinds, sec);
 
   detail::WrapperMeta meta;
   std::string source;
@@ -363,51 +231,21 @@ std::vector<std::byte> wrapper_to_amkb(const WrapperProgram& w) {
   }
   const std::string meta = j.dump();
 
-  struct Part {
-    uint32_t kind;
-    const uint8_t* bytes;
-    uint64_t size;
+  const auto as_bytes = [](const auto& c) {
+    return std::span<const std::byte>(reinterpret_cast<const std::byte*>(c.data()), c.size());
   };
-  std::vector<Part> parts = {{kMeta, reinterpret_cast<const uint8_t*>(meta.data()), meta.size()}};
-  if (w.wrapper.source_path.empty())
-    parts.push_back({kSource, reinterpret_cast<const uint8_t*>(w.wrapper.source.data()),
-                     w.wrapper.source.size()});
-  if (!package.empty())
-    parts.push_back({kPackage, reinterpret_cast<const uint8_t*>(package.data()), package.size()});
-
-  std::vector<uint64_t> offsets;
-  uint64_t size = kHeaderBytes + parts.size() * kEntryBytes;
-  for (const Part& p : parts) {
-    size = round_up(size, find_kind(p.kind)->align);
-    offsets.push_back(size);
-    size += p.size;
-  }
-  if (size > kMaxFileBytes)
+  std::vector<Part> parts = {{kMeta, as_bytes(meta)}};
+  if (w.wrapper.source_path.empty()) parts.push_back({kSource, as_bytes(w.wrapper.source)});
+  if (!package.empty()) parts.push_back({kPackage, as_bytes(package)});
+  if (const uint64_t size = frame_bytes(parts, kKinds); size > kMaxFileBytes)
     throw Error(ErrorKind::program, "amkb.encode", "/package",
                 "the file would be " + std::to_string(size) + " bytes, more than the " +
                     std::to_string(kMaxFileBytes) + " a program file may have");
-  std::vector<std::byte> file(size);
-  auto* f = reinterpret_cast<uint8_t*>(file.data());
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (parts[i].size != 0) std::memcpy(f + offsets[i], parts[i].bytes, parts[i].size);
-    uint8_t* e = f + kHeaderBytes + i * kEntryBytes;
-    put32(e, parts[i].kind);
-    put64(e + 8, offsets[i]);
-    put64(e + 16, parts[i].size);
-    put32(e + 24, crc_of(f + offsets[i], parts[i].size));
-  }
-  std::memcpy(f, kWrapperAmkbMagic.data(), kWrapperAmkbMagic.size());
-  put32(f + kHdrVersion, kAmkbVersion);
-  put32(f + kHdrByteOrder, kByteOrderMark);
-  put32(f + kHdrHeaderBytes, kHeaderBytes);
-  put32(f + kHdrPackageArrays, kPackageArrays);
-  put32(f + kHdrTensorArgBytes, sizeof(WrapperTensorArgRecord));
-  put32(f + kHdrSectionCount, static_cast<uint32_t>(parts.size()));
-  put64(f + kHdrTableOffset, kHeaderBytes);
-  put64(f + kHdrFileBytes, size);
-  put32(f + kHdrTableCrc, crc_of(f + kHeaderBytes, parts.size() * kEntryBytes));
-  put32(f + kHdrCrc, crc_of(f, kHdrCrc));
-  return file;
+  return write_frame(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(kWrapperAmkbMagic.data()),
+                               kWrapperAmkbMagic.size()),
+      static_cast<uint32_t>(kPackageArrays), static_cast<uint32_t>(sizeof(WrapperTensorArgRecord)),
+      parts, kKinds);
 }
 
 }  // namespace amk

@@ -79,15 +79,13 @@ Executable ExecutableAccess::open(const Program& program, const InitialData& ini
 
 Executable ExecutableAccess::open_wrapper(const WrapperProgram& w, const InitialData& initial,
                                           const WrapperGpuOptions& options) {
+  WrapperExecutable exe = WrapperExecutable::open(w, initial, options);
   // The kernel may write any array it is given; the records are amk's alone.
-  const Program view = wrapper_buffers(w);
-  std::vector<bool> written(view.buffers.size(), true);
+  std::vector<bool> written(exe.buffers().buffers.size(), true);
   written[static_cast<size_t>(PackageArray::tensor_args)] = false;
+  BufferBook book(exe.buffers(), std::move(written));
   return Executable(std::make_unique<Executable::Impl>(
-      Executable::Impl{std::nullopt,
-                       WrapperExecutable::open(w, initial, options),
-                       BufferBook(view, std::move(written)),
-                       {}}));
+      Executable::Impl{std::nullopt, std::move(exe), std::move(book), {}}));
 }
 
 const GpuExecutable& ExecutableAccess::gpu(const Executable& exe) {

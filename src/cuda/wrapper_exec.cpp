@@ -107,12 +107,15 @@ DeviceInfo check_wrapper_device(const WrapperProgram& w, int ordinal) {
   check_ordinal(ordinal, cu::device_count());
   DeviceInfo d = cu::query_device(ordinal);
   check_wrapper_target(w, d);
-  const Program view = wrapper_buffers(w);
+  // What place_and_upload reserves, from the sizes alone (no copy of the arrays' contents).
   uint64_t need = 0;
-  for (size_t i = 0; i < view.buffers.size(); ++i) {
-    const uint64_t b = reserved_bytes(view, i) + kAlignment;
+  const auto add = [&](uint64_t bytes) {
+    const uint64_t b = std::max<uint64_t>(bytes, sizeof(uint32_t)) + kAlignment;
     need = need > UINT64_MAX - b ? UINT64_MAX : need + b;
-  }
+  };
+  for (const PackageEntry& e : w.package) add(e.present ? e.bytes() : 0);
+  add(w.tensor_args.size() * sizeof(WrapperTensorArgRecord));
+  for (const Buffer& t : w.tensor_args) add(t.bytes());
   if (d.global_mem_bytes != 0 && need > d.global_mem_bytes)
     throw Error(ErrorKind::device, "device.memory", "/package",
                 "the wrapper's arrays and tensor arguments need " + std::to_string(need >> 20) +
@@ -294,13 +297,14 @@ WrapperExecutable WrapperExecutable::open(const WrapperProgram& w, const Initial
   exe.impl_ = std::make_unique<Impl>();
   Impl& m = *exe.impl_;
   m.options = options;
+  // Sizes, shapes and specs only: the contents come from `initial`.
   m.program = w;
   m.program.wrapper.source.clear();
-  m.view = wrapper_buffers(w);
-  for (auto& b : m.view.buffers) b.init.data.clear();
-  m.tma_view.buffers = w.tensor_args;
-  for (auto& b : m.tma_view.buffers) b.init.data.clear();
-  m.tma_view.tma = w.tma;
+  for (PackageEntry& e : m.program.package) e.buffer.init.data.clear();
+  for (Buffer& t : m.program.tensor_args) t.init.data.clear();
+  m.view = wrapper_buffers(m.program);
+  m.tma_view.buffers = m.program.tensor_args;
+  m.tma_view.tma = m.program.tma;
   m.timeout_ms = options.timeout_ms.value_or(w.launch.timeout_ms);
   PhaseSequence phases(m.timings);
 
@@ -477,6 +481,7 @@ const DeviceInfo& WrapperExecutable::device() const { return impl().device; }
 const KernelResources& WrapperExecutable::kernel() const { return impl().kernel; }
 const CompileOutput& WrapperExecutable::compiled() const { return impl().compiled; }
 const WrapperProgram& WrapperExecutable::program() const { return impl().program; }
+const Program& WrapperExecutable::buffers() const { return impl().view; }
 uint64_t WrapperExecutable::timeout_ms() const { return impl().timeout_ms; }
 bool WrapperExecutable::flags_reset() const { return impl().reset_flags; }
 

@@ -87,6 +87,7 @@ public:
   [[nodiscard]] const KernelResources& kernel() const;
   [[nodiscard]] const CompileOutput& compiled() const;
   [[nodiscard]] const WrapperProgram& program() const;  // without the source and inline data
+  [[nodiscard]] const Program& buffers() const;         // wrapper_buffers of it
   [[nodiscard]] uint64_t timeout_ms() const;
   [[nodiscard]] bool flags_reset() const;  // the whole flags array is zeroed before a launch
 

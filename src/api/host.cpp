@@ -19,9 +19,7 @@ OpenedProgram load_for_open(const std::string& path, const OpenOptions& options)
   out.load.allow_outside_paths = options.allow_outside_paths;
   out.load.trust_custom_ops = options.trust_custom_ops;
   if (is_wrapper_file(path)) {
-    WrapperProgram w = load_wrapper_file(path, out.load);
-    (void)check_wrapper(w, out.load);
-    (void)wrapper_compile_arch(w, "", options.trust_source);  // refuses untrusted source
+    WrapperProgram w = load_trusted_wrapper(path, out.load, options.trust_source);
     if (!options.vm.empty())
       throw Error(ErrorKind::usage, "api.vm.wrapper", "vm",
                   "vm fields configure amk's VM; a wrapper program brings its own kernel");

@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "core/error.hpp"
-#include "core/hash.hpp"
 #include "core/phase_log.hpp"
 #include "report/outputs.hpp"
 #include "session/gpu_session.hpp"
@@ -77,14 +76,12 @@ CommandResult run_with_report(const std::string& name, const GpuCommandFiles& fi
     std::ostringstream text;
     if (wrapper_command && is_wrapper_file(files.program_path)) {
       Phase load("load");
-      const WrapperProgram w = load_wrapper_file(files.program_path, files.load);
+      WrapperSummary summary;
+      const WrapperProgram w =
+          load_trusted_wrapper(files.program_path, files.load, files.trust_source, &summary);
       report.timings_ms.emplace_back("load", load.finish());
-      Phase checking("verify");
-      const WrapperSummary summary = check_wrapper(w, files.load);
-      (void)wrapper_compile_arch(w, "", files.trust_source);  // refuses untrusted source
-      report.timings_ms.emplace_back("verify", checking.finish());
       report.program_name = w.name;
-      report.program_fingerprint = sha256_hex(wrapper_to_json(w));
+      report.program_fingerprint = wrapper_fingerprint(w);
       report.instructions = summary.instruction_count;
       gpu.checked_device = check_wrapper_gpu(w, gpu.device);
       Phase materialize("materialize");

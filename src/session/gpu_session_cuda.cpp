@@ -10,7 +10,6 @@
 #include "amk/amk.hpp"
 #include "api/internal.hpp"
 #include "core/error.hpp"
-#include "core/hash.hpp"
 #include "core/numeric.hpp"
 #include "core/phase_log.hpp"
 #include "cuda/bench.hpp"
@@ -352,7 +351,7 @@ ordered_json profile_wrapper_on_gpu(const WrapperProgram& w, const InitialData& 
   Phase phase("profile");
   const ProfileResult s = exe.profile(profile_options(req));
   phase.finish();
-  ordered_json j = profile_head(w.name, sha256_hex(wrapper_to_json(w)), req, flush_bytes);
+  ordered_json j = profile_head(w.name, wrapper_fingerprint(w), req, flush_bytes);
   put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;

@@ -16,7 +16,6 @@
 #include "backend/cpu_backend.hpp"
 #include "backend/initial_data.hpp"
 #include "core/error.hpp"
-#include "core/hash.hpp"
 #include "core/phase_log.hpp"
 #include "core/numeric.hpp"
 #include "plan/plan.hpp"
@@ -137,12 +136,12 @@ HostBuffers run_wrapper(const RunRequest& request, GpuRequest& gpu, RunReport& r
   if (gpu.iterations != 1)
     throw Error(ErrorKind::usage, "usage.run.passes", "--passes",
                 "a wrapper program's launch is one grid of its own kernel: --passes must be 1");
-  const WrapperProgram w = load_wrapper_file(request.program_path, request.load);
-  const WrapperSummary summary = check_wrapper(w, request.load);
-  (void)wrapper_compile_arch(w, "", request.trust_source);  // refuses untrusted source
+  WrapperSummary summary;
+  const WrapperProgram w =
+      load_trusted_wrapper(request.program_path, request.load, request.trust_source, &summary);
   view = wrapper_buffers(w);
   report.program_name = w.name;
-  report.program_fingerprint = sha256_hex(wrapper_to_json(w));
+  report.program_fingerprint = wrapper_fingerprint(w);
   report.instructions = summary.instruction_count;
   report.timings_ms.emplace_back("load_verify", load_verify.finish());
 

@@ -1,6 +1,7 @@
 // The rules `amk compile` applies to a wrapper before NVRTC sees it: the trust flag, the arch
 // (the target snapshot's), and the defines as NVRTC options. No CUDA here.
 #include "core/error.hpp"
+#include "core/hash.hpp"
 #include "wrapper/wrapper.hpp"
 
 namespace amk {
@@ -8,6 +9,17 @@ namespace amk {
 std::string wrapper_arch(const TargetSnapshot& t) {
   return "sm_" + std::to_string(t.arch) + (t.arch_specific ? "a" : "");
 }
+
+WrapperProgram load_trusted_wrapper(const std::filesystem::path& path, const LoadOptions& options,
+                                    bool trust_source, WrapperSummary* summary) {
+  WrapperProgram w = load_wrapper_file(path, options);
+  const WrapperSummary s = check_wrapper(w, options);
+  (void)wrapper_compile_arch(w, "", trust_source);
+  if (summary != nullptr) *summary = s;
+  return w;
+}
+
+std::string wrapper_fingerprint(const WrapperProgram& w) { return sha256_hex(wrapper_to_json(w)); }
 
 std::vector<std::string> wrapper_nvrtc_defines(const WrapperSource& s) {
   std::vector<std::string> out;

@@ -210,6 +210,14 @@ inline constexpr std::string_view kTrustSourceFlag = "--trust-source";
 [[nodiscard]] std::string wrapper_compile_arch(const WrapperProgram& w,
                                                const std::string& requested, bool trust_source);
 
+// What every command that launches a wrapper does first: load_wrapper_file, check_wrapper
+// (its summary into *summary when given) and wrapper_compile_arch's trust check.
+[[nodiscard]] WrapperProgram load_trusted_wrapper(const std::filesystem::path& path,
+                                                  const LoadOptions& options, bool trust_source,
+                                                  WrapperSummary* summary = nullptr);
+// sha256 (hex) of the canonical JSON text: report.json's program fingerprint of a wrapper.
+[[nodiscard]] std::string wrapper_fingerprint(const WrapperProgram& w);
+
 // ---- the live device (target.cpp) ----
 
 // Every way device `d` differs from the snapshot the compiler built for (arch, SM count, the

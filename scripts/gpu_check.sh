@@ -246,7 +246,7 @@ PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/run_rows.txt"
 tail -3 "$out/phases1b.txt"
 if [ "${AMK_TORCH:-1}" = 1 ]; then
-  tok=$($py -c "import numpy; print(int(numpy.load('$d/out1b/next_token.npy').ravel()[0]))" 2>/dev/null)
+  tok=$($py -c "import numpy; print(int(numpy.load('$d/run1b/next_token.npy').ravel()[0]))" 2>/dev/null)
   PYTHONUNBUFFERED=1 timeout 300 $py scripts/torch_baseline.py --weights "$d/llama1b.safetensors" --samples 50 ${tok:+--amk-token $tok} >"$d/torch.json" 2>"$out/torch.err"
   rc=$?
   row "PyTorch baseline (same weights), next token = amk's" "$([ $rc = 0 ] && [ -n "$tok" ] && echo "pass (token $tok)" || echo "FAIL (exit $rc${tok:-, no token from amk})")"

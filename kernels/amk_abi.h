@@ -23,7 +23,8 @@ typedef long long int64_t;
 // Fixed instruction geometry: one instruction is AMK_INSTRUCTION_BYTES, 16-byte aligned, so a
 // block fetches it with sixteen 16-byte loads.
 #define AMK_INSTRUCTION_BYTES 256u
-#define AMK_MAX_OPERANDS 6u
+#define AMK_MAX_OPERANDS 7u
+#define AMK_INLINE_OPERANDS 6u  // slots 0-5 sit in operands[]; slot 6 in operand6, after params
 #define AMK_MAX_WAITS 4u
 #define AMK_MAX_SIGNALS 4u
 #define AMK_MAX_PARAMS 16u
@@ -49,10 +50,11 @@ enum class amk_op : uint16_t {
   attention_decode = 14,   // one kv head, a chunk of positions, its group of query heads
   attention_combine = 15,  // merges attention_decode partials across chunks
   // 16 (gemv_splitk), 17 (attention_combine_splitk), 18 (gemv_t): retired.
+  feed_token = 19,  // a generation step's next token: the prompt's, then the argmax
 };
 #endif
 // One past the highest id ever assigned to a built-in op; custom ops start at 1000.
-#define AMK_OP_ID_END 19u
+#define AMK_OP_ID_END 20u
 #define AMK_CUSTOM_OP_BASE 1000u
 
 // An operand slot that the instruction leaves empty (optional operands).
@@ -89,7 +91,11 @@ typedef struct amk_operand {
 // read them before its waits are met.
 #define AMK_INS_CONST_WEIGHTS 1u
 
-// Wait until counters[counter] >= value (monotonic within a launch).
+// Wait until counters[counter] >= value * pass (monotonic within a launch; pass counts the
+// block's passes over its queue from 1). With AMK_WAIT_CARRIED set in `counter`, the wait is
+// on the previous pass's signals: counters[counter & ~AMK_WAIT_CARRIED] >= value * (pass - 1),
+// which holds at once in the first pass.
+#define AMK_WAIT_CARRIED 0x80000000u
 typedef struct amk_wait {
   uint32_t counter;
   uint32_t value;
@@ -112,12 +118,27 @@ typedef struct alignas(16) amk_instruction {
   uint16_t flags;  // zero in files; the planner sets AMK_INS_* bits in the device copy
   uint32_t index;  // position of this instruction in the program
   uint32_t reserved0;
-  amk_operand_t operands[AMK_MAX_OPERANDS];
+  amk_operand_t operands[AMK_INLINE_OPERANDS];
   amk_wait_t waits[AMK_MAX_WAITS];
   amk_signal_t signals[AMK_MAX_SIGNALS];
   uint32_t params[AMK_MAX_PARAMS];
-  uint32_t reserved1[4];
+  amk_operand_t operand6;  // operand slot 6 (its own field: slots 0-5 keep their offsets)
 } amk_instruction_t;
+
+// Operand slot k (< AMK_MAX_OPERANDS) of an instruction.
+#if defined(__CUDACC_RTC__)
+#define AMK_ABI_FN __device__ __forceinline__
+#else
+#define AMK_ABI_FN inline
+#endif
+#ifdef __cplusplus
+AMK_ABI_FN const amk_operand_t& amk_ins_operand(const amk_instruction_t& ins, uint32_t k) {
+  return k < AMK_INLINE_OPERANDS ? ins.operands[k] : ins.operand6;
+}
+AMK_ABI_FN amk_operand_t& amk_ins_operand(amk_instruction_t& ins, uint32_t k) {
+  return k < AMK_INLINE_OPERANDS ? ins.operands[k] : ins.operand6;
+}
+#endif
 
 // One entry of the buffer table.
 typedef struct alignas(16) amk_buffer {

@@ -434,7 +434,13 @@ Meta read_meta(const uint8_t* f, const Section& s, uint64_t n_instructions, Prog
   uint8_t mode = r.u8("launch mode");
   if (mode > 1) r.bad(at, "unknown launch mode " + std::to_string(mode));
   p.launch.mode = static_cast<LaunchMode>(mode);
-  r.zero(3, "launch reserved bytes");
+  {  // passes, 24 bits little-endian; 0 (files from before the field) is one pass
+    at = r.pos();
+    const uint32_t b0 = r.u8("launch passes"), b1 = r.u8("launch passes"),
+                   b2 = r.u8("launch passes");
+    const uint32_t passes = b0 | b1 << 8 | b2 << 16;
+    p.launch.passes = passes == 0 ? 1 : passes;
+  }
   at = r.pos();
   p.launch.grid = r.u32("launch grid");
   if (p.launch.grid > kMaxQueues)
@@ -516,10 +522,9 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
       bad(offsetof(amk_instruction_t, flags), "amkb.instruction", "flags must be zero in a file");
     if (a.reserved0 != 0)
       bad(offsetof(amk_instruction_t, reserved0), "amkb.instruction", "reserved0 must be zero");
-    for (size_t k = 0; k < std::size(a.reserved1); ++k)
-      if (a.reserved1[k] != 0)
-        bad(offsetof(amk_instruction_t, reserved1) + k * sizeof a.reserved1[k], "amkb.instruction",
-            "reserved1[" + std::to_string(k) + "] must be zero");
+    if (a.n_operands <= AMK_INLINE_OPERANDS && !all_zero(reinterpret_cast<const uint8_t*>(&a.operand6), sizeof a.operand6))
+      bad(offsetof(amk_instruction_t, operand6), "amkb.instruction",
+          "operand slot 6 must be zero when n_operands is below 7");
     if (a.n_operands > AMK_MAX_OPERANDS || a.n_waits > AMK_MAX_WAITS ||
         a.n_signals > AMK_MAX_SIGNALS || a.n_params > AMK_MAX_PARAMS)
       bad(offsetof(amk_instruction_t, n_operands), "amkb.instruction",
@@ -567,7 +572,7 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
         bad(field + used * elem, "amkb.instruction",
             std::string("unused ") + what + " slots must be zero");
     };
-    for (size_t k = a.n_operands; k < AMK_MAX_OPERANDS; ++k) {
+    for (size_t k = a.n_operands; k < AMK_INLINE_OPERANDS; ++k) {
       const amk_operand_t& o = a.operands[k];
       if (o.offset != 0 || o.extent != 0 || o.buffer != AMK_NO_BUFFER)
         bad(offsetof(amk_instruction_t, operands) + k * sizeof(amk_operand_t), "amkb.instruction",
@@ -584,8 +589,10 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
     in.name = names[i];
     in.op = a.op;
     for (uint8_t k = 0; k < a.n_operands; ++k) {
-      const amk_operand_t& o = a.operands[k];
-      const size_t field = offsetof(amk_instruction_t, operands) + k * sizeof(amk_operand_t);
+      const amk_operand_t& o = amk_ins_operand(a, k);
+      const size_t field = k < AMK_INLINE_OPERANDS
+                               ? offsetof(amk_instruction_t, operands) + k * sizeof(amk_operand_t)
+                               : offsetof(amk_instruction_t, operand6);
       if (o.buffer == AMK_NO_BUFFER) {
         if (!sig || !sig->operands[k].optional)
           bad(field + offsetof(amk_operand_t, buffer), "amkb.instruction",
@@ -603,11 +610,13 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
       in.operands.push_back({o.buffer, o.offset, o.extent});
     }
     for (uint8_t k = 0; k < a.n_waits; ++k) {
-      if (a.waits[k].counter >= p.counters.size())
+      const uint32_t counter = a.waits[k].counter & ~AMK_WAIT_CARRIED;
+      if (counter >= p.counters.size())
         bad(offsetof(amk_instruction_t, waits) + k * sizeof(amk_wait_t), "ref.counter",
-            "wait " + std::to_string(k) + " names counter " + std::to_string(a.waits[k].counter) +
-                " of " + std::to_string(p.counters.size()));
-      in.waits.push_back({a.waits[k].counter, a.waits[k].value});
+            "wait " + std::to_string(k) + " names counter " + std::to_string(counter) + " of " +
+                std::to_string(p.counters.size()));
+      in.waits.push_back(
+          {counter, a.waits[k].value, (a.waits[k].counter & AMK_WAIT_CARRIED) != 0});
     }
     for (uint8_t k = 0; k < a.n_signals; ++k) {
       if (a.signals[k].counter >= p.counters.size())
@@ -756,21 +765,27 @@ amk_instruction_t to_abi(const Instruction& in, uint32_t index) {
   for (amk_operand_t& o : a.operands) o.buffer = AMK_NO_BUFFER;  // empty slot, as the planner
   a.op = in.op;
   a.index = index;
-  a.n_operands = small_count(in.operands.size(), AMK_MAX_OPERANDS, where + "/operands", "operands");
+  // An empty slot 6 is not stored (operand6 stays zero), as the planner's encode_instruction.
+  size_t n_operands = in.operands.size();
+  if (n_operands > AMK_INLINE_OPERANDS && in.operands[AMK_INLINE_OPERANDS].buffer == AMK_NO_BUFFER)
+    n_operands = AMK_INLINE_OPERANDS;
+  a.n_operands = small_count(n_operands, AMK_MAX_OPERANDS, where + "/operands", "operands");
   a.n_waits = small_count(in.waits.size(), AMK_MAX_WAITS, where + "/waits", "waits");
   a.n_signals = small_count(in.signals.size(), AMK_MAX_SIGNALS, where + "/signals", "signals");
   a.n_params = small_count(in.params.size(), AMK_MAX_PARAMS, where + "/params", "params");
-  for (size_t k = 0; k < in.operands.size(); ++k) {
+  for (size_t k = 0; k < n_operands; ++k) {
     const Operand& o = in.operands[k];
     if (o.extent > UINT32_MAX)
       encode_fail(where + "/operands/" + std::to_string(k),
                   "extent " + std::to_string(o.extent) + " does not fit the ABI's 32-bit extent");
-    a.operands[k].offset = o.offset;
-    a.operands[k].extent = static_cast<uint32_t>(o.extent);
-    a.operands[k].buffer = o.buffer;
+    amk_operand_t& d = amk_ins_operand(a, static_cast<uint32_t>(k));
+    d.offset = o.offset;
+    d.extent = static_cast<uint32_t>(o.extent);
+    d.buffer = o.buffer;
   }
   for (size_t k = 0; k < in.waits.size(); ++k)
-    a.waits[k] = {in.waits[k].counter, in.waits[k].value};
+    a.waits[k] = {in.waits[k].counter | (in.waits[k].carried ? AMK_WAIT_CARRIED : 0u),
+                  in.waits[k].value};
   for (size_t k = 0; k < in.signals.size(); ++k)
     a.signals[k] = {in.signals[k].counter, in.signals[k].add};
   for (size_t k = 0; k < in.params.size(); ++k) a.params[k] = in.params[k];
@@ -786,7 +801,13 @@ std::vector<std::byte> write_meta(const Program& p, uint64_t& data_end) {
   o.u32(p.target.features);
   o.u32(p.target.smem_per_block);
   o.u8(static_cast<uint8_t>(p.launch.mode));
-  o.u8(0), o.u8(0), o.u8(0);
+  if (p.launch.passes == 0 || p.launch.passes > kMaxPasses)
+    encode_fail("/launch/passes", "passes " + std::to_string(p.launch.passes) + " is not 1.." +
+                                      std::to_string(kMaxPasses));
+  {  // one pass is written as 0, the bytes of files from before the field
+    const uint32_t passes = p.launch.passes == 1 ? 0 : p.launch.passes;
+    o.u8(passes & 0xFF), o.u8((passes >> 8) & 0xFF), o.u8((passes >> 16) & 0xFF);
+  }
   o.u32(p.launch.grid);
   o.u32(p.launch.block);
   for (uint32_t c : p.launch.cluster) o.u32(c);

@@ -578,7 +578,8 @@ private:
   }
 
   void read_launch(const Value& j, const Loc& loc) {
-    check_keys(j, loc, {"mode", "grid", "block", "cluster", "dynamic_smem", "timeout_ms"});
+    check_keys(j, loc,
+               {"mode", "grid", "block", "cluster", "dynamic_smem", "timeout_ms", "passes"});
     Launch& l = p_.launch;
     if (auto m = member(j, "mode")) {
       const std::string_view s = get_string(*m, loc / "mode");
@@ -639,6 +640,13 @@ private:
         fail("launch.timeout_ms", loc / "timeout_ms",
              "expected 1.." + std::to_string(kMaxTimeoutMs) + " milliseconds, found 0");
       l.timeout_ms = t;
+    }
+    if (auto m = member(j, "passes")) {
+      const uint64_t n = get_uint(*m, loc / "passes", kMaxPasses);
+      if (n == 0)
+        fail("launch.passes", loc / "passes",
+             "expected 1.." + std::to_string(kMaxPasses) + " passes, found 0");
+      l.passes = static_cast<uint32_t>(n);
     }
   }
 
@@ -927,11 +935,12 @@ private:
     read_operands(j, loc, ins, sig, custom, op_name);
     read_params(j, loc, ins, sig, custom, op_name);
     read_sync(j, loc, "waits", AMK_MAX_WAITS, [&](const Value& w, const Loc& wloc) {
-      check_keys(w, wloc, {"counter", "value"});
+      check_keys(w, wloc, {"counter", "value", "carried"});
       Wait x;
       x.counter = counter_ref(required(w, wloc, "counter"), wloc / "counter");
       x.value =
           static_cast<uint32_t>(get_uint(required(w, wloc, "value"), wloc / "value", kU32Max));
+      if (auto m = member(w, "carried")) x.carried = get_bool(*m, wloc / "carried");
       ins.waits.push_back(x);
     });
     read_sync(j, loc, "signals", AMK_MAX_SIGNALS, [&](const Value& s, const Loc& sloc) {

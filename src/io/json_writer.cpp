@@ -251,6 +251,10 @@ private:
     put_uint(l.dynamic_smem);
     out_ += ", \"timeout_ms\": ";
     put_uint(l.timeout_ms);
+    if (l.passes != 1) {  // (absent: one pass, the files of programs that never loop)
+      out_ += ", \"passes\": ";
+      put_uint(l.passes);
+    }
     out_ += '}';
   }
 
@@ -440,6 +444,7 @@ private:
       put_string(counter_name(ins.waits[k].counter, where + "/waits/" + num(k)), where);
       out_ += ", \"value\": ";
       put_uint(ins.waits[k].value);
+      if (ins.waits[k].carried) out_ += ", \"carried\": true";
       out_ += '}';
     }
     out_ += "], \"signals\": [";

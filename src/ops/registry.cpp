@@ -42,34 +42,61 @@ constexpr OperandSig kEmbeddingOperands[] = {
     {"table", Access::read, kF}, {"ids", Access::read, kIndexTypes}, {"y", Access::write, kF}};
 
 constexpr DTypeSet kF32 = dtype_bit(DType::f32);
-constexpr OperandSig kRopeOperands[] = {{"x", Access::read, kF}, {"y", Access::write, kF}};
+// The position operand (rope, kv_append, attention_decode): one u32 or i32 element, read when
+// the op runs; the op's position is that value + pass - 1 (pass counted from 1), in place of the
+// `position` param.
+constexpr DTypeSet kPositionTypes = dtype_bit(DType::u32) | dtype_bit(DType::i32);
+constexpr OperandSig kRopeOperands[] = {{"x", Access::read, kF},
+                                        {"y", Access::write, kF},
+                                        {"position", Access::read, kPositionTypes, true}};
 constexpr ParamSig kRopeParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                    {"position", ParamType::u32, std::nullopt},
+                                    {"position", ParamType::u32, 0.0},
                                     {"theta", ParamType::f32, 500000.0},
                                     {"scaling_factor", ParamType::f32, 32.0},
                                     {"low_freq_factor", ParamType::f32, 1.0},
                                     {"high_freq_factor", ParamType::f32, 4.0},
                                     {"original_max_position", ParamType::u32, 8192.0}};
-constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF}, {"cache", Access::write, kF}};
-constexpr ParamSig kKvAppendParams[] = {{"head_dim", ParamType::u32, std::nullopt},
-                                        {"position", ParamType::u32, std::nullopt},
-                                        {"max_len", ParamType::u32, std::nullopt}};
+constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF},
+                                            {"cache", Access::write, kF},
+                                            {"position", Access::read, kPositionTypes, true}};
+// theta != 0 rotates each head with RoPE at the position first (the rope op's params).
+constexpr ParamSig kKvAppendParams[] = {
+    {"head_dim", ParamType::u32, std::nullopt},
+    {"position", ParamType::u32, 0.0},
+    {"max_len", ParamType::u32, std::nullopt},
+    {"theta", ParamType::f32, 0.0, true},
+    {"scaling_factor", ParamType::f32, 32.0, true},
+    {"low_freq_factor", ParamType::f32, 1.0, true},
+    {"high_freq_factor", ParamType::f32, 4.0, true},
+    {"original_max_position", ParamType::u32, 8192.0, true}};
 constexpr OperandSig kAttentionDecodeOperands[] = {
-    {"q", Access::read, kF},           {"k", Access::read, kF},
-    {"v", Access::read, kF},           {"out", Access::write, kF32},
-    {"k_new", Access::read, kF, true}, {"v_new", Access::read, kF, true}};
+    {"q", Access::read, kF},
+    {"k", Access::read, kF},
+    {"v", Access::read, kF},
+    {"out", Access::write, kF32},
+    {"k_new", Access::read, kF, true},
+    {"v_new", Access::read, kF, true},
+    {"position", Access::read, kPositionTypes, true}};
 // The RoPE params: the rope op's names, meaning and order (here theta 0 = no rotation).
 constexpr ParamSig kAttentionDecodeParams[] = {
     {"head_dim", ParamType::u32, std::nullopt}, {"scale", ParamType::f32, 0.0},
     {"position", ParamType::u32, 0.0},          {"theta", ParamType::f32, 0.0},
     {"scaling_factor", ParamType::f32, 32.0},   {"low_freq_factor", ParamType::f32, 1.0},
-    {"high_freq_factor", ParamType::f32, 4.0},  {"original_max_position", ParamType::u32, 8192.0}};
+    {"high_freq_factor", ParamType::f32, 4.0},  {"original_max_position", ParamType::u32, 8192.0},
+    {"start", ParamType::u32, 0.0, true}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
                                                 {"kv_heads", ParamType::u32, 1.0}};
 
-constexpr std::array<OpSig, 16> kOps = {{
+constexpr OperandSig kFeedTokenOperands[] = {{"index", Access::read, kIndexTypes},
+                                             {"prompt", Access::read, kIndexTypes},
+                                             {"token", Access::write, kIndexTypes},
+                                             {"ids", Access::write, kIndexTypes, true},
+                                             {"logits", Access::read, kF32, true},
+                                             {"all_logits", Access::write, kF32, true}};
+
+constexpr std::array<OpSig, 17> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy,
      "copy",
@@ -106,24 +133,34 @@ constexpr std::array<OpSig, 16> kOps = {{
     {OpId::rope, "rope",
      "rotary embedding of each head of head_dim in x at `position` (HF rotate_half pairs i, "
      "i + head_dim/2; inv_freq theta^(-2i/head_dim) with Llama 3 scaling unless "
-     "scaling_factor = 0; angles in double)",
+     "scaling_factor = 0; angles in double); with the position operand at position[0] + "
+     "pass - 1",
      kRopeOperands, kRopeParams},
     {OpId::kv_append, "kv_append",
-     "cache[h, position, :] = x[h*head_dim : (h+1)*head_dim] for each kv head h; cache is "
-     "[extent(x)/head_dim, max_len, head_dim]",
+     "cache[h, position, :] = x[h*head_dim : (h+1)*head_dim] for each kv head h (rotated like "
+     "rope when theta != 0); cache is [extent(x)/head_dim, max_len, head_dim]; with the "
+     "position operand at position[0] + pass - 1 (a position past max_len stops the launch)",
      kKvAppendOperands, kKvAppendParams},
     {OpId::attention_decode, "attention_decode",
      "one kv head, one chunk of positions: per query head g of q, out[g] = (softmax-weighted "
      "sum of v rows normalized in the chunk [head_dim], max score m, sum exp(s - m)); "
      "s = scale * q_g . k_t, scale 0: 1/sqrt(head_dim); theta != 0 rotates q and k_new like "
      "rope at `position`; (k_new, v_new), both or neither, is one more position after the "
-     "cached rows (k, v may then be empty)",
+     "cached rows (k, v may then be empty). With the position operand (P = position[0] + "
+     "pass - 1), k and v hold the cache rows from `start` on: the op attends those below P, "
+     "and (k_new, v_new) when start <= P < start + rows",
      kAttentionDecodeOperands, kAttentionDecodeParams},
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "
      "attention_decode partials, M = max_c m_c; partials holds kv_heads kv heads' chunks back "
      "to back, out their query heads in the same order",
      kAttentionCombineOperands, kAttentionCombineParams},
+    {OpId::feed_token, "feed_token",
+     "step s = pass - 1 of a generation: t = prompt[s + 1] while s + 1 < extent(prompt), else "
+     "index[0]; token[0] = t; ids[s + 1 - extent(prompt)] = t once past the prompt; "
+     "all_logits[s * extent(logits) + i] = logits[i] (the step's logits) where they fit",
+     kFeedTokenOperands,
+     {}},
 }};
 
 constexpr RetiredOp kRetiredOps[] = {
@@ -135,11 +172,16 @@ constexpr RetiredOp kRetiredOps[] = {
 // builtin_ops() promises id order, and every id below AMK_OP_ID_END is either a built-in op or a
 // retired one, so a new op takes the next free id instead of reusing a retired one.
 constexpr bool ids_cover_the_range() {
-  for (size_t i = 0; i < kOps.size(); ++i)
-    if (static_cast<size_t>(kOps[i].id) != i) return false;
-  for (size_t i = 0; i < std::size(kRetiredOps); ++i)
-    if (kRetiredOps[i].id != kOps.size() + i) return false;
-  return kOps.size() + std::size(kRetiredOps) == AMK_OP_ID_END;
+  size_t op = 0, retired = 0;
+  for (size_t id = 0; id < AMK_OP_ID_END; ++id) {
+    if (op < kOps.size() && static_cast<size_t>(kOps[op].id) == id)
+      ++op;
+    else if (retired < std::size(kRetiredOps) && kRetiredOps[retired].id == id)
+      ++retired;
+    else
+      return false;
+  }
+  return op == kOps.size() && retired == std::size(kRetiredOps);
 }
 static_assert(ids_cover_the_range(),
               "op ids: the built-in ops, then the retired ones, up to AMK_OP_ID_END");

@@ -19,7 +19,7 @@ static_assert(
     offsetof(amk_instruction_t, n_params) == 5 && offsetof(amk_instruction_t, flags) == 6 &&
     offsetof(amk_instruction_t, index) == 8 && offsetof(amk_instruction_t, operands) == 16 &&
     offsetof(amk_instruction_t, waits) == 112 && offsetof(amk_instruction_t, signals) == 144 &&
-    offsetof(amk_instruction_t, params) == 176 && offsetof(amk_instruction_t, reserved1) == 240);
+    offsetof(amk_instruction_t, params) == 176 && offsetof(amk_instruction_t, operand6) == 240);
 static_assert(sizeof(amk_buffer_t) == 32 && offsetof(amk_buffer_t, elements) == 8 &&
               offsetof(amk_buffer_t, bytes) == 16 && offsetof(amk_buffer_t, dtype) == 24 &&
               offsetof(amk_buffer_t, flags) == 28);

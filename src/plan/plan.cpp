@@ -60,7 +60,8 @@ void elide_ordered_syncs(const std::vector<std::vector<uint32_t>>& queues, Plan&
   std::vector<uint8_t> waited(plan.n_counters, 0);
   for (const amk_instruction_t& ins : plan.instructions)
     for (uint8_t w = 0; w < ins.n_waits; ++w)
-      if (ins.waits[w].counter < plan.n_counters) waited[ins.waits[w].counter] = 1;
+      if (const uint32_t c = ins.waits[w].counter & ~AMK_WAIT_CARRIED; c < plan.n_counters)
+        waited[c] = 1;
   for (amk_instruction_t& ins : plan.instructions)
     ins.n_signals = compact(ins.signals, ins.n_signals, [&](const amk_signal_t& sig) {
       const bool dead = sig.counter < plan.n_counters && !waited[sig.counter];
@@ -85,13 +86,18 @@ amk_instruction_t encode_instruction(const Instruction& in, uint32_t index) {
   amk_instruction_t out;
   std::memset(&out, 0, sizeof(out));
   out.op = in.op;
-  out.n_operands = static_cast<uint8_t>(in.operands.size());
+  // An empty slot 6 is not stored, so programs that leave it out keep the bytes they had before
+  // the slot existed (operand6 all zero).
+  size_t n_operands = in.operands.size();
+  if (n_operands > AMK_INLINE_OPERANDS && in.operands[AMK_INLINE_OPERANDS].buffer == AMK_NO_BUFFER)
+    n_operands = AMK_INLINE_OPERANDS;
+  out.n_operands = static_cast<uint8_t>(n_operands);
   out.n_waits = static_cast<uint8_t>(in.waits.size());
   out.n_signals = static_cast<uint8_t>(in.signals.size());
   out.n_params = static_cast<uint8_t>(in.params.size());
   out.index = index;
-  for (uint32_t s = 0; s < AMK_MAX_OPERANDS; ++s) out.operands[s].buffer = AMK_NO_BUFFER;
-  for (size_t s = 0; s < in.operands.size(); ++s) {
+  for (uint32_t s = 0; s < AMK_INLINE_OPERANDS; ++s) out.operands[s].buffer = AMK_NO_BUFFER;
+  for (size_t s = 0; s < n_operands; ++s) {
     const Operand& o = in.operands[s];
     if (o.buffer == AMK_NO_BUFFER) continue;  // optional slot left out: stays {0, 0, none}
     if (o.extent > UINT32_MAX)
@@ -99,12 +105,14 @@ amk_instruction_t encode_instruction(const Instruction& in, uint32_t index) {
                           "/instructions/" + std::to_string(index) + "/operands/" +
                               std::to_string(s) + "/extent",
                           "extent " + std::to_string(o.extent) + " exceeds 32 bits");
-    out.operands[s].offset = o.offset;
-    out.operands[s].extent = static_cast<uint32_t>(o.extent);
-    out.operands[s].buffer = o.buffer;
+    amk_operand_t& d = amk_ins_operand(out, static_cast<uint32_t>(s));
+    d.offset = o.offset;
+    d.extent = static_cast<uint32_t>(o.extent);
+    d.buffer = o.buffer;
   }
   for (size_t w = 0; w < in.waits.size(); ++w)
-    out.waits[w] = {in.waits[w].counter, in.waits[w].value};
+    out.waits[w] = {in.waits[w].counter | (in.waits[w].carried ? AMK_WAIT_CARRIED : 0u),
+                    in.waits[w].value};
   for (size_t g = 0; g < in.signals.size(); ++g)
     out.signals[g] = {in.signals[g].counter, in.signals[g].add};
   for (size_t p = 0; p < in.params.size(); ++p) out.params[p] = in.params[p];
@@ -124,7 +132,7 @@ Instruction decode_instruction(const amk_instruction_t& in) {
   out.op = in.op;
   out.operands.reserve(in.n_operands);
   for (uint32_t s = 0; s < in.n_operands; ++s) {
-    const amk_operand_t& o = in.operands[s];
+    const amk_operand_t& o = amk_ins_operand(in, s);
     Operand op;
     op.buffer = o.buffer;
     if (o.buffer != AMK_NO_BUFFER) {
@@ -134,7 +142,8 @@ Instruction decode_instruction(const amk_instruction_t& in) {
     out.operands.push_back(op);
   }
   for (uint32_t w = 0; w < in.n_waits; ++w)
-    out.waits.push_back({in.waits[w].counter, in.waits[w].value});
+    out.waits.push_back({in.waits[w].counter & ~AMK_WAIT_CARRIED, in.waits[w].value,
+                         (in.waits[w].counter & AMK_WAIT_CARRIED) != 0});
   for (uint32_t g = 0; g < in.n_signals; ++g)
     out.signals.push_back({in.signals[g].counter, in.signals[g].add});
   out.params.assign(in.params, in.params + in.n_params);
@@ -237,7 +246,7 @@ void check_passes(const Program& program, const Plan& plan, uint32_t passes) {
       throw_program_error(
           "plan.counter.overflow",
           "/instructions/" + std::to_string(ins.index) + "/waits/" + std::to_string(w) + "/value",
-          "a wait for " + counter_label(ins.waits[w].counter) +
+          "a wait for " + counter_label(ins.waits[w].counter & ~AMK_WAIT_CARRIED) +
               " >= " + std::to_string(ins.waits[w].value) + figures + std::to_string(need) +
               ", past the device's 32-bit counters (at most " + std::to_string(kMaxCounterValue) +
               ")");

@@ -35,6 +35,8 @@ inline constexpr uint64_t kMaxFileBytes = uint64_t{1} << 32;  // program file it
 // Nested arrays/objects in program JSON (the root is level 1). Programs use about 6; each level
 // costs the reader memory, so a deeply nested file is refused while it is parsed.
 inline constexpr uint64_t kMaxJsonDepth = 64;
+// Passes over the queues in one launch (launch.passes): 24 bits in the .amkb header.
+inline constexpr uint32_t kMaxPasses = (1u << 24) - 1;
 inline constexpr uint64_t kMaxTimeoutMs =
     UINT32_MAX;  // ~49 days; timeout_ms * 1e6 ns stays in range
 inline constexpr uint64_t kMaxTmaDim = uint64_t{1}
@@ -109,9 +111,12 @@ struct Operand {
   bool operator==(const Operand&) const = default;
 };
 
+// counter >= value * pass; carried: on the previous pass's signals, counter >= value * (pass - 1)
+// (a loop-carried dependency of a program run over several passes; holds in the first pass).
 struct Wait {
   uint32_t counter = 0;
   uint32_t value = 0;
+  bool carried = false;
   bool operator==(const Wait&) const = default;
 };
 
@@ -141,10 +146,11 @@ struct Launch {
   uint32_t cluster[3] = {1, 1, 1};
   uint32_t dynamic_smem = 0;    // bytes
   uint64_t timeout_ms = 10000;  // watchdog deadline
+  uint32_t passes = 1;          // passes over the queues in one launch (a generation's steps)
   bool operator==(const Launch& o) const {
     return mode == o.mode && grid == o.grid && block == o.block && cluster[0] == o.cluster[0] &&
            cluster[1] == o.cluster[1] && cluster[2] == o.cluster[2] &&
-           dynamic_smem == o.dynamic_smem && timeout_ms == o.timeout_ms;
+           dynamic_smem == o.dynamic_smem && timeout_ms == o.timeout_ms && passes == o.passes;
   }
 };
 

@@ -1,6 +1,7 @@
 // run_cpu: a sequential simulation of the persistent launch. Each block walks its queue
 // `iterations` times; a head runs once its waits hold (counter >= value * pass, pass counted per
-// block from 1, counters zeroed once per launch); its signals apply after it completes. Blocks
+// block from 1, a carried wait value * (pass - 1); counters zeroed once per launch); its signals
+// apply after it completes. Blocks
 // take turns (one instruction per turn, round robin) to mimic concurrency, and a block whose
 // head is blocked sleeps on the counter it waits for until that counter is signaled, so the
 // cost is linear in instructions + signals rather than instructions x blocks.
@@ -34,9 +35,10 @@ void check_plan(const Plan& plan) {
         ins.n_operands > AMK_MAX_OPERANDS || ins.n_params > AMK_MAX_PARAMS)
       plan_error("instruction " + std::to_string(ins.index) + " exceeds the ABI's slots");
     for (uint32_t w = 0; w < ins.n_waits; ++w)
-      if (ins.waits[w].counter >= plan.n_counters)
+      if ((ins.waits[w].counter & ~AMK_WAIT_CARRIED) >= plan.n_counters)
         plan_error("instruction " + std::to_string(ins.index) + " waits on counter " +
-                   std::to_string(ins.waits[w].counter) + " of " + std::to_string(plan.n_counters));
+                   std::to_string(ins.waits[w].counter & ~AMK_WAIT_CARRIED) + " of " +
+                   std::to_string(plan.n_counters));
     for (uint32_t s = 0; s < ins.n_signals; ++s)
       if (ins.signals[s].counter >= plan.n_counters)
         plan_error("instruction " + std::to_string(ins.index) + " signals counter " +
@@ -86,13 +88,17 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
   auto head_of = [&](uint32_t b) -> const amk_instruction_t& {
     return plan.instructions[plan.queue_items[plan.queue_offsets[b] + blocks[b].pos]];
   };
+  // A wait's counter and the value it needs in block b's pass (a carried wait: the pass before).
+  auto counter_of = [](const amk_wait_t& w) { return w.counter & ~AMK_WAIT_CARRIED; };
+  auto need_of = [&](const amk_wait_t& w, uint32_t b) {
+    const uint32_t pass = blocks[b].pass - ((w.counter & AMK_WAIT_CARRIED) != 0 ? 1 : 0);
+    return static_cast<uint64_t>(w.value) * pass;
+  };
   // First wait of the head that does not hold, or -1.
   auto blocking_wait = [&](uint32_t b) -> int {
     const amk_instruction_t& ins = head_of(b);
-    for (uint32_t w = 0; w < ins.n_waits; ++w) {
-      const uint64_t need = static_cast<uint64_t>(ins.waits[w].value) * blocks[b].pass;
-      if (counters[ins.waits[w].counter] < need) return static_cast<int>(w);
-    }
+    for (uint32_t w = 0; w < ins.n_waits; ++w)
+      if (counters[counter_of(ins.waits[w])] < need_of(ins.waits[w], b)) return static_cast<int>(w);
     return -1;
   };
 
@@ -111,9 +117,8 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
             "block " + std::to_string(b) + " position " + std::to_string(blocks[b].pos) +
             " (pass " + std::to_string(blocks[b].pass) + "): instruction " +
             std::to_string(ins.index) + " (" + op_name(program, ins.op) + ") waits " +
-            counter_label(program, wait.counter) +
-            " >= " + std::to_string(static_cast<uint64_t>(wait.value) * blocks[b].pass) + ", has " +
-            std::to_string(counters[wait.counter]);
+            counter_label(program, counter_of(wait)) + " >= " + std::to_string(need_of(wait, b)) +
+            ", has " + std::to_string(counters[counter_of(wait)]);
         detail += line + "\n";
         if (stuck++ < 4) summary += (summary.empty() ? "" : "; ") + line;
       }
@@ -126,11 +131,11 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
     ready.pop_front();
     const int w = blocking_wait(b);
     if (w >= 0) {  // sleep until that counter moves
-      sleepers[head_of(b).waits[w].counter].push_back(b);
+      sleepers[counter_of(head_of(b).waits[w])].push_back(b);
       continue;
     }
     const amk_instruction_t& ins = head_of(b);
-    cpu_execute_instruction(program, ins, buffers);
+    cpu_execute_instruction(program, ins, buffers, blocks[b].pass);
     ++stats.instructions_executed;
     for (uint32_t s = 0; s < ins.n_signals; ++s) {
       const uint32_t c = ins.signals[s].counter;

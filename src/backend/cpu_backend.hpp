@@ -27,8 +27,9 @@ struct CpuRunStats {
 CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffers,
                     const CpuRunOptions& options = {});
 
-// Executes one instruction (exposed for tests and for per-op checks).
+// Executes one instruction in pass `pass` (from 1: the ops that read a position operand or the
+// step add pass - 1), exposed for tests and for per-op checks.
 void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
-                             HostBuffers& buffers);
+                             HostBuffers& buffers, uint32_t pass = 1);
 
 }  // namespace amk

@@ -116,9 +116,11 @@ double dot_row(const std::byte* row, const float* x, uint64_t k, size_t item, De
 class Context {
 public:
   Context(const Program& program, const amk_instruction_t& ins, HostBuffers& buffers,
-          const OpSig& sig)
-      : program_(program), ins_(ins), buffers_(buffers), sig_(sig),
+          const OpSig& sig, uint32_t pass)
+      : program_(program), ins_(ins), buffers_(buffers), sig_(sig), pass_(pass),
         where_("/instructions/" + std::to_string(ins.index)) {}
+
+  uint32_t pass() const { return pass_; }
 
   [[noreturn]] void fail(const std::string& code, const std::string& message) const {
     throw_program_error(code, where_, std::string(sig_.name) + ": " + message);
@@ -130,12 +132,12 @@ public:
   View operand(size_t slot) const {
     const OperandSig& os = sig_.operands[slot];
     View v;
-    if (slot >= ins_.n_operands || ins_.operands[slot].buffer == AMK_NO_BUFFER) {
+    const amk_operand_t& o = amk_ins_operand(ins_, static_cast<uint32_t>(slot));
+    if (slot >= ins_.n_operands || o.buffer == AMK_NO_BUFFER) {
       if (!os.optional)
         fail("run.operand.missing", "operand '" + std::string(os.name) + "' is absent");
       return v;
     }
-    const amk_operand_t& o = ins_.operands[slot];
     if (o.buffer >= program_.buffers.size() || o.buffer >= buffers_.data.size()) {
       fail("run.operand.buffer", "operand '" + std::string(os.name) + "' names buffer " +
                                      std::to_string(o.buffer) + " of " +
@@ -174,6 +176,7 @@ private:
   const amk_instruction_t& ins_;
   HostBuffers& buffers_;
   const OpSig& sig_;
+  uint32_t pass_;
   std::string where_;
 };
 
@@ -424,22 +427,34 @@ double rope_inv_freq(uint32_t i, uint32_t head_dim, double theta, double factor,
   return (1.0 - smooth) * inv / factor + smooth * inv;
 }
 
-// The RoPE rotation at one position: (cos, sin) of each pair from the params position, theta,
+// The op's position: with the position operand (slot `slot`) position[0] + pass - 1, else the
+// param `param`.
+uint64_t op_position(const Context& c, size_t slot, size_t param) {
+  const View pos = c.operand(slot);
+  if (!pos.present) return c.param_word(param);
+  c.require(pos.extent >= 1, "the position operand is empty");
+  const int64_t p0 = load_index(pos, 0);
+  if (p0 < 0) c.fail("run.position", "position " + std::to_string(p0) + " is negative");
+  return static_cast<uint64_t>(p0) + c.pass() - 1;
+}
+
+// The RoPE rotation at `position`: (cos, sin) of each pair from the params theta,
 // scaling_factor, low_freq_factor, high_freq_factor, original_max_position at index `at`
-// (rope: 1, attention_decode: 2); head_dim is param 0.
+// (rope: 2, attention_decode: 3, kv_append: 3); head_dim is param 0.
 struct RopeAngles {
   uint32_t half = 0;
   std::vector<double> cs, sn;
 
-  RopeAngles(const Context& c, size_t at) {
-    const uint32_t hd = c.param_word(0), position = c.param_word(at);
+  RopeAngles(const Context& c, uint64_t position, size_t at) {
+    const uint32_t hd = c.param_word(0);
     half = hd / 2;
     cs.resize(half);
     sn.resize(half);
     for (uint32_t i = 0; i < half; ++i) {
-      const double angle = position * rope_inv_freq(i, hd, c.param_f32(at + 1), c.param_f32(at + 2),
-                                                    c.param_f32(at + 3), c.param_f32(at + 4),
-                                                    static_cast<double>(c.param_word(at + 5)));
+      const double angle = static_cast<double>(position) *
+                           rope_inv_freq(i, hd, c.param_f32(at), c.param_f32(at + 1),
+                                         c.param_f32(at + 2), c.param_f32(at + 3),
+                                         static_cast<double>(c.param_word(at + 4)));
       cs[i] = std::cos(angle);
       sn[i] = std::sin(angle);
     }
@@ -462,7 +477,7 @@ void run_rope(const Context& c) {
   c.require(x.extent % hd == 0 && x.extent == y.extent,
             "extent(x) " + n(x.extent) + " and extent(y) " + n(y.extent) +
                 " must be equal multiples of head_dim " + n(hd));
-  const RopeAngles rope(c, 1);
+  const RopeAngles rope(c, op_position(c, 2, 1), 2);
   const std::vector<float> xv = to_floats(x);  // y may alias x
   std::vector<double> head(hd);
   for (uint64_t base = 0; base < x.extent; base += hd) {
@@ -473,14 +488,21 @@ void run_rope(const Context& c) {
 
 void run_kv_append(const Context& c) {
   const View x = c.operand(0), cache = c.operand(1);
-  const uint64_t hd = c.param_word(0), position = c.param_word(1), max_len = c.param_word(2);
+  const uint64_t hd = c.param_word(0), position = op_position(c, 2, 1), max_len = c.param_word(2);
   c.require(hd > 0 && x.extent % hd == 0,
             "extent(x) " + n(x.extent) + " is not a multiple of head_dim " + n(hd));
-  c.require(position < max_len, "position " + n(position) + " >= max_len " + n(max_len));
+  if (position >= max_len)
+    c.fail("run.position", "position " + n(position) + " >= max_len " + n(max_len));
   c.require(cache.extent == x.extent * max_len, "extent(cache) " + n(cache.extent) +
                                                     " != n_kv_heads * max_len * head_dim " +
                                                     n(x.extent * max_len));
-  const std::vector<float> xv = to_floats(x);
+  std::vector<float> xv = to_floats(x);
+  if (c.param_f32(3) != 0.0f) {  // rotated like rope first
+    c.require(hd % 2 == 0, "head_dim " + n(hd) + " must be even with theta");
+    const RopeAngles rope(c, position, 3);
+    for (uint64_t base = 0; base < x.extent; base += hd)
+      rope.rotate(xv.data() + base, xv.data() + base);
+  }
   for (uint64_t e = 0; e < x.extent; ++e) {
     const uint64_t h = e / hd, d = e % hd;
     store_f(cache, (h * max_len + position) * hd + d, xv[e]);
@@ -488,22 +510,34 @@ void run_kv_append(const Context& c) {
 }
 
 // With theta != 0, q and k_new are rotated in double (RopeAngles) before the dot products; the
-// new token's row (k_new, v_new) is position `len` of the chunk, after the cached rows.
+// new token's row (k_new, v_new) is position `len` of the chunk, after the cached rows. With the
+// position operand (P), k and v are cache rows from `start` on: the rows below P count, and the
+// new row when P falls in the chunk; a chunk with no row writes o = 0, m = -inf, l = 0.
 void run_attention_decode(const Context& c) {
-  const View q = c.operand(0), k = c.operand(1), v = c.operand(2), out = c.operand(3),
-             k_new = c.operand(4), v_new = c.operand(5);
+  const View q = c.operand(0), k_all = c.operand(1), v_all = c.operand(2), out = c.operand(3),
+             k_new_op = c.operand(4), v_new_op = c.operand(5), pos = c.operand(6);
   const uint64_t hd = c.param_word(0);
-  c.require(k_new.present == v_new.present, "k_new and v_new must be both present or both absent");
-  c.require(!k_new.present || (k_new.extent == hd && v_new.extent == hd),
-            "extents k_new " + n(k_new.extent) + ", v_new " + n(v_new.extent) +
+  c.require(k_new_op.present == v_new_op.present,
+            "k_new and v_new must be both present or both absent");
+  c.require(!k_new_op.present || (k_new_op.extent == hd && v_new_op.extent == hd),
+            "extents k_new " + n(k_new_op.extent) + ", v_new " + n(v_new_op.extent) +
                 " must equal head_dim " + n(hd));
-  c.require(hd > 0 && q.extent % hd == 0 && k.extent % hd == 0 && (k.extent > 0 || k_new.present) &&
-                v.extent == k.extent,
-            "extents q " + n(q.extent) + ", k " + n(k.extent) + ", v " + n(v.extent) +
+  c.require(hd > 0 && q.extent % hd == 0 && k_all.extent % hd == 0 &&
+                (k_all.extent > 0 || k_new_op.present) && v_all.extent == k_all.extent,
+            "extents q " + n(q.extent) + ", k " + n(k_all.extent) + ", v " + n(v_all.extent) +
                 " must be multiples of head_dim " + n(hd) +
                 " with extent(v) == extent(k) (0 only with k_new)");
   const float theta = c.param_f32(3);
   c.require(theta == 0.0f || hd % 2 == 0, "head_dim " + n(hd) + " must be even with theta");
+  const uint64_t position = op_position(c, 6, 2);
+  View k = k_all, v = v_all, k_new = k_new_op, v_new = v_new_op;
+  if (pos.present) {  // the attended rows follow the position
+    const uint64_t start = c.param_word(8), rows = k.extent / hd;
+    const uint64_t used = position <= start ? 0 : std::min(rows, position - start);
+    k.extent = v.extent = used * hd;
+    const bool holds = position >= start && position - start < rows;
+    if (!holds) k_new.present = v_new.present = false;
+  }
   const uint64_t group = q.extent / hd, cached = k.extent / hd;
   const uint64_t len = cached + (k_new.present ? 1 : 0);
   c.require(out.extent == group * (hd + 2),
@@ -518,11 +552,20 @@ void run_attention_decode(const Context& c) {
     vv.insert(vv.end(), vn.begin(), vn.end());
   }
   if (theta != 0.0f) {
-    const RopeAngles rope(c, 2);
+    const RopeAngles rope(c, position, 3);
     for (uint64_t g = 0; g < group; ++g) rope.rotate(qv.data() + g * hd, qv.data() + g * hd);
     if (k_new.present) rope.rotate(kv.data() + cached * hd, kv.data() + cached * hd);
   }
   std::vector<double> s(len), o(hd);
+  if (len == 0) {  // (only with the position operand: a chunk past the position)
+    for (uint64_t g = 0; g < group; ++g) {
+      const uint64_t at = g * (hd + 2);
+      for (uint64_t d = 0; d < hd; ++d) store_f(out, at + d, 0.0);
+      store_f(out, at + hd, -std::numeric_limits<double>::infinity());
+      store_f(out, at + hd + 1, 0.0);
+    }
+    return;
+  }
   for (uint64_t g = 0; g < group; ++g) {
     double m = -std::numeric_limits<double>::infinity();
     for (uint64_t t = 0; t < len; ++t) {
@@ -591,10 +634,28 @@ void run_attention_combine(const Context& c) {
   }
 }
 
+// Step s = pass - 1 of a generation: the next step's token, the generated ids and the step's
+// logits (registry summary).
+void run_feed_token(const Context& c) {
+  const View index = c.operand(0), prompt = c.operand(1), token = c.operand(2), ids = c.operand(3),
+             logits = c.operand(4), all = c.operand(5);
+  c.require(index.extent == 1 && token.extent == 1 && prompt.extent >= 1,
+            "index and token hold one element and prompt at least one");
+  c.require(logits.present == all.present, "logits and all_logits must be both present or absent");
+  const uint64_t s = c.pass() - 1, np = prompt.extent;
+  const int64_t t = s + 1 < np ? load_index(prompt, s + 1) : load_index(index, 0);
+  store_element(token.base, token.dtype, 0, static_cast<double>(t));
+  if (ids.present && s + 1 >= np && s + 1 - np < ids.extent)
+    store_element(ids.base, ids.dtype, s + 1 - np, static_cast<double>(t));
+  if (logits.present && (s + 1) * logits.extent <= all.extent)
+    for (uint64_t i = 0; i < logits.extent; ++i)
+      store_f(all, s * logits.extent + i, load_f(logits, i));
+}
+
 }  // namespace
 
 void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
-                             HostBuffers& buffers) {
+                             HostBuffers& buffers, uint32_t pass) {
   const std::string where = "/instructions/" + std::to_string(ins.index);
   if (ins.op >= kCustomOpBase) {
     throw_program_error("run.custom.no_reference", where,
@@ -603,7 +664,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
   }
   const OpSig* sig = find_op(ins.op);
   if (!sig) throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
-  const Context c(program, ins, buffers, *sig);
+  const Context c(program, ins, buffers, *sig, pass);
   switch (sig->id) {
     case OpId::nop: return;
     case OpId::copy: return run_copy(c);
@@ -622,6 +683,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::kv_append: return run_kv_append(c);
     case OpId::attention_decode: return run_attention_decode(c);
     case OpId::attention_combine: return run_attention_combine(c);
+    case OpId::feed_token: return run_feed_token(c);
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

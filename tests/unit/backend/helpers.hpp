@@ -227,7 +227,9 @@ struct HostFixture {
     for (size_t i = 0; i < out.size(); ++i) out[i] = get(b, i);
     return out;
   }
-  void run(const amk_instruction_t& ins) { cpu_execute_instruction(program, ins, host); }
+  void run(const amk_instruction_t& ins, uint32_t pass = 1) {
+    cpu_execute_instruction(program, ins, host, pass);
+  }
 };
 
 struct OperandSpec {
@@ -248,7 +250,7 @@ inline amk_instruction_t make_ins(uint16_t op, uint32_t index,
   ins.index = index;
   for (auto& o : ins.operands) o.buffer = AMK_NO_BUFFER;
   for (const OperandSpec& o : operands) {
-    ins.operands[ins.n_operands++] =
+    amk_ins_operand(ins, ins.n_operands++) =
         amk_operand_t{o.offset, static_cast<uint32_t>(o.extent), o.buffer};
   }
   for (uint32_t p : params) ins.params[ins.n_params++] = p;

@@ -142,7 +142,7 @@ TEST_CASE("kv_append writes one position of every head and nothing else") {
           f.run(make_ins(id(OpId::kv_append), 1,
                          {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}},
                          {hd, max_len, max_len}));
-        }) == "run.operand.shape");
+        }) == "run.position");
 }
 
 TEST_CASE("attention_decode over chunks + attention_combine == one full softmax attention") {
@@ -390,4 +390,158 @@ TEST_CASE("attention_decode: an empty chunk without the new row is a run-time er
                          {{q, 0, hd}, {k, 0, 0}, {k, 0, 0}, {part, 0, hd + 2}, {k, 0, hd}},
                          {hd, 0}));
         }) == "run.operand.shape");
+}
+
+// ---- the runtime position (a u32 operand: position[0] + pass - 1) ----
+
+TEST_CASE("rope and kv_append at the position operand equal the position param") {
+  Fixture f;
+  const uint32_t hd = 64, n_kv = 2, max_len = 12;
+  const std::vector<float> xs = randoms(n_kv * hd, 71);
+  const uint32_t x = f.add("x", DType::f32, xs);
+  const uint32_t pos = f.add("position", DType::u32, 1);
+  store_element(f.host.data[pos].data(), DType::u32, 0, 5.0);
+  const std::initializer_list<uint32_t> scaling = {f32_bits(500000.0f), f32_bits(32.0f),
+                                                   f32_bits(1.0f), f32_bits(4.0f), 8192};
+  for (const uint32_t pass : {1u, 4u}) {
+    CAPTURE(pass);
+    const uint32_t p = 5 + pass - 1;
+    // rope: the operand at pass `pass` == the param p.
+    const uint32_t y_param = f.add("y_param", DType::f32, n_kv * hd);
+    const uint32_t y_op = f.add("y_op", DType::f32, n_kv * hd);
+    std::vector<uint32_t> rope_params = {hd, p};
+    rope_params.insert(rope_params.end(), scaling);
+    amk_instruction_t a = make_ins(id(OpId::rope), 0, {{x, 0, n_kv * hd}, {y_param, 0, n_kv * hd}});
+    a.n_params = static_cast<uint8_t>(rope_params.size());
+    std::copy(rope_params.begin(), rope_params.end(), a.params);
+    f.run(a);
+    rope_params[1] = 999;  // ignored beside the operand
+    amk_instruction_t b = make_ins(id(OpId::rope), 1,
+                                   {{x, 0, n_kv * hd}, {y_op, 0, n_kv * hd}, {pos, 0, 1}});
+    b.n_params = static_cast<uint8_t>(rope_params.size());
+    std::copy(rope_params.begin(), rope_params.end(), b.params);
+    f.run(b, pass);
+    for (uint32_t i = 0; i < n_kv * hd; ++i) CHECK(f.get(y_op, i) == f.get(y_param, i));
+
+    // kv_append with theta: the rotated rows at p, every other row untouched.
+    const std::vector<float> before = randoms(n_kv * max_len * hd, 72);
+    const uint32_t cache = f.add("cache", DType::f32, before);
+    std::vector<uint32_t> append_params = {hd, 0, max_len};
+    append_params.insert(append_params.end(), scaling);
+    amk_instruction_t c = make_ins(id(OpId::kv_append), 2,
+                                   {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}, {pos, 0, 1}});
+    c.n_params = static_cast<uint8_t>(append_params.size());
+    std::copy(append_params.begin(), append_params.end(), c.params);
+    f.run(c, pass);
+    for (uint32_t h = 0; h < n_kv; ++h)
+      for (uint32_t t = 0; t < max_len; ++t)
+        for (uint32_t d = 0; d < hd; ++d) {
+          const uint64_t at = (uint64_t{h} * max_len + t) * hd + d;
+          CHECK(f.get(cache, at) == (t == p ? f.get(y_param, h * hd + d) : before[at]));
+        }
+  }
+  // A position past the cache is a run-time error that writes nothing.
+  store_element(f.host.data[pos].data(), DType::u32, 0, 11.0);
+  const uint32_t cache = f.add("cache2", DType::f32, n_kv * max_len * hd);
+  CHECK(error_code([&] {
+          f.run(make_ins(id(OpId::kv_append), 3,
+                         {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}, {pos, 0, 1}},
+                         {hd, 0, max_len}),
+                2);
+        }) == "run.position");
+}
+
+TEST_CASE("attention_decode with the position operand attends the rows below it") {
+  // A cache of max_len rows in chunks of 8 (start 0, 8, 16): at P the rows below P count and the
+  // new row joins the chunk holding P; chunks past P are empty (o 0, m -inf, l 0). Combined, they
+  // equal one attention over rows [0, P) plus the new row.
+  const uint32_t hd = 32, group = 2, max_len = 24, chunk = 8, row = hd + 2, block = group * row;
+  for (const uint32_t p : {0u, 5u, 8u, 13u, 23u}) {
+    CAPTURE(p);
+    Fixture f;
+    const uint32_t q = f.add("q", DType::f32, randoms(group * hd, 81));
+    const uint32_t kc = f.add("k", DType::f32, randoms(max_len * hd, 82));
+    const uint32_t vc = f.add("v", DType::f32, randoms(max_len * hd, 83));
+    const uint32_t kn = f.add("k_new", DType::f32, randoms(hd, 84));
+    const uint32_t vn = f.add("v_new", DType::f32, randoms(hd, 85));
+    const uint32_t pos = f.add("position", DType::i32, 1);
+    store_element(f.host.data[pos].data(), DType::i32, 0, 1.0);  // pass p runs at p
+    const uint32_t chunks = max_len / chunk;
+    const uint32_t part = f.add("partials", DType::f32, chunks * block);
+    uint32_t index = 0;
+    for (uint32_t c = 0; c < chunks; ++c) {
+      amk_instruction_t ins = make_ins(id(OpId::attention_decode), index++,
+                                       {{q, 0, group * hd},
+                                        {kc, uint64_t{c} * chunk * hd, chunk * hd},
+                                        {vc, uint64_t{c} * chunk * hd, chunk * hd},
+                                        {part, uint64_t{c} * block, block},
+                                        {kn, 0, hd},
+                                        {vn, 0, hd},
+                                        {pos, 0, 1}},
+                                       {hd, 0, 0, f32_bits(500000.0f), f32_bits(32.0f),
+                                        f32_bits(1.0f), f32_bits(4.0f), 8192, c * chunk});
+      f.run(ins, p);  // position[0] 1 + pass p - 1 = p
+      if (c * chunk > p) {
+        for (uint32_t g = 0; g < group; ++g) {
+          CHECK(f.get(part, c * block + g * row) == 0.0);
+          CHECK(std::isinf(f.get(part, c * block + g * row + hd)));
+          CHECK(f.get(part, c * block + g * row + hd + 1) == 0.0);
+        }
+      }
+    }
+    const uint32_t out = f.add("out", DType::f32, group * hd);
+    f.run(make_ins(id(OpId::attention_combine), index++,
+                   {{part, 0, uint64_t{chunks} * block}, {out, 0, group * hd}}, {hd}));
+    // The reference: the position-param form over rows [0, p) with the new row.
+    const uint32_t ref_part = f.add("ref_partials", DType::f32, block);
+    f.run(make_ins(id(OpId::attention_decode), index++,
+                   {{q, 0, group * hd},
+                    {kc, 0, uint64_t{p} * hd},
+                    {vc, 0, uint64_t{p} * hd},
+                    {ref_part, 0, block},
+                    {kn, 0, hd},
+                    {vn, 0, hd}},
+                   {hd, 0, p, f32_bits(500000.0f), f32_bits(32.0f), f32_bits(1.0f),
+                    f32_bits(4.0f), 8192}));
+    const uint32_t ref_out = f.add("ref_out", DType::f32, group * hd);
+    f.run(make_ins(id(OpId::attention_combine), index++,
+                   {{ref_part, 0, block}, {ref_out, 0, group * hd}}, {hd}));
+    std::vector<double> got(group * hd), want(group * hd);
+    for (uint32_t i = 0; i < group * hd; ++i) {
+      got[i] = f.get(out, i);
+      want[i] = f.get(ref_out, i);
+    }
+    CHECK(norm_err(got, want) < 1e-6);
+  }
+}
+
+TEST_CASE("feed_token: the prompt's next id, then the argmax; ids and logits per step") {
+  Fixture f;
+  const uint32_t n_prompt = 3, steps = 4, passes = n_prompt + steps - 1, vocab = 5;
+  const uint32_t index = f.add("index", DType::i32, 1);
+  const uint32_t prompt = f.add("prompt", DType::i32, n_prompt);
+  const uint32_t token = f.add("token", DType::i32, 1);
+  const uint32_t ids = f.add("ids", DType::i32, steps);
+  const uint32_t logits = f.add("logits", DType::f32, randoms(vocab, 91));
+  const uint32_t all = f.add("all_logits", DType::f32, uint64_t{passes} * vocab);
+  for (uint32_t i = 0; i < n_prompt; ++i)
+    store_element(f.host.data[prompt].data(), DType::i32, i, 100.0 + i);
+  for (uint32_t pass = 1; pass <= passes; ++pass) {
+    CAPTURE(pass);
+    store_element(f.host.data[index].data(), DType::i32, 0, 200.0 + pass);
+    store_element(f.host.data[logits].data(), DType::f32, 0, pass);
+    f.run(make_ins(id(OpId::feed_token), 0,
+                   {{index, 0, 1},
+                    {prompt, 0, n_prompt},
+                    {token, 0, 1},
+                    {ids, 0, steps},
+                    {logits, 0, vocab},
+                    {all, 0, uint64_t{passes} * vocab}}),
+          pass);
+    const double want = pass < n_prompt ? 100.0 + pass : 200.0 + pass;
+    CHECK(f.get(token, 0) == want);
+    if (pass >= n_prompt) CHECK(f.get(ids, pass - n_prompt) == want);
+    CHECK(f.get(all, uint64_t{pass - 1} * vocab) == pass);
+    CHECK(f.get(all, uint64_t{pass - 1} * vocab + 1) == f.get(logits, 1));
+  }
 }

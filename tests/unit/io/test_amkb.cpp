@@ -746,15 +746,15 @@ TEST_CASE("instruction ABI header fields") {
   CHECK(code_of(patched(6, 1)) == "amkb.instruction");            // flags
   CHECK(code_of(patched(8, 1)) == "amkb.instruction");            // index != position
   CHECK(code_of(patched(12, 1)) == "amkb.instruction");           // reserved0
-  CHECK(code_of(patched(250, 1)) == "amkb.instruction");          // reserved1
+  CHECK(code_of(patched(250, 1)) == "amkb.instruction");          // operand6 unused
   CHECK(code_of(patched(16 + 2 * 16, 1)) == "amkb.instruction");  // unused operand offset
   CHECK(code_of(patched(16 + 2 * 16 + 12, 0)) == "amkb.instruction");  // unused operand buffer
   CHECK(code_of(patched(176 + 4, 1)) == "amkb.instruction");           // unused param slot
   Error e = error_of(patched(8, 1));
   CHECK(e.where() == "section INSTR byte " + std::to_string(at + 8));
-  // Reserved fields: each named at its own offset (reserved1 by its 32-bit word).
+  // Reserved fields: each named at its own offset (an unused operand6 at the field's start).
   for (const auto& [byte, field] :
-       {std::pair{6, 6}, {12, 12}, {240, 240}, {250, 248}, {255, 252}}) {
+       {std::pair{6, 6}, {12, 12}, {240, 240}, {250, 240}, {255, 240}}) {
     CAPTURE(byte);
     CHECK(error_of(patched(byte, 1)).where() == "section INSTR byte " + std::to_string(at + field));
   }

@@ -510,7 +510,7 @@ TEST_CASE("rejections carry the exact code and JSON pointer") {
       {with("/custom_ops/0/name", "gemv_t"), "custom.name", "/custom_ops/0/name"},
       {with("/custom_ops/0/source", ""), "custom.source", "/custom_ops/0/source"},
       {without("/custom_ops/0/source"), "json.missing", "/custom_ops/0"},
-      {with("/custom_ops/0/operands", {"a", "b", "c", "d", "e", "f", "g"}), "custom.operands",
+      {with("/custom_ops/0/operands", {"a", "b", "c", "d", "e", "f", "g", "h"}), "custom.operands",
        "/custom_ops/0/operands"},
       {with("/custom_ops/0/operands/1", "a"), "name.duplicate", "/custom_ops/0/operands/1"},
       {with("/custom_ops/0/operands/1", "_a"), "name.invalid", "/custom_ops/0/operands/1"},

@@ -19,7 +19,7 @@ TEST_CASE("instruction layout") {
   CHECK(offsetof(amk_instruction_t, waits) == 112);
   CHECK(offsetof(amk_instruction_t, signals) == 144);
   CHECK(offsetof(amk_instruction_t, params) == 176);
-  CHECK(offsetof(amk_instruction_t, reserved1) == 240);
+  CHECK(offsetof(amk_instruction_t, operand6) == 240);
 }
 
 TEST_CASE("operand, buffer, diag and program layout") {
@@ -46,12 +46,14 @@ TEST_CASE("operand, buffer, diag and program layout") {
 
 // Op ids are stored in .amkb files and dispatched on by the device: never renumbered. Retired
 // ids (16..18) stay reserved below AMK_OP_ID_END.
+
 TEST_CASE("op ids") {
   CHECK(static_cast<uint16_t>(amk_op::nop) == 0);
   CHECK(static_cast<uint16_t>(amk_op::gemv) == 9);
   CHECK(static_cast<uint16_t>(amk_op::rope) == 12);
   CHECK(static_cast<uint16_t>(amk_op::attention_decode) == 14);
   CHECK(static_cast<uint16_t>(amk_op::attention_combine) == 15);
-  CHECK(AMK_OP_ID_END == 19);
+  CHECK(static_cast<uint16_t>(amk_op::feed_token) == 19);
+  CHECK(AMK_OP_ID_END == 20);
   CHECK(AMK_CUSTOM_OP_BASE == 1000);
 }

@@ -53,7 +53,9 @@ TEST_CASE("encode and decode an instruction") {
   CHECK(e.waits[2].value == 0);
   CHECK(e.signals[0].add == 2);
   CHECK(e.signals[1].add == 0);
-  for (uint32_t r : e.reserved1) CHECK(r == 0);
+  // Slot 6 is empty: it is not stored (the bytes of programs from before the slot).
+  const auto* six = reinterpret_cast<const unsigned char*>(&e.operand6);
+  CHECK(std::all_of(six, six + sizeof e.operand6, [](unsigned char c) { return c == 0; }));
 
   // Encoding is deterministic to the byte (padding included): files and uploads compare equal.
   const amk_instruction_t again = encode_instruction(in, 7);
@@ -72,13 +74,48 @@ TEST_CASE("encode and decode an instruction") {
   CHECK(decode_instruction(f) == b.last());
 }
 
+TEST_CASE("operand slot 6 and carried waits encode and decode") {
+  Builder b;
+  const uint32_t q = b.buffer("q", DType::f32, 64);
+  const uint32_t kv = b.buffer("kv", DType::bf16, 4 * 64);
+  const uint32_t out = b.buffer("out", DType::f32, 66);
+  const uint32_t pos = b.buffer("pos", DType::u32, 1);
+  const uint32_t c0 = b.counter("c0");
+  const uint32_t c1 = b.counter("c1");
+  b.add("attention_decode",
+        {b.whole(q), slice(kv, 0, 128), slice(kv, 128, 128), b.whole(out), none(), none(),
+         b.whole(pos)},
+        {{c0, 2, true}, {c1, 1}}, {{c1, 1}});
+  b.last().params = {64};
+  const amk_instruction_t e = encode_instruction(b.last(), 0);
+  CHECK(e.n_operands == 7);
+  CHECK(e.operand6.buffer == pos);
+  CHECK(e.operand6.extent == 1);
+  CHECK(amk_ins_operand(e, 6).buffer == pos);
+  CHECK(amk_ins_operand(e, 1).extent == 128);
+  CHECK(e.waits[0].counter == (c0 | AMK_WAIT_CARRIED));
+  CHECK(e.waits[1].counter == c1);
+  const Instruction back = decode_instruction(e);
+  REQUIRE(back.operands.size() == 7);
+  CHECK(back.operands[6].buffer == pos);
+  CHECK(back.waits[0].carried);
+  CHECK(back.waits[0].counter == c0);
+  CHECK_FALSE(back.waits[1].carried);
+
+  // Without the position operand the instruction has the six slots it always had.
+  b.last().operands[6] = none();
+  const amk_instruction_t f = encode_instruction(b.last(), 0);
+  CHECK(f.n_operands == 6);
+  CHECK(f.operand6.buffer == 0);
+}
+
 TEST_CASE("encode and decode refuse what the ABI cannot hold") {
   Builder b;
   const uint32_t c = b.counter("c");
   b.add("nop", {}, {{c, 1}, {c, 1}, {c, 1}, {c, 1}, {c, 1}});
   CHECK_ERROR(encode_instruction(b.last(), 3), "plan.capacity", "/instructions/3/waits");
   b.last().waits.clear();
-  b.last().operands.assign(7, Operand{});
+  b.last().operands.assign(8, Operand{});
   CHECK_ERROR(encode_instruction(b.last(), 3), "plan.capacity", "/instructions/3/operands");
 
   amk_instruction_t raw;

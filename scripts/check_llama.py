@@ -30,6 +30,13 @@ model.safetensors, or with --shards N as N shards and model.safetensors.index.js
 lm_head.weight) and runs `amk gen llama --from DIR`; the KV prefill, seeded random by amk, is
 taken from the run's saved inputs.
 
+With --steps N (and --prompt IDS), the program is a generation (`amk gen llama --steps N
+--prompt IDS --all-logits`): one run decodes the prompt token by token and then N new tokens,
+the cache starting empty. The script runs the same greedy loop in numpy (each step's k/v row
+enters its own attention unrounded and is stored in the cache rounded to bf16, as amk's
+kv_append stores it; the prompt's tokens are teacher-forced) and compares every step's logits
+(normalized error) and the generated ids exactly, printing each step's top-2 margin.
+
 Exit 0 on success, 1 on a mismatch, 2 when amk fails.
 """
 import argparse
@@ -232,6 +239,68 @@ def forward(t, cfg, new_row_f32, mlp_bf16=False):
     return head @ xf
 
 
+def generate(t, cfg, prompt, steps):
+    """The greedy loop from an empty cache: every step's logits and the generated ids."""
+    L = cfg["num_hidden_layers"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps, group = cfg["rms_norm_eps"], nh // nkv
+    inv_freq = llama3_inv_freq(cfg)
+    embed = t["model.embed_tokens.weight"]
+    head = embed if cfg["tie_word_embeddings"] else t["lm_head.weight"]
+    kc = [np.zeros((nkv, 0, hd)) for _ in range(L)]
+    vc = [np.zeros((nkv, 0, hd)) for _ in range(L)]
+    all_logits, ids, token = [], [], prompt[0]
+    for s in range(len(prompt) + steps - 1):
+        x = embed[token].copy()
+        for l in range(L):
+            p = f"model.layers.{l}."
+            xn = rmsnorm(x, t[p + "input_layernorm.weight"], eps)
+            q = (t[p + "self_attn.q_proj.weight"] @ xn).reshape(nh, hd)
+            k = (t[p + "self_attn.k_proj.weight"] @ xn).reshape(nkv, hd)
+            v = (t[p + "self_attn.v_proj.weight"] @ xn).reshape(nkv, hd)
+            q, k = rope(q, s, inv_freq), rope(k, s, inv_freq)
+            keys = np.concatenate([kc[l], k[:, None]], axis=1)
+            vals = np.concatenate([vc[l], v[:, None]], axis=1)
+            kc[l] = np.concatenate([kc[l], bf16_round(k)[:, None]], axis=1)
+            vc[l] = np.concatenate([vc[l], bf16_round(v)[:, None]], axis=1)
+            attn = np.empty((nh, hd))
+            for h in range(nh):
+                g = h // group
+                sc = keys[g] @ q[h] / np.sqrt(hd)
+                w = np.exp(sc - sc.max())
+                attn[h] = (w / w.sum()) @ vals[g]
+            h_ = t[p + "self_attn.o_proj.weight"] @ attn.reshape(-1) + x
+            hn = rmsnorm(h_, t[p + "post_attention_layernorm.weight"], eps)
+            act = silu(t[p + "mlp.gate_proj.weight"] @ hn) * (t[p + "mlp.up_proj.weight"] @ hn)
+            x = t[p + "mlp.down_proj.weight"] @ act + h_
+        logits = head @ rmsnorm(x, t["model.norm.weight"], eps)
+        all_logits.append(logits)
+        token = prompt[s + 1] if s + 1 < len(prompt) else int(np.argmax(logits))
+        if s + 1 >= len(prompt):
+            ids.append(token)
+    return all_logits, ids
+
+
+def check_generation(args, outputs, tensors, cfg, prompt):
+    """Compares a generation run with the numpy loop; True when every check holds."""
+    want_logits, want_ids = generate(tensors, cfg, prompt, args.steps)
+    got_all = outputs["all_logits"].astype(F64).reshape(len(want_logits), -1)
+    got_ids = [int(i) for i in outputs["ids"].ravel()]
+    worst, near = 0.0, []
+    for s, want in enumerate(want_logits):
+        err = np.linalg.norm(got_all[s] - want) / max(np.linalg.norm(want), 1e-30)
+        worst = max(worst, err if np.isfinite(err) else np.inf)
+        top2 = np.sort(want)[-2:]
+        near.append(top2[1] - top2[0])
+    good = bool(worst <= args.tolerance)
+    print(f"{'ok  ' if good else 'FAIL'} logits of {len(want_logits)} steps: worst normalized error "
+          f"{worst:.2e} (tolerance {args.tolerance:.0e})")
+    same = got_ids == want_ids
+    print(f"{'ok  ' if same else 'FAIL'} generated ids: amk {got_ids}, numpy {want_ids} "
+          f"(smallest top-2 margin {min(near[len(prompt) - 1:]):.3g})")
+    return good and same
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--amk", required=True)
@@ -265,7 +334,12 @@ def main():
                     help="--from: weights in this many shards with model.safetensors.index.json")
     ap.add_argument("--tied", action="store_true",
                     help="--from: tie_word_embeddings true and no lm_head.weight")
+    ap.add_argument("--steps", type=int,
+                    help="a generation of this many new tokens (amk gen llama --steps --all-logits)")
+    ap.add_argument("--prompt", default="",
+                    help="--steps: the prompt's ids, comma-separated (default: --token)")
     args = ap.parse_args()
+    prompt = [int(x) for x in args.prompt.split(",") if x] or [args.token]
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.keep or tmp
@@ -297,6 +371,9 @@ def main():
             gen += ["--combine-heads", str(args.combine_heads)]
         if args.mlp_act:
             gen += ["--mlp-act", args.mlp_act]
+        if args.steps:
+            gen += ["--steps", str(args.steps), "--prompt", ",".join(map(str, prompt)),
+                    "--all-logits"]
         run = [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]
         if args.vm:
             run += ["--vm", args.vm]
@@ -328,6 +405,13 @@ def main():
         print(f"{'ok  ' if not bad else 'FAIL'} inputs: {len(tensors)} tensors read identically"
               + (f" (differ: {bad[:4]})" if bad else ""))
         ok &= not bad
+
+        if args.steps:
+            ok &= check_generation(args, outputs, tensors, cfg, prompt)
+            print(f"{cfg['preset']}: {cfg['num_hidden_layers']} layers, generation of {args.steps} "
+                  f"after a prompt of {len(prompt)}, backend {args.backend}: "
+                  f"{'PASS' if ok else 'FAIL'}")
+            return 0 if ok else 1
 
         want = forward({**tensors, **kv}, cfg, new_row_f32=not args.rope_ops, mlp_bf16=args.mlp_act == "bf16")
         got = outputs["act.logits"].astype(F64).ravel()

@@ -69,7 +69,8 @@ int run_run(const GlobalOptions& g, const RunOptions& o) {
   req.reseed = o.reseed;
   req.trust_source = o.trust_source;
   req.gpu.device = o.device;
-  req.gpu.iterations = o.passes;
+  // (0: the program's launch.passes)
+  req.gpu.iterations = o.passes_given || o.iterations_given ? o.passes : 0;
   req.gpu.timeout_ms = o.timeout_ms;
   req.gpu.use_cache = !o.cache.no_cache;
   if (!o.cache.cache_dir.empty()) req.gpu.cache_dir = o.cache.cache_dir;
@@ -112,8 +113,8 @@ void setup_run(CLI::App& app, const GlobalOptions& g, Action& action) {
                    : "expected a decimal integer in 0..18446744073709551615, got '" + v + "'";
       });
   cmd->add_option("--passes", o->passes,
-                  "passes over the program in one launch (amk profile's --iterations counts "
-                  "launches)")
+                  "passes over the program in one launch (default: the program's launch.passes, "
+                  "1 unless it says otherwise; amk profile's --iterations counts launches)")
       ->check(CLI::Range(1u, 1000000u))
       ->each([o](const std::string&) { o->passes_given = true; });
   // (--iterations: the old, deprecated name of --passes; hidden, warns, kept for scripts)

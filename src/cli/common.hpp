@@ -110,5 +110,6 @@ void setup_devices(CLI::App& app, const GlobalOptions& g, Action& action);
 void setup_profile(CLI::App& app, const GlobalOptions& g, Action& action);
 void setup_gen(CLI::App& app, const GlobalOptions& g, Action& action);
 void setup_bench(CLI::App& app, const GlobalOptions& g, Action& action);
+void setup_generate(CLI::App& app, const GlobalOptions& g, Action& action);
 
 }  // namespace amk::cli

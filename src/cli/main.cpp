@@ -81,6 +81,7 @@ int main(int argc, char** argv) {
   amk::cli::setup_devices(app, g, action);
   amk::cli::setup_profile(app, g, action);
   amk::cli::setup_gen(app, g, action);
+  amk::cli::setup_generate(app, g, action);
   amk::cli::setup_bench(app, g, action);
   amk::cli::add_global_options(app, g);
 

@@ -270,6 +270,33 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                   "layers must be in 1..1024, got " + std::to_string(*o.layers));
     r.cfg.layers = *o.layers;
   }
+  if (o.steps > 0 || !o.prompt.empty()) {
+    r.prompt = o.prompt.empty() ? std::vector<int64_t>{o.token} : o.prompt;
+    r.steps = std::max<uint32_t>(o.steps, 1);
+    if (r.prompt.size() > 131072 || r.steps > 131072)
+      usage_error("usage.gen.steps", r.steps > 131072 ? "--steps" : "--prompt",
+                  "a prompt and steps of at most 131072 tokens each");
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] < 0 || r.prompt[i] >= static_cast<int64_t>(r.cfg.vocab))
+        usage_error("usage.gen.prompt", "--prompt",
+                    "prompt element " + std::to_string(i) + ": id " + std::to_string(r.prompt[i]) +
+                        " is outside the vocabulary 0.." + std::to_string(r.cfg.vocab - 1));
+    if (!o.fused)
+      usage_error("usage.gen.layout", "--steps",
+                  "generation (--steps, --prompt) builds the fused layer; drop --unfused and "
+                  "--rope-ops");
+    // The last step runs at position prompt + steps - 2; the cache holds every position below.
+    const uint64_t need = r.prompt.size() + r.steps - 1;
+    r.passes = static_cast<uint32_t>(need);
+    r.context = static_cast<uint32_t>(std::max<uint64_t>(need, 1));
+    if (o.context && *o.context < need)
+      usage_error("usage.gen.context", "--context",
+                  "a prompt of " + std::to_string(r.prompt.size()) + " and " +
+                      std::to_string(r.steps) + " steps need a cache of " + std::to_string(need) +
+                      " positions; --context is " + std::to_string(*o.context));
+  }
+  if (o.all_logits && r.steps == 0)
+    usage_error("usage.gen.steps", "--all-logits", "--all-logits applies to generation (--steps)");
   if (o.context) {
     if (*o.context < 1 || *o.context > 131072)
       usage_error("usage.gen.context", "--context",
@@ -323,6 +350,7 @@ Program generate_llama(const LlamaOptions& o) {
   const ResolvedLlama r = resolve_llama(o);
   const LlamaConfig& c = r.cfg;
   const uint64_t T = r.context, pos = T - 1;
+  const bool generating = r.steps > 0;  // runtime position, several passes, feed_token
   const uint64_t H = c.hidden, hd = c.head_dim, nkv = c.kv_heads, group = c.heads / c.kv_heads;
   const uint64_t Q = uint64_t{c.heads} * hd, KV = nkv * hd, F = c.ffn, V = c.vocab;
   const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
@@ -336,7 +364,11 @@ Program generate_llama(const LlamaOptions& o) {
       std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
       ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
       " (new token at position " + std::to_string(pos) +
-      "). bf16 weights and KV caches, f32 activations" +
+      ")" +
+      (generating ? std::string("; generation: prompt of ") + std::to_string(r.prompt.size()) +
+                        " tokens + " + std::to_string(r.steps) + " new, one pass a token"
+                  : std::string()) +
+      ". bf16 weights and KV caches, f32 activations" +
       (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
       (r.combine_oproj
            ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
@@ -345,6 +377,7 @@ Program generate_llama(const LlamaOptions& o) {
        : o.rope_ops ? std::string("unfused layer, rope and kv_append ops.")
                     : std::string("unfused layer, RoPE inside attention."));
   p.launch.grid = o.grid;
+  p.launch.passes = r.passes;
   Builder b(p);
 
   // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
@@ -361,12 +394,22 @@ Program generate_llama(const LlamaOptions& o) {
   const uint32_t embed = buf.at("model.embed_tokens.weight");
   const uint32_t lm_head = c.tied_embeddings ? embed : buf.at("lm_head.weight");
 
-  BufferInit tok;
-  tok.kind = InitKind::values;
-  const int32_t token = static_cast<int32_t>(o.token);
-  tok.data.resize(4);
-  std::memcpy(tok.data.data(), &token, 4);
-  const uint32_t token_buf = b.buffer("token", DType::i32, {1}, tok);
+  // 32-bit values as a `values` init.
+  auto words = [](const std::vector<int64_t>& v) {
+    BufferInit init;
+    init.kind = InitKind::values;
+    init.data.resize(4 * v.size());
+    for (size_t i = 0; i < v.size(); ++i) {
+      const auto w = static_cast<uint32_t>(v[i]);
+      std::memcpy(init.data.data() + 4 * i, &w, 4);
+    }
+    return init;
+  };
+  const uint32_t token_buf =
+      b.buffer("token", DType::i32, {1}, words({generating ? r.prompt[0] : o.token}));
+  // Generation: the position of pass 1 (the ops add pass - 1), the prompt, the generated ids.
+  constexpr uint32_t kNoBuffer = 0xFFFFFFFFu;
+  const uint32_t pos_buf = generating ? b.buffer("position", DType::u32, {1}, words({0})) : kNoBuffer;
 
   auto act = [&](const std::string& name, uint64_t n, bool output = false,
                  DType dtype = DType::f32) {
@@ -453,9 +496,16 @@ Program generate_llama(const LlamaOptions& o) {
   uint32_t x = act("x.0", H);
   uint32_t x_ready = b.counter("x.0");
   uint32_t x_need = 1;
+  // Generation: each pass's embedding waits for the previous pass's feed_token (its token), and
+  // feed_token for every cache append of its pass (so the next pass, which reads those rows,
+  // follows them).
+  const uint32_t c_feed = generating ? b.counter("feed_token") : 0;
+  const uint32_t c_cache = generating ? b.counter("kv_cache") : 0;
+  std::vector<Wait> embed_waits;
+  if (generating) embed_waits.push_back({c_feed, 1, true});
   b.add("embed", "embedding",
-        {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}}, {}, {},
-        {{x_ready, 1}});
+        {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}}, {},
+        std::move(embed_waits), {{x_ready, 1}});
 
   for (uint32_t l = 0; l < c.layers; ++l) {
     const std::string L = "L" + std::to_string(l) + ".";
@@ -596,12 +646,15 @@ Program generate_llama(const LlamaOptions& o) {
     // also takes the new token's k/v row straight from the projections (rotating k); the cache
     // rows at pos are written by instructions nothing in the step waits for. q/k/v come from
     // the gemvs of qkv_gemvs (counters and counts per kv head in sq / sk / sv).
+    // Generating, the position is the pass's (the position buffer + pass - 1): every chunk spans
+    // its whole rows of the cache, attends those below the position and takes the new row when
+    // the position falls in it, so every chunk waits for k and v too.
     auto add_attention_with_rope = [&] {
       for (uint64_t g = 0; g < nkv; ++g) {
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
           const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
-          const bool last = t1 == T;
-          const uint64_t cached = last ? pos - t0 : t1 - t0;
+          const bool last = generating || t1 == T;
+          const uint64_t cached = generating ? t1 - t0 : last ? pos - t0 : t1 - t0;
           const uint64_t cache_off = (g * T + t0) * hd;
           std::vector<Wait> waits = {{sq.counters[g], sq.need[g]}};
           if (last) {
@@ -619,15 +672,17 @@ Program generate_llama(const LlamaOptions& o) {
                           {"v", slice(vc, cache_off, cached * hd)},
                           {"out", out_op},
                           {"k_new", last ? slice(k, g * hd, hd) : none},
-                          {"v_new", last ? slice(v, g * hd, hd) : none}},
+                          {"v_new", last ? slice(v, g * hd, hd) : none},
+                          {"position", generating ? b.whole(pos_buf) : none}},
                          {{"head_dim", static_cast<double>(hd)},
                           {"scale", 0.0},
-                          {"position", static_cast<double>(pos)},
+                          {"position", generating ? 0.0 : static_cast<double>(pos)},
                           {"theta", c.rope_theta},
                           {"scaling_factor", c.rope_factor},
                           {"low_freq_factor", c.rope_low_freq},
                           {"high_freq_factor", c.rope_high_freq},
-                          {"original_max_position", static_cast<double>(c.rope_original_max)}},
+                          {"original_max_position", static_cast<double>(c.rope_original_max)},
+                          {"start", generating ? static_cast<double>(t0) : 0.0}},
                          std::move(w), std::move(sg));
           };
           if (oproj_merge) {
@@ -650,7 +705,28 @@ Program generate_llama(const LlamaOptions& o) {
       // The cache rows at `pos` for the next step, one instruction per kv head writing only
       // that row (so they provably do not touch what this step's attention reads): rope
       // straight into the k cache, a converting copy into the v cache. Nothing waits for them.
-      for (uint64_t g = 0; g < nkv; ++g) {
+      // Generating: kv_append at the pass's position into the head's rows (rotating k), which
+      // the verifier proves disjoint from the rows this pass's attention reads; feed_token
+      // waits for them.
+      for (uint64_t g = 0; g < nkv && generating; ++g) {
+        const std::string G = std::to_string(g);
+        const Operand head_k = slice(kc, g * T * hd, T * hd), head_v = slice(vc, g * T * hd, T * hd);
+        b.add(L + "k_cache." + G, "kv_append",
+              {{"x", slice(k, g * hd, hd)}, {"cache", head_k}, {"position", b.whole(pos_buf)}},
+              {{"head_dim", static_cast<double>(hd)},
+               {"max_len", static_cast<double>(T)},
+               {"theta", c.rope_theta},
+               {"scaling_factor", c.rope_factor},
+               {"low_freq_factor", c.rope_low_freq},
+               {"high_freq_factor", c.rope_high_freq},
+               {"original_max_position", static_cast<double>(c.rope_original_max)}},
+              {{sk.counters[g], sk.need[g]}}, {{c_cache, 1}});
+        b.add(L + "v_cache." + G, "kv_append",
+              {{"x", slice(v, g * hd, hd)}, {"cache", head_v}, {"position", b.whole(pos_buf)}},
+              {{"head_dim", static_cast<double>(hd)}, {"max_len", static_cast<double>(T)}},
+              {{sv.counters[g], sv.need[g]}}, {{c_cache, 1}});
+      }
+      for (uint64_t g = 0; g < nkv && !generating; ++g) {
         const std::string G = std::to_string(g);
         b.add(L + "k_cache." + G, "rope",
               {{"x", slice(k, g * hd, hd)}, {"y", slice(kc, (g * T + pos) * hd, hd)}}, rope_params,
@@ -757,9 +833,12 @@ Program generate_llama(const LlamaOptions& o) {
           {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
     nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, {}, {{c_xf, 1}}, c_logits);
   }
+  const uint32_t c_next = generating ? b.counter("next_token") : 0;
+  std::vector<Signal> next_signals;
+  if (generating) next_signals.push_back({c_next, 1});
   if (argmax_slices == 1) {
     b.add("argmax", "argmax", {{"x", b.whole(logits)}, {"index", b.whole(next)}}, {},
-          {{c_logits, nl}}, {});
+          {{c_logits, nl}}, next_signals);
   } else {
     // Slice s writes its first maximum (index in the logits via base = its offset, and value);
     // the final argmax picks the first largest value and writes the index stored beside it.
@@ -780,7 +859,26 @@ Program generate_llama(const LlamaOptions& o) {
           {{"x", slice(part_v, 0, parts)},
            {"index", b.whole(next)},
            {"index_map", slice(part_i, 0, parts)}},
-          {}, {{c_part, parts}}, {});
+          {}, {{c_part, parts}}, next_signals);
+  }
+
+  if (generating) {
+    // The next pass's token (the prompt's while it lasts, then this argmax), the generated ids,
+    // and with all_logits every pass's logits.
+    const uint32_t prompt = b.buffer("prompt", DType::i32, {r.prompt.size()}, words(r.prompt));
+    const uint32_t ids = b.buffer("ids", DType::i32, {r.steps}, {}, /*output=*/true);
+    const Operand none{};
+    const uint32_t all = o.all_logits ? b.buffer("all_logits", DType::f32, {r.passes, V}, {}, true)
+                                      : kNoBuffer;
+    const uint64_t appends = uint64_t{2} * nkv * c.layers;
+    b.add("feed_token", "feed_token",
+          {{"index", b.whole(next)},
+           {"prompt", b.whole(prompt)},
+           {"token", b.whole(token_buf)},
+           {"ids", b.whole(ids)},
+           {"logits", o.all_logits ? b.whole(logits) : none},
+           {"all_logits", o.all_logits ? b.whole(all) : none}},
+          {}, {{c_next, 1}, {c_cache, static_cast<uint32_t>(appends)}}, {{c_feed, 1}});
   }
 
   if (o.grid) p.queues = b.queues(o.grid);

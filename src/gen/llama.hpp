@@ -100,6 +100,13 @@ struct LlamaOptions {
   // bf16 model's MLP activation is. Half the bytes every down block reads of it, one 16-byte x
   // load per weight vector instead of two.
   bool mlp_bf16 = false;
+  // Generation (--steps / --prompt): one launch runs the prompt through the decode step token by
+  // token, then generates `steps` new tokens, each step's argmax feeding the next step's
+  // embedding (feed_token), the position advancing with the pass. The cache starts empty at
+  // position 0. Empty prompt: the one token `token`.
+  std::vector<int64_t> prompt;
+  uint32_t steps = 0;       // new tokens; 0 with an empty prompt: one decode step at context - 1
+  bool all_logits = false;  // also every step's logits, [passes, vocab] (buffer all_logits)
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.
@@ -121,6 +128,11 @@ struct ResolvedLlama {
   LlamaConfig cfg;
   uint32_t context = 0;
   bool combine_oproj = false;  // LlamaOptions::combine_oproj, auto resolved
+  // Generation: the prompt (at least one id), the new tokens and the passes of the launch
+  // (prompt + steps - 1); steps 0: a single decode step.
+  std::vector<int64_t> prompt;
+  uint32_t steps = 0;
+  uint32_t passes = 1;
 };
 [[nodiscard]] ResolvedLlama resolve_llama(const LlamaOptions& options);
 

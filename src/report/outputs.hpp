@@ -108,6 +108,7 @@ struct RunReport {
   std::string target_fingerprint;    // device snapshot fingerprint (cuda)
   std::string artifact_fingerprint;  // compiled kernel fingerprint (cuda)
   uint32_t grid = 0, block = 0;
+  uint32_t passes = 1;  // passes over the program in the launch (a generation's steps)
   uint64_t instructions = 0;
   std::vector<std::pair<std::string, double>> timings_ms;  // phase -> ms, in order
   nlohmann::json device;                                   // DeviceInfo::to_json() or null

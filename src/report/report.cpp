@@ -68,7 +68,9 @@ nlohmann::ordered_json make_report(const RunReport& r) {
                   {"data_fingerprint", string_or_null(r.data_fingerprint)}};
   j["target_fingerprint"] = string_or_null(r.target_fingerprint);
   j["artifact_fingerprint"] = string_or_null(r.artifact_fingerprint);
-  j["launch"] = {{"grid", positive_or_null(r.grid)}, {"block", positive_or_null(r.block)}};
+  j["launch"] = {{"grid", positive_or_null(r.grid)},
+                 {"block", positive_or_null(r.block)},
+                 {"passes", r.passes}};
   j["instructions"] = r.instructions;
   oj timings = oj::object();
   // JSON has no NaN/inf: an unmeasured phase is null.

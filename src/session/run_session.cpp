@@ -133,7 +133,7 @@ HostBuffers run_wrapper(const RunRequest& request, GpuRequest& gpu, RunReport& r
     throw Error(ErrorKind::usage, "usage.wrapper.vm", gpu.line_info ? "--lineinfo" : "--vm",
                 "--vm and --lineinfo configure amk's VM; a wrapper program brings its own "
                 "kernel");
-  if (gpu.iterations != 1)
+  if (gpu.iterations > 1)
     throw Error(ErrorKind::usage, "usage.run.passes", "--passes",
                 "a wrapper program's launch is one grid of its own kernel: --passes must be 1");
   WrapperSummary summary;
@@ -194,7 +194,8 @@ RunResult run_program(const RunRequest& request) {
   if (folder && !report_file.empty()) report_file = explicit_report(report_file, folder->dir());
   GpuRequest gpu = request.gpu;
   gpu.trust_custom_ops = request.load.trust_custom_ops;
-  const uint32_t iterations = gpu.iterations;
+  // Passes over the program in the launch: --passes, else the program's launch.passes.
+  uint32_t iterations = gpu.iterations != 0 ? gpu.iterations : 1;
 
   // Every failure after this point still writes report.json (status error / timeout).
   try {
@@ -219,6 +220,11 @@ RunResult run_program(const RunRequest& request) {
       spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
                     p.buffers.size(), p.counters.size(), p.instructions.size());
       (void)verify(p);
+      if (gpu.iterations == 0) {
+        gpu.iterations = p.launch.passes;
+      }  // TODO(check_position_bounds): re-check positions when --passes differs
+      iterations = gpu.iterations;
+      report.passes = iterations;
       report.program_name = p.name;
       report.program_fingerprint = program_fingerprint(p);
       report.instructions = p.instructions.size();

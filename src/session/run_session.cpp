@@ -222,7 +222,9 @@ RunResult run_program(const RunRequest& request) {
       (void)verify(p);
       if (gpu.iterations == 0) {
         gpu.iterations = p.launch.passes;
-      }  // TODO(check_position_bounds): re-check positions when --passes differs
+      } else if (gpu.iterations != p.launch.passes) {
+        check_position_bounds(p, gpu.iterations);  // the positions the other passes reach
+      }
       iterations = gpu.iterations;
       report.passes = iterations;
       report.program_name = p.name;

@@ -155,6 +155,23 @@ checked "llama-3.2-1b ctx 1024" "$d/llama1b.json" -o "$d/out1b"
 $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps --weights "$d/llama1b.safetensors" -o "$d/llama1b_steps.json"
 checked "llama-3.2-1b --combine steps" "$d/llama1b_steps.json"
 fi
+
+if [ "${AMK_GENERATE:-1}" = 1 ]; then
+sec "generation in one launch: tiny vs numpy and the CPU backend, 1B and 8B vs transformers"
+for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --prompt 1,2,3,4,5,6,7,8,9,10,11,12"; do
+  $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" $g >"$out/check_gen.log" 2>&1
+  rc=$?; row "generation tiny $g vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
+done
+$amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
+checked "generation tiny 4 + 24" "$out/gen_tiny.json"
+for m in llama-3.2-1b llama-3.1-8b; do
+  [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
+  PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \
+    --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" >"$out/gen_hf_$m.log" 2>&1
+  rc=$?; row "generation $m 32 + 128 vs transformers" "$(verdict $rc)"; tail -4 "$out/gen_hf_$m.log"
+  rm -rf "$scratch/gen_$m"
+done
+fi
 fi  # AMK_CHECKS
 
 if [ "${AMK_BENCH:-1}" = 1 ]; then

@@ -14,6 +14,7 @@
 #include "cuda/executor.hpp"
 #include "cuda/wrapper_exec.hpp"
 #include "ops/registry.hpp"
+#include "verify/verify.hpp"
 
 namespace amk {
 
@@ -102,6 +103,7 @@ const WrapperExecutable& ExecutableAccess::wrapper(const Executable& exe) {
 
 LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
   Executable::Impl& m = exe.impl("launch");
+  if (passes == 0) passes = m.wrapper ? 1 : m.gpu->program().launch.passes;
   if (m.wrapper && passes != 1)
     throw Error(ErrorKind::usage, "api.wrapper.passes", "passes",
                 "a wrapper program's launch is one grid of its own kernel: passes must be 1, not " +
@@ -117,6 +119,7 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
                     std::to_string(AMK_WRAPPER_ABORT_WORD) + ")";
     return out;
   }
+  if (passes != m.gpu->program().launch.passes) check_position_bounds(m.gpu->program(), passes);
   const LaunchResult r = m.gpu->launch(passes);
   LaunchOutcome out{r.status, "", r.diag, r.host_ms};
   if (r.status != "ok")

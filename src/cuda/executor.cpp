@@ -472,7 +472,7 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const 
       m.reset_state();
       m.start.record(m.stream.get(), "the profile start event");
     }
-    m.enqueue(1);
+    m.enqueue(m.program.launch.passes);
     m.end.record(m.stream.get(), "the profile end event");
     const bool host_aborted = m.wait();
     amk_diag_t d = m.read_diag();

@@ -78,7 +78,8 @@ public:
   // kernel that ignores the watchdog and the host abort throws Error(timeout, launch.hang).
   LaunchResult launch(uint32_t iterations = 1);
 
-  // warmup + iterations single-pass launches timed with CUDA events: scope "kernel" brackets the
+  // warmup + iterations launches of the program's launch.passes passes, timed with CUDA
+  // events: scope "kernel" brackets the
   // launch only, "launch" also the counter reset. A launch that does not finish ok throws.
   // `flush_bytes` != 0: before every launch (untimed), a fresh pattern is written over a scratch
   // buffer of that size, so the launch starts with nothing of the program's in L2.

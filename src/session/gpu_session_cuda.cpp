@@ -329,6 +329,7 @@ ordered_json profile_on_gpu(const Program& program, const InitialData& initial,
   const ProfileResult s = exe.profile(profile_options(req));
   phase.finish();
   ordered_json j = profile_head(program.name, program_fingerprint(program), req, flush_bytes);
+  j["passes"] = program.launch.passes;  // each timed launch runs them all
   put_stats(j, s);
   j["setup_timings_ms"] = timings_json(ex.setup_timings_ms());
   j["cache_hit"] = ex.compiled().cache_hit;

@@ -45,12 +45,12 @@ struct BufferInfo {
 
 struct ProfileOptions {
   uint32_t warmup = 3;           // untimed launches first
-  uint32_t iterations = 20;      // timed launches, one pass each
+  uint32_t iterations = 20;      // timed launches, each of the program's launch.passes passes
   std::string scope = "kernel";  // kernel: events around the launch; launch: also the reset
   bool flush_l2 = false;         // write 256 MiB before every launch (untimed): a cold L2
 };
 
-// CUDA-event timings of single-pass launches.
+// CUDA-event timings of launches (each runs the program's launch.passes passes).
 struct ProfileResult {
   std::vector<double> samples_ms;
   double median_ms = 0, min_ms = 0, max_ms = 0, mean_ms = 0, stddev_ms = 0;
@@ -140,10 +140,13 @@ public:
   // close() holds a retain of its own (cuDevicePrimaryCtxRetain), or the context may be gone.
   void bind(std::string_view name, uint64_t device_pointer, size_t bytes, std::string_view dtype);
 
-  // Runs `passes` passes over the program in one persistent launch and waits. A watchdog stop
+  // Runs `passes` passes over the program in one persistent launch (0: the program's
+  // launch.passes, 1 unless it says otherwise; a generation's decode steps) and waits. A
+  // different count is checked against the positions the program's caches hold
+  // (verify.position.range). A watchdog stop
   // throws timeout run.timeout (exit 8), an op that found invalid data launch run.bad_operand,
   // a device fault launch launch.fault (the context is then gone: close and exit).
-  void launch(uint32_t passes = 1);
+  void launch(uint32_t passes = 0);
 
   // Copies buffer `name` (any buffer; typically an output) into `data`: that buffer only.
   // Throws api.buffer, api.size, api.dtype.

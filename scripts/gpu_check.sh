@@ -284,6 +284,20 @@ PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/torch_rows.txt"
 fi
 fi
+if [ "${AMK_GENERATE:-1}" = 1 ]; then
+sec "benchmarks: generation in one launch"
+d="$scratch/decode"; mkdir -p "$d"
+[ -e "$d/llama1b.safetensors" ] || $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
+gen_bench() {  # gen_bench NAME -- bench_generate.py arguments
+  local name="$1"; shift 2
+  $py scripts/bench_generate.py --amk $amk --out "$d/$name" "$@" >"$out/bench_$name.txt" 2>&1
+  local rc=$?
+  while IFS= read -r line; do row "${line%%: *}" "${line#*: }"; done < <(grep ": " "$out/bench_$name.txt")
+  [ $rc = 0 ] || row "bench $name" "FAIL (exit $rc)"
+}
+gen_bench gen1b -- --preset llama-3.2-1b --weights "$d/llama1b.safetensors" --sweep
+[ "${AMK_DECODE:-1}" = 1 ] && gen_bench gen8b -- --preset llama-3.1-8b
+fi
 fi  # AMK_BENCH
 
 echo; echo "================ summary ================"; printf '%s\n' "${rows[@]}"

@@ -153,7 +153,7 @@ GenOutcome write_llama_program(GenLlamaOptions o) {
   } else if (!o.weights.empty()) {
     const auto header = gen::read_safetensors_header(o.weights);
     gen::use_safetensors(p, header, program_relative(o.weights, o.output, o.allow_outside),
-                         /*require_kv=*/false);
+                         r.steps > 0 ? gen::KvFromFile::never : gen::KvFromFile::when_present);
     weights_source = o.weights;
   } else if (!o.write_weights.empty()) {
     const std::string rel = program_relative(o.write_weights, o.output, o.allow_outside);

@@ -940,14 +940,17 @@ SafetensorsHeader read_safetensors_header(const std::filesystem::path& file) {
 }
 
 void use_safetensors(Program& program, const SafetensorsHeader& header,
-                     const std::string& program_path, bool require_kv) {
+                     const std::string& program_path, KvFromFile kv) {
   for (Buffer& b : program.buffers) {
     const bool is_weight = b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight";
     const bool is_kv = b.name.rfind("amk.kv.", 0) == 0;
-    if (!is_weight && !is_kv) continue;
+    if (!is_weight && !(is_kv && kv != KvFromFile::never)) continue;
     const auto it = header.tensors.find(b.name);
+    // (when_present: a cache the file has for another context stays seeded random too)
+    if (is_kv && kv == KvFromFile::when_present &&
+        (it == header.tensors.end() || it->second.shape != b.shape))
+      continue;
     if (it == header.tensors.end()) {
-      if (is_kv && !require_kv) continue;  // the KV prefill stays seeded random
       throw_program_error("gen.weights.missing", b.name,
                           "the weights file has no tensor '" + b.name + "'");
     }

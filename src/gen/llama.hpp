@@ -163,12 +163,17 @@ struct SafetensorsHeader {
 // A buffer init reading tensor `name` of the safetensors file `program_path`.
 [[nodiscard]] BufferInit safetensors_init(const std::string& program_path, const std::string& name);
 
-// Points the program's weight buffers (and, when the file has them, the KV caches) at tensors
-// of `file`, after checking names, dtypes and shapes against the program. `program_path` is
-// the path as the program will store it (relative to the program's folder). Tied presets use
-// the embedding for lm_head. Throws program error gen.weights.* naming the tensor.
+// Points the program's weight buffers (and the KV caches, as `kv` says) at tensors of `file`,
+// after checking names, dtypes and shapes against the program. `program_path` is the path as
+// the program will store it (relative to the program's folder). Tied presets use the embedding
+// for lm_head. Throws program error gen.weights.* naming the tensor.
+enum class KvFromFile : uint8_t {
+  required,      // every cache from the file
+  when_present,  // the caches the file has at the program's shape; the others seeded random
+  never,         // a generation's caches start empty: the file's prefill is not read
+};
 void use_safetensors(Program& program, const SafetensorsHeader& header,
-                     const std::string& program_path, bool require_kv);
+                     const std::string& program_path, KvFromFile kv);
 
 // Metadata the generator stores in a written weights file (`amk.config`: JSON text with the
 // config, context, token and position), for the numpy check and the PyTorch baseline.

@@ -67,7 +67,7 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
     throw_io_error("io.write", file.string(), "cannot rename the weights file: " + ec.message());
   cleanup.armed = false;
 
-  use_safetensors(program, read_safetensors_header(file), program_path, /*require_kv=*/true);
+  use_safetensors(program, read_safetensors_header(file), program_path, KvFromFile::required);
 }
 
 }  // namespace amk::gen

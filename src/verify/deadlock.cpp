@@ -3,6 +3,8 @@
 // when some real execution drains. Waiters park on the first counter they lack, in a min-heap
 // keyed by the value they need, so every signal wakes only those it satisfies: the whole
 // simulation costs O((instructions + waits + signals) log) however the program is shaped.
+// A carried wait (on the previous pass's signals) holds in the first pass, which is the pass
+// these proofs model; several passes are proven on an unrolled program (passes.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <functional>
@@ -13,13 +15,11 @@
 
 #include "core/error.hpp"
 #include "ops/registry.hpp"
+#include "verify/detail.hpp"
 #include "verify/verify.hpp"
 
 namespace amk {
-namespace {
-
-using Parked = std::pair<uint64_t, uint32_t>;  // (value needed, queue or instruction)
-using ParkHeap = std::priority_queue<Parked, std::vector<Parked>, std::greater<Parked>>;
+namespace detail {
 
 std::string counter_label(const Program& program, uint32_t c) {
   std::string s = "counter " + std::to_string(c);
@@ -36,6 +36,15 @@ std::string instruction_label(const Program& program, uint32_t i) {
   return s;
 }
 
+}  // namespace detail
+
+namespace {
+
+using detail::counter_label;
+using detail::instruction_label;
+using Parked = std::pair<uint64_t, uint32_t>;  // (value needed, queue or instruction)
+using ParkHeap = std::priority_queue<Parked, std::vector<Parked>, std::greater<Parked>>;
+
 // Counter state plus the parked waiters of each counter. Counters are uint64 so that many
 // 32-bit signals cannot wrap.
 class CounterBoard {
@@ -48,7 +57,7 @@ public:
   // Index of the first wait of `ins` (from `from`) that does not hold, or waits.size().
   size_t first_unmet(const Instruction& ins, size_t from) const {
     for (size_t w = from; w < ins.waits.size(); ++w)
-      if (values_[ins.waits[w].counter] < ins.waits[w].value) return w;
+      if (!ins.waits[w].carried && values_[ins.waits[w].counter] < ins.waits[w].value) return w;
     return ins.waits.size();
   }
 

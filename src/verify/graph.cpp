@@ -6,6 +6,8 @@
 // total(c) - v: with signalers sorted by contribution that is a prefix of length k. Waits on
 // the same counter share join nodes J(c, k), and J(c, k2) hangs off J(c, k1) for k1 < k2, so
 // a barrier of m signalers and m waiters costs O(m) edges instead of m^2.
+// A carried wait orders nothing within a pass (it holds in the first); passes.cpp orders the
+// passes of an unrolled program, where it becomes a wait on the previous pass's counter.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -72,6 +74,7 @@ DependencyGraph build_dependency_graph(const Program& program,
   std::vector<uint32_t> need_offsets(n_counters + 1, 0);
   for (uint32_t i = 0; i < n; ++i) {
     for (const Wait& w : program.instructions[i].waits) {
+      if (w.carried) continue;
       if (w.counter >= n_counters || total[w.counter] < w.value) continue;  // checked elsewhere
       const uint64_t slack = total[w.counter] - w.value;  // what the others may fall short
       const auto first = signalers.begin() + offsets[w.counter];

@@ -10,6 +10,7 @@
 #include "core/checked.hpp"
 #include "core/error.hpp"
 #include "ops/registry.hpp"
+#include "verify/detail.hpp"
 #include "verify/verify.hpp"
 
 namespace amk {
@@ -185,6 +186,12 @@ private:
 
   // Shape rules of the built-in ops: what each kernel assumes about its operands.
   void check_shapes() {
+    // The position operand (rope, kv_append, attention_decode): one u32 or i32 scalar (the dtype
+    // is the slot's); its bounds are check_position_bounds'.
+    if (const uint32_t slot = detail::position_slot(ins_); slot != detail::kNoIndex)
+      if (extent(slot) != 1)
+        fail("verify.shape", operand_where(slot),
+             "extent(position) = " + std::to_string(extent(slot)) + " must be 1");
     switch (sig_->id) {
       case OpId::nop:
       case OpId::fill: break;
@@ -306,11 +313,16 @@ private:
         require_rope_scaling(3);
         break;
       }
-      case OpId::kv_append: {  // x, cache; head_dim, position, max_len
-        const uint32_t hd = require_head_dim(false);
+      case OpId::kv_append: {  // x, cache, position?; head_dim, position, max_len, rope params
+        const float theta = param_f32(3);
+        if (!(std::isfinite(theta) && theta >= 0.0f))
+          fail("verify.param", "/params/theta", "theta must be finite and >= 0 (0: no rotation)");
+        const uint32_t hd = require_head_dim(theta != 0.0f);  // RoPE pairs the halves of a head
+        if (theta != 0.0f) require_rope_scaling(4);
         const uint32_t position = ins_.params[1], max_len = ins_.params[2];
         if (max_len == 0) fail("verify.param", "/params/max_len", "max_len must be > 0");
-        if (position >= max_len)
+        // With the position operand the param is unused; check_position_bounds bounds the operand.
+        if (!present(2) && position >= max_len)
           fail("verify.param", "/params/position",
                "position = " + std::to_string(position) +
                    " must be < max_len = " + std::to_string(max_len));
@@ -386,13 +398,33 @@ private:
                    std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
         break;
       }
+      case OpId::feed_token: {  // index, prompt, token, ids?, logits?, all_logits?
+        for (size_t slot : {size_t{0}, size_t{2}})
+          if (extent(slot) != 1)
+            fail("verify.shape", operand_where(slot),
+                 "extent(" + std::string(slots_[slot].name) +
+                     ") = " + std::to_string(extent(slot)) + " must be 1");
+        // prompt: at least one token, which the operand rules already require (extent > 0).
+        if (present(4) != present(5)) {
+          const size_t missing = present(4) ? 5 : 4, given = present(4) ? 4 : 5;
+          fail("verify.shape", operand_where(missing),
+               "logits and all_logits go together: " + std::string(slots_[given].name) +
+                   " is present, " + std::string(slots_[missing].name) + " is not");
+        }
+        if (present(4) && extent(5) % extent(4) != 0)
+          fail("verify.shape", operand_where(5),
+               "extent(all_logits) = " + std::to_string(extent(5)) +
+                   " is not a multiple of extent(logits) = " + std::to_string(extent(4)) +
+                   " (one step's logits a row)");
+        break;
+      }
     }
   }
 
   float param_f32(size_t i) const { return bits_f32(ins_.params[i]); }
 
   // The rope op's scaling params from index `at`: scaling_factor, low_freq_factor,
-  // high_freq_factor, original_max_position (rope: 3, attention_decode: 4).
+  // high_freq_factor, original_max_position (rope: 3, kv_append and attention_decode: 4).
   void require_rope_scaling(size_t at) {
     const float factor = param_f32(at);
     if (!(std::isfinite(factor) && factor >= 0.0f))

@@ -1,6 +1,6 @@
-// verify(): launch rules, every instruction, every TMA spec, queue structure and the deadlock
-// proof, then the dependency graph and the hazard sweep. Cheap local checks run first so a
-// broken program fails fast with the most specific location.
+// verify(): launch rules, every instruction, every TMA spec, position bounds, queue structure
+// and the deadlock proof, then the dependency graph and the hazard sweep. Cheap local checks run
+// first so a broken program fails fast with the most specific location.
 #include <cstdint>
 #include <string>
 
@@ -78,6 +78,7 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
   for (uint32_t i = 0; i < program.instructions.size(); ++i) check_instruction(program, i);
   for (uint32_t t = 0; t < program.tma.size(); ++t) check_tma(program, t);
   check_counter_range(program);
+  check_position_bounds(program, program.launch.passes);
 
   if (program.queues) {
     check_queues(program, *program.queues);  // structure, satisfiable waits, deadlock proof

@@ -84,7 +84,19 @@ struct DependencyGraph {
 // Longest chain of instructions in the graph.
 [[nodiscard]] uint64_t critical_path(const DependencyGraph& graph);
 // Throws verify.hazard for the first conflicting pair of accesses the graph leaves unordered.
+// A kv_append at a position operand writes one row of each head, checked pairwise: an
+// attention_decode of the same position reading that head's rows below it needs no order.
 // Returns the number of distinct instruction pairs whose order was tested.
 uint64_t check_hazards(const Program& program, const DependencyGraph& graph);
+
+// ---- programs stepped over several passes (launch.passes, carried waits) ----
+
+// Position bounds: every position operand (rope, kv_append, attention_decode) reads an element
+// that no instruction writes (verify.position.written) and whose initial value the program
+// states (zeros, constant or values; else verify.position.unknown); its position, that value +
+// pass - 1, stays in 0..2^31-1 over `passes` passes, and a kv_append's below its max_len
+// (verify.position.range, at the position operand). verify() checks launch.passes; the run path
+// checks again when the user asks for another number of passes.
+void check_position_bounds(const Program& program, uint32_t passes);
 
 }  // namespace amk

@@ -313,18 +313,28 @@ Builder chain(uint32_t n, uint32_t blocks) {
 }  // namespace
 
 TEST_CASE("large programs: search-based ordering finds hazards and proves order") {
-  // Above the bitset threshold the hazard check searches the graph per pair.
-  Builder b = chain(30000, 8);
-  CHECK(verify(b.p).critical_path == 30000);
+  // Above 65536 instructions (OrderOracle::kChunkedMaxInstructions) the hazard check searches
+  // the graph per pair.
+  Builder b = chain(70000, 8);
+  CHECK(verify(b.p).critical_path == 70000);
   // A rogue writer on its own block that nothing orders.
   const uint32_t x = 0;
   b.add("fill", {slice(x, 100, 4)}, {}, {}, "rogue");
-  b.p.queues->push_back({30000});
+  b.p.queues->push_back({70000});
   auto e = error_of([&] { verify(b.p); });
   REQUIRE(e);
   CHECK(e->code() == "verify.hazard");
   CHECK(contains(e->message(), "'rogue'"));
   CHECK(contains(e->message(), "elements [100, 104)"));
+}
+
+TEST_CASE("mid-size programs: ancestor bitsets in ranges of ranks agree") {
+  // 30000 instructions: more than one range of source ranks fits the bitset budget.
+  Builder b = chain(30000, 8);
+  CHECK(verify(b.p).critical_path == 30000);
+  b.add("fill", {slice(0, 100, 4)}, {}, {}, "rogue");
+  b.p.queues->push_back({30000});
+  CHECK_ERROR(verify(b.p), "verify.hazard", "/instructions/30000/operands/y");
 }
 
 TEST_CASE("small programs: bitset ordering agrees") {

@@ -42,7 +42,7 @@ TEST_CASE("rope rules") {
   const uint32_t x = b.buffer("x", DType::f32, 4 * 128);
   const uint32_t y = b.buffer("y", DType::bf16, 4 * 128);
   const uint32_t i32 = b.buffer("ids", DType::i32, 4 * 128);
-  b.add("rope", {b.whole(x), b.whole(y)});
+  b.add("rope", {b.whole(x), b.whole(y), none()});
   set_params(b, rope_params(128, 5));
   CHECK_NOTHROW(check_instruction(b.p, 0));
   set_params(b, rope_params(128, 5, 10000.0f, 0.0f, 0.0f, 0.0f, 0));  // plain: factors unused
@@ -78,7 +78,7 @@ TEST_CASE("kv_append rules") {
   const uint32_t hd = 64, n_kv = 2, max_len = 16;
   const uint32_t x = b.buffer("x", DType::f32, n_kv * hd);
   const uint32_t cache = b.buffer("cache", DType::bf16, n_kv * max_len * hd + 64);
-  b.add("kv_append", {b.whole(x), slice(cache, 64, n_kv * max_len * hd)});
+  b.add("kv_append", {b.whole(x), slice(cache, 64, n_kv * max_len * hd), none()});
   set_params(b, {hd, max_len - 1, max_len});
   CHECK_NOTHROW(check_instruction(b.p, 0));
 
@@ -104,8 +104,9 @@ TEST_CASE("attention_decode rules") {
   const uint32_t v = b.buffer("v", DType::bf16, 2 * len * hd);
   const uint32_t out = b.buffer("out", DType::f32, 2 * group * (hd + 2));
   const uint32_t out16 = b.buffer("out16", DType::bf16, group * (hd + 2));
-  b.add("attention_decode", {b.whole(q), slice(k, len * hd, len * hd), slice(v, len * hd, len * hd),
-                             slice(out, group * (hd + 2), group * (hd + 2)), none(), none()});
+  b.add("attention_decode",
+        {b.whole(q), slice(k, len * hd, len * hd), slice(v, len * hd, len * hd),
+         slice(out, group * (hd + 2), group * (hd + 2)), none(), none(), none()});
   set_params(b, attention_params(hd));
   CHECK_NOTHROW(check_instruction(b.p, 0));
   set_params(b, attention_params(hd, 0.125f));
@@ -143,7 +144,7 @@ TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
   const uint32_t vn = b.buffer("v_new", DType::bf16, hd);
   const uint32_t ids = b.buffer("ids", DType::i32, hd);
   b.add("attention_decode",
-        {b.whole(q), b.whole(k), b.whole(v), b.whole(out), slice(kn, hd, hd), b.whole(vn)});
+        {b.whole(q), b.whole(k), b.whole(v), b.whole(out), slice(kn, hd, hd), b.whole(vn), none()});
   set_params(b, attention_params(hd, 0.0f, 17, 500000.0f));
   CHECK_NOTHROW(check_instruction(b.p, 0));
   // Plain RoPE: the Llama 3 factors are unused.
@@ -176,8 +177,13 @@ TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
   }
   SUBCASE("head_dim must be even with theta, may be odd without") {
     const uint32_t odd = 63;
-    b.last().operands = {slice(q, 0, 4 * odd),         slice(k, 0, 8 * odd), slice(v, 0, 8 * odd),
-                         slice(out, 0, 4 * (odd + 2)), slice(kn, 0, odd),    slice(vn, 0, odd)};
+    b.last().operands = {slice(q, 0, 4 * odd),
+                         slice(k, 0, 8 * odd),
+                         slice(v, 0, 8 * odd),
+                         slice(out, 0, 4 * (odd + 2)),
+                         slice(kn, 0, odd),
+                         slice(vn, 0, odd),
+                         none()};
     set_params(b, attention_params(odd));
     CHECK_NOTHROW(check_instruction(b.p, 0));
     set_params(b, attention_params(odd, 0.0f, 17, 500000.0f));
@@ -216,7 +222,7 @@ TEST_CASE("attention_decode rules: fused RoPE and the new token's row") {
     b.last().operands[4] = slice(kn, 0, 0);
     CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
                 "/instructions/0/operands/k_new/extent");
-    b.add("rope", {slice(q, 0, 0), b.whole(q)});
+    b.add("rope", {slice(q, 0, 0), b.whole(q), none()});
     set_params(b, rope_params(hd, 5));
     CHECK_ERROR(check_instruction(b.p, 1), "verify.operand.extent",
                 "/instructions/1/operands/x/extent");
@@ -303,4 +309,134 @@ TEST_CASE("gemv merging attention partials: rules") {
   CHECK_ERROR(check_instruction(b.p, 1), "verify.shape", "/instructions/1/operands/x");
   b.last().operands[1] = slice(many, 0, 64 * 6);
   CHECK_NOTHROW(check_instruction(b.p, 1));
+}
+
+// The position operand of rope (slot 2), kv_append (slot 2) and attention_decode (slot 6): one u32
+// or i32 element.
+TEST_CASE("position operand rules") {
+  Builder b;
+  const uint32_t hd = 8, max_len = 4;
+  const uint32_t x = b.buffer("x", DType::f32, 2 * hd);
+  const uint32_t cache = b.buffer("cache", DType::f32, 2 * max_len * hd);
+  const uint32_t out = b.buffer("out", DType::f32, hd + 2);
+  const uint32_t pos = b.buffer("pos", DType::u32, 2);
+  const uint32_t ipos = b.buffer("ipos", DType::i32, 1);
+  const uint32_t fpos = b.buffer("fpos", DType::f32, 1);
+  b.add("rope", {b.whole(x), b.whole(x), slice(pos, 1, 1)});
+  set_params(b, rope_params(hd, 0));
+  b.add("kv_append", {b.whole(x), b.whole(cache), slice(pos, 0, 1)});
+  set_params(b, {hd, 0, max_len});
+  b.add("attention_decode",
+        {slice(x, 0, hd), slice(cache, 0, max_len * hd), slice(cache, max_len * hd, max_len * hd),
+         b.whole(out), none(), none(), b.whole(ipos)});
+  set_params(b, attention_params(hd));
+  for (uint32_t i = 0; i < 3; ++i) CHECK_NOTHROW(check_instruction(b.p, i));
+
+  const char* where[] = {"/instructions/0/operands/position", "/instructions/1/operands/position",
+                         "/instructions/2/operands/position"};
+  const size_t slot[] = {2, 2, 6};
+  for (uint32_t i = 0; i < 3; ++i) {
+    CAPTURE(i);
+    Operand& p = b.p.instructions[i].operands[slot[i]];
+    const Operand keep = p;
+    p = b.whole(pos);  // two elements
+    CHECK_ERROR(check_instruction(b.p, i), "verify.shape", where[i]);
+    p = b.whole(fpos);
+    CHECK_ERROR(check_instruction(b.p, i), "verify.dtype", where[i]);
+    p = b.whole(ipos);
+    CHECK_NOTHROW(check_instruction(b.p, i));
+    p = keep;
+  }
+  // With the operand, kv_append's position param is not used: only without it must it fit.
+  b.p.instructions[1].params[1] = max_len;  // position
+  CHECK_NOTHROW(check_instruction(b.p, 1));
+  b.p.instructions[1].operands[2] = none();
+  CHECK_ERROR(check_instruction(b.p, 1), "verify.param", "/instructions/1/params/position");
+}
+
+TEST_CASE("kv_append with RoPE") {
+  Builder b;
+  const uint32_t hd = 6, max_len = 4;
+  const uint32_t x = b.buffer("x", DType::f32, 2 * hd);
+  const uint32_t cache = b.buffer("cache", DType::bf16, 2 * max_len * hd);
+  b.add("kv_append", {b.whole(x), b.whole(cache), none()});
+  // theta, then the rope op's scaling params.
+  auto params = [&](uint32_t head_dim, float theta, float factor = 32.0f, float low = 1.0f,
+                    float high = 4.0f, uint32_t orig = 8192) {
+    set_params(b, {head_dim, 0, max_len, f32_bits(theta), f32_bits(factor), f32_bits(low),
+                   f32_bits(high), orig});
+  };
+  params(hd, 500000.0f);
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  params(hd, 0.0f, -1.0f);  // no rotation: the scaling params are not looked at
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+
+  params(hd, -1.0f);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+  params(hd, NAN);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/theta");
+  params(hd, 500000.0f, -1.0f);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/scaling_factor");
+  params(hd, 500000.0f, 8.0f, 4.0f, 4.0f);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/high_freq_factor");
+  // RoPE pairs the halves of a head: an odd head_dim only without rotation.
+  b.p.instructions[0].operands = {slice(x, 0, 3 * 3), slice(cache, 0, 3 * max_len * 3), none()};
+  params(3, 0.0f);
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  params(3, 10000.0f, 0.0f);
+  CHECK_ERROR(check_instruction(b.p, 0), "verify.param", "/instructions/0/params/head_dim");
+}
+
+TEST_CASE("feed_token rules") {
+  Builder b;
+  const uint32_t vocab = 5, steps = 3;
+  const uint32_t index = b.buffer("index", DType::u32, 2);
+  const uint32_t prompt = b.buffer("prompt", DType::i32, 4);
+  const uint32_t token = b.buffer("token", DType::u32, 2);
+  const uint32_t ids = b.buffer("ids", DType::i64, 8);
+  const uint32_t logits = b.buffer("logits", DType::f32, vocab);
+  const uint32_t all = b.buffer("all_logits", DType::f32, steps * vocab + 1);
+  const uint32_t half = b.buffer("half", DType::f16, vocab);
+  b.add("feed_token", {slice(index, 0, 1), b.whole(prompt), slice(token, 1, 1), b.whole(ids),
+                       b.whole(logits), slice(all, 0, steps * vocab)});
+  CHECK_NOTHROW(check_instruction(b.p, 0));
+  Instruction& ins = b.last();
+  SUBCASE("index and token are one element") {
+    ins.operands[0] = b.whole(index);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/index");
+    ins.operands[0] = slice(index, 1, 1);
+    ins.operands[2] = b.whole(token);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/token");
+  }
+  SUBCASE("a prompt of one token is enough, of none is not") {
+    ins.operands[1] = slice(prompt, 3, 1);
+    CHECK_NOTHROW(check_instruction(b.p, 0));
+    ins.operands[1] = slice(prompt, 3, 0);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.operand.extent",
+                "/instructions/0/operands/prompt/extent");
+  }
+  SUBCASE("ids and the logits are optional; logits and all_logits go together") {
+    ins.operands[3] = none();
+    ins.operands[4] = none();
+    ins.operands[5] = none();
+    CHECK_NOTHROW(check_instruction(b.p, 0));
+    ins.operands[4] = b.whole(logits);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/all_logits");
+    ins.operands[4] = none();
+    ins.operands[5] = b.whole(all);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/logits");
+  }
+  SUBCASE("all_logits holds whole rows of logits") {
+    ins.operands[5] = b.whole(all);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.shape", "/instructions/0/operands/all_logits");
+    ins.operands[5] = slice(all, 1, vocab);  // one step's row is enough
+    CHECK_NOTHROW(check_instruction(b.p, 0));
+  }
+  SUBCASE("dtypes") {
+    ins.operands[4] = b.whole(half);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/logits");
+    ins.operands[4] = b.whole(logits);
+    ins.operands[2] = slice(all, 0, 1);
+    CHECK_ERROR(check_instruction(b.p, 0), "verify.dtype", "/instructions/0/operands/token");
+  }
 }

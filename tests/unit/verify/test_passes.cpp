@@ -1,0 +1,204 @@
+// Verifier: programs stepped over several passes in one launch. Carried waits in the single-pass
+// checks, position bounds and the position rule of the hazard check.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "verify/verify.hpp"
+
+#include "common/program_builder.hpp"
+
+using namespace amk;
+using namespace amk::test;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+// The params given, then the signature's defaults for the rest.
+void set_params(Instruction& ins, std::vector<uint32_t> params) {
+  const OpSig* sig = find_op(ins.op);
+  for (size_t k = params.size(); k < sig->params.size(); ++k)
+    params.push_back(*encode_param(sig->params[k].type, sig->params[k].default_value.value_or(0)));
+  ins.params = std::move(params);
+}
+
+void set_values(Builder& b, uint32_t buffer, const std::vector<int32_t>& values) {
+  BufferInit& init = b.p.buffers[buffer].init;
+  init.kind = InitKind::values;
+  init.data.resize(values.size() * 4);
+  std::memcpy(init.data.data(), values.data(), init.data.size());
+}
+
+// attention_decode's params up to `start` (no RoPE): head_dim, scale, position, theta, the
+// rope op's four scaling params, start.
+std::vector<uint32_t> attention_params(uint32_t hd, uint32_t start) {
+  return {hd, 0, 0, 0, f32_bits(32.0f), f32_bits(1.0f), f32_bits(4.0f), 8192, start};
+}
+
+// A kv cache of two heads of max_len rows of head_dim, one kv_append at position operand `pos`
+// and one attention_decode of head 1 reading rows start..start+rows-1 of k through the same pos.
+struct Cache {
+  static constexpr uint32_t hd = 4, max_len = 8, heads = 2;
+  Builder b;
+  uint32_t x, cache, vals, q, out, pos;
+  uint32_t append = 0, attend = 0;
+
+  Cache(uint32_t start, uint32_t rows) {
+    x = b.buffer("x", DType::f32, heads * hd);
+    cache = b.buffer("k_cache", DType::f32, heads * max_len * hd);
+    vals = b.buffer("v_rows", DType::f32, max_len * hd);
+    q = b.buffer("q", DType::f32, hd);
+    out = b.buffer("out", DType::f32, hd + 2);
+    pos = b.buffer("pos", DType::u32, 1);
+    set_values(b, pos, {3});
+    append = b.add("kv_append", {b.whole(x), b.whole(cache), b.whole(pos)}, {}, {}, "append");
+    set_params(b.last(), {hd, 0, max_len});
+    attend = b.add("attention_decode",
+                   {b.whole(q), slice(cache, (max_len + start) * hd, rows * hd),
+                    slice(vals, 0, rows * hd), b.whole(out), none(), none(), b.whole(pos)},
+                   {}, {}, "attend");
+    set_params(b.last(), attention_params(hd, start));
+  }
+};
+
+}  // namespace
+
+TEST_CASE("carried waits hold in the first pass") {
+  Builder b;
+  const uint32_t c = b.counter("looped");
+  b.add("nop", {}, {{c, 1, true}}, {}, "head");  // waits on the previous pass's tail
+  b.add("nop", {}, {}, {{c, 1}}, "tail");
+  b.p.launch.grid = 1;
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}};
+  CHECK(simulate_queues(b.p, *b.p.queues).empty());
+  CHECK_NOTHROW(check_queues(b.p, *b.p.queues));
+  CHECK(verify(b.p).critical_path == 2);  // queue order only
+  // The same wait within the pass: the head waits for what comes after it.
+  b.p.instructions[0].waits[0].carried = false;
+  CHECK_ERROR(verify(b.p), "verify.deadlock", "/queues/0/0");
+
+  SUBCASE("without queues: any order, and the carried wait orders nothing within a pass") {
+    b.p.instructions[0].waits[0].carried = true;
+    b.p.queues.reset();
+    b.p.launch.grid = 0;
+    CHECK(pool_order(b.p).size() == 2);
+    const DependencyGraph g = build_dependency_graph(b.p, nullptr);
+    CHECK(g.instruction_edges == 0);
+    CHECK(critical_path(g) == 1);
+    // But one pass's signals must still reach the carried wait's value.
+    b.p.instructions[0].waits[0].value = 2;
+    CHECK_ERROR(verify(b.p), "verify.wait.unsatisfiable", "/instructions/0/waits/0/value");
+  }
+}
+
+TEST_CASE("position bounds") {
+  Cache k(0, 3);
+  Builder& b = k.b;
+  set_values(b, k.pos, {12});
+  b.p.buffers[k.cache].shape = {Cache::heads * 16 * Cache::hd};  // max_len 16
+  b.p.instructions[k.append].operands[1] = b.whole(k.cache);
+  b.p.instructions[k.append].params[2] = 16;
+  b.p.instructions.pop_back();  // the append alone
+  const std::string at = "/instructions/0/operands/position";
+
+  // 12 + 4 - 1 = 15: the last row of the cache.
+  CHECK_NOTHROW(check_position_bounds(b.p, 4));
+  b.p.launch.passes = 4;
+  CHECK_NOTHROW(verify(b.p));
+  b.p.launch.passes = 5;
+  auto e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->code() == "verify.position.range");
+  CHECK(e->where() == at);
+  CHECK(contains(e->message(), "position 16 in the last of 5 passes"));
+  CHECK(contains(e->message(), "max_len = 16"));
+  CHECK_ERROR(check_position_bounds(b.p, 5), "verify.position.range", at);
+  CHECK_NOTHROW(check_position_bounds(b.p, 1));  // what the run path re-checks
+
+  SUBCASE("a constant or zeros is read too") {
+    b.p.buffers[k.pos].init = BufferInit{};
+    CHECK_ERROR(check_position_bounds(b.p, 17), "verify.position.range", at);
+    CHECK_NOTHROW(check_position_bounds(b.p, 16));
+    b.p.buffers[k.pos].init.kind = InitKind::constant;
+    b.p.buffers[k.pos].init.constant = 15;
+    CHECK_NOTHROW(check_position_bounds(b.p, 1));
+    CHECK_ERROR(check_position_bounds(b.p, 2), "verify.position.range", at);
+  }
+  SUBCASE("a negative start") {
+    b.p.buffers[k.pos].dtype = DType::i32;
+    set_values(b, k.pos, {-1});
+    CHECK_ERROR(check_position_bounds(b.p, 4), "verify.position.range", at);
+  }
+  SUBCASE("an initial value the verifier cannot read") {
+    b.p.buffers[k.pos].init = BufferInit{};
+    b.p.buffers[k.pos].init.kind = InitKind::random;
+    auto u = error_of([&] { check_position_bounds(b.p, 1); });
+    REQUIRE(u);
+    CHECK(u->code() == "verify.position.unknown");
+    CHECK(u->where() == at);
+    CHECK(contains(u->message(), "init random"));
+    b.p.buffers[k.pos].init.kind = InitKind::npy;
+    CHECK_ERROR(check_position_bounds(b.p, 1), "verify.position.unknown", at);
+  }
+  SUBCASE("a position some instruction writes") {
+    const uint32_t big = b.buffer("big", DType::u32, 4);
+    set_values(b, big, {0, 1, 2, 3});
+    b.p.instructions[0].operands[2] = slice(big, 2, 1);
+    b.add("fill", {slice(big, 0, 2)}, {}, {}, "clear");
+    CHECK_NOTHROW(check_position_bounds(b.p, 4));  // another element of the buffer
+    b.last().operands[0] = slice(big, 1, 3);
+    auto w = error_of([&] { check_position_bounds(b.p, 1); });
+    REQUIRE(w);
+    CHECK(w->code() == "verify.position.written");
+    CHECK(w->where() == at);
+    CHECK(contains(w->message(), "instruction 1 'clear' (fill) writes"));
+  }
+  SUBCASE("rope: unknown positions too, but no cache to bound") {
+    const uint32_t x = b.buffer("xr", DType::f32, 8);
+    b.p.instructions.clear();
+    b.add("rope", {b.whole(x), b.whole(x), b.whole(k.pos)});
+    set_params(b.last(), {4, 0});
+    CHECK_NOTHROW(check_position_bounds(b.p, 1000));
+    b.p.buffers[k.pos].init.kind = InitKind::raw;
+    CHECK_ERROR(check_position_bounds(b.p, 1), "verify.position.unknown", at);
+  }
+}
+
+TEST_CASE("a kv_append at a position and an attention_decode below it, in one pass") {
+  Cache k(2, 5);  // rows 2..6 of head 1; the append writes row 3 (+ pass - 1) of each head
+  CHECK_NOTHROW(verify(k.b.p));  // unordered, yet disjoint: attention reads rows below 3
+  Instruction& attend = k.b.p.instructions[k.attend];
+  const std::string at = "/instructions/1/operands/k";
+
+  SUBCASE("another position scalar, even of the same value") {
+    const uint32_t other = k.b.buffer("pos2", DType::u32, 1);
+    set_values(k.b, other, {3});
+    attend.operands[6] = k.b.whole(other);
+    CHECK_ERROR(verify(k.b.p), "verify.hazard", at);
+  }
+  SUBCASE("a start that is not where the view begins") {
+    attend.params[8] = 1;
+    CHECK_ERROR(verify(k.b.p), "verify.hazard", at);
+  }
+  SUBCASE("a view past the head's max_len rows") {
+    attend.params[8] = 7;  // head 0's rows 7 and 8, which is head 1's row 0
+    attend.operands[1] = slice(k.cache, 7 * Cache::hd, 2 * Cache::hd);
+    attend.operands[2] = slice(k.vals, 0, 2 * Cache::hd);
+    CHECK_ERROR(verify(k.b.p), "verify.hazard", at);
+  }
+  SUBCASE("other readers of the cache need an order") {
+    const uint32_t y = k.b.buffer("y", DType::f32, Cache::hd);
+    k.b.add("copy", {slice(k.cache, 0, Cache::hd), k.b.whole(y)}, {}, {}, "peek");
+    auto e = error_of([&] { verify(k.b.p); });
+    REQUIRE(e);
+    CHECK(e->code() == "verify.hazard");
+    CHECK(contains(e->message(), "'append' (kv_append) writes"));
+    CHECK(contains(e->message(), "'peek' (copy) reads"));
+    CHECK(contains(e->message(), "a kv_append at a position operand"));
+  }
+}

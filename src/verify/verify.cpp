@@ -1,6 +1,7 @@
 // verify(): launch rules, every instruction, every TMA spec, position bounds, queue structure
-// and the deadlock proof, then the dependency graph and the hazard sweep. Cheap local checks run
-// first so a broken program fails fast with the most specific location.
+// and the deadlock proof, then the dependency graph and the hazard sweep, and for a program of
+// several passes the same proofs over two passes unrolled. Cheap local checks run first so a
+// broken program fails fast with the most specific location.
 #include <cstdint>
 #include <string>
 
@@ -93,6 +94,8 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
   summary.critical_path = critical_path(graph);
   summary.dependency_edges = graph.instruction_edges;
   if (options.check_hazards) summary.hazard_pairs_checked = check_hazards(program, graph);
+  if (runs_several_passes(program))
+    summary.hazard_pairs_checked += check_pass_loop(program, options);
   return summary;
 }
 

@@ -27,7 +27,7 @@ struct StuckHead {
 struct VerifySummary {
   uint64_t critical_path = 0;  // longest chain of dependent instructions (instructions)
   uint64_t dependency_edges = 0;
-  uint64_t hazard_pairs_checked = 0;
+  uint64_t hazard_pairs_checked = 0;  // with several passes, plus those of the unrolled passes
 };
 
 // Static checks of one instruction's operands and params against its op's signature and shape
@@ -98,5 +98,13 @@ uint64_t check_hazards(const Program& program, const DependencyGraph& graph);
 // (verify.position.range, at the position operand). verify() checks launch.passes; the run path
 // checks again when the user asks for another number of passes.
 void check_position_bounds(const Program& program, uint32_t passes);
+// Whether the program runs over several passes in one launch: launch.passes > 1 or a carried
+// wait (a loop-carried dependency).
+[[nodiscard]] bool runs_several_passes(const Program& program);
+// The proof that several passes are safe, on the program unrolled over two passes
+// (verify/passes.cpp): its deadlock proof, no signal running into the next pass ahead of a
+// waiter (verify.pass.overtake) and, with options.check_hazards, its hazards (verify.hazard).
+// Needs a program that passed the single-pass checks. Returns the hazard pairs tested.
+uint64_t check_pass_loop(const Program& program, const VerifyOptions& options = {});
 
 }  // namespace amk

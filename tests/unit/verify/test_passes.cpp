@@ -1,5 +1,6 @@
 // Verifier: programs stepped over several passes in one launch. Carried waits in the single-pass
-// checks, position bounds and the position rule of the hazard check.
+// checks, position bounds, the position rule of the hazard check, no running ahead into the next
+// pass, and a decode-like loop over two passes unrolled.
 #include <doctest/doctest.h>
 
 #include <cstring>
@@ -201,4 +202,137 @@ TEST_CASE("a kv_append at a position and an attention_decode below it, in one pa
     CHECK(contains(e->message(), "'peek' (copy) reads"));
     CHECK(contains(e->message(), "a kv_append at a position operand"));
   }
+}
+
+TEST_CASE("a kv_append at a position and an attention_decode over passes") {
+  Cache k(2, 5);
+  Builder& b = k.b;
+  b.p.launch.passes = 2;
+  // Unordered: pass 1's append writes row 3, which pass 2's attention (rows below 4) reads.
+  auto e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->code() == "verify.hazard");
+  CHECK(e->where() == "/instructions/1/operands/k");
+  CHECK(contains(e->message(), "'append' (kv_append) in pass 1 writes"));
+  CHECK(contains(e->message(), "'attend' (attention_decode) in pass 2 reads"));
+
+  // A step loop orders every pass after the one before: feed -> (carried) step -> append and
+  // attend, unordered within a pass -> feed.
+  const uint32_t c_step = b.counter("step"), c_app = b.counter("appended");
+  const uint32_t c_att = b.counter("attended"), c_feed = b.counter("fed");
+  b.p.instructions[k.append].waits = {{c_step, 1}};
+  b.p.instructions[k.append].signals = {{c_app, 1}};
+  b.p.instructions[k.attend].waits = {{c_step, 1}};
+  b.p.instructions[k.attend].signals = {{c_att, 1}};
+  b.add("fill", {b.whole(k.x)}, {{c_feed, 1, true}}, {{c_step, 1}}, "step");
+  b.add("nop", {}, {{c_app, 1}, {c_att, 1}}, {{c_feed, 1}}, "feed");
+  CHECK_NOTHROW(verify(b.p));
+  b.p.launch.grid = 2;
+  b.p.queues = std::vector<std::vector<uint32_t>>{{2, 0, 3}, {1}};
+  CHECK_NOTHROW(verify(b.p));
+
+  SUBCASE("with the position rule broken, the unordered pair within a pass is a hazard") {
+    b.p.instructions[k.attend].params[8] = 0;
+    CHECK_ERROR(verify(b.p), "verify.hazard", "/instructions/1/operands/k");
+  }
+}
+
+TEST_CASE("a signaler that can run into the next pass ahead of a waiter") {
+  Builder b;
+  const uint32_t c = b.counter("ready"), d = b.counter("done");
+  b.add("nop", {}, {}, {{c, 1}}, "producer");
+  b.add("nop", {}, {{c, 1}}, {{d, 1}}, "consumer");
+  CHECK_NOTHROW(verify(b.p));  // one pass
+  b.p.launch.passes = 3;
+  auto e = error_of([&] { verify(b.p); });
+  REQUIRE(e);
+  CHECK(e->code() == "verify.pass.overtake");
+  CHECK(e->where() == "/instructions/1/waits/0");
+  CHECK(contains(e->message(), "'consumer' (nop) waits on counter 'ready' in each pass"));
+  CHECK(contains(e->message(), "'producer' (nop) may signal it for the next pass"));
+
+  // The producer waits for the consumer's previous pass: the loop is safe.
+  b.p.instructions[0].waits = {{d, 1, true}};
+  CHECK_NOTHROW(verify(b.p));
+
+  SUBCASE("a carried wait its own pass's signal can meet early") {
+    b.add("nop", {}, {}, {{d, 1}}, "stray");  // signals 'done' unordered with the producer
+    b.p.instructions[1].signals = {{d, 1}};
+    b.p.instructions[0].waits = {{d, 2, true}};
+    auto o = error_of([&] { verify(b.p); });
+    REQUIRE(o);
+    CHECK(o->code() == "verify.pass.overtake");
+    CHECK(o->where() == "/instructions/0/waits/0");
+    CHECK(contains(o->message(), "waits on counter 'done' carried"));
+    CHECK(contains(o->message(), "'stray' (nop) may signal it in the same pass first"));
+  }
+  SUBCASE("one block orders everything") {
+    b.p.instructions[0].waits.clear();
+    b.p.launch.grid = 1;
+    b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1}};
+    CHECK_NOTHROW(verify(b.p));
+  }
+}
+
+// A decode loop: the token -> embedding -> logits -> argmax -> feed_token -> the next token, the
+// embedding waiting (carried) for the previous pass's feed.
+TEST_CASE("a decode-like loop over several passes") {
+  const uint32_t vocab = 16, dim = 8, prompt_len = 3, steps = 6;
+  Builder b;
+  const uint32_t table = b.buffer("table", DType::f32, vocab * dim);
+  const uint32_t w = b.buffer("lm_head", DType::f32, vocab * dim);
+  const uint32_t token = b.buffer("token", DType::u32, 1);
+  const uint32_t h = b.buffer("h", DType::f32, dim);
+  const uint32_t logits = b.buffer("logits", DType::f32, vocab);
+  const uint32_t index = b.buffer("index", DType::u32, 1);
+  const uint32_t prompt = b.buffer("prompt", DType::u32, prompt_len);
+  const uint32_t ids = b.buffer("ids", DType::u32, steps);
+  const uint32_t all = b.buffer("all_logits", DType::f32, steps * vocab);
+  set_values(b, prompt, {5, 7, 9});
+  set_values(b, token, {5});
+  const uint32_t c_h = b.counter("h"), c_logits = b.counter("logits");
+  const uint32_t c_index = b.counter("index"), c_fed = b.counter("fed");
+  b.add("embedding", {b.whole(table), b.whole(token), b.whole(h)}, {{c_fed, 1, true}}, {{c_h, 1}},
+        "embed");
+  for (uint32_t r = 0; r < 2; ++r)  // two row halves
+    b.add("gemv",
+          {slice(w, r * vocab / 2 * dim, vocab / 2 * dim), b.whole(h),
+           slice(logits, r * vocab / 2, vocab / 2), none(), none(), none()},
+          {{c_h, 1}}, {{c_logits, 1}}, "lm_head." + std::to_string(r));
+  b.add("argmax", {b.whole(logits), b.whole(index), none(), none()}, {{c_logits, 2}},
+        {{c_index, 1}}, "argmax");
+  b.add("feed_token",
+        {b.whole(index), b.whole(prompt), b.whole(token), b.whole(ids), b.whole(logits),
+         b.whole(all)},
+        {{c_index, 1}}, {{c_fed, 1}}, "feed");
+  b.p.launch.passes = steps;
+  CHECK_NOTHROW(verify(b.p));
+  b.p.launch.grid = 2;
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1, 3}, {2, 4}};
+  const VerifySummary s = verify(b.p);
+  CHECK(s.critical_path == 4);
+
+  SUBCASE("without the carried wait the next pass's embedding runs ahead") {
+    b.p.instructions[0].waits.clear();
+    CHECK_ERROR(verify(b.p), "verify.hazard", "/instructions/4/operands/token");
+    b.p.queues.reset();
+    b.p.launch.grid = 0;
+    CHECK_ERROR(verify(b.p), "verify.pass.overtake", "/instructions/1/waits/0");
+  }
+}
+
+TEST_CASE("a long loop: the ancestor bitsets in ranges of ranks answer the pass questions") {
+  // 20000 in-place scales in a chain, the first waiting (carried) for the last: 40000
+  // instructions unrolled, more than one range of source ranks.
+  const uint32_t n = 20000;
+  Builder b;
+  const uint32_t x = b.buffer("x", DType::f32, 64);
+  for (uint32_t i = 0; i < n; ++i) b.counter("c" + std::to_string(i));
+  b.p.instructions.reserve(n);
+  for (uint32_t i = 0; i < n; ++i)
+    b.add("scale", {b.whole(x), b.whole(x)}, {{i == 0 ? n - 1 : i - 1, 1, i == 0}}, {{i, 1}});
+  b.p.launch.passes = 2;
+  CHECK(verify(b.p).critical_path == n);
+  b.p.instructions[0].waits.clear();
+  CHECK_ERROR(verify(b.p), "verify.pass.overtake", "/instructions/1/waits/0");
 }

@@ -623,7 +623,7 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
   write(t, dir.path / "good.safetensors");
   Program p = gen::generate_llama(o);
   gen::use_safetensors(p, gen::read_safetensors_header(dir.path / "good.safetensors"),
-                       "good.safetensors", false);
+                       "good.safetensors", gen::KvFromFile::when_present);
   for (const auto& b : p.buffers) {
     if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight") {
       CHECK(b.init.kind == InitKind::safetensors);
@@ -642,7 +642,7 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
             [&] {
               gen::use_safetensors(p2,
                                    gen::read_safetensors_header(dir.path / "bad_shape.safetensors"),
-                                   "bad_shape.safetensors", false);
+                                   "bad_shape.safetensors", gen::KvFromFile::when_present);
             },
             &code) == ErrorKind::program);
   CHECK(code == "gen.weights.shape");
@@ -653,7 +653,7 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
             [&] {
               gen::use_safetensors(p2,
                                    gen::read_safetensors_header(dir.path / "missing.safetensors"),
-                                   "missing.safetensors", false);
+                                   "missing.safetensors", gen::KvFromFile::when_present);
             },
             &code) == ErrorKind::program);
   CHECK(code == "gen.weights.missing");

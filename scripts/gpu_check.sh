@@ -7,6 +7,7 @@
 #   AMK_BENCH=0 bash scripts/gpu_check.sh     # the checks only
 #   AMK_CHECKS=0 bash scripts/gpu_check.sh    # the benchmarks only
 # AMK_DECODE=0 leaves out the decode steps (1B, 8B, PyTorch), AMK_TORCH=0 the PyTorch baseline,
+# AMK_PROGRAMS=0 the samples, test programs and refusals, AMK_GENERATE=0 the generation rows,
 # AMK_CTEST=0 the ctest tiers (and builds amk alone),
 # AMK_CHECK_SEED=N reruns the op-level checks on a given seed. Logs go to ./out/gpu_check; on the
 # device machine ($OUT set) the logs stay in the scratch folder and $OUT gets summary.txt,
@@ -60,6 +61,7 @@ ctest --test-dir build/default --output-on-failure -j 8 -L "^(unit|gpu)\$" >"$ou
 rc=$?; tail -5 "$out/ctest.log"; row "ctest (unit, gpu)" "$(verdict $rc)"
 fi
 
+if [ "${AMK_PROGRAMS:-1}" = 1 ]; then
 sec "samples and test programs on the GPU (--check against the CPU backend)"
 # checked NAME PROGRAM [amk run options]: one --check row.
 checked() {
@@ -139,6 +141,7 @@ arms16=$(printf 'default;%.0s' $(seq 15))default
 expect arms_memory_refused 5 "device.memory" -- $amk profile $P/big_buffers.json --events --tuning-arms "$arms16"
 expect fault_reported 7 "launch.fault" -- $amk run $P/fault.json --backend cuda --trust-custom-ops -o "$out/fault_out"
 expect after_fault_ok 0 "ok on cuda" -- $amk run samples/diamond.json --backend cuda --check --reseed "$check_seed"
+fi  # AMK_PROGRAMS
 
 if [ "${AMK_DECODE:-1}" = 1 ]; then
 sec "decode steps: tiny vs numpy, 1B vs the CPU backend"

@@ -9,13 +9,17 @@ Hugging Face transformers' LlamaForCausalLM on the same weights, on the GPU.
    weights (`amk gen llama --write-weights`, Hugging Face tensor names, the config in the
    file's metadata) and runs it on the GPU (`amk run`): the generated ids and every step's
    logits (all_logits).
-2. Builds LlamaForCausalLM from that config in float32 with the same (bf16) weights on the GPU.
-   Teacher forcing: one forward over the prompt followed by amk's ids gives the logits of every
-   step; each step's normalized error ||amk - hf|| / ||hf|| must be within --tolerance.
-3. Greedy: transformers' generate(do_sample=False) from the prompt. Its ids must equal amk's
-   up to the first step whose top-2 margin (in transformers' logits) is within the numeric
-   noise measured in 2 (twice the largest |amk - hf| of that step's logits); past such a near
-   tie the sequences may part. Prints how many steps were near ties.
+2. Builds LlamaForCausalLM from that config with the same (bf16) weights on the GPU, in float64
+   (--dtype; eager attention, no TF32). amk stores its KV cache in bf16, as the weights: the
+   reference decodes with a transformers cache that stores each step's K and V rounded to bf16
+   too (the step's own row enters its attention unrounded, as in amk). Teacher forcing, one
+   step at a time over the prompt followed by amk's ids, gives the logits of every step; each
+   step's normalized error ||amk - hf|| / ||hf|| must be within --tolerance. The same with an
+   unrounded cache (plain transformers) is printed for information: the cost of the bf16 cache.
+3. Greedy: transformers' generate(do_sample=False) from the prompt, with the bf16-storing cache.
+   Its ids must equal amk's up to the first step whose top-2 margin (in transformers' logits)
+   is within the numeric noise measured in 2 (twice the largest |amk - hf| of that step's
+   logits); past such a near tie the sequences may part. Prints how many steps were near ties.
 
 Exit 0 on success, 1 on a mismatch, 2 when amk fails.
 """
@@ -37,7 +41,32 @@ def run(cmd):
     return r.stdout
 
 
-def hf_model(weights, torch, transformers):
+def bf16_cache(torch, transformers):
+    """A DynamicCache that stores K and V rounded to bf16 (amk's cache) and returns the step's
+    own rows unrounded."""
+    class Bf16Cache(transformers.DynamicCache):
+        def update(self, key_states, value_states, layer_idx, cache_kwargs=None):
+            r = lambda t: t.to(torch.bfloat16).to(t.dtype)
+            k, v = super().update(r(key_states), r(value_states), layer_idx, cache_kwargs)
+            n = key_states.shape[-2]
+            return (torch.cat([k[..., :-n, :], key_states], dim=-2),
+                    torch.cat([v[..., :-n, :], value_states], dim=-2))
+    return Bf16Cache()
+
+
+def teacher_forced(model, tokens, cache, torch):
+    """Logits of every step, one token at a time through `cache`: [steps, vocab] float64."""
+    out = []
+    with torch.no_grad():
+        for s, t in enumerate(tokens):
+            r = model(input_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache,
+                      use_cache=True, position_ids=torch.tensor([[s]], device="cuda"))
+            cache = r.past_key_values
+            out.append(r.logits[0, -1].double().cpu().numpy())
+    return np.stack(out)
+
+
+def hf_model(weights, torch, transformers, dtype):
     from safetensors import safe_open
     with safe_open(weights, framework="pt") as f:
         cfg = json.loads(f.metadata()["amk.config"])
@@ -54,10 +83,15 @@ def hf_model(weights, torch, transformers):
             "high_freq_factor": rs["high_freq_factor"],
             "original_max_position_embeddings": rs["original_max_position_embeddings"]},
         max_position_embeddings=131072, tie_word_embeddings=cfg["tie_word_embeddings"],
-        attention_bias=False, mlp_bias=False, torch_dtype=torch.float32)
+        attention_bias=False, mlp_bias=False, torch_dtype=dtype, attn_implementation="eager")
     with torch.device("cuda"):
-        model = transformers.LlamaForCausalLM(config)
-    model.load_state_dict({k: v.float() for k, v in state.items()}, strict=False)
+        model = transformers.LlamaForCausalLM(config).to(dtype)
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state.items()},
+                                                strict=False)
+    missing = [m for m in missing if not (cfg["tie_word_embeddings"] and m == "lm_head.weight")]
+    if missing or unexpected:
+        raise SystemExit(f"weights do not fit the model: missing {missing[:4]}, "
+                         f"unexpected {unexpected[:4]}")
     if cfg["tie_word_embeddings"]:
         model.tie_weights()
     return model.eval(), cfg
@@ -72,11 +106,15 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--tolerance", type=float, default=1e-3)
     ap.add_argument("--work", help="work in this folder and keep it")
+    ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
+                    help="the reference model's dtype (float64 needs 8 bytes a parameter)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
 
     import torch
     import transformers
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or tmp
@@ -97,21 +135,26 @@ def main():
         amk_logits = outputs["all_logits"].astype(np.float64).reshape(passes, -1)
         launch_ms = dict(report["timings_ms"]).get("launch")
 
-        model, cfg = hf_model(weights, torch, transformers)
+        model, cfg = hf_model(weights, torch, transformers, getattr(torch, args.dtype))
         ok = True
-        with torch.no_grad():
-            seq = torch.tensor([prompt + amk_ids[:-1]], device="cuda")
-            hf_logits = model(seq).logits[0].double().cpu().numpy()  # [passes, vocab]
+        tokens = prompt + amk_ids[:-1]
+        hf_logits = teacher_forced(model, tokens, bf16_cache(torch, transformers), torch)
+        plain = teacher_forced(model, tokens, transformers.DynamicCache(), torch)
         errs = np.linalg.norm(amk_logits - hf_logits, axis=1) / np.linalg.norm(hf_logits, axis=1)
+        perrs = np.linalg.norm(amk_logits - plain, axis=1) / np.linalg.norm(plain, axis=1)
         noise = 2 * np.abs(amk_logits - hf_logits).max(axis=1)
         good = bool(np.all(np.isfinite(errs)) and errs.max() <= args.tolerance)
-        print(f"{'ok  ' if good else 'FAIL'} teacher-forced logits of {passes} steps: normalized "
-              f"error median {np.median(errs):.2e}, worst {errs.max():.2e} at step "
-              f"{int(errs.argmax())} (tolerance {args.tolerance:.0e})")
+        print(f"{'ok  ' if good else 'FAIL'} teacher-forced logits of {passes} steps vs "
+              f"transformers ({args.dtype}, K/V stored in bf16 as amk's cache): normalized error "
+              f"step 0 {errs[0]:.2e}, median {np.median(errs):.2e}, worst {errs.max():.2e} at "
+              f"step {int(errs.argmax())} (tolerance {args.tolerance:.0e})")
+        print(f"info: vs plain transformers ({args.dtype} cache): step 0 {perrs[0]:.2e}, median "
+              f"{np.median(perrs):.2e}, worst {perrs.max():.2e}")
         ok &= good
 
         with torch.no_grad():
             gen = model.generate(torch.tensor([prompt], device="cuda"), do_sample=False,
+                                 past_key_values=bf16_cache(torch, transformers),
                                  max_new_tokens=args.steps, min_new_tokens=args.steps,
                                  eos_token_id=None, pad_token_id=0, temperature=None, top_p=None)
         hf_ids = gen[0, len(prompt):].tolist()

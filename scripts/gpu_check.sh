@@ -61,14 +61,14 @@ ctest --test-dir build/default --output-on-failure -j 8 -L "^(unit|gpu)\$" >"$ou
 rc=$?; tail -5 "$out/ctest.log"; row "ctest (unit, gpu)" "$(verdict $rc)"
 fi
 
-if [ "${AMK_PROGRAMS:-1}" = 1 ]; then
-sec "samples and test programs on the GPU (--check against the CPU backend)"
 # checked NAME PROGRAM [amk run options]: one --check row.
 checked() {
   local name="$1" prog="$2"; shift 2
   $amk run "$prog" --backend cuda --check --reseed "$check_seed" "$@" >"$out/run_$name.log" 2>&1
   local rc=$?; row "$name --check" "$(verdict $rc)"; [ $rc = 0 ] || tail -4 "$out/run_$name.log"
 }
+if [ "${AMK_PROGRAMS:-1}" = 1 ]; then
+sec "samples and test programs on the GPU (--check against the CPU backend)"
 programs="rope_kv tma_gemv cluster gemv_fused gemv_waits gemv_shapes attention_rope attention_tiled
           attention_tiled_wide small_ops attention_combine_staged attention_oproj attention_one_head"
 # The VM's tunable fields set the other way from the chooser (amk compile --explain lists them):
@@ -170,7 +170,8 @@ checked "generation tiny 4 + 24" "$out/gen_tiny.json"
 for m in llama-3.2-1b llama-3.1-8b; do
   [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
   PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \
-    --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" >"$out/gen_hf_$m.log" 2>&1
+    --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" \
+    $([ $m = llama-3.1-8b ] && echo --dtype float32) >"$out/gen_hf_$m.log" 2>&1
   rc=$?; row "generation $m 32 + 128 vs transformers" "$(verdict $rc)"; tail -4 "$out/gen_hf_$m.log"
   rm -rf "$scratch/gen_$m"
 done

@@ -63,6 +63,9 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   set("step_kernel", opt.step_kernel,
       opt.step_kernel ? "amk bench" : "no per-instruction launches");
   set("buffers", f.buffers, "the program's buffers");
+  set("stepped", f.stepped,
+      f.stepped ? "carried waits, position operands, feed_token or kv_append's RoPE"
+                : "none of the stepped-program features");
 
   // ---- tuning ----
   const bool table_fits = f.buffers >= 1 && f.buffers <= 1024;

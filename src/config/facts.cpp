@@ -1,6 +1,7 @@
 #include "config/facts.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <optional>
 #include <set>
 
@@ -27,6 +28,18 @@ std::optional<DType> operand_dtype(const Program& program, const Instruction& in
 }
 
 bool is(const Instruction& in, OpId op) { return in.op == static_cast<uint16_t>(op); }
+
+// Whether the instruction needs the VM's stepped paths: a carried wait, a position operand
+// (rope and kv_append slot 2, attention_decode slot 6), feed_token, kv_append's RoPE.
+bool needs_stepped(const Program& program, const Instruction& in) {
+  if (std::any_of(in.waits.begin(), in.waits.end(), [](const Wait& w) { return w.carried; }))
+    return true;
+  if (is(in, OpId::feed_token)) return true;
+  if ((is(in, OpId::rope) || is(in, OpId::kv_append)) && operand(program, in, 2) != nullptr)
+    return true;
+  if (is(in, OpId::attention_decode) && operand(program, in, 6) != nullptr) return true;
+  return is(in, OpId::kv_append) && std::bit_cast<float>(param(in, 3)) != 0.0f;
+}
 
 // The gemv's fusion bit (AMK_GEMV_FUSE_*), 0 for a plain gemv.
 uint32_t gemv_fusion(const Program& program, const Instruction& in) {
@@ -133,6 +146,7 @@ ProgramFacts program_facts(const Program& program) {
     if (in.op < 32) f.ops.ops |= 1u << in.op;
     const bool waits = !in.waits.empty();
     f.any_wait = f.any_wait || waits;
+    f.stepped = f.stepped || needs_stepped(program, in);
     if (is(in, OpId::gemv)) {
       const auto w = operand_dtype(program, in, 0), x = operand_dtype(program, in, 1);
       const uint32_t fusion = gemv_fusion(program, in);

@@ -42,6 +42,9 @@ struct ProgramFacts {
   bool any_wait = false;         // some instruction waits
   bool gemv_preloads = false;    // some gemv waits and reads weights no instruction writes
   bool attention_waits = false;  // some attention_decode or attention_combine waits
+  // The stepped-program paths: a carried wait, a position operand, feed_token, or kv_append's
+  // RoPE (theta != 0).
+  bool stepped = false;
   // attention_decode at 256 threads: the largest tile a chunk needs (small when none), whether
   // some chunk needs the streaming pass, and whether every chunk has one query head.
   amk_attn_tile attn_tile_needed = amk_attn_tile::small;

@@ -348,3 +348,61 @@ TEST_CASE("choice_why of an unknown field is empty") {
   CHECK(choice_why(c, "gemv_ring_stages") ==
         "gemvs stream on registers (two blocks an SM where they fit)");
 }
+
+TEST_CASE("stepped: on for a carried wait, a position operand, feed_token or kv_append's RoPE") {
+  const uint32_t theta = *encode_param(ParamType::f32, 10000.0);
+  auto stepped = [](const Builder& b) { return choose_for(b.p).config.stepped; };
+  auto rope = [](bool position) {
+    Builder b;
+    const uint32_t x = b.buffer("x", DType::f32, 128);
+    const uint32_t pos = b.buffer("pos", DType::u32, 1);
+    b.add("rope", {b.whole(x), b.whole(x), position ? b.whole(pos) : none()});
+    b.last().params[0] = 64;  // head_dim
+    return b;
+  };
+  CHECK_FALSE(stepped(rope(false)));
+  CHECK(choice_why(choose_for(rope(false).p), "stepped") == "none of the stepped-program features");
+  CHECK(stepped(rope(true)));
+
+  auto append = [](bool position, uint32_t theta_bits) {
+    Builder b;
+    const uint32_t x = b.buffer("x", DType::f32, 64);
+    const uint32_t cache = b.buffer("cache", DType::f32, 8 * 64);
+    const uint32_t pos = b.buffer("pos", DType::i32, 1);
+    b.add("kv_append", {b.whole(x), b.whole(cache), position ? b.whole(pos) : none()});
+    b.last().params[0] = 64;  // head_dim
+    b.last().params[2] = 8;   // max_len
+    b.last().params[3] = theta_bits;
+    return b;
+  };
+  CHECK_FALSE(stepped(append(false, 0)));
+  CHECK_FALSE(stepped(append(false, 0x80000000u)));  // theta -0: no rotation either
+  CHECK(stepped(append(false, theta)));
+  CHECK(stepped(append(true, 0)));
+
+  Builder chunk;
+  add_attention_chunk(chunk);
+  CHECK_FALSE(stepped(chunk));
+  const uint32_t pos = chunk.buffer("pos", DType::u32, 1);
+  chunk.last().operands.push_back(chunk.whole(pos));  // slot 6
+  CHECK(stepped(chunk));
+
+  auto nops = [](bool carried) {
+    Builder b;
+    const uint32_t c = b.counter("c");
+    b.add("nop", {}, {}, {{c, 1}});
+    b.add("nop", {}, {{c, 1, carried}});
+    return b;
+  };
+  CHECK_FALSE(stepped(nops(false)));
+  CHECK(stepped(nops(true)));
+
+  Builder feed;
+  const uint32_t index = feed.buffer("index", DType::i32, 1);
+  const uint32_t prompt = feed.buffer("prompt", DType::i32, 4);
+  const uint32_t token = feed.buffer("token", DType::i32, 1);
+  feed.add("feed_token",
+           {feed.whole(index), feed.whole(prompt), feed.whole(token), none(), none(), none()});
+  CHECK(stepped(feed));
+  check_every_why(choose_for(feed.p));
+}

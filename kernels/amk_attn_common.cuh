@@ -93,30 +93,56 @@ __device__ __forceinline__ float amk_attn_rotated(const amk_view& x, uint64_t ba
 // The RoPE (cos, sin) table of attention_decode lives in shared memory across instructions:
 // every attention instruction of a decode step has the same position and RoPE params, so the
 // first one a block runs computes it (in double, one frequency per thread) and the rest of the
-// block's instructions reuse it. The tag is head_dim and the six RoPE params.
-constexpr uint32_t kAmkRopeTagWords = 7;
+// block's instructions reuse it. The tag is head_dim and the six RoPE params; in stepped programs
+// the position word is the op's position P (the position operand's, which moves with the pass)
+// and an eighth word holds P's high word.
+constexpr uint32_t kAmkRopeTagWords = kAmkCfg.stepped ? 8 : 7;
 __shared__ __align__(16) float amk_attn_rope[kAmkAttnMaxHeadDim];  // hd / 2 (cos, sin) pairs
 __shared__ uint32_t amk_attn_rope_tag[kAmkRopeTagWords];
 
-__device__ __forceinline__ uint32_t amk_attn_rope_tag_word(const amk_instruction_t& ins,
-                                                           uint32_t w) {
+// attention_decode's position: P = position[0] + pass - 1 with the position operand (slot 6,
+// stepped programs), else the position param.
+__device__ __forceinline__ amk_position amk_attn_position(const amk_instruction_t& ins) {
+  if constexpr (kAmkCfg.stepped)
+    return amk_op_position(ins, 6, kAmkRopeParamsOfAttention);
+  else
+    return {ins.params[kAmkRopeParamsOfAttention], true};
+}
+
+__device__ __forceinline__ uint32_t amk_attn_rope_tag_word(const amk_instruction_t& ins, uint32_t w,
+                                                           uint64_t position) {
+  if constexpr (kAmkCfg.stepped) {
+    if (w == 1) return static_cast<uint32_t>(position);
+    if (w == 7) return static_cast<uint32_t>(position >> 32);
+  }
   return w == 0 ? ins.params[0] : ins.params[kAmkRopeParamsOfAttention + w - 1];
+}
+
+// Pair i's (cos, sin) of the op's RoPE at `position` (amk_attn_position's value).
+__device__ __forceinline__ void amk_attn_cos_sin(const amk_instruction_t& ins, uint64_t position,
+                                                 uint32_t i, float& c, float& s) {
+  if constexpr (kAmkCfg.stepped) {
+    const double p = static_cast<double>(position);
+    amk_rope_cos_sin_at(ins, kAmkRopeParamsOfAttention + 1, i, c, s, [&] { return p; });
+  } else {
+    amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, c, s);
+  }
 }
 
 // The table for `ins` (theta != 0), computed unless the block already holds it. Ends with a
 // barrier when it computes; the check itself costs one.
 __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instruction_t& ins) {
+  const uint64_t position = kAmkCfg.stepped ? amk_attn_position(ins).value : 0;
   bool same = amk_state.rope_valid != 0;
 #pragma unroll
   for (uint32_t w = 0; w < kAmkRopeTagWords; ++w)
-    same = same && amk_attn_rope_tag[w] == amk_attn_rope_tag_word(ins, w);
+    same = same && amk_attn_rope_tag[w] == amk_attn_rope_tag_word(ins, w, position);
   if (__syncthreads_and(same)) return amk_attn_rope;  // uniform; every thread has read the tag
   const uint32_t half = ins.params[0] / 2;
   for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
-    amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, amk_attn_rope[2 * i],
-                     amk_attn_rope[2 * i + 1]);
+    amk_attn_cos_sin(ins, position, i, amk_attn_rope[2 * i], amk_attn_rope[2 * i + 1]);
   if (threadIdx.x < kAmkRopeTagWords)
-    amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x);
+    amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x, position);
   if (threadIdx.x == 0) amk_state.rope_valid = 1;
   __syncthreads();
   return amk_attn_rope;

@@ -50,6 +50,16 @@ struct amk_block_state {
   uint32_t queue_pos[kAmkWarps];  // per warp: queue position of the data op it runs (diag)
 };
 __shared__ amk_block_state amk_state;
+// stepped: per warp, the pass (from 1) of the data op it runs, which the VM sets before the op (a
+// warp's value, like queue_pos: warps drift apart across plain nops, never across a data op).
+__shared__ uint32_t amk_pass[kAmkCfg.stepped ? kAmkWarps : 1];
+// The running op's pass: 1 outside stepped programs.
+__device__ __forceinline__ uint32_t amk_op_pass() {
+  if constexpr (kAmkCfg.stepped)
+    return amk_pass[threadIdx.x / kAmkWarpSize];
+  else
+    return 1;
+}
 // With the trace: the running instruction's two op marks in the trace (or null), and when the
 // waits an op ran itself ended (amk_step_wait). Read and written by thread 0 only.
 struct amk_trace_state {
@@ -266,9 +276,18 @@ __device__ __forceinline__ void amk_buffers_init(const amk_device_program_t& pro
   }
 }
 
+// Operand slot k of an instruction; slot 6 (the position operand) exists in stepped programs only.
+__device__ __forceinline__ const amk_operand_t& amk_operand_slot(const amk_instruction_t& ins,
+                                                                 uint32_t k) {
+  if constexpr (kAmkCfg.stepped)
+    return amk_ins_operand(ins, k);
+  else
+    return ins.operands[k];
+}
+
 // Operand k of the running instruction.
 __device__ __forceinline__ amk_view amk_operand(const amk_instruction_t& ins, uint32_t k) {
-  const amk_operand_t& o = ins.operands[k];
+  const amk_operand_t& o = amk_operand_slot(ins, k);
   amk_view v;
   const uint32_t buffer = o.buffer;
   if (k >= ins.n_operands || buffer == AMK_NO_BUFFER) {
@@ -352,6 +371,22 @@ __device__ __forceinline__ void amk_store_index(const amk_view& v, uint64_t i, l
     case AMK_DTYPE_I64: reinterpret_cast<int64_t*>(v.ptr)[i] = x; break;
     default: amk_store_f32(v, i, static_cast<float>(x)); break;
   }
+}
+
+// The position of a stepped op (rope, kv_append, attention_decode): with the position operand in
+// `slot`, P = position[0] + pass - 1; without it, the `param` word. Not ok where the operand is
+// empty or position[0] is negative (the op stops the launch, detail: value's low word).
+struct amk_position {
+  uint64_t value;
+  bool ok;
+};
+__device__ __forceinline__ amk_position amk_op_position(const amk_instruction_t& ins, uint32_t slot,
+                                                        uint32_t param) {
+  const amk_view pos = amk_operand(ins, slot);
+  if (!pos.present()) return {ins.params[param], true};
+  const long long p0 = pos.n != 0 ? amk_load_index(pos, 0) : -1;
+  if (p0 < 0) return {static_cast<uint64_t>(p0), false};
+  return {static_cast<uint64_t>(p0) + amk_op_pass() - 1, true};
 }
 
 constexpr uint32_t kAmkPrefetchChunkBytes = 32768;  // bytes per bulk prefetch request

@@ -7,6 +7,77 @@
 #include "amk_attn_pass.cuh"
 #include "amk_attn_tiled.cuh"
 
+// stepped: with the position operand, P = position[0] + pass - 1 and k, v hold the cache rows
+// start .. start + rows - 1 (param 8, start): the chunk attends the rows below P, the first
+// clamp(P - start, 0, rows), so k and v are narrowed to them, and the new row only where P is one
+// of the chunk's rows (start <= P < start + rows). A chunk left with nothing writes, for each of
+// its query heads, o = 0, m = -inf, l = 0, which attention_combine and gemv's merge weigh 0.
+// true: the op is done (that empty chunk, or a negative position, which stops the launch).
+// Without the operand nothing changes.
+__device__ __forceinline__ bool amk_attn_positioned(const amk_device_program_t& prog,
+                                                    const amk_instruction_t& ins, const amk_view& q,
+                                                    amk_view& k, amk_view& v, const amk_view& out,
+                                                    uint32_t hd, bool& has_new) {
+  if (!amk_operand(ins, 6).present()) return false;
+  const amk_position pos = amk_attn_position(ins);
+  if (amk_position_failed(prog, ins, pos)) return true;
+  const uint64_t p = pos.value, start = ins.params[8], rows = k.n / hd;
+  const uint64_t used = p <= start ? 0 : min(rows, p - start);
+  k.n = v.n = static_cast<uint32_t>(used * hd);
+  has_new = has_new && p >= start && p - start < rows;
+  if (used != 0 || has_new) return false;
+  const uint32_t row = hd + 2, n = q.n / hd * row;
+  for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads)
+    amk_store_f32(out, i, i % row == hd ? amk_neg_inf() : 0.0f);
+  return true;
+}
+
+// The new token's row folded into each query head's chunk state (m, l, normalized o in out) once
+// the passes over the cached rows (if any: `cached`) are done (they end with a barrier), one warp
+// per query head; with RoPE, q and k_new rotated by the block's table. Its operands are read from
+// the instruction again here: nothing of this stays live through the passes.
+__device__ __forceinline__ void amk_attn_fold_new_row(const amk_instruction_t& ins, float* o,
+                                                      uint32_t hd, uint32_t group, float scale,
+                                                      bool cached, unsigned char* scratch) {
+  const uint32_t half = hd / 2;
+  const amk_view qn = amk_operand(ins, 0);
+  const amk_view k_new = amk_operand(ins, 4);
+  const amk_view v_new = amk_operand(ins, 5);
+  const float* table =  // (not kept live)
+      !amk_attn_rotates(ins)    ? nullptr
+      : kAmkBlockThreads <= 256 ? amk_attn_rope
+                                : reinterpret_cast<const float*>(scratch);
+  const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
+  for (uint32_t g = warp; g < group; g += kAmkWarps) {
+    const uint64_t base = static_cast<uint64_t>(g) * hd;
+    float dot = 0.0f;
+    for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+      const float qd = table != nullptr ? amk_attn_rotated(qn, base, d, half, table)
+                                        : amk_load_f32(qn, base + d);
+      const float kd =
+          table != nullptr ? amk_attn_rotated(k_new, 0, d, half, table) : amk_load_f32(k_new, d);
+      dot = fmaf(scale * qd, kd, dot);
+    }
+    const float s = amk_warp_sum(dot);
+    float* row = o + static_cast<uint64_t>(g) * (hd + 2);
+    const float m = cached ? row[hd] : amk_neg_inf();
+    const float l = cached ? row[hd + 1] : 0.0f;
+    const float big = fmaxf(m, s);
+    const float a = m == amk_neg_inf() ? 0.0f : l * expf(m - big);  // the cached rows' weight
+    const float b = expf(s - big);                                  // the new row's
+    const float total = a + b;
+    for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
+      const float prev = a != 0.0f ? a * row[d] : 0.0f;
+      row[d] = fmaf(b, amk_load_f32(v_new, d), prev) / total;
+    }
+    __syncwarp();  // every lane has read m and l
+    if (lane == 0) {
+      row[hd] = big;
+      row[hd + 1] = total;
+    }
+  }
+}
+
 // out[g] = (o_g[hd] normalized within the chunk, max score m_g, sum exp(s - m_g)) for each query
 // head g of q; s_t = scale * q_g . k_t. The vector path needs K and V of one dtype, 16-byte
 // aligned rows of at most 32 vectors; anything else takes the element-by-element loader.
@@ -15,19 +86,24 @@
 // attn_pass: the streaming pass is compiled in. The chooser leaves it out when every
 // attention_decode instruction takes the tiled path, so the VM does not carry the pass's
 // ~190 KiB of code; a chunk that then still reaches the pass stops the launch with a bad_operand
-// status (detail kAmkDetailUnknownOp | op) instead of computing nothing.
+// status (detail kAmkDetailUnknownOp | op) instead of computing nothing. With the position operand
+// (stepped programs) the op first narrows the chunk to what the position P allows
+// (amk_attn_positioned); a chunk left with the new row alone needs no pass.
 // (A template, so that a VM without attention instantiates none of its paths.)
 template <class = void>
 __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program_t& prog,
                                                         const amk_instruction_t& ins,
                                                         unsigned char* scratch) {
   const amk_view q = amk_operand(ins, 0);
-  const amk_view k = amk_operand(ins, 1);
-  const amk_view v = amk_operand(ins, 2);
+  amk_view k = amk_operand(ins, 1);
+  amk_view v = amk_operand(ins, 2);
   const amk_view out = amk_operand(ins, 3);
   const uint32_t hd = ins.params[0];
+  bool has_new = amk_attn_has_new_row(ins, hd);
+  if constexpr (kAmkCfg.stepped) {
+    if (hd != 0 && amk_attn_positioned(prog, ins, q, k, v, out, hd, has_new)) return;
+  }
   const bool cached = k.n >= hd;
-  const bool has_new = amk_attn_has_new_row(ins, hd);
   if (hd == 0 || hd > kAmkAttnMaxHeadDim || !(cached || has_new)) return;
   float scale = __uint_as_float(ins.params[1]);
   if (scale == 0.0f) scale = 1.0f / sqrtf(static_cast<float>(hd));
@@ -51,6 +127,15 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
     }
   }
   if constexpr (!kAmkCfg.attn_pass) {
+    if constexpr (kAmkCfg.stepped && kAmkBlockThreads <= 256) {
+      // A positioned chunk with no cached row below the position holds the new row alone: no
+      // pass over cached rows, only the fold (the tiled path needs a row).
+      if (!cached && has_new) {
+        if (amk_attn_rotates(ins)) (void)amk_attn_rope_table(ins);
+        amk_attn_fold_new_row(ins, o, hd, group, scale, false, scratch);
+        return;
+      }
+    }
     if (threadIdx.x == 0) amk_fail_operand(prog, ins, kAmkDetailUnknownOp | ins.op);
     (void)scratch;
     (void)half;
@@ -67,8 +152,9 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
         rope = amk_attn_rope_table(ins);
       } else {  // wider blocks (128 registers): the table per instruction, in the scratch
         float* table = reinterpret_cast<float*>(scratch);
+        const uint64_t position = kAmkCfg.stepped ? amk_attn_position(ins).value : 0;
         for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
-          amk_rope_cos_sin(ins, kAmkRopeParamsOfAttention, i, table[2 * i], table[2 * i + 1]);
+          amk_attn_cos_sin(ins, position, i, table[2 * i], table[2 * i + 1]);
         __syncthreads();
         rope = table;
       }
@@ -131,46 +217,6 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
       }
     }
 
-    if (has_new && !new_in_merge) {
-      // The new token's row folded into each head's chunk state (m, l, normalized o) once the
-      // passes (if any) are done (they end with a barrier), one warp per query head. Its operands
-      // are read from the instruction again here: nothing of this stays live through the loop.
-      const amk_view qn = amk_operand(ins, 0);
-      const amk_view k_new = amk_operand(ins, 4);
-      const amk_view v_new = amk_operand(ins, 5);
-      const float* table =  // (not kept live)
-          !amk_attn_rotates(ins)    ? nullptr
-          : kAmkBlockThreads <= 256 ? amk_attn_rope
-                                    : reinterpret_cast<const float*>(scratch);
-      const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
-      for (uint32_t g = warp; g < group; g += kAmkWarps) {
-        const uint64_t base = static_cast<uint64_t>(g) * hd;
-        float dot = 0.0f;
-        for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
-          const float qd = table != nullptr ? amk_attn_rotated(qn, base, d, half, table)
-                                            : amk_load_f32(qn, base + d);
-          const float kd = table != nullptr ? amk_attn_rotated(k_new, 0, d, half, table)
-                                            : amk_load_f32(k_new, d);
-          dot = fmaf(scale * qd, kd, dot);
-        }
-        const float s = amk_warp_sum(dot);
-        float* row = o + static_cast<uint64_t>(g) * (hd + 2);
-        const float m = cached ? row[hd] : amk_neg_inf();
-        const float l = cached ? row[hd + 1] : 0.0f;
-        const float big = fmaxf(m, s);
-        const float a = m == amk_neg_inf() ? 0.0f : l * expf(m - big);  // the cached rows' weight
-        const float b = expf(s - big);                                  // the new row's
-        const float total = a + b;
-        for (uint32_t d = lane; d < hd; d += kAmkWarpSize) {
-          const float prev = a != 0.0f ? a * row[d] : 0.0f;
-          row[d] = fmaf(b, amk_load_f32(v_new, d), prev) / total;
-        }
-        __syncwarp();  // every lane has read m and l
-        if (lane == 0) {
-          row[hd] = big;
-          row[hd + 1] = total;
-        }
-      }
-    }
+    if (has_new && !new_in_merge) amk_attn_fold_new_row(ins, o, hd, group, scale, cached, scratch);
   }
 }

@@ -1,5 +1,5 @@
-// argmax (block reduction, first index of the maximum) and embedding (row gather with a bounds
-// check on every id).
+// argmax (block reduction, first index of the maximum), embedding (row gather with a bounds
+// check on every id) and feed_token (a generation step's next token).
 #pragma once
 
 #include "amk_device.cuh"
@@ -129,4 +129,54 @@ __device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& pro
         amk_store_f32(y, dst + k, amk_load_f32(table, src + k));
     }
   }
+}
+
+// feed_token (op id 19), step s = pass - 1 of a generation: the next token t is prompt[s + 1]
+// while the prompt lasts, then index[0] (the step's argmax); token[0] = t. Past the prompt, t is
+// generated: ids[s + 1 - extent(prompt)] = t where that fits. With logits and all_logits, the
+// step's logits go to row s of all_logits where the row fits. Operands index, prompt, token,
+// ids?, logits?, all_logits? (the registry summary and the CPU reference in backend/cpu_ops.cpp).
+// (A template, so that a VM without it instantiates nothing.)
+template <class = void>
+__device__ __forceinline__ void amk_op_feed_token(const amk_device_program_t&,
+                                                  const amk_instruction_t& ins) {
+  const amk_view index = amk_operand(ins, 0);
+  const amk_view prompt = amk_operand(ins, 1);
+  const amk_view token = amk_operand(ins, 2);
+  const amk_view ids = amk_operand(ins, 3);
+  const amk_view logits = amk_operand(ins, 4);
+  const amk_view all = amk_operand(ins, 5);
+  const uint64_t s = amk_op_pass() - 1, np = prompt.n;
+  if (threadIdx.x == 0) {
+    const long long t = s + 1 < np ? amk_load_index(prompt, s + 1) : amk_load_index(index, 0);
+    amk_store_index(token, 0, t);
+    if (ids.present() && s + 1 >= np && s + 1 - np < ids.n) amk_store_index(ids, s + 1 - np, t);
+  }
+  // Loads in flight per thread when the logits are copied (a local constant: NVRTC keeps every
+  // namespace-scope one in the cubin, even in VMs without this op).
+  constexpr uint32_t kUnroll = amk_per_thread_at_256(4);
+  const uint64_t v = logits.n;
+  if (!logits.present() || !all.present() || (s + 1) * v > all.n) return;
+  // Row s of all_logits (both f32: the registry's dtypes).
+  const float* src = reinterpret_cast<const float*>(logits.ptr);
+  float* dst = reinterpret_cast<float*>(all.ptr) + s * v;
+  uint64_t done = 0;
+  if (amk_aligned16(src) && amk_aligned16(dst)) {
+    const uint64_t nv = v / 4;
+    for (uint64_t base = threadIdx.x; base < nv; base += kAmkBlockThreads * kUnroll) {
+      amk_vec16 x[kUnroll];
+#pragma unroll
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        const uint64_t i = base + u * kAmkBlockThreads;
+        if (i < nv) x[u] = amk_ld16(src + 4 * i);
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < kUnroll; ++u) {
+        const uint64_t i = base + u * kAmkBlockThreads;
+        if (i < nv) amk_st16(dst + 4 * i, x[u]);
+      }
+    }
+    done = nv * 4;
+  }
+  for (uint64_t i = done + threadIdx.x; i < v; i += kAmkBlockThreads) dst[i] = src[i];
 }

@@ -21,6 +21,16 @@ constexpr uint32_t kAmkSpinMaxSleepNs = 128;
 // Polls between two reads of %globaltimer and the abort flag (a power of two).
 constexpr uint32_t kAmkSpinCheckEvery = 8;
 
+// stepped: the count a wait needs in `pass`: value * pass, or for a carried wait (AMK_WAIT_CARRIED
+// in its counter word, which this masks) value * (pass - 1), the previous pass's signals (0 in
+// the first pass: it holds at once). Called only in stepped VMs, so the others keep their code.
+__device__ __forceinline__ uint32_t amk_wait_need(uint32_t& counter, uint32_t value,
+                                                  uint32_t pass) {
+  if ((counter & AMK_WAIT_CARRIED) == 0) return value * pass;
+  counter &= ~AMK_WAIT_CARRIED;
+  return value * (pass - 1);
+}
+
 // Returns true once counters[counter] >= need; false when the launch is stopping (abort flag
 // raised elsewhere, or this thread hit the deadline and raised it).
 __device__ __noinline__ bool amk_wait_slow(const amk_device_program_t& prog,
@@ -98,6 +108,7 @@ struct amk_step_wait {
     if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
       uint32_t counter, value;
       amk_ldg_nc2(&ins->waits[lane], counter, value);
+      if constexpr (kAmkCfg.stepped) (void)amk_wait_need(counter, value, pass);
       early = amk_ld_relaxed(prog->counters + counter);
     }
   }
@@ -109,10 +120,12 @@ struct amk_step_wait {
     if (threadIdx.x / kAmkWarpSize == 0 && lane < n_waits) {
       uint32_t counter, value;
       amk_ldg_nc2(&ins->waits[lane], counter, value);
+      uint32_t need = value * pass;
+      if constexpr (kAmkCfg.stepped) need = amk_wait_need(counter, value, pass);
       // (the relaxed read that saw the value, then the acquire fence: amk_wait's fast path)
-      if (early >= value * pass)
+      if (early >= need)
         amk_fence_acquire();
-      else if (!amk_wait(*prog, *ins, counter, value * pass, queue_pos))
+      else if (!amk_wait(*prog, *ins, counter, need, queue_pos))
         s = true;
     }
     stop = __syncthreads_or(s) != 0;

@@ -21,6 +21,10 @@
 // signal). Plain nops need no barrier, so warps may drift apart across them. The stop flag
 // (raised by an op or a wait) is checked at every barrier.
 //
+// Passes. A wait needs value * pass (pass counted per block from 1). With kAmkCfg.stepped a
+// carried wait needs value * (pass - 1), the previous pass's signals (amk_wait_need), and each
+// warp records the pass of its data op in amk_pass before the op (amk_op_pass).
+//
 // The generated source defines the kernel entry points (amk_vm, and amk_step with the step
 // kernel), which call amk_vm_main / amk_step_main with the program and the tensor-map table.
 #pragma once
@@ -176,7 +180,7 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
       if constexpr (amk_vm_uses(amk_op::rope)) return amk_op_rope(prog, ins, amk_scratch);
       break;
     case amk_op::kv_append:
-      if constexpr (amk_vm_uses(amk_op::kv_append)) return amk_op_kv_append(prog, ins);
+      if constexpr (amk_vm_uses(amk_op::kv_append)) return amk_op_kv_append(prog, ins, amk_scratch);
       break;
     case amk_op::attention_decode:
       if constexpr (amk_vm_uses(amk_op::attention_decode))
@@ -187,6 +191,10 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
         return amk_op_attention_combine(prog, ins, amk_scratch);
       break;
     default:
+      // feed_token here rather than as a case label: a VM without it keeps its switch as it was.
+      if constexpr (amk_vm_uses(amk_op::feed_token)) {
+        if (ins.op == amk_op_bits(amk_op::feed_token)) return amk_op_feed_token(prog, ins);
+      }
       if (amk_custom_dispatch(prog, ins, amk_scratch)) return;
       break;
   }
@@ -384,7 +392,9 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
         if (warp == 0 && lane < n_waits) {
           uint32_t counter, value;
           amk_ldg_nc2(&ins.waits[lane], counter, value);
-          if (!amk_wait(prog, ins, counter, value * pass, qpos)) stop = true;
+          uint32_t need = value * pass;
+          if constexpr (kAmkCfg.stepped) need = amk_wait_need(counter, value, pass);
+          if (!amk_wait(prog, ins, counter, need, qpos)) stop = true;
         }
         if (__syncthreads_or(stop)) return;
         dirty = false;
@@ -403,6 +413,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
         if (dirty && __syncthreads_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0))
           return;
         amk_state.queue_pos[warp] = qpos;
+        if constexpr (kAmkCfg.stepped) amk_pass[warp] = pass;
         amk_dispatch(prog, *op_ins, tma, step_wait);
         if constexpr (kPreload) {
           if (step_wait.stop) return;
@@ -452,8 +463,10 @@ __device__ __forceinline__ void amk_step_main(const amk_device_program_t& prog,
     if constexpr (kAmkCfg.trace) amk_trace.marks = nullptr;  // one launch an instruction: no trace
   }
   amk_buffers_init(prog);
-  if (threadIdx.x % kAmkWarpSize == 0)
+  if (threadIdx.x % kAmkWarpSize == 0) {
     amk_state.queue_pos[threadIdx.x / kAmkWarpSize] = instruction;
+    if constexpr (kAmkCfg.stepped) amk_pass[threadIdx.x / kAmkWarpSize] = 1;  // one pass a launch
+  }
   __syncthreads();
   const amk_instruction_t& ins = prog.instructions[instruction];
   amk_no_wait no_wait;  // stream order stands for the waits

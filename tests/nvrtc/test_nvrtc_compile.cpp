@@ -32,9 +32,11 @@ namespace {
 
 uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
-// Every built-in op; gemv with f32, f16 and bf16 weights (f32 and bf16 x, with and without a
-// residual) and a bf16 matrix covered by a TMA spec.
-Program all_ops_program() {
+// Every built-in op but feed_token; gemv with f32, f16 and bf16 weights (f32 and bf16 x, with and
+// without a residual) and a bf16 matrix covered by a TMA spec. `stepped` adds feed_token, the
+// position operand of rope, kv_append (with RoPE) and attention_decode, and a carried wait: the
+// VM's stepped paths.
+Program all_ops_program(bool stepped = false) {
   Builder b;
   const uint32_t k = 256, rows = 64;
   const uint32_t x = b.buffer("x", DType::f32, {k});
@@ -87,12 +89,35 @@ Program all_ops_program() {
   const uint32_t attn = b.buffer("attn", DType::f32, {4 * 64});
   const uint32_t rope_params[] = {
       64, 5, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192};
-  b.instruction(id(OpId::rope), {q, q}, {std::begin(rope_params), std::end(rope_params)});
-  b.instruction(id(OpId::kv_append), {kn, kc}, {64, 3, 32});
-  b.instruction(
-      id(OpId::attention_decode), {q, kc, vc, part, kn, vn},
-      {64, 0, 31, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192});
+  // (stepped: each at the position operand's position, kv_append rotated like rope, the
+  // attention chunk's rows from position 16 on.)
+  const uint32_t pos = stepped ? b.buffer("pos", DType::u32, {1}) : none;
+  std::vector<uint32_t> rope_ops = {q, q}, append_ops = {kn, kc}, append_params = {64, 3, 32};
+  std::vector<uint32_t> attn_ops = {q, kc, vc, part, kn, vn};
+  std::vector<uint32_t> attn_params = {
+      64, 0, 31, f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f), f32_bits(4.0f), 8192};
+  if (stepped) {
+    rope_ops.push_back(pos);
+    append_ops.push_back(pos);
+    append_params.insert(append_params.end(), {f32_bits(10000.0f), f32_bits(0.0f), f32_bits(1.0f),
+                                               f32_bits(4.0f), 8192});
+    attn_ops.push_back(pos);
+    attn_params.push_back(16);
+  }
+  b.instruction(id(OpId::rope), rope_ops, {std::begin(rope_params), std::end(rope_params)});
+  b.instruction(id(OpId::kv_append), append_ops, append_params);
+  b.instruction(id(OpId::attention_decode), attn_ops, attn_params);
   b.instruction(id(OpId::attention_combine), {part, attn}, {64, 1});
+  if (stepped) {
+    const uint32_t prompt = b.buffer("prompt", DType::i32, {3});
+    const uint32_t token = b.buffer("token", DType::i32, {1});
+    const uint32_t gen = b.buffer("generated", DType::i64, {8});
+    const uint32_t all = b.buffer("all_logits", DType::f32, {8, rows});
+    b.instruction(id(OpId::feed_token), {idx, prompt, token, gen, y, all});
+    // The first instruction waits for the previous pass's last one.
+    const uint32_t n = static_cast<uint32_t>(b.program().instructions.size());
+    b.program().instructions[0].waits.push_back({0, n, true});
+  }
 
   TmaSpec spec;
   spec.name = "w_tma";
@@ -195,8 +220,14 @@ TEST_CASE("generated source: the config spelled out, only numbers, the TMA table
   CHECK(src.find("#define") == std::string::npos);  // typed config, no macros
   CHECK(src.find("secret_program_name") == std::string::npos);
   CHECK(src.find("w_tma") == std::string::npos);
-  // Every built-in op is in the program's list.
-  CHECK(choose_for(b).ops.ops == (1u << AMK_OP_ID_END) - 1 - (7u << 16));  // (16-18: retired)
+  // Every built-in op but feed_token is in the program's list; not a stepped VM.
+  const uint32_t retired = 7u << 16, feed = 1u << static_cast<uint32_t>(OpId::feed_token);
+  CHECK(choose_for(b).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired - feed);
+  CHECK(src.find("c.stepped = false;") != std::string::npos);
+  // The stepped variant: every built-in op, the stepped paths on.
+  const Program st = all_ops_program(true);
+  CHECK(choose_for(st).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired);
+  CHECK(vm_source(st, choose_for(st), false).find("c.stepped = true;") != std::string::npos);
 
   const Program s = small_program();
   const std::string small = vm_source(s, choose_for(s), false);
@@ -226,6 +257,19 @@ TEST_CASE("every op compiles for sm_90a in one VM, trace off and on") {
                 trace ? 1 : 0, out.cache_hit ? "cache hit" : "compiled", out.compile_ms,
                 out.cubin.size(), out.nvrtc_version.c_str(), resource_lines(out.log).c_str());
   }
+}
+
+TEST_CASE("every op with the stepped paths compiles for sm_90a in one VM") {
+  const Program b = all_ops_program(true);
+  const CompileOutput out = compile_program(b);
+  CHECK(out.ok);
+  CHECK(is_elf(out.cubin));
+  CHECK(choose_for(b).config.stepped);
+  // (A VM with every op and fusion at once spills a little; the chooser's rows do not.)
+  CHECK(amk::test::vm_number_before(out.log, " bytes stack frame") < 512);
+  std::printf("[nvrtc] all ops, stepped: %s %.0f ms, cubin %zu bytes\n%s",
+              out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.cubin.size(),
+              resource_lines(out.log).c_str());
 }
 
 TEST_CASE("the VM's trace layout is the one the host reads") {

@@ -1,6 +1,7 @@
 // The chooser's other rows: the GEMV benchmark (no waits: registers, two blocks an SM), a chain of
 // dependent nops (the hop benchmark), attention at 128 and 512 threads a block (the streaming
-// pass), the TMA gemv. Each compiled once for sm_90a, no spills or stack.
+// pass), the TMA gemv, a stepped decode (several passes a launch). Each compiled once for sm_90a,
+// no spills or stack.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -86,4 +87,15 @@ TEST_CASE("the TMA gemv: the tensor-map parameter, no ring") {
   CHECK(c.config.tma_maps == p.tma.size());
   CHECK(c.config.gemv_ring_stages == 0);
   compile_row("tma_gemv", p);
+}
+
+TEST_CASE("a stepped decode: carried waits, position operands and feed_token in one VM") {
+  const Program p = test_program("stepped_decode");
+  CHECK(p.launch.passes == 3);
+  const VmChoice c = choose_for(p);
+  CHECK(c.config.stepped);
+  CHECK(amk_uses_op(c.ops, amk_op::feed_token));
+  CHECK(amk_uses_op(c.ops, amk_op::kv_append));
+  CHECK(vm_source(p, c, false).find("c.stepped = true;") != std::string::npos);
+  compile_row("stepped_decode", p);
 }

@@ -167,6 +167,7 @@ for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --p
 done
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"
+checked "stepped_decode (3 passes)" "$P/stepped_decode.json"
 for m in llama-3.2-1b llama-3.1-8b; do
   [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
   PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \

@@ -451,10 +451,10 @@ struct RopeAngles {
     cs.resize(half);
     sn.resize(half);
     for (uint32_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(position) *
-                           rope_inv_freq(i, hd, c.param_f32(at), c.param_f32(at + 1),
-                                         c.param_f32(at + 2), c.param_f32(at + 3),
-                                         static_cast<double>(c.param_word(at + 4)));
+      const double angle =
+          static_cast<double>(position) * rope_inv_freq(i, hd, c.param_f32(at), c.param_f32(at + 1),
+                                                        c.param_f32(at + 2), c.param_f32(at + 3),
+                                                        static_cast<double>(c.param_word(at + 4)));
       cs[i] = std::cos(angle);
       sn[i] = std::sin(angle);
     }

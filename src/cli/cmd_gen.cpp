@@ -27,7 +27,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 // --prompt's ids: a comma- or space-separated list, or a file holding one (a JSON array of
 // integers reads the same). Each id is a non-negative integer; the vocabulary bound is checked
 // with the model's shape (usage.gen.prompt).
@@ -61,8 +60,9 @@ std::vector<int64_t> parse_prompt(const std::string& arg) {
     while (j < text.size() && !is_sep(text[j])) ++j;
     const std::string tok = text.substr(i, j - i);
     int64_t v = 0;
-    const bool digits = !tok.empty() && tok.size() <= 18 &&
-                        std::all_of(tok.begin(), tok.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+    const bool digits =
+        !tok.empty() && tok.size() <= 18 &&
+        std::all_of(tok.begin(), tok.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
     if (!digits)
       throw Error(ErrorKind::usage, "usage.gen.prompt", where,
                   "prompt element " + std::to_string(ids.size()) + " is '" + tok +
@@ -205,8 +205,7 @@ GenOutcome write_llama_program(GenLlamaOptions o) {
   if (r.steps > 0)
     text << ", generation: " << r.prompt.size() << " prompt tokens + " << r.steps
          << " new in one launch of " << r.passes << " passes";
-  text << ", " << p.instructions.size()
-       << " instructions (";
+  text << ", " << p.instructions.size() << " instructions (";
   bool first = true;
   for (const auto& [name, n] : by_op) {
     text << (first ? "" : ", ") << name << " " << n;

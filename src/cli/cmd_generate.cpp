@@ -110,7 +110,8 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
 
   RunRequest req;
   req.program_path = program;
-  req.load.allow_outside_paths = o.program.empty();  // (a written program names its weights absolutely)
+  req.load.allow_outside_paths =
+      o.program.empty();  // (a written program names its weights absolutely)
   req.backend = o.backend;
   req.out_dir = out.string();
   req.check = o.check;

@@ -363,8 +363,7 @@ Program generate_llama(const LlamaOptions& o) {
       std::to_string(c.layers) + " layers, " + std::to_string(c.heads) + " heads / " +
       std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
       ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
-      " (new token at position " + std::to_string(pos) +
-      ")" +
+      " (new token at position " + std::to_string(pos) + ")" +
       (generating ? std::string("; generation: prompt of ") + std::to_string(r.prompt.size()) +
                         " tokens + " + std::to_string(r.steps) + " new, one pass a token"
                   : std::string()) +
@@ -409,7 +408,8 @@ Program generate_llama(const LlamaOptions& o) {
       b.buffer("token", DType::i32, {1}, words({generating ? r.prompt[0] : o.token}));
   // Generation: the position of pass 1 (the ops add pass - 1), the prompt, the generated ids.
   constexpr uint32_t kNoBuffer = 0xFFFFFFFFu;
-  const uint32_t pos_buf = generating ? b.buffer("position", DType::u32, {1}, words({0})) : kNoBuffer;
+  const uint32_t pos_buf =
+      generating ? b.buffer("position", DType::u32, {1}, words({0})) : kNoBuffer;
 
   auto act = [&](const std::string& name, uint64_t n, bool output = false,
                  DType dtype = DType::f32) {
@@ -710,7 +710,8 @@ Program generate_llama(const LlamaOptions& o) {
       // waits for them.
       for (uint64_t g = 0; g < nkv && generating; ++g) {
         const std::string G = std::to_string(g);
-        const Operand head_k = slice(kc, g * T * hd, T * hd), head_v = slice(vc, g * T * hd, T * hd);
+        const Operand head_k = slice(kc, g * T * hd, T * hd),
+                      head_v = slice(vc, g * T * hd, T * hd);
         b.add(L + "k_cache." + G, "kv_append",
               {{"x", slice(k, g * hd, hd)}, {"cache", head_k}, {"position", b.whole(pos_buf)}},
               {{"head_dim", static_cast<double>(hd)},
@@ -868,8 +869,8 @@ Program generate_llama(const LlamaOptions& o) {
     const uint32_t prompt = b.buffer("prompt", DType::i32, {r.prompt.size()}, words(r.prompt));
     const uint32_t ids = b.buffer("ids", DType::i32, {r.steps}, {}, /*output=*/true);
     const Operand none{};
-    const uint32_t all = o.all_logits ? b.buffer("all_logits", DType::f32, {r.passes, V}, {}, true)
-                                      : kNoBuffer;
+    const uint32_t all =
+        o.all_logits ? b.buffer("all_logits", DType::f32, {r.passes, V}, {}, true) : kNoBuffer;
     const uint64_t appends = uint64_t{2} * nkv * c.layers;
     b.add("feed_token", "feed_token",
           {{"index", b.whole(next)},

@@ -522,7 +522,8 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
       bad(offsetof(amk_instruction_t, flags), "amkb.instruction", "flags must be zero in a file");
     if (a.reserved0 != 0)
       bad(offsetof(amk_instruction_t, reserved0), "amkb.instruction", "reserved0 must be zero");
-    if (a.n_operands <= AMK_INLINE_OPERANDS && !all_zero(reinterpret_cast<const uint8_t*>(&a.operand6), sizeof a.operand6))
+    if (a.n_operands <= AMK_INLINE_OPERANDS &&
+        !all_zero(reinterpret_cast<const uint8_t*>(&a.operand6), sizeof a.operand6))
       bad(offsetof(amk_instruction_t, operand6), "amkb.instruction",
           "operand slot 6 must be zero when n_operands is below 7");
     if (a.n_operands > AMK_MAX_OPERANDS || a.n_waits > AMK_MAX_WAITS ||
@@ -615,8 +616,7 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
         bad(offsetof(amk_instruction_t, waits) + k * sizeof(amk_wait_t), "ref.counter",
             "wait " + std::to_string(k) + " names counter " + std::to_string(counter) + " of " +
                 std::to_string(p.counters.size()));
-      in.waits.push_back(
-          {counter, a.waits[k].value, (a.waits[k].counter & AMK_WAIT_CARRIED) != 0});
+      in.waits.push_back({counter, a.waits[k].value, (a.waits[k].counter & AMK_WAIT_CARRIED) != 0});
     }
     for (uint8_t k = 0; k < a.n_signals; ++k) {
       if (a.signals[k].counter >= p.counters.size())

@@ -60,15 +60,14 @@ constexpr OperandSig kKvAppendOperands[] = {{"x", Access::read, kF},
                                             {"cache", Access::write, kF},
                                             {"position", Access::read, kPositionTypes, true}};
 // theta != 0 rotates each head with RoPE at the position first (the rope op's params).
-constexpr ParamSig kKvAppendParams[] = {
-    {"head_dim", ParamType::u32, std::nullopt},
-    {"position", ParamType::u32, 0.0},
-    {"max_len", ParamType::u32, std::nullopt},
-    {"theta", ParamType::f32, 0.0, true},
-    {"scaling_factor", ParamType::f32, 32.0, true},
-    {"low_freq_factor", ParamType::f32, 1.0, true},
-    {"high_freq_factor", ParamType::f32, 4.0, true},
-    {"original_max_position", ParamType::u32, 8192.0, true}};
+constexpr ParamSig kKvAppendParams[] = {{"head_dim", ParamType::u32, std::nullopt},
+                                        {"position", ParamType::u32, 0.0},
+                                        {"max_len", ParamType::u32, std::nullopt},
+                                        {"theta", ParamType::f32, 0.0, true},
+                                        {"scaling_factor", ParamType::f32, 32.0, true},
+                                        {"low_freq_factor", ParamType::f32, 1.0, true},
+                                        {"high_freq_factor", ParamType::f32, 4.0, true},
+                                        {"original_max_position", ParamType::u32, 8192.0, true}};
 constexpr OperandSig kAttentionDecodeOperands[] = {
     {"q", Access::read, kF},
     {"k", Access::read, kF},
@@ -89,12 +88,10 @@ constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, k
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
                                                 {"kv_heads", ParamType::u32, 1.0}};
 
-constexpr OperandSig kFeedTokenOperands[] = {{"index", Access::read, kIndexTypes},
-                                             {"prompt", Access::read, kIndexTypes},
-                                             {"token", Access::write, kIndexTypes},
-                                             {"ids", Access::write, kIndexTypes, true},
-                                             {"logits", Access::read, kF32, true},
-                                             {"all_logits", Access::write, kF32, true}};
+constexpr OperandSig kFeedTokenOperands[] = {
+    {"index", Access::read, kIndexTypes},  {"prompt", Access::read, kIndexTypes},
+    {"token", Access::write, kIndexTypes}, {"ids", Access::write, kIndexTypes, true},
+    {"logits", Access::read, kF32, true},  {"all_logits", Access::write, kF32, true}};
 
 constexpr std::array<OpSig, 17> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
@@ -155,7 +152,8 @@ constexpr std::array<OpSig, 17> kOps = {{
      "attention_decode partials, M = max_c m_c; partials holds kv_heads kv heads' chunks back "
      "to back, out their query heads in the same order",
      kAttentionCombineOperands, kAttentionCombineParams},
-    {OpId::feed_token, "feed_token",
+    {OpId::feed_token,
+     "feed_token",
      "step s = pass - 1 of a generation: t = prompt[s + 1] while s + 1 < extent(prompt), else "
      "index[0]; token[0] = t; ids[s + 1 - extent(prompt)] = t once past the prompt; "
      "all_logits[s * extent(logits) + i] = logits[i] (the step's logits) where they fit",

@@ -416,8 +416,8 @@ TEST_CASE("rope and kv_append at the position operand equal the position param")
     std::copy(rope_params.begin(), rope_params.end(), a.params);
     f.run(a);
     rope_params[1] = 999;  // ignored beside the operand
-    amk_instruction_t b = make_ins(id(OpId::rope), 1,
-                                   {{x, 0, n_kv * hd}, {y_op, 0, n_kv * hd}, {pos, 0, 1}});
+    amk_instruction_t b =
+        make_ins(id(OpId::rope), 1, {{x, 0, n_kv * hd}, {y_op, 0, n_kv * hd}, {pos, 0, 1}});
     b.n_params = static_cast<uint8_t>(rope_params.size());
     std::copy(rope_params.begin(), rope_params.end(), b.params);
     f.run(b, pass);
@@ -428,8 +428,8 @@ TEST_CASE("rope and kv_append at the position operand equal the position param")
     const uint32_t cache = f.add("cache", DType::f32, before);
     std::vector<uint32_t> append_params = {hd, 0, max_len};
     append_params.insert(append_params.end(), scaling);
-    amk_instruction_t c = make_ins(id(OpId::kv_append), 2,
-                                   {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}, {pos, 0, 1}});
+    amk_instruction_t c = make_ins(
+        id(OpId::kv_append), 2, {{x, 0, n_kv * hd}, {cache, 0, n_kv * max_len * hd}, {pos, 0, 1}});
     c.n_params = static_cast<uint8_t>(append_params.size());
     std::copy(append_params.begin(), append_params.end(), c.params);
     f.run(c, pass);
@@ -494,15 +494,15 @@ TEST_CASE("attention_decode with the position operand attends the rows below it"
                    {{part, 0, uint64_t{chunks} * block}, {out, 0, group * hd}}, {hd}));
     // The reference: the position-param form over rows [0, p) with the new row.
     const uint32_t ref_part = f.add("ref_partials", DType::f32, block);
-    f.run(make_ins(id(OpId::attention_decode), index++,
-                   {{q, 0, group * hd},
-                    {kc, 0, uint64_t{p} * hd},
-                    {vc, 0, uint64_t{p} * hd},
-                    {ref_part, 0, block},
-                    {kn, 0, hd},
-                    {vn, 0, hd}},
-                   {hd, 0, p, f32_bits(500000.0f), f32_bits(32.0f), f32_bits(1.0f),
-                    f32_bits(4.0f), 8192}));
+    f.run(make_ins(
+        id(OpId::attention_decode), index++,
+        {{q, 0, group * hd},
+         {kc, 0, uint64_t{p} * hd},
+         {vc, 0, uint64_t{p} * hd},
+         {ref_part, 0, block},
+         {kn, 0, hd},
+         {vn, 0, hd}},
+        {hd, 0, p, f32_bits(500000.0f), f32_bits(32.0f), f32_bits(1.0f), f32_bits(4.0f), 8192}));
     const uint32_t ref_out = f.add("ref_out", DType::f32, group * hd);
     f.run(make_ins(id(OpId::attention_combine), index++,
                    {{ref_part, 0, block}, {ref_out, 0, group * hd}}, {hd}));

@@ -790,3 +790,60 @@ TEST_CASE("const-weights flag: every attention chunk of the generated decode ste
   CHECK(chunks > 0);
   CHECK(flagged == chunks);  // the appends write the new position, which no chunk's view holds
 }
+
+TEST_CASE("generation: one launch of prompt + steps - 1 passes at the runtime position") {
+  gen::LlamaOptions o;
+  o.prompt = {3, 5, 7};
+  o.steps = 4;
+  o.all_logits = true;
+  const gen::ResolvedLlama r = gen::resolve_llama(o);
+  CHECK(r.passes == 6);
+  CHECK(r.context == 6);
+  const Program p = gen::generate_llama(o);
+  CHECK(p.launch.passes == 6);
+  verify(p);  // the two-pass proof included
+  const auto n = count_ops(p);
+  CHECK(n.at("feed_token") == 1);
+  CHECK(n.at("kv_append") == 2 * 2 * 2);  // k (rotated) and v of 2 kv heads, 2 layers
+  CHECK(n.count("rope") == 0);
+  CHECK(n.count("copy") == 0);
+  const auto find_buffer = [&](const std::string& name) -> const Buffer& {
+    for (const Buffer& b : p.buffers)
+      if (b.name == name) return b;
+    FAIL("no buffer " << name);
+    return p.buffers.front();
+  };
+  CHECK(find_buffer("ids").output);
+  CHECK(find_buffer("ids").elements() == 4);
+  CHECK(find_buffer("all_logits").elements() == 6 * 512);
+  CHECK(find_buffer("prompt").elements() == 3);
+  // Every attention chunk and cache append reads the position operand; the embedding waits on
+  // the previous pass's feed_token.
+  uint32_t positioned = 0, carried = 0;
+  for (const Instruction& in : p.instructions) {
+    const std::string op = op_name(p, in.op);
+    if (op == "attention_decode") positioned += in.operands[6].buffer != AMK_NO_BUFFER;
+    if (op == "kv_append") positioned += in.operands[2].buffer != AMK_NO_BUFFER;
+    for (const Wait& w : in.waits) carried += w.carried;
+    if (op == "embedding") CHECK(in.waits.size() == 1);
+  }
+  CHECK(positioned == n.at("attention_decode") + n.at("kv_append"));
+  CHECK(carried == 1);
+  // A longer context keeps the passes; a shorter one than the positions need is refused.
+  o.context = 9;
+  CHECK(gen::resolve_llama(o).context == 9);
+  CHECK(gen::resolve_llama(o).passes == 6);
+  std::string code;
+  o.context = 5;
+  CHECK(kind_of([&] { (void)gen::resolve_llama(o); }, &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.context");
+  o = {};
+  o.prompt = {1, 512};
+  CHECK(kind_of([&] { (void)gen::resolve_llama(o); }, &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.prompt");
+  o = {};
+  o.steps = 2;
+  o.fused = false;
+  CHECK(kind_of([&] { (void)gen::resolve_llama(o); }, &code) == ErrorKind::usage);
+  CHECK(code == "usage.gen.layout");
+}

@@ -152,13 +152,24 @@ def main():
               f"{np.median(perrs):.2e}, worst {perrs.max():.2e}")
         ok &= good
 
+        # amk's ids are the argmax of its own logits (first largest, as amk's argmax).
+        first = len(prompt) - 1  # the step whose logits give the first new token
+        own = [int(np.argmax(amk_logits[first + i])) for i in range(args.steps)]
+        consistent = own == amk_ids
+        print(f"{'ok  ' if consistent else 'FAIL'} amk's ids are the argmax of its own logits")
+        ok &= consistent
+        # generate() from a cache filled token by token with the prompt but its last token, as
+        # amk decodes the prompt (one prefill forward would attend the prompt's rows unrounded).
+        cache = bf16_cache(torch, transformers)
         with torch.no_grad():
+            for s, t in enumerate(prompt[:-1]):
+                model(input_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache,
+                      use_cache=True, position_ids=torch.tensor([[s]], device="cuda"))
             gen = model.generate(torch.tensor([prompt], device="cuda"), do_sample=False,
-                                 past_key_values=bf16_cache(torch, transformers),
+                                 past_key_values=cache,
                                  max_new_tokens=args.steps, min_new_tokens=args.steps,
                                  eos_token_id=None, pad_token_id=0, temperature=None, top_p=None)
         hf_ids = gen[0, len(prompt):].tolist()
-        first = len(prompt) - 1  # the step whose logits give the first new token
         margins = []
         for s in range(first, passes):
             top2 = np.sort(hf_logits[s])[-2:]

@@ -21,8 +21,10 @@ double normalized_error(DType t, const std::vector<std::byte>& a, const std::vec
   for (uint64_t i = 0; i < elements; ++i) {
     const double x = load_element(a.data(), t, i);
     const double y = load_element(b.data(), t, i);
-    if (std::isnan(x) || std::isnan(y)) {
-      if (std::isnan(x) && std::isnan(y)) continue;
+    if (!std::isfinite(x) || !std::isfinite(y)) {
+      // NaN beside NaN, or the same infinity (an empty attention chunk's max score is -inf),
+      // matches; anything else beside a non-finite value does not.
+      if ((std::isnan(x) && std::isnan(y)) || x == y) continue;
       return std::numeric_limits<double>::infinity();
     }
     diff += (x - y) * (x - y);

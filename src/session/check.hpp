@@ -13,8 +13,8 @@
 
 namespace amk {
 
-// ||a - b|| / ||b|| over every element (b: the reference); NaN anywhere in a that is not NaN in
-// b gives +inf.
+// ||a - b|| / ||b|| over the finite elements (b: the reference); a NaN or an infinity in one
+// that the other does not hold at the same element gives +inf.
 [[nodiscard]] double normalized_error(DType t, const std::vector<std::byte>& a,
                                       const std::vector<std::byte>& b, uint64_t elements);
 

@@ -104,6 +104,20 @@ TEST_CASE("normalized_error on known vectors") {
                            encode(DType::f32, {1, nan, 3, 5}),
                            4) == doctest::Approx(1.0 / std::sqrt(35.0)));
   }
+  SUBCASE("infinities") {
+    // The same infinity on both sides (an empty attention chunk's max score) matches and is
+    // left out; an infinity the other side does not hold is a mismatch.
+    const float inf = std::numeric_limits<float>::infinity();
+    CHECK(normalized_error(DType::f32, encode(DType::f32, {1, -inf, 3, 4}),
+                           encode(DType::f32, {1, -inf, 3, 5}),
+                           4) == doctest::Approx(1.0 / std::sqrt(35.0)));
+    CHECK(normalized_error(DType::f32, encode(DType::f32, {1, inf, 3, 4}),
+                           encode(DType::f32, {1, -inf, 3, 4}),
+                           4) == std::numeric_limits<double>::infinity());
+    CHECK(normalized_error(DType::f32, encode(DType::f32, {1, 2, 3, 4}),
+                           encode(DType::f32, {1, -inf, 3, 4}),
+                           4) == std::numeric_limits<double>::infinity());
+  }
 }
 
 TEST_CASE("check_against_cpu passes the CPU's own result and small differences") {

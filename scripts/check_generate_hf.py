@@ -106,6 +106,9 @@ def main():
     ap.add_argument("--seed", type=int)
     ap.add_argument("--tolerance", type=float, default=1e-3)
     ap.add_argument("--work", help="work in this folder and keep it")
+    ap.add_argument("--kv-dtype", default="bf16", choices=["bf16", "f32"],
+                    help="amk's KV caches (amk gen llama --kv-dtype): with f32 the reference's "
+                         "cache is transformers' own, unrounded")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"],
                     help="the reference model's dtype (float64 needs 8 bytes a parameter)")
     args = ap.parse_args()
@@ -126,6 +129,7 @@ def main():
         print(f"seed {seed}: prompt of {len(prompt)} ids, {args.steps} new tokens, {args.preset}")
         run([args.amk, "-q", "gen", "llama", "--preset", args.preset, "--seed", str(seed % 1000),
              "--steps", str(args.steps), "--prompt", ",".join(map(str, prompt)), "--all-logits",
+             "--kv-dtype", args.kv_dtype,
              "--write-weights", weights, "-o", prog])
         report = json.loads(run([args.amk, "--json", "run", prog, "--backend", "cuda", "-o", out]))
         manifest = json.load(open(os.path.join(out, "manifest.json")))
@@ -138,14 +142,17 @@ def main():
         model, cfg = hf_model(weights, torch, transformers, getattr(torch, args.dtype))
         ok = True
         tokens = prompt + amk_ids[:-1]
-        hf_logits = teacher_forced(model, tokens, bf16_cache(torch, transformers), torch)
+        new_cache = (lambda: bf16_cache(torch, transformers)) if args.kv_dtype == "bf16" else (
+            lambda: transformers.DynamicCache())
+        hf_logits = teacher_forced(model, tokens, new_cache(), torch)
         plain = teacher_forced(model, tokens, transformers.DynamicCache(), torch)
         errs = np.linalg.norm(amk_logits - hf_logits, axis=1) / np.linalg.norm(hf_logits, axis=1)
         perrs = np.linalg.norm(amk_logits - plain, axis=1) / np.linalg.norm(plain, axis=1)
         noise = 2 * np.abs(amk_logits - hf_logits).max(axis=1)
         good = bool(np.all(np.isfinite(errs)) and errs.max() <= args.tolerance)
         print(f"{'ok  ' if good else 'FAIL'} teacher-forced logits of {passes} steps vs "
-              f"transformers ({args.dtype}, K/V stored in bf16 as amk's cache): normalized error "
+              f"transformers ({args.dtype}, K/V stored in {args.kv_dtype} as amk's cache): "
+              f"normalized error "
               f"step 0 {errs[0]:.2e}, median {np.median(errs):.2e}, worst {errs.max():.2e} at "
               f"step {int(errs.argmax())} (tolerance {args.tolerance:.0e})")
         print(f"info: vs plain transformers ({args.dtype} cache): step 0 {perrs[0]:.2e}, median "
@@ -160,7 +167,7 @@ def main():
         ok &= consistent
         # generate() from a cache filled token by token with the prompt but its last token, as
         # amk decodes the prompt (one prefill forward would attend the prompt's rows unrounded).
-        cache = bf16_cache(torch, transformers)
+        cache = new_cache()
         with torch.no_grad():
             for s, t in enumerate(prompt[:-1]):
                 model(input_ids=torch.tensor([[t]], device="cuda"), past_key_values=cache,

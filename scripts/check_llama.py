@@ -239,8 +239,9 @@ def forward(t, cfg, new_row_f32, mlp_bf16=False):
     return head @ xf
 
 
-def generate(t, cfg, prompt, steps):
-    """The greedy loop from an empty cache: every step's logits and the generated ids."""
+def generate(t, cfg, prompt, steps, kv_f32=False):
+    """The greedy loop from an empty cache: every step's logits and the generated ids. The cache
+    stores each step's k/v rows rounded to bf16 (amk's default), or unrounded with kv_f32."""
     L = cfg["num_hidden_layers"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps, group = cfg["rms_norm_eps"], nh // nkv
@@ -261,8 +262,9 @@ def generate(t, cfg, prompt, steps):
             q, k = rope(q, s, inv_freq), rope(k, s, inv_freq)
             keys = np.concatenate([kc[l], k[:, None]], axis=1)
             vals = np.concatenate([vc[l], v[:, None]], axis=1)
-            kc[l] = np.concatenate([kc[l], bf16_round(k)[:, None]], axis=1)
-            vc[l] = np.concatenate([vc[l], bf16_round(v)[:, None]], axis=1)
+            store = (lambda a: a) if kv_f32 else bf16_round
+            kc[l] = np.concatenate([kc[l], store(k)[:, None]], axis=1)
+            vc[l] = np.concatenate([vc[l], store(v)[:, None]], axis=1)
             attn = np.empty((nh, hd))
             for h in range(nh):
                 g = h // group
@@ -283,7 +285,7 @@ def generate(t, cfg, prompt, steps):
 
 def check_generation(args, outputs, tensors, cfg, prompt):
     """Compares a generation run with the numpy loop; True when every check holds."""
-    want_logits, want_ids = generate(tensors, cfg, prompt, args.steps)
+    want_logits, want_ids = generate(tensors, cfg, prompt, args.steps, args.kv_dtype == "f32")
     got_all = outputs["all_logits"].astype(F64).reshape(len(want_logits), -1)
     got_ids = [int(i) for i in outputs["ids"].ravel()]
     worst, near = 0.0, []
@@ -336,6 +338,8 @@ def main():
                     help="--from: tie_word_embeddings true and no lm_head.weight")
     ap.add_argument("--steps", type=int,
                     help="a generation of this many new tokens (amk gen llama --steps --all-logits)")
+    ap.add_argument("--kv-dtype", choices=["bf16", "f32"], default="bf16",
+                    help="--steps: the KV caches' dtype (amk gen llama --kv-dtype)")
     ap.add_argument("--prompt", default="",
                     help="--steps: the prompt's ids, comma-separated (default: --token)")
     args = ap.parse_args()
@@ -373,7 +377,7 @@ def main():
             gen += ["--mlp-act", args.mlp_act]
         if args.steps:
             gen += ["--steps", str(args.steps), "--prompt", ",".join(map(str, prompt)),
-                    "--all-logits"]
+                    "--all-logits", "--kv-dtype", args.kv_dtype]
         run = [args.amk, "-q", "run", prog, "--backend", args.backend, "--save-inputs", "-o", out]
         if args.vm:
             run += ["--vm", args.vm]

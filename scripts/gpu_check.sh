@@ -168,13 +168,17 @@ done
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"
 checked "stepped_decode (3 passes)" "$P/stepped_decode.json"
+# The 8B reference runs in float32 (float64 would need 64 GB beside amk's).
 for m in llama-3.2-1b llama-3.1-8b; do
-  [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
-  PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \
-    --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" \
-    $([ $m = llama-3.1-8b ] && echo --dtype float32) >"$out/gen_hf_$m.log" 2>&1
-  rc=$?; row "generation $m 32 + 128 vs transformers" "$(verdict $rc)"; tail -4 "$out/gen_hf_$m.log"
-  rm -rf "$scratch/gen_$m"
+  for kv in f32 bf16; do
+    [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
+    PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \
+      --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" --kv-dtype $kv \
+      $([ $m = llama-3.1-8b ] && echo --dtype float32) >"$out/gen_hf_$m.$kv.log" 2>&1
+    rc=$?; row "generation $m 32 + 128, $kv KV, vs transformers" "$(verdict $rc)"
+    tail -6 "$out/gen_hf_$m.$kv.log"
+    rm -rf "$scratch/gen_$m"
+  done
 done
 fi
 fi  # AMK_CHECKS

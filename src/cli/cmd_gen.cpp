@@ -136,6 +136,7 @@ GenOutcome write_llama_program(GenLlamaOptions o) {
   o.gen.layers = o.layers;
   o.gen.context = o.context;
   if (!o.prompt.empty()) o.gen.prompt = parse_prompt(o.prompt);
+  o.gen.kv_dtype = o.kv_dtype == "f32" ? DType::f32 : DType::bf16;
   std::optional<gen::HfCheckpoint> ckpt;
   if (!o.from.empty()) {
     ckpt = gen::read_hf_checkpoint(o.from);
@@ -275,6 +276,10 @@ void add_gen_llama_options(CLI::App* cmd, GenLlamaOptions& o) {
                   "dtype of the MLP activation (the GLU output the down projection reads): f32 "
                   "(the default) or bf16 (fused layer only)")
       ->check(CLI::IsMember({"f32", "bf16"}));
+  cmd->add_option("--kv-dtype", o.kv_dtype,
+                  "dtype of the KV caches: bf16 (the default, as the weights) or f32 (the stored "
+                  "rows unrounded, twice the bytes)")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--weights", o.weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o.write_weights,

@@ -23,11 +23,12 @@ struct GenLlamaOptions {
   std::string output;
   std::string to;
   bool allow_outside = false;
-  bool fused = false;            // --fused given
-  bool unfused = false;          // --unfused given
-  std::string combine = "auto";  // --combine: "auto", "steps" or "oproj"
-  std::string mlp_act = "f32";   // --mlp-act: "f32" or "bf16"
-  std::string prompt;            // --prompt: ids "1,2,3" or a file of them
+  bool fused = false;             // --fused given
+  bool unfused = false;           // --unfused given
+  std::string combine = "auto";   // --combine: "auto", "steps" or "oproj"
+  std::string mlp_act = "f32";    // --mlp-act: "f32" or "bf16"
+  std::string prompt;             // --prompt: ids "1,2,3" or a file of them
+  std::string kv_dtype = "bf16";  // --kv-dtype: "bf16" or "f32"
 };
 
 // Registers the model, layout and weights options (everything but -o and --to).

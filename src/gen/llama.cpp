@@ -225,12 +225,13 @@ std::optional<LlamaConfig> llama_preset(std::string_view name) {
 
 std::vector<std::string> llama_preset_names() { return {"tiny", "llama-3.2-1b", "llama-3.1-8b"}; }
 
-std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context) {
+std::vector<TensorSpec> llama_tensors(const LlamaConfig& c, uint32_t context, DType kv_dtype) {
   const uint64_t H = c.hidden, Q = uint64_t{c.heads} * c.head_dim,
                  KV = uint64_t{c.kv_heads} * c.head_dim, F = c.ffn;
   std::vector<TensorSpec> t;
   auto add = [&](std::string name, std::vector<uint64_t> shape, TensorRole role) {
-    t.push_back(TensorSpec{std::move(name), DType::bf16, std::move(shape), role});
+    const DType dtype = role == TensorRole::kv_cache ? kv_dtype : DType::bf16;
+    t.push_back(TensorSpec{std::move(name), dtype, std::move(shape), role});
   };
   add("model.embed_tokens.weight", {c.vocab, H}, TensorRole::weight);
   for (uint32_t l = 0; l < c.layers; ++l) {
@@ -295,6 +296,9 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                       std::to_string(r.steps) + " steps need a cache of " + std::to_string(need) +
                       " positions; --context is " + std::to_string(*o.context));
   }
+  if (o.kv_dtype != DType::bf16 && o.kv_dtype != DType::f32)
+    usage_error("usage.gen.kv_dtype", "--kv-dtype", "the KV caches are bf16 or f32");
+  r.kv_dtype = o.kv_dtype;
   if (o.all_logits && r.steps == 0)
     usage_error("usage.gen.steps", "--all-logits", "--all-logits applies to generation (--steps)");
   if (o.context) {
@@ -367,7 +371,8 @@ Program generate_llama(const LlamaOptions& o) {
       (generating ? std::string("; generation: prompt of ") + std::to_string(r.prompt.size()) +
                         " tokens + " + std::to_string(r.steps) + " new, one pass a token"
                   : std::string()) +
-      ". bf16 weights and KV caches, f32 activations" +
+      (r.kv_dtype == DType::f32 ? ". bf16 weights, f32 KV caches, f32 activations"
+                                : ". bf16 weights and KV caches, f32 activations") +
       (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
       (r.combine_oproj
            ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
@@ -380,7 +385,7 @@ Program generate_llama(const LlamaOptions& o) {
   Builder b(p);
 
   // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
-  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T));
+  const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T), r.kv_dtype);
   std::map<std::string, uint32_t> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& t = tensors[i];

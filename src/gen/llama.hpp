@@ -107,6 +107,9 @@ struct LlamaOptions {
   std::vector<int64_t> prompt;
   uint32_t steps = 0;       // new tokens; 0 with an empty prompt: one decode step at context - 1
   bool all_logits = false;  // also every step's logits, [passes, vocab] (buffer all_logits)
+  // The KV caches' dtype: bf16 (the default, as the weights) or f32 (no rounding of the stored
+  // rows, twice the bytes).
+  DType kv_dtype = DType::bf16;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.
@@ -120,7 +123,8 @@ struct TensorSpec {
 };
 
 // Every tensor of the model (weights in HF order, then the KV caches), for a resolved config.
-[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context);
+[[nodiscard]] std::vector<TensorSpec> llama_tensors(const LlamaConfig& cfg, uint32_t context,
+                                                    DType kv_dtype = DType::bf16);
 
 // Config after applying the options (layer override); validates the options (Error kind
 // usage, code usage.gen.*).
@@ -133,6 +137,7 @@ struct ResolvedLlama {
   std::vector<int64_t> prompt;
   uint32_t steps = 0;
   uint32_t passes = 1;
+  DType kv_dtype = DType::bf16;
 };
 [[nodiscard]] ResolvedLlama resolve_llama(const LlamaOptions& options);
 

@@ -16,7 +16,7 @@ namespace amk::gen {
 void write_llama_safetensors(Program& program, const ResolvedLlama& r, const LlamaOptions& options,
                              const std::filesystem::path& file, const std::string& program_path,
                              unsigned threads) {
-  std::vector<TensorSpec> tensors = llama_tensors(r.cfg, r.context);
+  std::vector<TensorSpec> tensors = llama_tensors(r.cfg, r.context, r.kv_dtype);
   std::vector<uint32_t> index;
   for (TensorSpec& t : tensors) {
     const auto it = std::find_if(program.buffers.begin(), program.buffers.end(),

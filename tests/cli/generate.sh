@@ -23,6 +23,7 @@ check "prompt 3 + 6 new" -- --steps 6 --prompt 3,5,7
 check "one token + 4 new, 3 layers" -- --steps 4 --layers 3
 check "prompt 9 + 2 new, attention in chunks of 8" -- --steps 2 --prompt 1,2,3,4,5,6,7,8,9 --attn-chunks 2
 check "sharded HF folder" -- --from --shards 2 --steps 3 --prompt 11,12
+check "f32 KV caches" -- --steps 5 --prompt 2,4 --kv-dtype f32
 
 # amk generate: writes and runs a program; the same ids from the program file.
 expect_rc 0 "amk generate --steps" -- "$amk" --json generate --steps 5 --prompt 3,5,7 \

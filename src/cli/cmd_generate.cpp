@@ -2,6 +2,7 @@
 // from the model options into a scratch folder and runs it, then prints the new token ids, the
 // tokens per second and the time a decode step takes. One launch decodes the prompt and every
 // new token; --eos cuts the printed ids after the first end-of-sequence id.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "cli/common.hpp"
 #include "cli/gen_llama.hpp"
 #include "core/error.hpp"
+#include "io/load.hpp"
 #include "session/run_session.hpp"
 
 namespace amk::cli {
@@ -104,6 +106,15 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
     o.model.allow_outside = true;  // the weights stay where they are (absolute paths)
     gen_json = write_llama_program(o.model).json;
     program = o.model.output;
+  }
+  if (!o.program.empty()) {  // a program without the generated ids is refused before it runs
+    const Program p = load_program_file(program, LoadOptions{});
+    const bool has_ids = std::any_of(p.buffers.begin(), p.buffers.end(),
+                                     [](const Buffer& b) { return b.name == "ids" && b.output; });
+    if (!has_ids)
+      throw_program_error("generate.program", "/buffers",
+                          "the program has no output 'ids': amk generate runs generation "
+                          "programs (amk gen llama --steps N)");
   }
   if (o.out_dir.empty() && !scratch) scratch.emplace();
   const fs::path out = o.out_dir.empty() ? scratch->path() / "out" : fs::path(o.out_dir);

@@ -449,7 +449,7 @@ LaunchResult GpuExecutable::launch(uint32_t iterations) {
 }
 
 ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
-                                    uint64_t flush_bytes) {
+                                    uint64_t flush_bytes, uint32_t passes) {
   Impl& m = impl();
   if (scope != "kernel" && scope != "launch")
     throw Error(ErrorKind::usage, "profile.scope", "",
@@ -472,7 +472,7 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const 
       m.reset_state();
       m.start.record(m.stream.get(), "the profile start event");
     }
-    m.enqueue(m.program.launch.passes);
+    m.enqueue(passes != 0 ? passes : m.program.launch.passes);
     m.end.record(m.stream.get(), "the profile end event");
     const bool host_aborted = m.wait();
     amk_diag_t d = m.read_diag();

@@ -83,8 +83,10 @@ public:
   // launch only, "launch" also the counter reset. A launch that does not finish ok throws.
   // `flush_bytes` != 0: before every launch (untimed), a fresh pattern is written over a scratch
   // buffer of that size, so the launch starts with nothing of the program's in L2.
+  // `passes` != 0 times launches of that many passes instead (amk bench: one, as its
+  // one-instruction-a-launch arms run).
   ProfileStats profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
-                       uint64_t flush_bytes = 0);
+                       uint64_t flush_bytes = 0, uint32_t passes = 0);
 
   [[nodiscard]] HostBuffers download() const;  // every buffer, in program order
   void upload(const InitialData& data);        // e.g. the initial contents again

@@ -14,7 +14,6 @@
 #include "cuda/executor.hpp"
 #include "cuda/wrapper_exec.hpp"
 #include "ops/registry.hpp"
-#include "verify/verify.hpp"
 
 namespace amk {
 
@@ -119,7 +118,6 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
                     std::to_string(AMK_WRAPPER_ABORT_WORD) + ")";
     return out;
   }
-  if (passes != m.gpu->program().launch.passes) check_position_bounds(m.gpu->program(), passes);
   const LaunchResult r = m.gpu->launch(passes);
   LaunchOutcome out{r.status, "", r.diag, r.host_ms};
   if (r.status != "ok")

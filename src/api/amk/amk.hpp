@@ -141,9 +141,9 @@ public:
   void bind(std::string_view name, uint64_t device_pointer, size_t bytes, std::string_view dtype);
 
   // Runs `passes` passes over the program in one persistent launch (0: the program's
-  // launch.passes, 1 unless it says otherwise; a generation's decode steps) and waits. A
-  // different count is checked against the positions the program's caches hold
-  // (verify.position.range). A watchdog stop
+  // launch.passes, 1 unless it says otherwise; a generation's decode steps) and waits. A pass
+  // whose position runs past a cache stops the launch there (run.bad_operand, from kv_append).
+  // A watchdog stop
   // throws timeout run.timeout (exit 8), an op that found invalid data launch run.bad_operand,
   // a device fault launch launch.fault (the context is then gone: close and exit).
   void launch(uint32_t passes = 0);

@@ -301,6 +301,29 @@ TEST_CASE("rich program round-trips losslessly") {
   CHECK(program_to_amkb(q) == file);
 }
 
+TEST_CASE("launch passes, carried waits and operand slot 6 round-trip") {
+  Program p = small_program();
+  const Bytes one = program_to_amkb(p);
+  p.launch.passes = 70000;  // past 16 bits
+  p.instructions[0].waits.push_back({0, 1, true});
+  const Bytes file = program_to_amkb(p);
+  const Program q = parse_amkb_program(file, trusted());
+  CHECK(q.launch.passes == 70000);
+  REQUIRE(!q.instructions[0].waits.empty());
+  CHECK(q.instructions[0].waits.back().carried);
+  CHECK(q == p);
+  // One pass is stored as the zero bytes of files from before the field.
+  CHECK(parse_amkb_program(one, trusted()).launch.passes == 1);
+  p.launch.passes = 0;
+  std::string code;
+  try {
+    (void)program_to_amkb(p);
+  } catch (const Error& e) {
+    code = e.code();
+  }
+  CHECK(code == "amkb.encode");
+}
+
 TEST_CASE("round trip without queues, tma, custom ops or values") {
   Program p = rich_program();
   p.queues.reset();

@@ -611,12 +611,12 @@ void read_instructions(const uint8_t* f, const Section& s, const std::vector<std
       in.operands.push_back({o.buffer, o.offset, o.extent});
     }
     for (uint8_t k = 0; k < a.n_waits; ++k) {
-      const uint32_t counter = a.waits[k].counter & ~AMK_WAIT_CARRIED;
-      if (counter >= p.counters.size())
+      const Wait w = program_wait(a.waits[k]);
+      if (w.counter >= p.counters.size())
         bad(offsetof(amk_instruction_t, waits) + k * sizeof(amk_wait_t), "ref.counter",
-            "wait " + std::to_string(k) + " names counter " + std::to_string(counter) + " of " +
+            "wait " + std::to_string(k) + " names counter " + std::to_string(w.counter) + " of " +
                 std::to_string(p.counters.size()));
-      in.waits.push_back({counter, a.waits[k].value, (a.waits[k].counter & AMK_WAIT_CARRIED) != 0});
+      in.waits.push_back(w);
     }
     for (uint8_t k = 0; k < a.n_signals; ++k) {
       if (a.signals[k].counter >= p.counters.size())
@@ -765,10 +765,7 @@ amk_instruction_t to_abi(const Instruction& in, uint32_t index) {
   for (amk_operand_t& o : a.operands) o.buffer = AMK_NO_BUFFER;  // empty slot, as the planner
   a.op = in.op;
   a.index = index;
-  // An empty slot 6 is not stored (operand6 stays zero), as the planner's encode_instruction.
-  size_t n_operands = in.operands.size();
-  if (n_operands > AMK_INLINE_OPERANDS && in.operands[AMK_INLINE_OPERANDS].buffer == AMK_NO_BUFFER)
-    n_operands = AMK_INLINE_OPERANDS;
+  const size_t n_operands = stored_operand_count(in);
   a.n_operands = small_count(n_operands, AMK_MAX_OPERANDS, where + "/operands", "operands");
   a.n_waits = small_count(in.waits.size(), AMK_MAX_WAITS, where + "/waits", "waits");
   a.n_signals = small_count(in.signals.size(), AMK_MAX_SIGNALS, where + "/signals", "signals");
@@ -783,9 +780,7 @@ amk_instruction_t to_abi(const Instruction& in, uint32_t index) {
     d.extent = static_cast<uint32_t>(o.extent);
     d.buffer = o.buffer;
   }
-  for (size_t k = 0; k < in.waits.size(); ++k)
-    a.waits[k] = {in.waits[k].counter | (in.waits[k].carried ? AMK_WAIT_CARRIED : 0u),
-                  in.waits[k].value};
+  for (size_t k = 0; k < in.waits.size(); ++k) a.waits[k] = abi_wait(in.waits[k]);
   for (size_t k = 0; k < in.signals.size(); ++k)
     a.signals[k] = {in.signals[k].counter, in.signals[k].add};
   for (size_t k = 0; k < in.params.size(); ++k) a.params[k] = in.params[k];

@@ -86,11 +86,7 @@ amk_instruction_t encode_instruction(const Instruction& in, uint32_t index) {
   amk_instruction_t out;
   std::memset(&out, 0, sizeof(out));
   out.op = in.op;
-  // An empty slot 6 is not stored, so programs that leave it out keep the bytes they had before
-  // the slot existed (operand6 all zero).
-  size_t n_operands = in.operands.size();
-  if (n_operands > AMK_INLINE_OPERANDS && in.operands[AMK_INLINE_OPERANDS].buffer == AMK_NO_BUFFER)
-    n_operands = AMK_INLINE_OPERANDS;
+  const size_t n_operands = stored_operand_count(in);
   out.n_operands = static_cast<uint8_t>(n_operands);
   out.n_waits = static_cast<uint8_t>(in.waits.size());
   out.n_signals = static_cast<uint8_t>(in.signals.size());
@@ -110,9 +106,7 @@ amk_instruction_t encode_instruction(const Instruction& in, uint32_t index) {
     d.extent = static_cast<uint32_t>(o.extent);
     d.buffer = o.buffer;
   }
-  for (size_t w = 0; w < in.waits.size(); ++w)
-    out.waits[w] = {in.waits[w].counter | (in.waits[w].carried ? AMK_WAIT_CARRIED : 0u),
-                    in.waits[w].value};
+  for (size_t w = 0; w < in.waits.size(); ++w) out.waits[w] = abi_wait(in.waits[w]);
   for (size_t g = 0; g < in.signals.size(); ++g)
     out.signals[g] = {in.signals[g].counter, in.signals[g].add};
   for (size_t p = 0; p < in.params.size(); ++p) out.params[p] = in.params[p];
@@ -141,9 +135,7 @@ Instruction decode_instruction(const amk_instruction_t& in) {
     }
     out.operands.push_back(op);
   }
-  for (uint32_t w = 0; w < in.n_waits; ++w)
-    out.waits.push_back({in.waits[w].counter & ~AMK_WAIT_CARRIED, in.waits[w].value,
-                         (in.waits[w].counter & AMK_WAIT_CARRIED) != 0});
+  for (uint32_t w = 0; w < in.n_waits; ++w) out.waits.push_back(program_wait(in.waits[w]));
   for (uint32_t g = 0; g < in.n_signals; ++g)
     out.signals.push_back({in.signals[g].counter, in.signals[g].add});
   out.params.assign(in.params, in.params + in.n_params);

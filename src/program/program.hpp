@@ -136,6 +136,23 @@ struct Instruction {
   bool operator==(const Instruction&) const = default;
 };
 
+// ---- the device ABI's form of an instruction's slots (planner and .amkb encoder alike) ----
+// Operand slots stored: an empty slot 6 is left out, so a program without it keeps the bytes it
+// had before the slot existed (operand6 all zero).
+[[nodiscard]] inline size_t stored_operand_count(const Instruction& in) {
+  const size_t n = in.operands.size();
+  return n > AMK_INLINE_OPERANDS && in.operands[AMK_INLINE_OPERANDS].buffer == AMK_NO_BUFFER
+             ? AMK_INLINE_OPERANDS
+             : n;
+}
+// A wait as the ABI stores it (carried: AMK_WAIT_CARRIED in the counter word), and back.
+[[nodiscard]] inline amk_wait_t abi_wait(const Wait& w) {
+  return {w.counter | (w.carried ? AMK_WAIT_CARRIED : 0u), w.value};
+}
+[[nodiscard]] inline Wait program_wait(const amk_wait_t& w) {
+  return {w.counter & ~AMK_WAIT_CARRIED, w.value, (w.counter & AMK_WAIT_CARRIED) != 0};
+}
+
 // ---- launch and target ----
 enum class LaunchMode : uint8_t { cooperative = 0, cluster = 1 };
 

@@ -135,6 +135,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   const RunResult run = run_program(req);
 
   std::vector<int64_t> ids = read_ids(out, "ids");
+  const uint64_t generated = ids.size();  // (before --eos cuts the printed ones)
   bool stopped = false;
   if (o.eos) {
     for (size_t i = 0; i < ids.size(); ++i)
@@ -150,7 +151,6 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
                            : t.contains("cpu_execute") ? t.at("cpu_execute").get<double>()
                                                        : 0.0;
   const uint64_t passes = run.report.at("launch").value("passes", uint64_t{1});
-  const uint64_t generated = read_ids(out, "ids").size();
   ordered_json j;
   j["status"] = "ok";
   j["program"] = o.program.empty() ? ordered_json(nullptr) : ordered_json(o.program);

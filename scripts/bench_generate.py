@@ -54,6 +54,20 @@ def gen(amk, args, out, extra):
     sh(cmd)
 
 
+def single_steps(amk, args, src, position, tag):
+    """One pass of program src at `position` (runtime) and the baked step of `amk gen llama
+    --context position+1`: (runtime ms, its spread, baked ms, its spread)."""
+    one = os.path.join(args.out, f"one_{tag}.json")
+    with_position(src, one, position)
+    ms, spread, _ = profile(amk, one, 20)
+    baked = os.path.join(args.out, f"baked_{tag}.json")
+    gen(amk, args, baked, ["--context", str(position + 1)])
+    bms, bspread, _ = profile(amk, baked, 20)
+    os.remove(one)
+    os.remove(baked)
+    return ms, spread, bms, bspread
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--amk", required=True)
@@ -71,12 +85,8 @@ def main():
         gen(amk, args, g, ["--steps", str(steps), "--prompt", prompt])
         launch_ms, spread, passes = profile(amk, g, 5)
         mean_pos = (passes - 1) // 2
-        one = os.path.join(args.out, f"one_{n_prompt}.json")
-        with_position(g, one, mean_pos)
-        one_ms, one_spread, _ = profile(amk, one, 20)
-        baked = os.path.join(args.out, f"baked_{n_prompt}.json")
-        gen(amk, args, baked, ["--context", str(mean_pos + 1)])
-        baked_ms, baked_spread, _ = profile(amk, baked, 20)
+        one_ms, one_spread, baked_ms, baked_spread = single_steps(amk, args, g, mean_pos,
+                                                                  str(n_prompt))
         case = {"prompt": n_prompt, "new": steps, "passes": passes, "launch_ms": launch_ms,
                 "launch_spread": spread, "step_ms": launch_ms / passes,
                 "new_tokens_per_s": steps * 1000.0 / launch_ms,
@@ -94,18 +104,11 @@ def main():
         s = os.path.join(args.out, "sweep.json")
         gen(amk, args, s, ["--steps", "1", "--prompt", "1", "--context", "4096"])
         for p in (0, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095):
-            one = os.path.join(args.out, f"sweep_{p}.json")
-            with_position(s, one, p)
-            ms, spread, _ = profile(amk, one, 20)
-            baked = os.path.join(args.out, f"sweep_baked_{p}.json")
-            gen(amk, args, baked, ["--context", str(p + 1)])
-            bms, bspread, _ = profile(amk, baked, 20)
+            ms, spread, bms, bspread = single_steps(amk, args, s, p, f"sweep_{p}")
             res["sweep"].append({"position": p, "runtime_ms": ms, "runtime_spread": spread,
                                  "baked_ms": bms, "baked_spread": bspread})
             print(f"{args.preset} single step at position {p}: runtime {ms:.4f} ms "
                   f"(spread {100 * spread:.1f}%), baked {bms:.4f} ms", flush=True)
-            os.remove(one)
-            os.remove(baked)
         worst = 0.0
         for a, b in zip(res["sweep"], res["sweep"][1:]):
             worst = max(worst, a["runtime_ms"] / b["runtime_ms"] - 1)

@@ -200,17 +200,17 @@ def rope(x, position, inv_freq):
     return x * cos + rot * sin
 
 
-def forward(t, cfg, new_row_f32, mlp_bf16=False):
-    """One decode step; returns logits [vocab]. new_row_f32: the step's own k/v row enters
-    attention unrounded (amk's fused (default) and unfused layers take it from the projections); else it
-    is read back from the bf16 cache (--rope-ops, where kv_append runs first). mlp_bf16: the MLP
-    activation is stored in bf16 (--mlp-act bf16), so it is rounded as amk stores it."""
-    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+def decode_step(t, cfg, token, pos, attend_rows, mlp_bf16=False):
+    """One decode step of `token` at position `pos`; returns logits [vocab]. attend_rows(l, k, v)
+    gives layer l's keys and values [nkv, n, hd] to attend, the step's rotated k and v among
+    them. mlp_bf16: the MLP activation is stored in bf16 (--mlp-act bf16), so it is rounded as
+    amk stores it."""
+    L = cfg["num_hidden_layers"]
     nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    eps, pos, group = cfg["rms_norm_eps"], cfg["position"], nh // nkv
+    eps, group = cfg["rms_norm_eps"], nh // nkv
     inv_freq = llama3_inv_freq(cfg)
     embed = t["model.embed_tokens.weight"]
-    x = embed[cfg["token"]].copy()
+    x = embed[token].copy()
     for l in range(L):
         p = f"model.layers.{l}."
         xn = rmsnorm(x, t[p + "input_layernorm.weight"], eps)
@@ -218,10 +218,7 @@ def forward(t, cfg, new_row_f32, mlp_bf16=False):
         k = (t[p + "self_attn.k_proj.weight"] @ xn).reshape(nkv, hd)
         v = (t[p + "self_attn.v_proj.weight"] @ xn).reshape(nkv, hd)
         q, k = rope(q, pos, inv_freq), rope(k, pos, inv_freq)
-        kc = t[f"amk.kv.layers.{l}.k"].copy()  # [nkv, T, hd]
-        vc = t[f"amk.kv.layers.{l}.v"].copy()
-        kc[:, pos], vc[:, pos] = (k, v) if new_row_f32 else (bf16_round(k), bf16_round(v))
-        kc, vc = kc[:, : pos + 1], vc[:, : pos + 1]
+        kc, vc = attend_rows(l, k, v)
         attn = np.empty((nh, hd))
         for h in range(nh):
             g = h // group  # repeat_kv: kv head g serves query heads g*group .. g*group+group-1
@@ -239,43 +236,41 @@ def forward(t, cfg, new_row_f32, mlp_bf16=False):
     return head @ xf
 
 
+def forward(t, cfg, new_row_f32, mlp_bf16=False):
+    """One decode step at position context-1 over the file's KV cache; returns logits [vocab].
+    new_row_f32: the step's own k/v row enters attention unrounded (amk's fused (default) and
+    unfused layers take it from the projections); else it is read back from the bf16 cache
+    (--rope-ops, where kv_append runs first)."""
+    pos = cfg["position"]
+
+    def rows(l, k, v):
+        kc = t[f"amk.kv.layers.{l}.k"].copy()  # [nkv, T, hd]
+        vc = t[f"amk.kv.layers.{l}.v"].copy()
+        kc[:, pos], vc[:, pos] = (k, v) if new_row_f32 else (bf16_round(k), bf16_round(v))
+        return kc[:, : pos + 1], vc[:, : pos + 1]
+
+    return decode_step(t, cfg, cfg["token"], pos, rows, mlp_bf16)
+
+
 def generate(t, cfg, prompt, steps, kv_f32=False):
     """The greedy loop from an empty cache: every step's logits and the generated ids. The cache
-    stores each step's k/v rows rounded to bf16 (amk's default), or unrounded with kv_f32."""
-    L = cfg["num_hidden_layers"]
-    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    eps, group = cfg["rms_norm_eps"], nh // nkv
-    inv_freq = llama3_inv_freq(cfg)
-    embed = t["model.embed_tokens.weight"]
-    head = embed if cfg["tie_word_embeddings"] else t["lm_head.weight"]
+    stores each step's k/v rows rounded to bf16 (amk's default), or unrounded with kv_f32; the
+    step's own row enters its attention unrounded."""
+    L, nkv, hd = cfg["num_hidden_layers"], cfg["num_key_value_heads"], cfg["head_dim"]
     kc = [np.zeros((nkv, 0, hd)) for _ in range(L)]
     vc = [np.zeros((nkv, 0, hd)) for _ in range(L)]
+    store = (lambda a: a) if kv_f32 else bf16_round
+
+    def rows(l, k, v):
+        keys = np.concatenate([kc[l], k[:, None]], axis=1)
+        vals = np.concatenate([vc[l], v[:, None]], axis=1)
+        kc[l] = np.concatenate([kc[l], store(k)[:, None]], axis=1)
+        vc[l] = np.concatenate([vc[l], store(v)[:, None]], axis=1)
+        return keys, vals
+
     all_logits, ids, token = [], [], prompt[0]
     for s in range(len(prompt) + steps - 1):
-        x = embed[token].copy()
-        for l in range(L):
-            p = f"model.layers.{l}."
-            xn = rmsnorm(x, t[p + "input_layernorm.weight"], eps)
-            q = (t[p + "self_attn.q_proj.weight"] @ xn).reshape(nh, hd)
-            k = (t[p + "self_attn.k_proj.weight"] @ xn).reshape(nkv, hd)
-            v = (t[p + "self_attn.v_proj.weight"] @ xn).reshape(nkv, hd)
-            q, k = rope(q, s, inv_freq), rope(k, s, inv_freq)
-            keys = np.concatenate([kc[l], k[:, None]], axis=1)
-            vals = np.concatenate([vc[l], v[:, None]], axis=1)
-            store = (lambda a: a) if kv_f32 else bf16_round
-            kc[l] = np.concatenate([kc[l], store(k)[:, None]], axis=1)
-            vc[l] = np.concatenate([vc[l], store(v)[:, None]], axis=1)
-            attn = np.empty((nh, hd))
-            for h in range(nh):
-                g = h // group
-                sc = keys[g] @ q[h] / np.sqrt(hd)
-                w = np.exp(sc - sc.max())
-                attn[h] = (w / w.sum()) @ vals[g]
-            h_ = t[p + "self_attn.o_proj.weight"] @ attn.reshape(-1) + x
-            hn = rmsnorm(h_, t[p + "post_attention_layernorm.weight"], eps)
-            act = silu(t[p + "mlp.gate_proj.weight"] @ hn) * (t[p + "mlp.up_proj.weight"] @ hn)
-            x = t[p + "mlp.down_proj.weight"] @ act + h_
-        logits = head @ rmsnorm(x, t["model.norm.weight"], eps)
+        logits = decode_step(t, cfg, token, s, rows)
         all_logits.append(logits)
         token = prompt[s + 1] if s + 1 < len(prompt) else int(np.argmax(logits))
         if s + 1 >= len(prompt):

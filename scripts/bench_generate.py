@@ -2,7 +2,7 @@
 """Times generation in one launch (`amk gen llama --steps N --prompt IDS`) on the GPU.
 
     python3 scripts/bench_generate.py --amk build/default/amk --preset llama-3.2-1b \
-        [--weights W.safetensors] [--sweep] --out DIR
+        [--weights W.safetensors] [--sweep | --sweep-only] --out DIR
 
 For each case (prompt 32 + 128 new, prompt 960 + 128 new):
 - the N-token launch (`amk profile --events`: each timed launch runs every pass), its time a
@@ -74,12 +74,13 @@ def main():
     ap.add_argument("--preset", default="llama-3.2-1b")
     ap.add_argument("--weights", help="safetensors with the model's weights (amk gen --write-weights)")
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--sweep-only", action="store_true", help="the sweep without the two cases")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     amk = args.amk
     os.makedirs(args.out, exist_ok=True)
     res = {"preset": args.preset, "cases": [], "sweep": []}
-    for n_prompt, steps in ((32, 128), (960, 128)):
+    for n_prompt, steps in () if args.sweep_only else ((32, 128), (960, 128)):
         prompt = ",".join(str((i * 7919 + 13) % 128000) for i in range(n_prompt))
         g = os.path.join(args.out, f"gen_{n_prompt}.json")
         gen(amk, args, g, ["--steps", str(steps), "--prompt", prompt])
@@ -100,7 +101,7 @@ def main():
               f"{case['new_tokens_per_s']:.0f} new tokens/s; single step at position {mean_pos}: "
               f"runtime {one_ms:.4f} ms, baked {baked_ms:.4f} ms; N-token step vs single "
               f"{100 * case['step_vs_single']:+.2f}%", flush=True)
-    if args.sweep:
+    if args.sweep or args.sweep_only:
         s = os.path.join(args.out, "sweep.json")
         gen(amk, args, s, ["--steps", "1", "--prompt", "1", "--context", "4096"])
         for p in (0, 15, 31, 63, 127, 255, 511, 1023, 2047, 4095):

@@ -161,9 +161,14 @@ fi
 
 if [ "${AMK_GENERATE:-1}" = 1 ]; then
 sec "generation in one launch: tiny vs numpy and the CPU backend, 1B and 8B vs transformers"
-for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --prompt 1,2,3,4,5,6,7,8,9,10,11,12"; do
+# (the last two: chunks sharing the rows below the position, one with a second share past the
+# tile's 256 rows)
+long_prompt=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "%s%d", (i ? "," : ""), (i * 31 + 7) % 512 }')
+for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --prompt 1,2,3,4,5,6,7,8,9,10,11,12" \
+         "--steps 4 --attn-chunks 3 --combine steps --prompt 1,2,3,4,5,6,7,8,9,10,11" \
+         "--steps 3 --attn-chunks 1 --combine oproj --prompt $long_prompt"; do
   $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" $g >"$out/check_gen.log" 2>&1
-  rc=$?; row "generation tiny $g vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
+  rc=$?; row "generation tiny ${g:0:60} vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 done
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"

@@ -1,0 +1,174 @@
+// The Python module `amk`: the program pipeline from Python (load, parse, validate, write,
+// generate, run), each call the library's, each failure an amk.Error subclass carrying the
+// error's kind, code, where, detail and exit code. A thin binding: no logic of its own.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+#include "gen/llama.hpp"
+#include "io/load.hpp"
+#include "program/program.hpp"
+#include "session/run_session.hpp"
+#include "verify/verify.hpp"
+
+namespace py = pybind11;
+
+namespace amk {
+namespace {
+
+// Python's json module turns amk's JSON text into plain dicts and back.
+py::object json_loads(const std::string& text) {
+  return py::module_::import("json").attr("loads")(text);
+}
+std::string json_dumps(const py::object& value) {
+  return py::module_::import("json").attr("dumps")(value).cast<std::string>();
+}
+
+py::dict buffer_dict(const Buffer& b) {
+  py::dict d;
+  d["name"] = b.name;
+  d["dtype"] = std::string(dtype_name(b.dtype));
+  d["shape"] = b.shape;
+  d["output"] = b.output;
+  return d;
+}
+
+// The verdict `amk validate --json` gives a valid program.
+py::dict validate(const Program& p) {
+  const VerifySummary s = verify(p);
+  py::dict d;
+  d["status"] = "ok";
+  d["name"] = p.name;
+  d["instructions"] = p.instructions.size();
+  d["critical_path"] = s.critical_path;
+  return d;
+}
+
+DType kv_dtype_of(const std::string& name) {
+  if (name == "bf16") return DType::bf16;
+  if (name == "f32") return DType::f32;
+  throw Error(ErrorKind::usage, "usage.gen.kv_dtype", "kv_dtype", "the KV caches are bf16 or f32");
+}
+
+}  // namespace
+}  // namespace amk
+
+PYBIND11_MODULE(amk, m) {
+  using namespace amk;
+  m.doc() = "amk: megakernel programs from Python (load, validate, generate, run)";
+
+  // amk.Error and one subclass a kind (the module holds them; the translator borrows them).
+  static PyObject* base = py::exception<Error>(m, "Error").ptr();
+  static std::vector<std::pair<ErrorKind, PyObject*>> classes;
+  const std::pair<ErrorKind, const char*> kinds[] = {
+      {ErrorKind::internal, "InternalError"}, {ErrorKind::usage, "UsageError"},
+      {ErrorKind::program, "ProgramError"},   {ErrorKind::io, "IoError"},
+      {ErrorKind::device, "DeviceError"},     {ErrorKind::driver, "DriverError"},
+      {ErrorKind::nvrtc, "CompileError"},     {ErrorKind::launch, "LaunchError"},
+      {ErrorKind::timeout, "TimeoutError"},   {ErrorKind::mismatch, "MismatchError"}};
+  for (const auto& [kind, name] : kinds)
+    classes.emplace_back(kind, py::exception<Error>(m, name, base).ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyObject* cls = base;
+      for (const auto& [kind, c] : classes)
+        if (kind == e.kind()) cls = c;
+      py::object exc = py::reinterpret_borrow<py::object>(cls)(std::string(e.what()));
+      exc.attr("kind") = std::string(kind_name(e.kind()));
+      exc.attr("code") = e.code();
+      exc.attr("where") = e.where();
+      exc.attr("message") = e.message();
+      exc.attr("detail") = e.detail();
+      exc.attr("exit_code") = static_cast<int>(e.exit_code());
+      PyErr_SetObject(cls, exc.ptr());
+    }
+  });
+
+  py::class_<Program>(m, "Program", "a megakernel program (schemas/README.md)")
+      .def_static(
+          "from_json",
+          [](const std::string& text, bool allow_outside, bool trust_custom_ops) {
+            return parse_json_program(text, {allow_outside, trust_custom_ops});
+          },
+          py::arg("text"), py::arg("allow_outside") = false, py::arg("trust_custom_ops") = false,
+          "parse a program from its JSON text")
+      .def_static(
+          "from_dict",
+          [](const py::object& d, bool allow_outside, bool trust_custom_ops) {
+            return parse_json_program(json_dumps(d), {allow_outside, trust_custom_ops});
+          },
+          py::arg("program"), py::arg("allow_outside") = false, py::arg("trust_custom_ops") = false,
+          "a program from a dict of its JSON form")
+      .def_property_readonly("name", [](const Program& p) { return p.name; })
+      .def_property_readonly("buffers",
+                             [](const Program& p) {
+                               py::list l;
+                               for (const Buffer& b : p.buffers) l.append(buffer_dict(b));
+                               return l;
+                             })
+      .def_property_readonly("instruction_count",
+                             [](const Program& p) { return p.instructions.size(); })
+      .def("validate", &validate, "verify the program; its verdict, or raises amk.ProgramError")
+      .def("to_json", &program_to_json, "the canonical JSON text (what amk convert writes)")
+      .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
+
+  m.def(
+      "load",
+      [](const std::string& path, bool allow_outside, bool trust_custom_ops) {
+        return load_program_file(path, {allow_outside, trust_custom_ops});
+      },
+      py::arg("path"), py::arg("allow_outside") = false, py::arg("trust_custom_ops") = false,
+      "read a program file (.json or .amkb)");
+
+  m.def(
+      "run",
+      [](const std::string& path, const std::string& backend, const std::string& out_dir,
+         bool check, std::optional<uint64_t> reseed, bool allow_outside) {
+        RunRequest r;
+        r.program_path = path;
+        r.backend = backend;
+        r.out_dir = out_dir;
+        r.check = check;
+        r.reseed = reseed;
+        r.load.allow_outside_paths = allow_outside;
+        RunResult result;
+        {
+          py::gil_scoped_release unlocked;
+          result = run_program(r);
+        }
+        return json_loads(result.report.dump());
+      },
+      py::arg("path"), py::arg("backend") = "auto", py::arg("out_dir") = "",
+      py::arg("check") = false, py::arg("reseed") = std::nullopt, py::arg("allow_outside") = false,
+      "run a program file as `amk run` does; returns report.json's contents");
+
+  py::module_ generators = m.def_submodule("gen", "program generators");
+  generators.def(
+      "llama",
+      [](const std::string& preset, std::optional<uint32_t> layers, std::optional<uint32_t> context,
+         uint64_t seed, uint32_t steps, const std::vector<int64_t>& prompt, bool all_logits,
+         const std::string& kv_dtype) {
+        gen::LlamaOptions o;
+        o.preset = preset;
+        o.layers = layers;
+        o.context = context;
+        o.seed = seed;
+        o.steps = steps;
+        o.prompt = prompt;
+        o.all_logits = all_logits;
+        o.kv_dtype = kv_dtype_of(kv_dtype);
+        return gen::generate_llama(o);
+      },
+      py::arg("preset") = "tiny", py::arg("layers") = std::nullopt,
+      py::arg("context") = std::nullopt, py::arg("seed") = 0, py::arg("steps") = 0,
+      py::arg("prompt") = std::vector<int64_t>{}, py::arg("all_logits") = false,
+      py::arg("kv_dtype") = "bf16",
+      "a Llama decode-step program (amk gen llama); with steps and prompt, a generation");
+}

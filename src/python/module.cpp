@@ -1,18 +1,25 @@
 // The Python module `amk`: the program pipeline from Python (load, parse, validate, write,
 // generate, run), each call the library's, each failure an amk.Error subclass carrying the
 // error's kind, code, where, detail and exit code. A thin binding: no logic of its own.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "backend/cpu_backend.hpp"
+#include "backend/host_data.hpp"
 #include "core/error.hpp"
 #include "gen/llama.hpp"
 #include "io/load.hpp"
+#include "plan/plan.hpp"
 #include "program/program.hpp"
+#include "session/gpu_session.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
 
@@ -48,6 +55,96 @@ py::dict validate(const Program& p) {
   d["critical_path"] = s.critical_path;
   return d;
 }
+
+// An opened program on the CPU reference backend: its plan and its buffers' bytes, kept across
+// launches; inputs set and outputs read by name as numpy arrays.
+class CpuExecutable {
+public:
+  CpuExecutable(Program program, const LoadOptions& load) : program_(std::move(program)) {
+    verify(program_);
+    buffers_ = materialize_all(program_, load);
+    PlanOptions o;
+    plan_ = make_plan(program_, o);
+  }
+
+  const Program& program() const { return open("program"); }
+
+  void set(const std::string& name, const py::array& array) {
+    const uint32_t i = index(name, "set");
+    const Buffer& b = program_.buffers[i];
+    check_dtype(b, array, "set");
+    std::vector<std::byte>& bytes = buffers_.data[i];
+    if (static_cast<size_t>(array.nbytes()) != bytes.size())
+      throw Error(ErrorKind::usage, "api.size", name,
+                  "buffer '" + name + "' holds " + std::to_string(bytes.size()) +
+                      " bytes; the array has " + std::to_string(array.nbytes()));
+    const py::array c = py::array::ensure(array, py::array::c_style);
+    std::memcpy(bytes.data(), c.data(), bytes.size());
+  }
+
+  py::array get(const std::string& name) const {
+    const uint32_t i = index(name, "get");
+    const Buffer& b = program_.buffers[i];
+    std::vector<py::ssize_t> shape(b.shape.begin(), b.shape.end());
+    py::array out(numpy_dtype(b.dtype), shape);
+    std::memcpy(out.mutable_data(), buffers_.data[i].data(), buffers_.data[i].size());
+    return out;
+  }
+
+  void launch(uint32_t passes) {
+    open("launch");
+    const uint32_t n = passes != 0 ? passes : program_.launch.passes;
+    if (n != program_.launch.passes) check_position_bounds(program_, n);
+    CpuRunOptions o;
+    o.iterations = n;
+    py::gil_scoped_release unlocked;
+    (void)run_cpu(program_, plan_, buffers_, o);
+  }
+
+  void close() {
+    closed_ = true;
+    buffers_ = {};
+  }
+  bool closed() const { return closed_; }
+
+private:
+  const Program& open(const char* call) const {
+    if (closed_) throw Error(ErrorKind::usage, "api.closed", call, "the executable is closed");
+    return program_;
+  }
+  uint32_t index(const std::string& name, const char* call) const {
+    open(call);
+    for (uint32_t i = 0; i < program_.buffers.size(); ++i)
+      if (program_.buffers[i].name == name) return i;
+    throw Error(ErrorKind::usage, "api.buffer", name, "the program has no buffer '" + name + "'");
+  }
+  // numpy's dtype of a buffer: bf16 has none, so its elements are their 16 bits (uint16).
+  static py::dtype numpy_dtype(DType t) {
+    switch (t) {
+      case DType::f32: return py::dtype::of<float>();
+      case DType::f16: return py::dtype("float16");
+      case DType::bf16: return py::dtype::of<uint16_t>();
+      case DType::i32: return py::dtype::of<int32_t>();
+      case DType::u32: return py::dtype::of<uint32_t>();
+      case DType::i64: return py::dtype::of<int64_t>();
+      case DType::u8: return py::dtype::of<uint8_t>();
+    }
+    return py::dtype::of<uint8_t>();
+  }
+  static void check_dtype(const Buffer& b, const py::array& a, const char* call) {
+    if (!numpy_dtype(b.dtype).is(a.dtype()) && !a.dtype().equal(numpy_dtype(b.dtype)))
+      throw Error(ErrorKind::usage, "api.dtype", b.name,
+                  std::string(call) + ": buffer '" + b.name + "' is " +
+                      std::string(dtype_name(b.dtype)) + " (numpy " +
+                      py::str(numpy_dtype(b.dtype)).cast<std::string>() + "); the array is " +
+                      py::str(a.dtype()).cast<std::string>());
+  }
+
+  Program program_;
+  Plan plan_;
+  HostBuffers buffers_;
+  bool closed_ = false;
+};
 
 DType kv_dtype_of(const std::string& name) {
   if (name == "bf16") return DType::bf16;
@@ -119,6 +216,38 @@ PYBIND11_MODULE(amk, m) {
       .def("to_json", &program_to_json, "the canonical JSON text (what amk convert writes)")
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
 
+  py::class_<CpuExecutable>(m, "Executable", "an opened program (the CPU reference backend)")
+      .def_property_readonly("buffers",
+                             [](const CpuExecutable& e) {
+                               py::list l;
+                               for (const Buffer& b : e.program().buffers) l.append(buffer_dict(b));
+                               return l;
+                             })
+      .def("set", &CpuExecutable::set, py::arg("name"), py::arg("array"),
+           "copy a numpy array (the buffer's dtype and byte size) into buffer `name`")
+      .def("get", &CpuExecutable::get, py::arg("name"),
+           "a copy of buffer `name` as a numpy array of its shape (bf16: its uint16 bits)")
+      .def("launch", &CpuExecutable::launch, py::arg("passes") = 0,
+           "run the program's passes (0: launch.passes) over the buffers, in place")
+      .def("close", &CpuExecutable::close)
+      .def_property_readonly("closed", &CpuExecutable::closed)
+      .def("__enter__", [](CpuExecutable& e) -> CpuExecutable& { return e; })
+      .def("__exit__", [](CpuExecutable& e, const py::args&) { e.close(); });
+
+  m.def(
+      "open",
+      [](const py::object& program, const std::string& backend, bool allow_outside) {
+        if (backend != "cpu")
+          throw Error(ErrorKind::usage, "usage.backend", "backend",
+                      "amk.open runs programs on the CPU reference backend (backend='cpu'); "
+                      "the GPU executable is not in the Python module yet");
+        const LoadOptions load{allow_outside, false};
+        if (py::isinstance<Program>(program)) return CpuExecutable(program.cast<Program>(), load);
+        return CpuExecutable(load_program_file(program.cast<std::string>(), load), load);
+      },
+      py::arg("program"), py::arg("backend") = "cpu", py::arg("allow_outside") = false,
+      "open a program (a path or an amk.Program): verified, its initial data built, planned");
+
   m.def(
       "load",
       [](const std::string& path, bool allow_outside, bool trust_custom_ops) {
@@ -148,6 +277,29 @@ PYBIND11_MODULE(amk, m) {
       py::arg("path"), py::arg("backend") = "auto", py::arg("out_dir") = "",
       py::arg("check") = false, py::arg("reseed") = std::nullopt, py::arg("allow_outside") = false,
       "run a program file as `amk run` does; returns report.json's contents");
+
+  m.def(
+      "compile",
+      [](const Program& program, const std::string& arch, std::optional<std::string> cache_dir,
+         bool use_cache, const std::string& cubin, bool explain) {
+        GpuRequest r;
+        r.cache_dir = std::move(cache_dir);
+        r.use_cache = use_cache;
+        CompileOutputs files;
+        files.cubin = cubin;
+        std::ostringstream text;
+        ordered_json j;
+        {
+          py::gil_scoped_release unlocked;
+          j = compile_for_arch(program, arch, r, files, explain, text);
+        }
+        py::dict d = json_loads(j.dump());
+        if (explain) d["explain"] = text.str();
+        return d;
+      },
+      py::arg("program"), py::arg("arch") = "sm_90a", py::arg("cache_dir") = std::nullopt,
+      py::arg("use_cache") = true, py::arg("cubin") = "", py::arg("explain") = false,
+      "compile the program's VM with NVRTC for `arch` (no GPU needed), as amk compile does");
 
   py::module_ generators = m.def_submodule("gen", "program generators");
   generators.def(

@@ -87,3 +87,79 @@ def test_errors_carry_kind_code_where_and_exit_code(tmp_path):
     with pytest.raises(amk.ProgramError) as e:
         amk.Program.from_dict(d).validate()
     assert e.value.where.startswith("/instructions/0")
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_executable_outputs_equal_the_cli(path, tmp_path):
+    r = subprocess.run([AMK, "-q", "run", path, "--backend", "cpu", "-o", str(tmp_path / "cli")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    manifest = json.load(open(tmp_path / "cli" / "manifest.json"))
+    with amk.open(path, backend="cpu") as exe:
+        exe.launch()
+        for entry in manifest["outputs"]:
+            want = np.load(tmp_path / "cli" / entry["file"])
+            got = exe.get(entry["name"])
+            assert got.shape == want.shape and got.tobytes() == want.tobytes(), entry["name"]
+    assert exe.closed
+
+
+def test_executable_inputs_and_generation(tmp_path):
+    # A decode step: another token gives other logits; the same token the same ones again.
+    step = amk.gen.llama(preset="tiny", seed=2)
+    with amk.open(step) as exe:
+        exe.launch()
+        first = exe.get("act.logits").copy()
+        exe.set("token", np.array([7], dtype=np.int32))
+        exe.launch()
+        other = exe.get("act.logits")
+        assert not np.array_equal(first, other)
+        exe.set("token", np.array([1], dtype=np.int32))
+        exe.launch()
+        assert np.array_equal(first, exe.get("act.logits"))
+    # A generation: the ids equal amk generate's.
+    gen = amk.gen.llama(preset="tiny", steps=5, prompt=[3, 5, 7], seed=4)
+    with amk.open(gen) as exe:
+        exe.launch()
+        ids = exe.get("ids").ravel().tolist()
+    cli = cli_json("generate", "--steps", "5", "--prompt", "3,5,7", "--seed", "4", "--backend", "cpu")
+    assert ids[-5:] == cli["ids"]
+
+
+def test_executable_refusals():
+    exe = amk.open(SAMPLES[0])
+    name = exe.buffers[0]["name"]
+    with pytest.raises(amk.UsageError) as e:
+        exe.get("no such buffer")
+    assert e.value.code == "api.buffer"
+    want = exe.get(name)
+    with pytest.raises(amk.UsageError) as e:
+        exe.set(name, np.zeros(want.size + 1, dtype=want.dtype))
+    assert e.value.code == "api.size"
+    other = np.int64 if want.dtype != np.int64 else np.int32
+    with pytest.raises(amk.UsageError) as e:
+        exe.set(name, np.zeros(want.shape, dtype=other))
+    assert e.value.code == "api.dtype"
+    exe.close()
+    with pytest.raises(amk.UsageError) as e:
+        exe.launch()
+    assert e.value.code == "api.closed"
+    with pytest.raises(amk.UsageError) as e:
+        amk.open(SAMPLES[0], backend="cuda")
+    assert e.value.code == "usage.backend"
+
+
+def test_compile_for_sm90a(tmp_path):
+    p = amk.load(SAMPLES[0])
+    try:
+        r = amk.compile(p, cache_dir=str(tmp_path), explain=True)
+    except amk.DeviceError as e:
+        pytest.skip(f"built without the CUDA toolkit: {e}")
+    assert (r["status"], r["arch"], r["kernel"]) == ("ok", "sm_90a", "amk_vm")
+    assert r["cubin_bytes"] > 0 and not r["cache_hit"]
+    assert "vm config" in r["explain"]
+    again = amk.compile(p, cache_dir=str(tmp_path))
+    assert again["cache_hit"] and again["fingerprint"] == r["fingerprint"]
+    with pytest.raises(amk.UsageError) as e:
+        amk.compile(p, arch="sm_10")
+    assert e.value.code == "usage.arch"

@@ -311,6 +311,20 @@ gen_bench() {  # gen_bench NAME -- bench_generate.py arguments
 }
 gen_bench gen1b -- --preset llama-3.2-1b --weights "$d/llama1b.safetensors" --sweep
 [ "${AMK_DECODE:-1}" = 1 ] && gen_bench gen8b -- --preset llama-3.1-8b
+# The baselines on the same 1B weights: PyTorch + CUDA graph (one step a replay, the prompt fed
+# token by token as amk does) and transformers generate() (batched prefill), new tokens/s.
+if [ "${AMK_TORCH:-1}" = 1 ]; then
+  for n in 32 960; do
+    timeout 300 $py scripts/torch_generate.py --weights "$d/llama1b.safetensors" --prompt-len $n \
+      --steps 128 --samples 3 --out "$out/torch_generate_1b_$n.json" >/dev/null 2>"$out/torch_generate_1b_$n.log"
+    rc=$?
+    if [ $rc = 0 ]; then
+      row "1B $n + 128 baselines (new tokens/s)" "$(tail -1 "$out/torch_generate_1b_$n.log")"
+    else
+      row "1B $n + 128 baselines" "FAIL (exit $rc)"; tail -3 "$out/torch_generate_1b_$n.log"
+    fi
+  done
+fi
 fi
 fi  # AMK_BENCH
 

@@ -163,3 +163,12 @@ def test_compile_for_sm90a(tmp_path):
     with pytest.raises(amk.UsageError) as e:
         amk.compile(p, arch="sm_10")
     assert e.value.code == "usage.arch"
+
+
+def test_stubs_name_every_public_call():
+    stubs = open(os.path.join(os.path.dirname(amk.__file__), "amk.pyi")).read()
+    for name in (n for n in dir(amk) if not n.startswith("_")):
+        assert f"class {name}" in stubs or f"def {name}(" in stubs, name
+    for cls in (amk.Program, amk.Executable, amk.gen):
+        for name in (n for n in dir(cls) if not n.startswith("_")):
+            assert f"def {name}(" in stubs, f"{cls.__name__}.{name}"

@@ -84,15 +84,29 @@ class Llama:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * self.cos + rot * self.sin
 
+    def qkv(self, x, l):
+        """Layer l's q [1, nh, 1, hd], k and v [1, nkv, 1, hd] of x, q and k rotated."""
+        p = f"model.layers.{l}."
+        xn = self.rmsnorm(x, self.t[p + "input_layernorm.weight"])
+        q = F.linear(xn, self.w(p + "self_attn.q_proj.weight")).view(1, self.nh, 1, self.hd)
+        k = F.linear(xn, self.w(p + "self_attn.k_proj.weight")).view(1, self.nkv, 1, self.hd)
+        v = F.linear(xn, self.w(p + "self_attn.v_proj.weight")).view(1, self.nkv, 1, self.hd)
+        return self.rope(q), self.rope(k), v
+
+    def after_attention(self, x, a, l):
+        """Layer l's output: o_proj of the attention a [1, nh, 1, hd] plus x, then the MLP plus
+        that."""
+        p = f"model.layers.{l}."
+        h = F.linear(a.reshape(1, self.nh * self.hd), self.w(p + "self_attn.o_proj.weight")) + x
+        hn = self.rmsnorm(h, self.t[p + "post_attention_layernorm.weight"])
+        g = F.linear(hn, self.w(p + "mlp.gate_proj.weight"))
+        u = F.linear(hn, self.w(p + "mlp.up_proj.weight"))
+        return F.linear(F.silu(g) * u, self.w(p + "mlp.down_proj.weight")) + h
+
     def step(self):
         x = F.embedding(self.token, self.embed).to(self.dt)  # [1, H]
         for l in range(self.L):
-            p = f"model.layers.{l}."
-            xn = self.rmsnorm(x, self.t[p + "input_layernorm.weight"])
-            q = F.linear(xn, self.w(p + "self_attn.q_proj.weight")).view(1, self.nh, 1, self.hd)
-            k = F.linear(xn, self.w(p + "self_attn.k_proj.weight")).view(1, self.nkv, 1, self.hd)
-            v = F.linear(xn, self.w(p + "self_attn.v_proj.weight")).view(1, self.nkv, 1, self.hd)
-            q, k = self.rope(q), self.rope(k)
+            q, k, v = self.qkv(x, l)
             self.k[l][:, :, self.pos : self.pos + 1] = k.to(self.k[l].dtype)
             self.v[l][:, :, self.pos : self.pos + 1] = v.to(self.v[l].dtype)
             kc, vc = self.k[l].to(self.dt), self.v[l].to(self.dt)
@@ -100,11 +114,7 @@ class Llama:
                 kc = kc.repeat_interleave(self.group, dim=1)
                 vc = vc.repeat_interleave(self.group, dim=1)
             a = F.scaled_dot_product_attention(q, kc, vc)  # one query: no mask needed
-            h = F.linear(a.reshape(1, self.nh * self.hd), self.w(p + "self_attn.o_proj.weight")) + x
-            hn = self.rmsnorm(h, self.t[p + "post_attention_layernorm.weight"])
-            g = F.linear(hn, self.w(p + "mlp.gate_proj.weight"))
-            u = F.linear(hn, self.w(p + "mlp.up_proj.weight"))
-            x = F.linear(F.silu(g) * u, self.w(p + "mlp.down_proj.weight")) + h
+            x = self.after_attention(x, a, l)
         xf = self.rmsnorm(x, self.t["model.norm.weight"])
         head = self.head if self.dt == torch.bfloat16 else self.head.to(self.dt)
         logits = F.linear(xf, head)

@@ -56,8 +56,9 @@ def gqa_attention():
 
 
 class GraphLlama(torch_baseline.Llama):
-    """torch_baseline's Llama (its rmsnorm, rope, w) with the position, the token, the prompt
-    and the generated ids as device tensors: step() runs one pass without a host sync."""
+    """torch_baseline's Llama (its qkv and after_attention halves of a layer) with the position,
+    the token, the prompt and the generated ids as device tensors: step() runs one pass without
+    a host sync."""
 
     def __init__(self, t, cfg, prompt, passes, attend):
         self.cfg, self.dt, self.t, self.attend = cfg, torch.bfloat16, t, attend
@@ -97,20 +98,11 @@ class GraphLlama(torch_baseline.Llama):
         mask = (self.positions <= pos).view(1, 1, 1, self.T)  # the valid cache rows
         x = F.embedding(self.cur, self.embed)  # [1, H]
         for l in range(self.L):
-            p = f"model.layers.{l}."
-            xn = self.rmsnorm(x, self.t[p + "input_layernorm.weight"])
-            q = F.linear(xn, self.w(p + "self_attn.q_proj.weight")).view(1, self.nh, 1, self.hd)
-            k = F.linear(xn, self.w(p + "self_attn.k_proj.weight")).view(1, self.nkv, 1, self.hd)
-            v = F.linear(xn, self.w(p + "self_attn.v_proj.weight")).view(1, self.nkv, 1, self.hd)
-            q, k = self.rope(q), self.rope(k)
+            q, k, v = self.qkv(x, l)
             self.k[l].index_copy_(2, pos, k)  # row pos of [1, nkv, T, hd]
             self.v[l].index_copy_(2, pos, v)
             a = self.attend(q, self.k[l], self.v[l], mask)  # [1, nh, 1, hd]
-            h = F.linear(a.reshape(1, self.nh * self.hd), self.w(p + "self_attn.o_proj.weight")) + x
-            hn = self.rmsnorm(h, self.t[p + "post_attention_layernorm.weight"])
-            g = F.linear(hn, self.w(p + "mlp.gate_proj.weight"))
-            u = F.linear(hn, self.w(p + "mlp.up_proj.weight"))
-            x = F.linear(F.silu(g) * u, self.w(p + "mlp.down_proj.weight")) + h
+            x = self.after_attention(x, a, l)
         logits = F.linear(self.rmsnorm(x, self.t["model.norm.weight"]), self.head)  # [1, vocab]
         tok = torch.argmax(logits, dim=-1)  # [1], the first largest
         self.ids.index_copy_(0, pos, tok)

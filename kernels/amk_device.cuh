@@ -391,18 +391,6 @@ __device__ __forceinline__ amk_position amk_op_position(const amk_instruction_t&
 
 constexpr uint32_t kAmkPrefetchChunkBytes = 32768;  // bytes per bulk prefetch request
 // [p, p + bytes) into L2, whole 16-byte units inside the range only (the range is in bounds).
-// The cached rows [lo, hi) of its k / v views (`rows` rows) that an attention_decode with the
-// position operand attends at position p: those below p from `start` (param 8) on, narrowed to
-// the chunk's share (params 9-11, amk_attn_share_of); `last`: it also takes the new row.
-__device__ __forceinline__ amk_attn_share amk_attn_rows_at(const amk_instruction_t& ins, uint64_t p,
-                                                           uint64_t rows) {
-  const uint64_t start = ins.params[8];
-  const uint64_t used = p <= start ? 0 : min(rows, p - start);
-  amk_attn_share s = amk_attn_share_of(used, ins.params[9], ins.params[10], ins.params[11]);
-  s.last = s.last && p >= start && p - start < rows;
-  return s;
-}
-
 __device__ __forceinline__ void amk_prefetch_l2(const unsigned char* p, uint64_t bytes) {
 #if __CUDA_ARCH__ >= 900
   uint64_t a = (reinterpret_cast<uint64_t>(p) + 15) & ~15ull;

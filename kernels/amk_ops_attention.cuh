@@ -23,7 +23,8 @@ __device__ __forceinline__ bool amk_attn_positioned(const amk_device_program_t& 
   if (!amk_operand(ins, 6).present()) return false;
   const amk_position pos = amk_attn_position(ins);
   if (amk_position_failed(prog, ins, pos)) return true;
-  const amk_attn_share share = amk_attn_rows_at(ins, pos.value, k.n / hd);
+  const amk_attn_share share = amk_attn_rows_at(pos.value, k.n / hd, ins.params[8], ins.params[9],
+                                                ins.params[10], ins.params[11]);
   k.ptr += share.lo * hd * amk_dtype_size(k.dtype);
   v.ptr += share.lo * hd * amk_dtype_size(v.dtype);
   k.n = v.n = static_cast<uint32_t>((share.hi - share.lo) * hd);

@@ -111,7 +111,8 @@ __device__ __forceinline__ void amk_prefetch_streams(const amk_device_program_t&
         const amk_position pos = amk_op_position(ins, 6, 2);
         if (!pos.ok) return;
         const amk_view k = amk_operand(ins, 1), v = amk_operand(ins, 2);
-        const amk_attn_share share = amk_attn_rows_at(ins, pos.value, k.n / hd);
+        const amk_attn_share share = amk_attn_rows_at(
+            pos.value, k.n / hd, ins.params[8], ins.params[9], ins.params[10], ins.params[11]);
         const uint64_t rows = share.hi - share.lo;
         amk_prefetch_l2(k.ptr + share.lo * hd * amk_dtype_size(k.dtype),
                         min(rows * hd * amk_dtype_size(k.dtype), limit));

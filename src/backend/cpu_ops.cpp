@@ -533,15 +533,13 @@ void run_attention_decode(const Context& c) {
   const uint64_t position = op_position(c, 6, 2);
   View k = k_all, v = v_all, k_new = k_new_op, v_new = v_new_op;
   if (pos.present) {  // the attended rows follow the position
-    const uint64_t start = c.param_word(8), rows = k.extent / hd;
-    const uint64_t used = position <= start ? 0 : std::min(rows, position - start);
     const amk_attn_share share =
-        amk_attn_share_of(used, c.param_word(9), c.param_word(10), c.param_word(11));
+        amk_attn_rows_at(position, k.extent / hd, c.param_word(8), c.param_word(9),
+                         c.param_word(10), c.param_word(11));
     k.base += share.lo * hd * dtype_size(k.dtype);
     v.base += share.lo * hd * dtype_size(v.dtype);
     k.extent = v.extent = (share.hi - share.lo) * hd;
-    const bool holds = share.last && position >= start && position - start < rows;
-    if (!holds) k_new.present = v_new.present = false;
+    if (!share.last) k_new.present = v_new.present = false;
   }
   const uint64_t group = q.extent / hd, cached = k.extent / hd;
   const uint64_t len = cached + (k_new.present ? 1 : 0);

@@ -132,7 +132,7 @@ private:
     return py::dtype::of<uint8_t>();
   }
   static void check_dtype(const Buffer& b, const py::array& a, const char* call) {
-    if (!numpy_dtype(b.dtype).is(a.dtype()) && !a.dtype().equal(numpy_dtype(b.dtype)))
+    if (!a.dtype().equal(numpy_dtype(b.dtype)))
       throw Error(ErrorKind::usage, "api.dtype", b.name,
                   std::string(call) + ": buffer '" + b.name + "' is " +
                       std::string(dtype_name(b.dtype)) + " (numpy " +

@@ -390,8 +390,7 @@ private:
           fail("verify.param", "/params/parts",
                "parts splits the rows below a position operand; this instruction has none");
         const uint64_t rows = extent(1) / hd;
-        const uint64_t most =
-            part_rows == 0 ? parts : std::max<uint64_t>(parts, (rows + part_rows - 1) / part_rows);
+        const uint64_t most = amk_attn_shares(rows, parts, part_rows);
         if (parts != 0 && part >= most)
           fail("verify.param", "/params/part",
                "part = " + std::to_string(part) + " is never a share: at most " +

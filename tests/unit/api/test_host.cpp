@@ -15,7 +15,7 @@ using namespace amk::detail;
 
 namespace {
 
-const std::string kSample = AMK_SOURCE_DIR "/samples/elementwise_chain.json";
+const std::string kChain = AMK_SOURCE_DIR "/samples/elementwise_chain.json";
 
 // The usage error `f` throws, checked for its code and place.
 void check_usage(const std::function<void()>& f, const std::string& code,
@@ -38,19 +38,19 @@ std::vector<std::byte> bytes_of(const std::vector<float>& v) {
 
 TEST_CASE("load_for_open loads and verifies the program; bad options are refused first") {
   OpenOptions o;
-  const OpenedProgram opened = load_for_open(kSample, o);
+  const OpenedProgram opened = load_for_open(kChain, o);
   CHECK(opened.program.name == "elementwise_chain");
   CHECK(opened.vm.empty());
 
   o.vm = "gemv_ring_stages=3";
-  CHECK(load_for_open(kSample, o).vm.size() == 1);
+  CHECK(load_for_open(kChain, o).vm.size() == 1);
   o.vm = "no_such_field=1";
   check_usage([&] { (void)load_for_open("/nonexistent.json", o); }, "usage.vm", "vm");
   o.vm.clear();
   o.timeout_ms = 0;
   check_usage([&] { (void)load_for_open("/nonexistent.json", o); }, "api.timeout", "timeout_ms");
   o.timeout_ms = kMaxTimeoutMs + 1;
-  check_usage([&] { (void)load_for_open(kSample, o); }, "api.timeout", "timeout_ms");
+  check_usage([&] { (void)load_for_open(kChain, o); }, "api.timeout", "timeout_ms");
   o.timeout_ms = 1000;
   const auto missing = test::error_of([&] { (void)load_for_open("/nonexistent.json", o); });
   REQUIRE(missing);
@@ -58,7 +58,7 @@ TEST_CASE("load_for_open loads and verifies the program; bad options are refused
 }
 
 TEST_CASE("the book describes every buffer: dtype, shape, bytes, output, written") {
-  const BufferBook book(load_for_open(kSample, {}).program);
+  const BufferBook book(load_for_open(kChain, {}).program);
   const std::vector<BufferInfo>& b = book.infos();
   REQUIRE(b.size() == 6);
   CHECK(b[0].name == "a");
@@ -76,7 +76,7 @@ TEST_CASE("the book describes every buffer: dtype, shape, bytes, output, written
 }
 
 TEST_CASE("unknown buffer, wrong size or dtype, null host pointer: usage errors naming the call") {
-  const BufferBook book(load_for_open(kSample, {}).program);
+  const BufferBook book(load_for_open(kChain, {}).program);
   const auto unknown = test::error_of([&] { (void)book.find("nope", "read_output"); });
   REQUIRE(unknown);
   CHECK(unknown->code() == "api.buffer");
@@ -92,7 +92,7 @@ TEST_CASE("unknown buffer, wrong size or dtype, null host pointer: usage errors 
 }
 
 TEST_CASE("bind pointers: null and off the 16-byte boundary are refused") {
-  const BufferBook book(load_for_open(kSample, {}).program);
+  const BufferBook book(load_for_open(kChain, {}).program);
   check_usage([&] { book.check_bind(5, 0); }, "api.bind.pointer", "out");
   check_usage([&] { book.check_bind(5, 0x7f0000001008); }, "api.bind.alignment", "out");
   check_usage([&] { book.check_bind(5, 0x7f0000001001); }, "api.bind.alignment", "out");
@@ -100,7 +100,7 @@ TEST_CASE("bind pointers: null and off the 16-byte boundary are refused") {
 }
 
 TEST_CASE("set_input's fingerprints: an upload is skipped only for the bytes last uploaded") {
-  BufferBook book(load_for_open(kSample, {}).program);
+  BufferBook book(load_for_open(kChain, {}).program);
   std::vector<float> a(2048, 1.0f);
   auto first = book.needs_upload(0, bytes_of(a));  // nothing known yet: upload
   REQUIRE(first);

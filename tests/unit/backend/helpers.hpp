@@ -22,9 +22,13 @@
 #include "backend/host_data.hpp"
 #include "core/numeric.hpp"
 #include "core/error.hpp"
+#include "ops/registry.hpp"
 #include "program/program.hpp"
 
 namespace amk::test {
+
+// An op's id as the instruction field holds it.
+constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
 // A fresh directory under the system temp dir, removed with everything in it.
 class TempDir {

@@ -19,8 +19,6 @@ using namespace amk::test;
 
 namespace {
 
-constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
-
 using Fixture = HostFixture;
 
 // ||got - want|| / ||want|| over the whole vectors.

@@ -23,8 +23,6 @@ using namespace amk::test;
 
 namespace {
 
-constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
-
 using Fixture = HostFixture;
 
 std::vector<float> randoms(size_t n, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {

@@ -20,8 +20,6 @@ using namespace amk::test;
 
 namespace {
 
-constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
-
 using Fixture = HostFixture;
 
 // v rounded to dtype t, as the op's store does.

@@ -18,8 +18,6 @@ using namespace amk::test;
 
 namespace {
 
-constexpr uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
-
 Plan make_plan_by_hand(std::vector<amk_instruction_t> instructions,
                        const std::vector<std::vector<uint32_t>>& queues, uint32_t n_counters) {
   Plan plan;

@@ -13,8 +13,10 @@
 #include <spdlog/spdlog.h>
 
 #include "core/phase_log.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
+using amk_test::contains;
 
 namespace {
 
@@ -32,10 +34,6 @@ struct Capture {
   ~Capture() { spdlog::set_default_logger(previous); }
   std::string text() const { return out.str(); }
 };
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 size_t count(const std::string& s, const std::string& part) {
   size_t n = 0;

@@ -8,8 +8,10 @@
 
 #include "core/error.hpp"
 #include "device/device.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
+using amk_test::contains;
 
 namespace {
 
@@ -72,10 +74,6 @@ Program program() {
   p.name = "t";
   p.launch.block = 256;
   return p;
-}
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
 }
 
 // Runs prove_coresidency and returns the thrown error (code + message), or "" if none.

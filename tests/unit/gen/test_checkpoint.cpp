@@ -18,25 +18,15 @@
 #include "gen/checkpoint.hpp"
 #include "gen/llama.hpp"
 #include "plan/plan.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using amk_test::read_text;
+using amk_test::write_text;
 
 namespace {
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("amk_test_ckpt_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // The error `f` throws (FAILs when none).
 Error error_of(const std::function<void()>& f) {
@@ -75,19 +65,10 @@ json small_config() {
           {"torch_dtype", "bfloat16"}};
 }
 
-void write_text(const fs::path& file, const std::string& text) {
-  std::ofstream(file, std::ios::binary) << text;
-}
-
-std::string read_bytes(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 // Writes `names` of the safetensors file `src` (header `h`) into `dst`.
 void copy_tensors(const fs::path& src, const gen::SafetensorsHeader& h,
                   const std::vector<std::string>& names, const fs::path& dst) {
-  const std::string data = read_bytes(src);
+  const std::string data = read_text(src);
   std::vector<gen::TensorSpec> specs;
   std::string body;
   for (const auto& n : names) {
@@ -257,13 +238,13 @@ TEST_CASE("config.json: what the generator cannot build is refused naming the ke
 
 TEST_CASE("checkpoint folders, one file and sharded: the same logits on the CPU as the config's "
           "seeded program") {
-  TempDir dir;
+  amk_test::ScratchDir dir("ckpt");
   const gen::LlamaConfig cfg = gen::parse_hf_config(small_config().dump(), "config.json");
   const gen::LlamaOptions o = options_for(cfg);
-  const std::vector<std::byte> want = cpu_logits(gen::generate_llama(o), dir.path);
+  const std::vector<std::byte> want = cpu_logits(gen::generate_llama(o), dir.path());
   for (const int shards : {1, 3}) {
     CAPTURE(shards);
-    const fs::path ck = dir.path / ("ck" + std::to_string(shards));
+    const fs::path ck = dir.path() / ("ck" + std::to_string(shards));
     write_checkpoint(ck, small_config(), o, shards);
     const gen::HfCheckpoint h = gen::read_hf_checkpoint(ck);
     CHECK(h.index.empty() == (shards == 1));
@@ -278,26 +259,26 @@ TEST_CASE("checkpoint folders, one file and sharded: the same logits on the CPU 
 }
 
 TEST_CASE("tied embeddings: tie_word_embeddings true, or no lm_head.weight in the checkpoint") {
-  TempDir dir;
+  amk_test::ScratchDir dir("ckpt");
   json config = small_config();
   config["tie_word_embeddings"] = true;
   const gen::LlamaConfig cfg = gen::parse_hf_config(config.dump(), "config.json");
   const gen::LlamaOptions o = options_for(cfg);
-  const std::vector<std::byte> want = cpu_logits(gen::generate_llama(o), dir.path);
-  write_checkpoint(dir.path / "tied", config, o, 2);
-  CHECK(cpu_logits(program_from(dir.path / "tied"), dir.path / "tied") == want);
+  const std::vector<std::byte> want = cpu_logits(gen::generate_llama(o), dir.path());
+  write_checkpoint(dir.path() / "tied", config, o, 2);
+  CHECK(cpu_logits(program_from(dir.path() / "tied"), dir.path() / "tied") == want);
   // The same weights with tie_word_embeddings false: tied all the same (no lm_head.weight).
-  write_text(dir.path / "tied" / "config.json", small_config().dump());
-  const gen::HfCheckpoint h = gen::read_hf_checkpoint(dir.path / "tied");
+  write_text(dir.path() / "tied" / "config.json", small_config().dump());
+  const gen::HfCheckpoint h = gen::read_hf_checkpoint(dir.path() / "tied");
   CHECK(h.cfg.tied_embeddings);
-  CHECK(cpu_logits(program_from(dir.path / "tied"), dir.path / "tied") == want);
+  CHECK(cpu_logits(program_from(dir.path() / "tied"), dir.path() / "tied") == want);
 }
 
 TEST_CASE("checkpoint refusals: missing or misshapen tensors, a missing shard, a bad index") {
-  TempDir dir;
+  amk_test::ScratchDir dir("ckpt");
   const gen::LlamaConfig cfg = gen::parse_hf_config(small_config().dump(), "config.json");
   const gen::LlamaOptions o = options_for(cfg);
-  const fs::path one = dir.path / "one", sh = dir.path / "sh";
+  const fs::path one = dir.path() / "one", sh = dir.path() / "sh";
   write_checkpoint(one, small_config(), o, 1);
   write_checkpoint(sh, small_config(), o, 2);
   const std::string q = "model.layers.1.self_attn.q_proj.weight";
@@ -323,7 +304,7 @@ TEST_CASE("checkpoint refusals: missing or misshapen tensors, a missing shard, a
           (one / "model.safetensors").string() + ": tensor 'model.layers.0.mlp.gate_proj.weight'");
   }
   SUBCASE("a tensor the index does not map") {
-    json index = json::parse(read_bytes(sh / "model.safetensors.index.json"));
+    json index = json::parse(read_text(sh / "model.safetensors.index.json"));
     index["weight_map"].erase(q);
     write_text(sh / "model.safetensors.index.json", index.dump());
     const Error e = error_of([&] { (void)program_from(sh); });
@@ -331,7 +312,7 @@ TEST_CASE("checkpoint refusals: missing or misshapen tensors, a missing shard, a
     CHECK(e.where() == (sh / "model.safetensors.index.json").string() + ": tensor '" + q + "'");
   }
   SUBCASE("the index maps a tensor to a shard without it") {
-    json index = json::parse(read_bytes(sh / "model.safetensors.index.json"));
+    json index = json::parse(read_text(sh / "model.safetensors.index.json"));
     const std::string other = index["weight_map"][q] == "model-00001.safetensors"
                                   ? "model-00002.safetensors"
                                   : "model-00001.safetensors";

@@ -21,6 +21,7 @@
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
 namespace fs = std::filesystem;
@@ -118,19 +119,6 @@ void check_layout_refused(const gen::LlamaOptions& o,
     CHECK(code == "usage.gen.layout");
   }
 }
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("amk_test_gen_" + std::to_string(::getpid()));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 }  // namespace
 
@@ -606,7 +594,7 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
     return;
   }
-  TempDir dir;
+  amk_test::ScratchDir dir("gen");
   gen::LlamaOptions o;
   const auto r = gen::resolve_llama(o);
   std::vector<gen::TensorSpec> t = gen::llama_tensors(r.cfg, r.context);
@@ -620,9 +608,9 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
     std::string zeros(data, '\0');
     f.write(zeros.data(), zeros.size());
   };
-  write(t, dir.path / "good.safetensors");
+  write(t, dir.path() / "good.safetensors");
   Program p = gen::generate_llama(o);
-  gen::use_safetensors(p, gen::read_safetensors_header(dir.path / "good.safetensors"),
+  gen::use_safetensors(p, gen::read_safetensors_header(dir.path() / "good.safetensors"),
                        "good.safetensors", gen::KvFromFile::when_present);
   for (const auto& b : p.buffers) {
     if (b.name.rfind("model.", 0) == 0 || b.name == "lm_head.weight") {
@@ -636,28 +624,28 @@ TEST_CASE("weights from safetensors: header checked against the preset") {
   std::string code;
   auto bad = t;
   bad[2].shape = {64, 100};  // q_proj of layer 0
-  write(bad, dir.path / "bad_shape.safetensors");
+  write(bad, dir.path() / "bad_shape.safetensors");
   Program p2 = gen::generate_llama(o);
   CHECK(kind_of(
             [&] {
-              gen::use_safetensors(p2,
-                                   gen::read_safetensors_header(dir.path / "bad_shape.safetensors"),
-                                   "bad_shape.safetensors", gen::KvFromFile::when_present);
+              gen::use_safetensors(
+                  p2, gen::read_safetensors_header(dir.path() / "bad_shape.safetensors"),
+                  "bad_shape.safetensors", gen::KvFromFile::when_present);
             },
             &code) == ErrorKind::program);
   CHECK(code == "gen.weights.shape");
   auto missing = t;
   missing.pop_back();  // lm_head.weight (tiny is untied)
-  write(missing, dir.path / "missing.safetensors");
+  write(missing, dir.path() / "missing.safetensors");
   CHECK(kind_of(
             [&] {
               gen::use_safetensors(p2,
-                                   gen::read_safetensors_header(dir.path / "missing.safetensors"),
+                                   gen::read_safetensors_header(dir.path() / "missing.safetensors"),
                                    "missing.safetensors", gen::KvFromFile::when_present);
             },
             &code) == ErrorKind::program);
   CHECK(code == "gen.weights.missing");
-  CHECK(kind_of([&] { (void)gen::read_safetensors_header(dir.path / "nope.safetensors"); }) ==
+  CHECK(kind_of([&] { (void)gen::read_safetensors_header(dir.path() / "nope.safetensors"); }) ==
         ErrorKind::io);
 }
 
@@ -666,17 +654,17 @@ TEST_CASE("tiny: --write-weights, then a CPU run from the file matches the rando
     MESSAGE("rope / kv_append / attention ops not in the registry yet: skipped");
     return;
   }
-  TempDir dir;
+  amk_test::ScratchDir dir("gen");
   gen::LlamaOptions o;
   o.seed = 7;
   const auto r = gen::resolve_llama(o);
   const Program random = gen::generate_llama(o);
   Program p = random;
-  gen::write_llama_safetensors(p, r, o, dir.path / "w.safetensors", "w.safetensors", 2);
-  const auto header = gen::read_safetensors_header(dir.path / "w.safetensors");
+  gen::write_llama_safetensors(p, r, o, dir.path() / "w.safetensors", "w.safetensors", 2);
+  const auto header = gen::read_safetensors_header(dir.path() / "w.safetensors");
   CHECK(header.tensors.size() == gen::llama_tensors(r.cfg, r.context).size());
   CHECK(header.metadata.count("amk.config") == 1);
-  p.base_dir = dir.path.string();
+  p.base_dir = dir.path().string();
   verify(p);
   // Same numbers from the file as from the seeded inits.
   for (uint32_t i = 0; i < p.buffers.size(); ++i) {

@@ -210,11 +210,7 @@ Program small_program() {
   return p;
 }
 
-LoadOptions trusted() {
-  LoadOptions o;
-  o.trust_custom_ops = true;
-  return o;
-}
+constexpr LoadOptions kTrusting{.allow_outside_paths = false, .trust_custom_ops = true};
 
 uint32_t rd32(const Bytes& b, size_t at) {
   uint32_t v;
@@ -260,7 +256,7 @@ void fix_checksums(Bytes& b) {
 }
 
 // Parses and returns the error code ("" when it parsed).
-std::string code_of(const Bytes& b, const LoadOptions& o = trusted()) {
+std::string code_of(const Bytes& b, const LoadOptions& o = kTrusting) {
   try {
     (void)parse_amkb_program(b, o);
   } catch (const Error& e) {
@@ -270,7 +266,7 @@ std::string code_of(const Bytes& b, const LoadOptions& o = trusted()) {
   return "";
 }
 
-Error error_of(const Bytes& b, const LoadOptions& o = trusted()) {
+Error error_of(const Bytes& b, const LoadOptions& o = kTrusting) {
   try {
     (void)parse_amkb_program(b, o);
   } catch (const Error& e) {
@@ -281,7 +277,7 @@ Error error_of(const Bytes& b, const LoadOptions& o = trusted()) {
 }
 
 // Writes a program (the writer does not validate) and returns the reader's code.
-std::string code_of_program(const Program& p, const LoadOptions& o = trusted()) {
+std::string code_of_program(const Program& p, const LoadOptions& o = kTrusting) {
   return code_of(program_to_amkb(p), o);
 }
 
@@ -292,7 +288,7 @@ std::string code_of_program(const Program& p, const LoadOptions& o = trusted()) 
 TEST_CASE("rich program round-trips losslessly") {
   const Program p = rich_program();
   const Bytes file = program_to_amkb(p);
-  const Program q = parse_amkb_program(file, trusted());
+  const Program q = parse_amkb_program(file, kTrusting);
   CHECK(q == p);
   CHECK(q.buffers[10].init.data.size() == 300);
   CHECK(q.tma[4].box[2] == 256);
@@ -307,13 +303,13 @@ TEST_CASE("launch passes, carried waits and operand slot 6 round-trip") {
   p.launch.passes = 70000;  // past 16 bits
   p.instructions[0].waits.push_back({0, 1, true});
   const Bytes file = program_to_amkb(p);
-  const Program q = parse_amkb_program(file, trusted());
+  const Program q = parse_amkb_program(file, kTrusting);
   CHECK(q.launch.passes == 70000);
   REQUIRE(!q.instructions[0].waits.empty());
   CHECK(q.instructions[0].waits.back().carried);
   CHECK(q == p);
   // One pass is stored as the zero bytes of files from before the field.
-  CHECK(parse_amkb_program(one, trusted()).launch.passes == 1);
+  CHECK(parse_amkb_program(one, kTrusting).launch.passes == 1);
   p.launch.passes = 0;
   std::string code;
   try {
@@ -705,7 +701,7 @@ TEST_CASE("custom ops need trust") {
   Error e = error_of(b, LoadOptions{});
   CHECK(e.code() == "custom.untrusted");
   CHECK(e.where().rfind("section META byte ", 0) == 0);
-  CHECK(code_of(b, trusted()).empty());
+  CHECK(code_of(b, kTrusting).empty());
 }
 
 // ---- corruption: INSTR -------------------------------------------------------------------------
@@ -875,7 +871,7 @@ TEST_CASE("files from before gemv grew norm/w2/eps still load, with the new slot
   for (uint32_t k = 0; k < 3; ++k) a.params[k] = 0;
   std::memcpy(b.data() + instr + 9 * 256, &a, sizeof a);
   fix_checksums(b);
-  const Program back = parse_amkb_program(b, trusted());
+  const Program back = parse_amkb_program(b, kTrusting);
   CHECK(back == p);  // empty norm/w2, eps = its default 1e-5
 
   // Fewer slots than the op's required ones is still refused.
@@ -901,7 +897,7 @@ TEST_CASE(
   a.params[0] = 0;
   std::memcpy(b.data() + instr + k * 256, &a, sizeof a);
   fix_checksums(b);
-  const Program back = parse_amkb_program(b, trusted());
+  const Program back = parse_amkb_program(b, kTrusting);
   CHECK(back == p);  // no value, no index_map, base = its default 0
   a.n_operands = 1;  // the index is required
   std::memcpy(b.data() + instr + k * 256, &a, sizeof a);

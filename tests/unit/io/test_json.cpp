@@ -16,6 +16,7 @@
 #include "core/numeric.hpp"
 #include "io/load.hpp"
 #include "ops/registry.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
 using json = nlohmann::json;
@@ -807,24 +808,6 @@ TEST_CASE("a program of many instructions round-trips through JSON") {
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() /
-           ("amk_test_io_json_" +
-            std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  void write(const fs::path& rel, const std::string& text) const {
-    fs::create_directories((path / rel).parent_path());
-    std::ofstream(path / rel, std::ios::binary) << text;
-  }
-};
-
 std::string with_npy_path(const std::string& p) {
   return minimal({{"buffers", json::array({{{"name", "b"},
                                             {"dtype", "f32"},
@@ -835,41 +818,41 @@ std::string with_npy_path(const std::string& p) {
 }  // namespace
 
 TEST_CASE("load_program_file: encodings, base_dir, read errors") {
-  TempDir dir;
-  dir.write("prog/p.json", kRich);
-  const Program p = load_program_file(dir.path / "prog" / "p.json", trusted());
+  amk_test::ScratchDir dir("io_json");
+  amk_test::write_text(dir.path() / "prog/p.json", kRich);
+  const Program p = load_program_file(dir.path() / "prog" / "p.json", trusted());
   CHECK(p == parse_rich());
-  CHECK(fs::path(p.base_dir) == (dir.path / "prog").lexically_normal());
+  CHECK(fs::path(p.base_dir) == (dir.path() / "prog").lexically_normal());
 
   // The extension does not matter; the magic does.
-  dir.write("prog/p.amkb", minimal());
-  CHECK(load_program_file(dir.path / "prog" / "p.amkb").name == "m");
-  dir.write("prog/q.json", std::string("AMKB\x01\x00\x00\x00", 8));
-  Failure f = catch_error([&] { (void)load_program_file(dir.path / "prog" / "q.json"); });
+  amk_test::write_text(dir.path() / "prog/p.amkb", minimal());
+  CHECK(load_program_file(dir.path() / "prog" / "p.amkb").name == "m");
+  amk_test::write_text(dir.path() / "prog/q.json", std::string("AMKB\x01\x00\x00\x00", 8));
+  Failure f = catch_error([&] { (void)load_program_file(dir.path() / "prog" / "q.json"); });
   CHECK(f.code.rfind("amkb.", 0) == 0);  // went to the binary reader
 
-  f = catch_error([&] { (void)load_program_file(dir.path / "nope.json"); });
+  f = catch_error([&] { (void)load_program_file(dir.path() / "nope.json"); });
   CHECK(f.code == "io.missing");
   CHECK(f.kind == ErrorKind::io);
-  f = catch_error([&] { (void)load_program_file(dir.path / "prog"); });
+  f = catch_error([&] { (void)load_program_file(dir.path() / "prog"); });
   CHECK(f.code == "io.read");
   CHECK(f.kind == ErrorKind::io);
-  dir.write("bad.json", "{\"format\": }");
-  f = catch_error([&] { (void)load_program_file(dir.path / "bad.json"); });
+  amk_test::write_text(dir.path() / "bad.json", "{\"format\": }");
+  f = catch_error([&] { (void)load_program_file(dir.path() / "bad.json"); });
   CHECK(f.code == "json.syntax");
   CHECK(f.where == "byte 12");
 }
 
 TEST_CASE("data paths may not leave the program's folder") {
-  TempDir dir;
-  dir.write("prog/data/w.npy", "x");
-  fs::create_directories(dir.path / "outside");
-  fs::create_symlink(dir.path / "outside", dir.path / "prog" / "link_out");
-  fs::create_symlink(dir.path / "prog" / "data", dir.path / "prog" / "link_in");
+  amk_test::ScratchDir dir("io_json");
+  amk_test::write_text(dir.path() / "prog/data/w.npy", "x");
+  fs::create_directories(dir.path() / "outside");
+  fs::create_symlink(dir.path() / "outside", dir.path() / "prog" / "link_out");
+  fs::create_symlink(dir.path() / "prog" / "data", dir.path() / "prog" / "link_in");
 
   auto load = [&](const std::string& data_path, LoadOptions o = {}) {
-    dir.write("prog/p.json", with_npy_path(data_path));
-    return catch_error([&] { (void)load_program_file(dir.path / "prog" / "p.json", o); });
+    amk_test::write_text(dir.path() / "prog/p.json", with_npy_path(data_path));
+    return catch_error([&] { (void)load_program_file(dir.path() / "prog" / "p.json", o); });
   };
   CHECK(load("data/w.npy").code == "<no error>");
   CHECK(load("data/not_yet_written.npy").code == "<no error>");  // existence is checked later
@@ -877,7 +860,7 @@ TEST_CASE("data paths may not leave the program's folder") {
   CHECK(load("data/../data/w.npy").code == "<no error>");
   for (const std::string& bad : std::vector<std::string>{
            "../outside/w.npy", "data/../../w.npy", "link_out/w.npy", "link_out/deeper/x.npy",
-           (dir.path / "prog/data/w.npy").string(), std::string("/etc/passwd")}) {
+           (dir.path() / "prog/data/w.npy").string(), std::string("/etc/passwd")}) {
     const Failure f = load(bad);
     INFO(bad, ": ", f.code, " ", f.message);
     CHECK(f.code == "path.escape");
@@ -891,7 +874,7 @@ TEST_CASE("data paths may not leave the program's folder") {
   CHECK(load("/etc/passwd", allow).code == "<no error>");
 
   Program p;
-  p.base_dir = (dir.path / "prog").string();
+  p.base_dir = (dir.path() / "prog").string();
   Failure f = catch_error([&] { (void)resolve_data_path(p, "", "/x", {}); });
   CHECK(f.code == "path.empty");
   CHECK(f.where == "/x");
@@ -901,28 +884,18 @@ TEST_CASE("data paths may not leave the program's folder") {
   CHECK(f.code == "init.path");
   CHECK(f.where == "/buffers/0/init/path");
   CHECK(resolve_data_path(p, "data/w.npy", "/x", {}) ==
-        fs::weakly_canonical(dir.path / "prog" / "data" / "w.npy"));
+        fs::weakly_canonical(dir.path() / "prog" / "data" / "w.npy"));
   CHECK(resolve_data_path(p, "link_in/w.npy", "/x", {}) ==
-        fs::weakly_canonical(dir.path / "prog" / "data" / "w.npy"));
+        fs::weakly_canonical(dir.path() / "prog" / "data" / "w.npy"));
 }
 
 // ---- the documentation and the schema keep up with the code ----
 
-namespace {
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 TEST_CASE("schemas/README.md documents every op and every error code") {
-  const std::string readme = read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "README.md");
+  const std::string readme =
+      amk_test::read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "README.md");
   const std::string schema =
-      read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "program.schema.json");
+      amk_test::read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "program.schema.json");
   REQUIRE_FALSE(readme.empty());
   REQUIRE_FALSE(schema.empty());
   for (const OpSig& op : builtin_ops()) {
@@ -1015,7 +988,8 @@ TEST_CASE("schemas/README.md documents every op and every error code") {
 }
 
 TEST_CASE("the worked example in schemas/README.md is a valid program") {
-  const std::string readme = read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "README.md");
+  const std::string readme =
+      amk_test::read_text(fs::path(AMK_SOURCE_DIR) / "schemas" / "README.md");
   const size_t section = readme.find("## Worked example");
   REQUIRE(section != std::string::npos);
   const size_t begin = readme.find("```json\n", section);

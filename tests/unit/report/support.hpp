@@ -1,5 +1,6 @@
-// Helpers shared by the report tests: a scratch folder, file reading, a file size limit (a full
-// disk), and running the system Python (numpy / jsonschema checks are skipped when it or the module is missing).
+// Helpers shared by the report tests (with common/files.hpp): a file size limit (a full disk),
+// and running the system Python (numpy / jsonschema checks are skipped when it or the module is
+// missing).
 #pragma once
 
 #include <sys/resource.h>
@@ -16,48 +17,13 @@
 #include <string>
 #include <vector>
 
+#include "common/files.hpp"
+
 namespace amk_test {
 
 namespace fs = std::filesystem;
 
 inline constexpr const char* kPython = "/usr/bin/python3";
-
-class ScratchDir {
-public:
-  explicit ScratchDir(const std::string& tag) {
-    static int counter = 0;
-    path_ = fs::temp_directory_path() / ("amk_report_" + tag + "_" + std::to_string(::getpid()) +
-                                         "_" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ScratchDir(const ScratchDir&) = delete;
-  ScratchDir& operator=(const ScratchDir&) = delete;
-  ~ScratchDir() {
-    std::error_code ec;
-    // A test may have made a folder read-only; give the permissions back before removing.
-    for (auto it = fs::recursive_directory_iterator(path_, ec); !ec && it != fs::end(it);
-         it.increment(ec))
-      fs::permissions(it->path(), fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  [[nodiscard]] const fs::path& path() const { return path_; }
-
-private:
-  fs::path path_;
-};
-
-inline std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-inline std::vector<std::byte> read_bytes(const fs::path& p) {
-  const std::string s = read_text(p);
-  std::vector<std::byte> out(s.size());
-  for (size_t i = 0; i < s.size(); ++i) out[i] = static_cast<std::byte>(s[i]);
-  return out;
-}
 
 // Runs a command, returns (exit status, stdout).
 inline std::pair<int, std::string> run_capture(const std::string& command) {

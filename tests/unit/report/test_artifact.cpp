@@ -20,9 +20,12 @@ namespace fs = std::filesystem;
 using amk::ArtifactRecord;
 using amk::Error;
 using amk::ErrorKind;
+using amk_test::contains;
+using amk_test::entries;
 using amk_test::FileSizeLimit;
 using amk_test::read_text;
 using amk_test::ScratchDir;
+using amk_test::write_text;
 
 namespace {
 
@@ -46,17 +49,6 @@ ArtifactRecord sample_record() {
   return r;
 }
 
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-void write(const fs::path& p, const std::string& text) {
-  std::ofstream(p, std::ios::binary) << text;
-}
-
 template <typename F>
 Error expect_error(F&& f) {
   try {
@@ -68,10 +60,6 @@ Error expect_error(F&& f) {
   return Error(ErrorKind::internal, "", "", "");
 }
 
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
-
 // The record of a written artifact with one field replaced (or removed: `value` discarded).
 void rewrite_record(const fs::path& cubin, const std::string& key, const nlohmann::json& value) {
   const fs::path rec = amk::artifact_record_path(cubin);
@@ -80,7 +68,7 @@ void rewrite_record(const fs::path& cubin, const std::string& key, const nlohman
     j.erase(key);
   else
     j[key] = value;
-  write(rec, j.dump(2));
+  write_text(rec, j.dump(2));
 }
 
 }  // namespace
@@ -193,9 +181,9 @@ TEST_CASE("artifact: every difference from the expected record is listed in one 
 
   SUBCASE("a cubin that is not the one its record names") {
     // Rewritten in place after amk compile (or a crash between the two renames).
-    write(cubin, std::string("\x7f"
-                             "ELF") +
-                     std::string(300, 'x'));
+    write_text(cubin, std::string("\x7f"
+                                  "ELF") +
+                          std::string(300, 'x'));
     const amk::LoadedArtifact changed = amk::read_artifact(cubin);
     const std::vector<std::string> m = amk::artifact_mismatches(changed, sample_record());
     REQUIRE(m.size() == 2);
@@ -220,11 +208,11 @@ TEST_CASE("artifact: a malformed record is refused with its place") {
   };
 
   SUBCASE("not JSON") {
-    write(rec, "{\"format\": \"amk.cubin\", ");
+    write_text(rec, "{\"format\": \"amk.cubin\", ");
     CHECK(contains(refused("io.artifact.syntax", rec), "is not JSON (byte"));
   }
   SUBCASE("not an object") {
-    write(rec, "[1, 2]");
+    write_text(rec, "[1, 2]");
     refused("io.artifact.syntax", rec);
   }
   SUBCASE("another format") {
@@ -280,9 +268,9 @@ TEST_CASE("artifact: a missing or unreadable file is refused with its path") {
   // No cubin.
   CHECK(contains(refused("io.missing", cubin), "no such cubin"));
   // A cubin without its record: the message says what writes it.
-  write(cubin, std::string("\x7f"
-                           "ELF") +
-                   std::string(60, '\0'));
+  write_text(cubin, std::string("\x7f"
+                                "ELF") +
+                        std::string(60, '\0'));
   CHECK(contains(refused("io.missing", dir.path() / "vm.cubin.json"), "amk compile PROGRAM -o"));
   // A folder where the cubin should be.
   fs::remove(cubin);

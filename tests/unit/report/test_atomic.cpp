@@ -10,18 +10,12 @@
 #include "support.hpp"
 
 namespace fs = std::filesystem;
+using amk_test::entries;
 using amk_test::FileSizeLimit;
 using amk_test::read_text;
 using amk_test::ScratchDir;
 
 namespace {
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // Runs f, expecting an io.write error about `path`; returns its message.
 template <typename F>

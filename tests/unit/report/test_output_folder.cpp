@@ -18,34 +18,16 @@
 
 namespace fs = std::filesystem;
 using amk::OutputFolder;
+using amk_test::entries;
 using amk_test::read_text;
 using amk_test::ScratchDir;
+using amk_test::snapshot;
+using amk_test::write_text;
 
 namespace {
 
 // Above any pid_max (2^22): never a live process.
 constexpr const char* kDeadPid = "99999999";
-
-void write(const fs::path& p, const std::string& text) {
-  fs::create_directories(p.parent_path());
-  std::ofstream(p, std::ios::binary) << text;
-}
-
-// Every file and folder under `dir` (relative path -> contents): its state, byte for byte.
-std::map<std::string, std::string> snapshot(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    out[fs::relative(e.path(), dir).generic_string()] =
-        e.is_regular_file() ? read_text(e.path()) : "<folder>";
-  return out;
-}
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
 
 // A folder as a run leaves it: a manifest naming `files`, the files, and a report.
 void write_run(const fs::path& staging, const std::string& tag,
@@ -53,14 +35,15 @@ void write_run(const fs::path& staging, const std::string& tag,
   nlohmann::json m = {{"schema_version", 1}, {"program", tag}, {"program_fingerprint", tag}};
   m["outputs"] = nlohmann::json::array();
   for (const auto& f : files) {
-    write(staging / f, tag + " " + f);
+    write_text(staging / f, tag + " " + f);
     m["outputs"].push_back({{"file", f}});
   }
-  write(staging / "manifest.json", m.dump());
-  write(staging / "report.json",
-        nlohmann::json{
-            {"schema_version", 1}, {"amk_version", "test"}, {"command", "run"}, {"status", "ok"}}
-            .dump());
+  write_text(staging / "manifest.json", m.dump());
+  write_text(staging / "report.json", nlohmann::json{{"schema_version", 1},
+                                                     {"amk_version", "test"},
+                                                     {"command", "run"},
+                                                     {"status", "ok"}}
+                                          .dump());
 }
 
 void run_into(const fs::path& dir, const std::string& tag, const std::vector<std::string>& files,
@@ -112,8 +95,8 @@ TEST_CASE("an earlier run's folder is replaced as a whole") {
   const fs::path dir = scratch.path() / "out";
   run_into(dir, "one", {"a.npy", "b.npy", "inputs/x.npy"});
   // An older amk's temporary file and a file of an earlier program stay only until the swap.
-  write(dir / ".amk-tmp-1-0", "partial");
-  write(dir / "stale.npy", "stale");
+  write_text(dir / ".amk-tmp-1-0", "partial");
+  write_text(dir / "stale.npy", "stale");
   ::chmod(dir.c_str(), 0750);
 
   for (const bool exchange : {true, false}) {
@@ -137,7 +120,7 @@ TEST_CASE("an empty folder or one with only an earlier failed run's report is am
   CHECK(read_text(scratch.path() / "empty/y.npy") == "one y.npy");
 
   // (An older amk wrote a failed run's report into the folder.)
-  write(scratch.path() / "failed/report.json", R"({"schema_version": 1, "amk_version": "0.9",
+  write_text(scratch.path() / "failed/report.json", R"({"schema_version": 1, "amk_version": "0.9",
       "command": "run", "status": "error"})");
   run_into(scratch.path() / "failed", "one", {"y.npy"});
   CHECK(entries(scratch.path() / "failed") ==
@@ -150,25 +133,25 @@ TEST_CASE("a folder that is not amk's is refused before anything is written") {
   std::string msg;
 
   SUBCASE("a user's files") {
-    write(dir / "notes.txt", "keep me");
+    write_text(dir / "notes.txt", "keep me");
     msg = expect_refusal([&] { OutputFolder folder(dir); });
     CHECK_MESSAGE(msg.find("'notes.txt' is not an amk output") != std::string::npos, msg);
   }
   SUBCASE("a manifest.json that is not amk's") {
-    write(dir / "manifest.json", R"({"name": "my project"})");
-    write(dir / "a.npy", "data");
+    write_text(dir / "manifest.json", R"({"name": "my project"})");
+    write_text(dir / "a.npy", "data");
     msg = expect_refusal([&] { OutputFolder folder(dir); });
     CHECK_MESSAGE(msg.find("'manifest.json' is not an amk output") != std::string::npos, msg);
   }
   SUBCASE(".npy files without amk's manifest or report") {
-    write(dir / "a.npy", "data");
+    write_text(dir / "a.npy", "data");
     msg = expect_refusal([&] { OutputFolder folder(dir); });
     CHECK_MESSAGE(msg.find("holds no manifest.json or report.json of amk") != std::string::npos,
                   msg);
   }
   SUBCASE("an amk folder with a user's file added") {
     run_into(dir, "one", {"y.npy"});
-    write(dir / "notes.txt", "keep me");
+    write_text(dir / "notes.txt", "keep me");
     msg = expect_refusal([&] { OutputFolder folder(dir); });
     CHECK_MESSAGE(msg.find("'notes.txt' is not an amk output") != std::string::npos, msg);
   }
@@ -183,7 +166,7 @@ TEST_CASE("a folder that is not amk's is refused before anything is written") {
     CHECK_MESSAGE(msg.find("'link.npy' is not an amk output") != std::string::npos, msg);
   }
   SUBCASE("a file") {
-    write(dir, "a file");
+    write_text(dir, "a file");
     msg = expect_refusal([&] { OutputFolder folder(dir); });
     CHECK(msg.find("it is not a folder") != std::string::npos);
   }
@@ -212,7 +195,7 @@ TEST_CASE("a folder that stops being amk's during the run is not replaced") {
   {
     OutputFolder folder(dir);
     write_run(folder.staging(), "two", {"y.npy"});
-    write(dir / "notes.txt", "added during the run");
+    write_text(dir / "notes.txt", "added during the run");
     const auto before = snapshot(dir);
     expect_refusal([&] { folder.commit(); });
     CHECK(snapshot(dir) == before);
@@ -242,12 +225,12 @@ TEST_CASE("what killed runs left beside the folder is cleaned up by the next run
 
   SUBCASE("staging folders and old contents of processes that are gone") {
     run_into(dir, "one", {"y.npy"});
-    write(scratch.path() / (".out.amk-new-" + dead + "-0123456789abcdef/y.npy"), "partial");
-    write(scratch.path() / (".out.amk-old-" + dead + "-0123456789abcdef/y.npy"), "older");
+    write_text(scratch.path() / (".out.amk-new-" + dead + "-0123456789abcdef/y.npy"), "partial");
+    write_text(scratch.path() / (".out.amk-old-" + dead + "-0123456789abcdef/y.npy"), "older");
     // A live process's (pid 1 is always there): a concurrent run; another folder's; not amk's.
-    write(scratch.path() / ".out.amk-new-1-0123456789abcdef/y.npy", "running");
-    write(scratch.path() / (".other.amk-new-" + dead + "-0123456789abcdef/y.npy"), "other");
-    write(scratch.path() / ".out.amk-new-x/y.npy", "unknown");
+    write_text(scratch.path() / ".out.amk-new-1-0123456789abcdef/y.npy", "running");
+    write_text(scratch.path() / (".other.amk-new-" + dead + "-0123456789abcdef/y.npy"), "other");
+    write_text(scratch.path() / ".out.amk-new-x/y.npy", "unknown");
     {
       OutputFolder folder(dir);
       std::vector<std::string> want = {

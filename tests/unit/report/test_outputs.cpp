@@ -20,8 +20,10 @@ namespace fs = std::filesystem;
 using amk::DType;
 using amk::HostBuffers;
 using amk::Program;
+using amk_test::entries;
 using amk_test::read_bytes;
 using amk_test::ScratchDir;
+using amk_test::snapshot;
 
 namespace {
 
@@ -80,22 +82,6 @@ std::set<std::string> files_under(const fs::path& dir) {
   for (const auto& e : fs::recursive_directory_iterator(dir))
     if (e.is_regular_file()) out.insert(fs::relative(e.path(), dir).generic_string());
   return out;
-}
-
-// Every file under `dir` (relative path -> contents): a folder's state, byte for byte.
-std::map<std::string, std::string> file_contents(const fs::path& dir) {
-  std::map<std::string, std::string> out;
-  for (const auto& e : fs::recursive_directory_iterator(dir))
-    out[fs::relative(e.path(), dir).generic_string()] =
-        e.is_regular_file() ? amk_test::read_text(e.path()) : "<folder>";
-  return out;
-}
-
-std::vector<std::string> entries(const fs::path& dir) {
-  std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 std::vector<std::string> manifest_files(const nlohmann::json& m, const char* section) {
@@ -195,7 +181,7 @@ TEST_CASE("write_outputs that fails part-way leaves the previous folder as it wa
   const Program p = sample_program();
   const HostBuffers initial = sample_data(0);
   amk::write_outputs(dir, p, initial);  // a previous successful run
-  const std::map<std::string, std::string> before = file_contents(dir);
+  const std::map<std::string, std::string> before = snapshot(dir);
 
   // Every file is 128 + a few bytes; with the limit the first one already fails, and so would
   // a disk that is full.
@@ -210,7 +196,7 @@ TEST_CASE("write_outputs that fails part-way leaves the previous folder as it wa
       CHECK_MESSAGE(e.message().find("File too large") != std::string::npos, e.message());
     }
   }
-  CHECK(file_contents(dir) == before);
+  CHECK(snapshot(dir) == before);
   // Nothing beside the folder either: the staging folder is gone.
   CHECK(entries(scratch.path()) == std::vector<std::string>{"out"});
 
@@ -231,7 +217,7 @@ TEST_CASE("write_outputs needs only the outputs' contents") {
     if (!p.buffers[i].output) outputs_only.data[i].clear();  // as a GPU run downloads them
   (void)amk::write_outputs(scratch.path() / "all", p, all);
   (void)amk::write_outputs(scratch.path() / "outs", p, outputs_only);
-  CHECK(file_contents(scratch.path() / "all") == file_contents(scratch.path() / "outs"));
+  CHECK(snapshot(scratch.path() / "all") == snapshot(scratch.path() / "outs"));
   // An output left empty is still refused.
   HostBuffers no_output = sample_data(7);
   no_output.data[0].clear();

@@ -18,14 +18,16 @@
 #include "session/run_session.hpp"
 
 #include "backend/helpers.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
 using namespace amk::test;
 namespace fs = std::filesystem;
+using amk_test::read_text;
 
 namespace {
 
-constexpr uint64_t kN = 64;
+constexpr uint64_t kValues = 64;
 
 // x (from x.npy) and w (random) -> y = 3x, z = x + y, u = w * x: three f32 outputs.
 std::string program_text(const std::string& x_path) {
@@ -51,17 +53,12 @@ std::string program_text(const std::string& x_path) {
 })";
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-// The f32 values of a .npy file of kN elements (the data is its last kN * 4 bytes).
+// The f32 values of a .npy file of kValues elements (the data is its last kValues * 4 bytes).
 std::vector<float> read_npy_f32(const fs::path& p) {
   const std::string s = read_text(p);
-  REQUIRE(s.size() > kN * 4);
-  std::vector<std::byte> data(kN * 4);
-  std::memcpy(data.data(), s.data() + s.size() - kN * 4, kN * 4);
+  REQUIRE(s.size() > kValues * 4);
+  std::vector<std::byte> data(kValues * 4);
+  std::memcpy(data.data(), s.data() + s.size() - kValues * 4, kValues * 4);
   return values_of<float>(data);
 }
 
@@ -86,11 +83,11 @@ std::set<std::string> files_under(const fs::path& dir) {
 // A program folder: the program and its x.npy of random non-zero values.
 struct Fixture {
   TempDir dir;
-  std::vector<float> x = nonzero_floats(kN, 5);
+  std::vector<float> x = nonzero_floats(kValues, 5);
   fs::path program = dir / "p.json";
 
   Fixture() {
-    const uint64_t shape[] = {kN};
+    const uint64_t shape[] = {kValues};
     write_bytes(dir / "x.npy", encode_npy(DType::f32, shape, bytes_of(x)));
     std::ofstream(program) << program_text("x.npy");
   }
@@ -120,7 +117,7 @@ TEST_CASE("run_program on the CPU writes the outputs, the inputs and report.json
   const std::vector<float> y = read_npy_f32(out / "y.npy");
   const std::vector<float> z = read_npy_f32(out / "z.npy");
   const std::vector<float> u = read_npy_f32(out / "u.npy");
-  for (uint64_t i = 0; i < kN; ++i) {
+  for (uint64_t i = 0; i < kValues; ++i) {
     CHECK(w[i] >= 0.5f);
     CHECK(y[i] == doctest::Approx(3.0 * f.x[i]));
     CHECK(z[i] == doctest::Approx(4.0 * f.x[i]));

@@ -6,15 +6,13 @@
 #include "verify/verify.hpp"
 
 #include "common/program_builder.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
+using amk_test::contains;
 using namespace amk::test;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // Two blocks, each waiting first for a signal the other sends only later.
 Builder crossed_program() {

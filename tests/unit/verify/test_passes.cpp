@@ -10,15 +10,13 @@
 #include "verify/verify.hpp"
 
 #include "common/program_builder.hpp"
+#include "common/files.hpp"
 
 using namespace amk;
+using amk_test::contains;
 using namespace amk::test;
 
 namespace {
-
-bool contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 // The params given, then the signature's defaults for the rest.
 void set_params(Instruction& ins, std::vector<uint32_t> params) {

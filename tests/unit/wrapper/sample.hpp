@@ -2,6 +2,9 @@
 #pragma once
 
 #include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "wrapper/wrapper.hpp"
 
@@ -12,6 +15,12 @@ inline const std::filesystem::path kWrapperSampleDir =
 
 inline WrapperProgram sample_wrapper() {
   return load_wrapper_file(kWrapperSampleDir / "wrapper.json");
+}
+
+// The sample's JSON text as a JSON value (tests edit it and load the result).
+inline nlohmann::json sample_wrapper_json() {
+  std::ifstream in(kWrapperSampleDir / "wrapper.json");
+  return nlohmann::json::parse(in);
 }
 
 }  // namespace amk::test

@@ -26,7 +26,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSampleDir = test::kWrapperSampleDir;
 using Bytes = std::vector<std::byte>;
 
 uint32_t rd32(const Bytes& b, size_t at) {
@@ -123,7 +122,7 @@ Bytes with_meta(const Bytes& f, F&& edit) {
   return assemble(parts);
 }
 
-WrapperProgram decode(const Bytes& f, const fs::path& dir = kSampleDir) {
+WrapperProgram decode(const Bytes& f, const fs::path& dir = test::kWrapperSampleDir) {
   return parse_amkb_wrapper(f, dir);
 }
 
@@ -209,7 +208,7 @@ json every_kind() {
 }  // namespace
 
 TEST_CASE("the sample converts to .amkb and back without loss, canonically") {
-  const WrapperProgram w = load_wrapper_file(kSampleDir / "wrapper.json");
+  const WrapperProgram w = load_wrapper_file(test::kWrapperSampleDir / "wrapper.json");
   const Bytes f = wrapper_to_amkb(w);
   CHECK(std::memcmp(f.data(), "AMKW\r\n\x1a\n", 8) == 0);
   CHECK(is_wrapper_amkb(std::string_view(reinterpret_cast<const char*>(f.data()), f.size())));
@@ -255,7 +254,7 @@ TEST_CASE("a program with every kind of package array round-trips through .amkb"
 }
 
 TEST_CASE("a damaged header is refused with its code and byte") {
-  const Bytes good = wrapper_to_amkb(load_wrapper_file(kSampleDir / "wrapper.json"));
+  const Bytes good = wrapper_to_amkb(load_wrapper_file(test::kWrapperSampleDir / "wrapper.json"));
   const auto patched = [&](size_t at, uint32_t v, bool fix = true) {
     Bytes f = good;
     put32(f, at, v);
@@ -299,7 +298,7 @@ TEST_CASE("a damaged header is refused with its code and byte") {
 }
 
 TEST_CASE("a damaged section table or section is refused with its code and byte") {
-  const Bytes good = wrapper_to_amkb(load_wrapper_file(kSampleDir / "wrapper.json"));
+  const Bytes good = wrapper_to_amkb(load_wrapper_file(test::kWrapperSampleDir / "wrapper.json"));
   const size_t meta_entry = 64, package_entry = 96;
   const uint64_t package_at = rd64(good, package_entry + 8);
   const auto entry = [&](size_t at, uint64_t v, bool wide) {
@@ -330,10 +329,11 @@ TEST_CASE("a damaged section table or section is refused with its code and byte"
 }
 
 TEST_CASE("SOURCE, META and PACKAGE contents are checked, located in their section") {
-  const Bytes sample = wrapper_to_amkb(load_wrapper_file(kSampleDir / "wrapper.json"));
+  const Bytes sample = wrapper_to_amkb(load_wrapper_file(test::kWrapperSampleDir / "wrapper.json"));
   json inline_src = every_kind();
   inline_src["package"].erase("global_staging");  // no data file needed
-  const Bytes good = wrapper_to_amkb(parse_json_wrapper(inline_src.dump(), kSampleDir));
+  const Bytes good =
+      wrapper_to_amkb(parse_json_wrapper(inline_src.dump(), test::kWrapperSampleDir));
   auto parts = split(good);
   const uint64_t source_at = rd64(good, 96 + 8);
   const uint64_t meta_at = rd64(good, 64 + 8);
@@ -399,7 +399,7 @@ TEST_CASE("SOURCE, META and PACKAGE contents are checked, located in their secti
 TEST_CASE("kind detection: a wrapper .amkb is a wrapper file; the VM loader refuses it by kind") {
   const fs::path dir = fs::temp_directory_path() / "amk_test_wrapper_amkb_kind";
   fs::create_directories(dir);
-  const Bytes f = wrapper_to_amkb(parse_json_wrapper(every_kind().dump(), kSampleDir));
+  const Bytes f = wrapper_to_amkb(parse_json_wrapper(every_kind().dump(), test::kWrapperSampleDir));
   std::ofstream(dir / "w.bin", std::ios::binary)
       .write(reinterpret_cast<const char*>(f.data()), static_cast<std::streamsize>(f.size()));
   std::ofstream(dir / "coords.bin", std::ios::binary) << std::string(16, '\x07');

@@ -23,14 +23,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kSampleDir = test::kWrapperSampleDir;
-
-json sample() {
-  std::ifstream in(kSampleDir / "wrapper.json");
-  return json::parse(in);
-}
-
-WrapperSummary check(const json& j, const fs::path& dir = kSampleDir) {
+WrapperSummary check(const json& j, const fs::path& dir = test::kWrapperSampleDir) {
   return check_wrapper(parse_json_wrapper(j.dump(), dir));
 }
 
@@ -47,8 +40,8 @@ json i32_array(std::initializer_list<int32_t> values) {
 }
 
 // check_wrapper on `j` fails with `code` at `where` (the file itself loads).
-void refuses(const json& j, const std::string& code, const std::string& where) {
-  const WrapperProgram w = parse_json_wrapper(j.dump(), kSampleDir);
+void check_refuses(const json& j, const std::string& code, const std::string& where) {
+  const WrapperProgram w = parse_json_wrapper(j.dump(), test::kWrapperSampleDir);
   try {
     (void)check_wrapper(w);
     FAIL("passed; expected " << code << " at " << where);
@@ -62,7 +55,7 @@ void refuses(const json& j, const std::string& code, const std::string& where) {
 }  // namespace
 
 TEST_CASE("the sample wrapper passes the structural checks") {
-  const WrapperSummary s = check(sample());
+  const WrapperSummary s = check(test::sample_wrapper_json());
   CHECK(s.instruction_count == 4);
   CHECK(s.slot_count == 4);
   CHECK(s.comm_count == 0);
@@ -71,36 +64,36 @@ TEST_CASE("the sample wrapper passes the structural checks") {
 }
 
 TEST_CASE("queues lie within the instruction records, one entry per queue") {
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["package"]["queue_lengths"] = i32_array({2, 3});
-  refuses(j, "wrapper.package.queue_range", "/package/queue_offsets");
+  check_refuses(j, "wrapper.package.queue_range", "/package/queue_offsets");
   j["package"]["queue_lengths"] = i32_array({2, 2});
   j["package"]["queue_offsets"] = i32_array({0, 3});
-  refuses(j, "wrapper.package.queue_range", "/package/queue_offsets");
+  check_refuses(j, "wrapper.package.queue_range", "/package/queue_offsets");
   j["package"]["queue_offsets"] = i32_array({0, -1});
-  refuses(j, "wrapper.package.negative", "/package/queue_offsets");
+  check_refuses(j, "wrapper.package.negative", "/package/queue_offsets");
   j["package"]["queue_offsets"] = i32_array({0});
-  refuses(j, "wrapper.package.queue_count", "/package/queue_offsets/count");
+  check_refuses(j, "wrapper.package.queue_count", "/package/queue_offsets/count");
   j["package"]["queue_offsets"] = i32_array({0, 2});
   j["package"]["queue_lengths"] = i32_array({2, 2, 0});
-  refuses(j, "wrapper.package.queue_count", "/package/queue_lengths/count");
+  check_refuses(j, "wrapper.package.queue_count", "/package/queue_lengths/count");
   // i64 offsets and an empty queue are fine.
-  j = sample();
+  j = test::sample_wrapper_json();
   j["package"]["queue_offsets"] = {{"dtype", "i64"}, {"count", 2}, {"data", b64<int64_t>({0, 4})}};
   j["package"]["queue_lengths"] = i32_array({4, 0});
   CHECK(check(j).instruction_count == 4);
 }
 
 TEST_CASE("barrier-init ranges lie within barrier_init_indices") {
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["package"]["barrier_init_lengths"] = i32_array({1, 2});
-  refuses(j, "wrapper.package.barrier_init_range", "/package/barrier_init_offsets");
+  check_refuses(j, "wrapper.package.barrier_init_range", "/package/barrier_init_offsets");
   j["package"]["barrier_init_lengths"] = i32_array({1});
-  refuses(j, "wrapper.package.barrier_init_count", "/package/barrier_init_lengths/count");
+  check_refuses(j, "wrapper.package.barrier_init_count", "/package/barrier_init_lengths/count");
   j["package"]["barrier_init_offsets"] = i32_array({0});
-  refuses(j, "wrapper.package.barrier_init_count", "/package/barrier_init_offsets/count");
+  check_refuses(j, "wrapper.package.barrier_init_count", "/package/barrier_init_offsets/count");
   // No barrier inits at all is fine.
-  j = sample();
+  j = test::sample_wrapper_json();
   j["package"].erase("barrier_init_offsets");
   j["package"].erase("barrier_init_lengths");
   j["package"].erase("barrier_init_indices");
@@ -108,15 +101,15 @@ TEST_CASE("barrier-init ranges lie within barrier_init_indices") {
 }
 
 TEST_CASE("record sizes divide their arrays") {
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["package"]["instructions"]["record_bytes"] = 24;
-  refuses(j, "wrapper.package.record_bytes", "/package/instructions/record_bytes");
-  j = sample();
+  check_refuses(j, "wrapper.package.record_bytes", "/package/instructions/record_bytes");
+  j = test::sample_wrapper_json();
   j["package"]["task_coords"]["record_bytes"] = 12;
-  refuses(j, "wrapper.package.record_bytes", "/package/task_coords/record_bytes");
-  j = sample();
+  check_refuses(j, "wrapper.package.record_bytes", "/package/task_coords/record_bytes");
+  j = test::sample_wrapper_json();
   j["package"]["comms"] = {{"dtype", "u8"}, {"count", 40}};
-  refuses(j, "wrapper.package.record_bytes", "/package/comms/record_bytes");
+  check_refuses(j, "wrapper.package.record_bytes", "/package/comms/record_bytes");
 }
 
 TEST_CASE("flags are reset only when a comm record is an HBM send or receive") {
@@ -128,7 +121,7 @@ TEST_CASE("flags are reset only when a comm record is an HBM send or receive") {
     std::memcpy(bytes.data() + sizeof r, &r, sizeof r);
     return json{{"dtype", "u8"}, {"count", bytes.size()}, {"data", base64_encode(bytes)}};
   };
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["package"]["comms"] = comms(2);
   WrapperSummary s = check(j);
   CHECK(s.comm_count == 2);
@@ -140,33 +133,33 @@ TEST_CASE("flags are reset only when a comm record is an HBM send or receive") {
 }
 
 TEST_CASE("the launch is checked against the target snapshot") {
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["launch"]["dynamic_smem_bytes"] = 232449;
-  refuses(j, "wrapper.launch.dynamic_smem_bytes", "/launch/dynamic_smem_bytes");
-  j = sample();
+  check_refuses(j, "wrapper.launch.dynamic_smem_bytes", "/launch/dynamic_smem_bytes");
+  j = test::sample_wrapper_json();
   j["target"]["cluster_launch"] = false;
-  refuses(j, "wrapper.launch.cluster_size", "/launch/cluster_size");
+  check_refuses(j, "wrapper.launch.cluster_size", "/launch/cluster_size");
   j["launch"]["cluster_size"] = 1;
   CHECK_NOTHROW((void)check(j));
 }
 
 TEST_CASE("TMA specs follow cuTensorMapEncodeTiled's rules, located in the wrapper") {
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["tma"][0]["dims"] = {64, 32};  // w is 16 x 64
-  refuses(j, "verify.tma.bounds", "/tma/0");
+  check_refuses(j, "verify.tma.bounds", "/tma/0");
 }
 
 TEST_CASE("package arrays given by file are read through the VM's init sources") {
   const fs::path dir = fs::path(AMK_BINARY_DIR) / "wrapper_check_files";
   fs::remove_all(dir);
   fs::create_directories(dir);
-  fs::copy_file(kSampleDir / "kernel.cu", dir / "kernel.cu");
+  fs::copy_file(test::kWrapperSampleDir / "kernel.cu", dir / "kernel.cu");
   {
     std::ofstream out(dir / "lengths.bin", std::ios::binary);
     const int32_t v[2] = {2, 7};  // queue 1 runs past the 4 records
     out.write(reinterpret_cast<const char*>(v), sizeof v);
   }
-  json j = sample();
+  json j = test::sample_wrapper_json();
   j["package"]["queue_lengths"] = {
       {"dtype", "i32"}, {"count", 2}, {"init", {{"kind", "raw"}, {"path", "lengths.bin"}}}};
   const WrapperProgram w = parse_json_wrapper(j.dump(), dir);

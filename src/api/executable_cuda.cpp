@@ -141,7 +141,10 @@ Executable::Impl& Executable::impl(const char* call) const {
 void Executable::close() noexcept { impl_.reset(); }
 
 Executable Executable::open(const std::string& program_path, const OpenOptions& options) {
-  detail::OpenedProgram opened = detail::load_for_open(program_path, options);
+  return detail::open_opened(detail::load_for_open(program_path, options), options);
+}
+
+Executable detail::open_opened(OpenedProgram opened, const OpenOptions& options) {
   if (opened.wrapper) {
     WrapperGpuOptions o;
     o.device = options.device;
@@ -150,7 +153,7 @@ Executable Executable::open(const std::string& program_path, const OpenOptions& 
     if (!options.cache_dir.empty()) o.compile.cache_dir = options.cache_dir;
     o.timeout_ms = options.timeout_ms;
     const InitialData initial = initial_data(opened.program, opened.load);
-    return detail::ExecutableAccess::open_wrapper(*opened.wrapper, initial, o);
+    return ExecutableAccess::open_wrapper(*opened.wrapper, initial, o);
   }
   GpuOptions o;
   o.device = options.device;
@@ -162,7 +165,7 @@ Executable Executable::open(const std::string& program_path, const OpenOptions& 
   o.trust_custom_ops = options.trust_custom_ops;
   o.timeout_ms = options.timeout_ms;
   const InitialData initial = initial_data(opened.program, opened.load);
-  return detail::ExecutableAccess::open(opened.program, initial, o);
+  return ExecutableAccess::open(opened.program, initial, o);
 }
 
 const std::vector<BufferInfo>& Executable::buffers() const { return impl("buffers").book.infos(); }
@@ -268,5 +271,10 @@ KernelAttributes Executable::attributes() const {
 }
 
 ExecutableStats Executable::stats() const { return impl("stats").stats; }
+
+std::vector<std::pair<std::string, double>> Executable::setup_timings() const {
+  const Impl& m = impl("setup_timings");
+  return m.wrapper ? m.wrapper->setup_timings_ms() : m.gpu->setup_timings_ms();
+}
 
 }  // namespace amk

@@ -16,9 +16,10 @@ Executable::~Executable() = default;
 void Executable::close() noexcept { impl_.reset(); }
 
 Executable Executable::open(const std::string& program_path, const OpenOptions& options) {
-  (void)detail::load_for_open(program_path, options);
-  detail::throw_no_cuda();
+  return detail::open_opened(detail::load_for_open(program_path, options), options);
 }
+
+Executable detail::open_opened(OpenedProgram, const OpenOptions&) { throw_no_cuda(); }
 
 const std::vector<BufferInfo>& Executable::buffers() const { detail::throw_closed("buffers"); }
 void Executable::set_input(std::string_view, const void*, size_t, std::string_view) {
@@ -34,5 +35,8 @@ void Executable::read_output(std::string_view, void*, size_t, std::string_view) 
 ProfileResult Executable::profile(const ProfileOptions&) { detail::throw_closed("profile"); }
 KernelAttributes Executable::attributes() const { detail::throw_closed("attributes"); }
 ExecutableStats Executable::stats() const { detail::throw_closed("stats"); }
+std::vector<std::pair<std::string, double>> Executable::setup_timings() const {
+  detail::throw_closed("setup_timings");
+}
 
 }  // namespace amk

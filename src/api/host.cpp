@@ -9,7 +9,10 @@
 
 namespace amk::detail {
 
-OpenedProgram load_for_open(const std::string& path, const OpenOptions& options) {
+namespace {
+
+// What `options` say, checked before anything is loaded.
+OpenedProgram checked_options(const OpenOptions& options) {
   OpenedProgram out;
   if (!options.vm.empty()) out.vm = parse_vm_overrides(options.vm, "vm");
   if (options.timeout_ms && (*options.timeout_ms == 0 || *options.timeout_ms > kMaxTimeoutMs))
@@ -18,6 +21,13 @@ OpenedProgram load_for_open(const std::string& path, const OpenOptions& options)
                     std::to_string(*options.timeout_ms));
   out.load.allow_outside_paths = options.allow_outside_paths;
   out.load.trust_custom_ops = options.trust_custom_ops;
+  return out;
+}
+
+}  // namespace
+
+OpenedProgram load_for_open(const std::string& path, const OpenOptions& options) {
+  OpenedProgram out = checked_options(options);
   if (is_wrapper_file(path)) {
     WrapperProgram w = load_trusted_wrapper(path, out.load, options.trust_source);
     if (!options.vm.empty())
@@ -28,6 +38,13 @@ OpenedProgram load_for_open(const std::string& path, const OpenOptions& options)
     return out;
   }
   out.program = load_program_file(path, out.load);
+  (void)verify(out.program);
+  return out;
+}
+
+OpenedProgram opened_program(Program program, const OpenOptions& options) {
+  OpenedProgram out = checked_options(options);
+  out.program = std::move(program);
   (void)verify(out.program);
   return out;
 }

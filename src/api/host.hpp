@@ -30,6 +30,12 @@ struct OpenedProgram {
   VmOverrides vm;
 };
 [[nodiscard]] OpenedProgram load_for_open(const std::string& path, const OpenOptions& options);
+// The same for a program already in memory (a VM program; the Python module's amk.Program),
+// verified here.
+[[nodiscard]] OpenedProgram opened_program(Program program, const OpenOptions& options);
+// Executable::open after the load: the device checked, the initial contents made, the VM
+// compiled and uploaded (without CUDA: throw_no_cuda).
+[[nodiscard]] Executable open_opened(OpenedProgram opened, const OpenOptions& options);
 
 // The refusal of a build without the CUDA toolkit: Error(device, device.unsupported).
 [[noreturn]] void throw_no_cuda();

@@ -1,25 +1,21 @@
 // The Python module `amk`: the program pipeline from Python (load, parse, validate, write,
-// generate, run), each call the library's, each failure an amk.Error subclass carrying the
-// error's kind, code, where, detail and exit code. A thin binding: no logic of its own.
-#include <pybind11/numpy.h>
+// generate, compile, run; the executable is executable.cpp's), each call the library's, each
+// failure an amk.Error subclass carrying the error's kind, code, where, detail and exit code.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "backend/cpu_backend.hpp"
-#include "backend/host_data.hpp"
 #include "core/error.hpp"
 #include "gen/llama.hpp"
 #include "io/load.hpp"
-#include "plan/plan.hpp"
 #include "program/program.hpp"
 #include "session/gpu_session.hpp"
+#include "python/bindings.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
 
@@ -28,22 +24,9 @@ namespace py = pybind11;
 namespace amk {
 namespace {
 
-// Python's json module turns amk's JSON text into plain dicts and back.
-py::object json_loads(const std::string& text) {
-  return py::module_::import("json").attr("loads")(text);
-}
-std::string json_dumps(const py::object& value) {
-  return py::module_::import("json").attr("dumps")(value).cast<std::string>();
-}
-
-py::dict buffer_dict(const Buffer& b) {
-  py::dict d;
-  d["name"] = b.name;
-  d["dtype"] = std::string(dtype_name(b.dtype));
-  d["shape"] = b.shape;
-  d["output"] = b.output;
-  return d;
-}
+using python::buffer_dict;
+using python::json_dumps;
+using python::json_loads;
 
 // The verdict `amk validate --json` gives a valid program.
 py::dict validate(const Program& p) {
@@ -55,96 +38,6 @@ py::dict validate(const Program& p) {
   d["critical_path"] = s.critical_path;
   return d;
 }
-
-// An opened program on the CPU reference backend: its plan and its buffers' bytes, kept across
-// launches; inputs set and outputs read by name as numpy arrays.
-class CpuExecutable {
-public:
-  CpuExecutable(Program program, const LoadOptions& load) : program_(std::move(program)) {
-    verify(program_);
-    buffers_ = materialize_all(program_, load);
-    PlanOptions o;
-    plan_ = make_plan(program_, o);
-  }
-
-  const Program& program() const { return open("program"); }
-
-  void set(const std::string& name, const py::array& array) {
-    const uint32_t i = index(name, "set");
-    const Buffer& b = program_.buffers[i];
-    check_dtype(b, array, "set");
-    std::vector<std::byte>& bytes = buffers_.data[i];
-    if (static_cast<size_t>(array.nbytes()) != bytes.size())
-      throw Error(ErrorKind::usage, "api.size", name,
-                  "buffer '" + name + "' holds " + std::to_string(bytes.size()) +
-                      " bytes; the array has " + std::to_string(array.nbytes()));
-    const py::array c = py::array::ensure(array, py::array::c_style);
-    std::memcpy(bytes.data(), c.data(), bytes.size());
-  }
-
-  py::array get(const std::string& name) const {
-    const uint32_t i = index(name, "get");
-    const Buffer& b = program_.buffers[i];
-    std::vector<py::ssize_t> shape(b.shape.begin(), b.shape.end());
-    py::array out(numpy_dtype(b.dtype), shape);
-    std::memcpy(out.mutable_data(), buffers_.data[i].data(), buffers_.data[i].size());
-    return out;
-  }
-
-  void launch(uint32_t passes) {
-    open("launch");
-    const uint32_t n = passes != 0 ? passes : program_.launch.passes;
-    if (n != program_.launch.passes) check_position_bounds(program_, n);
-    CpuRunOptions o;
-    o.iterations = n;
-    py::gil_scoped_release unlocked;
-    (void)run_cpu(program_, plan_, buffers_, o);
-  }
-
-  void close() {
-    closed_ = true;
-    buffers_ = {};
-  }
-  bool closed() const { return closed_; }
-
-private:
-  const Program& open(const char* call) const {
-    if (closed_) throw Error(ErrorKind::usage, "api.closed", call, "the executable is closed");
-    return program_;
-  }
-  uint32_t index(const std::string& name, const char* call) const {
-    open(call);
-    for (uint32_t i = 0; i < program_.buffers.size(); ++i)
-      if (program_.buffers[i].name == name) return i;
-    throw Error(ErrorKind::usage, "api.buffer", name, "the program has no buffer '" + name + "'");
-  }
-  // numpy's dtype of a buffer: bf16 has none, so its elements are their 16 bits (uint16).
-  static py::dtype numpy_dtype(DType t) {
-    switch (t) {
-      case DType::f32: return py::dtype::of<float>();
-      case DType::f16: return py::dtype("float16");
-      case DType::bf16: return py::dtype::of<uint16_t>();
-      case DType::i32: return py::dtype::of<int32_t>();
-      case DType::u32: return py::dtype::of<uint32_t>();
-      case DType::i64: return py::dtype::of<int64_t>();
-      case DType::u8: return py::dtype::of<uint8_t>();
-    }
-    return py::dtype::of<uint8_t>();
-  }
-  static void check_dtype(const Buffer& b, const py::array& a, const char* call) {
-    if (!a.dtype().equal(numpy_dtype(b.dtype)))
-      throw Error(ErrorKind::usage, "api.dtype", b.name,
-                  std::string(call) + ": buffer '" + b.name + "' is " +
-                      std::string(dtype_name(b.dtype)) + " (numpy " +
-                      py::str(numpy_dtype(b.dtype)).cast<std::string>() + "); the array is " +
-                      py::str(a.dtype()).cast<std::string>());
-  }
-
-  Program program_;
-  Plan plan_;
-  HostBuffers buffers_;
-  bool closed_ = false;
-};
 
 DType kv_dtype_of(const std::string& name) {
   if (name == "bf16") return DType::bf16;
@@ -216,37 +109,7 @@ PYBIND11_MODULE(amk, m) {
       .def("to_json", &program_to_json, "the canonical JSON text (what amk convert writes)")
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
 
-  py::class_<CpuExecutable>(m, "Executable", "an opened program (the CPU reference backend)")
-      .def_property_readonly("buffers",
-                             [](const CpuExecutable& e) {
-                               py::list l;
-                               for (const Buffer& b : e.program().buffers) l.append(buffer_dict(b));
-                               return l;
-                             })
-      .def("set", &CpuExecutable::set, py::arg("name"), py::arg("array"),
-           "copy a numpy array (the buffer's dtype and byte size) into buffer `name`")
-      .def("get", &CpuExecutable::get, py::arg("name"),
-           "a copy of buffer `name` as a numpy array of its shape (bf16: its uint16 bits)")
-      .def("launch", &CpuExecutable::launch, py::arg("passes") = 0,
-           "run the program's passes (0: launch.passes) over the buffers, in place")
-      .def("close", &CpuExecutable::close)
-      .def_property_readonly("closed", &CpuExecutable::closed)
-      .def("__enter__", [](CpuExecutable& e) -> CpuExecutable& { return e; })
-      .def("__exit__", [](CpuExecutable& e, const py::args&) { e.close(); });
-
-  m.def(
-      "open",
-      [](const py::object& program, const std::string& backend, bool allow_outside) {
-        if (backend != "cpu")
-          throw Error(ErrorKind::usage, "usage.backend", "backend",
-                      "amk.open runs programs on the CPU reference backend (backend='cpu'); "
-                      "the GPU executable is not in the Python module yet");
-        const LoadOptions load{allow_outside, false};
-        if (py::isinstance<Program>(program)) return CpuExecutable(program.cast<Program>(), load);
-        return CpuExecutable(load_program_file(program.cast<std::string>(), load), load);
-      },
-      py::arg("program"), py::arg("backend") = "cpu", py::arg("allow_outside") = false,
-      "open a program (a path or an amk.Program): verified, its initial data built, planned");
+  python::define_executable(m);
 
   m.def(
       "load",

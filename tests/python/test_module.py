@@ -145,8 +145,52 @@ def test_executable_refusals():
         exe.launch()
     assert e.value.code == "api.closed"
     with pytest.raises(amk.UsageError) as e:
-        amk.open(SAMPLES[0], backend="cuda")
+        amk.open(SAMPLES[0], backend="gpu")
     assert e.value.code == "usage.backend"
+
+
+class Tensor:
+    """A host array seen only through DLPack (as a CPU torch tensor would be)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, *args, **kwargs):
+        return self.array.__dlpack__()
+
+
+def test_executable_tensors_on_the_cpu_backend():
+    with amk.open(SAMPLES[0], backend="cpu") as exe:
+        assert exe.backend == "cpu"
+        name = exe.buffers[0]["name"]
+        want = exe.get(name)
+        fresh = np.random.default_rng().standard_normal(want.shape).astype(want.dtype) + 1
+        exe.set(name, Tensor(fresh))  # read through its DLPack capsule
+        assert exe.get(name).tobytes() == fresh.tobytes()
+        for value, code in ((Tensor(fresh.ravel()[: fresh.size // 2]), "api.size"),
+                            (Tensor(fresh.astype(np.float64)), "api.dtype"),
+                            (Tensor(np.ones((2, want.size))[:, ::2]), "api.tensor.layout"),
+                            ([1.0] * want.size, "api.tensor")):
+            with pytest.raises(amk.UsageError) as e:
+                exe.set(name, value)
+            assert e.value.code == code, (code, e.value)
+        assert exe.get(name).tobytes() == fresh.tobytes()  # nothing written by a refusal
+        # The GPU's calls refuse on the CPU backend.
+        with pytest.raises(amk.UsageError) as e:
+            exe.bind(name, Tensor(fresh))
+        assert e.value.code == "api.bind.backend"
+        for call in (exe.attributes, exe.profile, exe.stats):
+            with pytest.raises(amk.UsageError) as e:
+                call()
+            assert e.value.code == "api.backend"
+
+
+def test_cuda_backend_without_a_gpu():
+    if amk.open(SAMPLES[0]).backend == "cuda":
+        pytest.skip("a GPU is present (tests/python/test_gpu.py runs there)")
+    with pytest.raises(amk.DeviceError) as e:
+        amk.open(SAMPLES[0], backend="cuda")
+    assert e.value.exit_code == 5
 
 
 def test_compile_for_sm90a(tmp_path):

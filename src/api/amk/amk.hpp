@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "amk/error.hpp"
@@ -155,6 +156,9 @@ public:
   [[nodiscard]] ProfileResult profile(const ProfileOptions& options = {});
   [[nodiscard]] KernelAttributes attributes() const;
   [[nodiscard]] ExecutableStats stats() const;
+  // What open took, phase by phase, in milliseconds and in order (context, device, config,
+  // compile, module_load, configure, plan, upload, tma_encode for a VM program).
+  [[nodiscard]] std::vector<std::pair<std::string, double>> setup_timings() const;
 
   // Frees the device memory, module and context retain; idempotent. Every other call on a
   // closed (or default-constructed, or moved-from) executable throws usage api.closed.

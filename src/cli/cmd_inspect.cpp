@@ -7,6 +7,7 @@
 
 #include "cli/common.hpp"
 #include "session/gpu_session.hpp"
+#include "session/inspect.hpp"
 #include "core/error.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
@@ -171,109 +172,9 @@ int run_inspect(const GlobalOptions& g, const InspectOptions& o) {
   if (is_wrapper_file(o.program.path)) return inspect_wrapper(g, o);
   VerifySummary summary;
   Program p = load_and_verify(o.program, &summary);
-  PlanOptions popts;
-  popts.grid_hint = o.grid_hint;
-  Plan plan = make_plan(p, popts);
 
-  ordered_json j;
   std::ostringstream t;
-  j["status"] = "ok";
-  j["name"] = p.name;
-  j["path"] = o.program.path;
-  t << p.name << "  (" << o.program.path << ")\n";
-  if (!p.description.empty()) t << "  " << p.description << "\n";
-
-  // Buffers.
-  uint64_t total = 0, out_bytes = 0;
-  ordered_json bufs = ordered_json::array();
-  for (const auto& b : p.buffers) {
-    total += b.bytes();
-    if (b.output) out_bytes += b.bytes();
-    bufs.push_back({{"name", b.name},
-                    {"dtype", std::string(dtype_name(b.dtype))},
-                    {"shape", b.shape},
-                    {"bytes", b.bytes()},
-                    {"init", std::string(init_kind_name(b.init.kind))},
-                    {"output", b.output}});
-  }
-  j["buffers"] = {
-      {"count", p.buffers.size()}, {"bytes", total}, {"output_bytes", out_bytes}, {"list", bufs}};
-  t << "buffers       " << p.buffers.size() << " (" << format_bytes(total) << ", outputs "
-    << format_bytes(out_bytes) << ")\n";
-  if (o.list_buffers) {
-    for (const auto& b : p.buffers) {
-      std::string shape = "[";
-      for (size_t i = 0; i < b.shape.size(); ++i)
-        shape += (i ? ", " : "") + std::to_string(b.shape[i]);
-      shape += "]";
-      t << "  " << (b.output ? "out " : "    ") << b.name << "  " << dtype_name(b.dtype) << shape
-        << "  " << format_bytes(b.bytes()) << "  init " << init_kind_name(b.init.kind) << "\n";
-    }
-  }
-
-  // Instructions by op.
-  std::map<std::string, uint64_t> by_op;
-  for (const auto& ins : p.instructions) ++by_op[op_name(p, ins.op)];
-  ordered_json ops = ordered_json::object();
-  t << "instructions  " << p.instructions.size() << "\n";
-  for (const auto& [name, n] : by_op) {
-    ops[name] = n;
-    t << "  " << name << "  " << n << "\n";
-  }
-  j["instructions"] = {{"count", p.instructions.size()}, {"by_op", ops}};
-
-  // Counters, queues, critical path.
-  j["counters"] = p.counters.size();
-  t << "counters      " << p.counters.size() << "\n";
-  std::vector<uint32_t> lengths;
-  for (uint32_t q = 0; q < plan.n_queues(); ++q)
-    lengths.push_back(plan.queue_offsets[q + 1] - plan.queue_offsets[q]);
-  std::vector<uint32_t> sorted = lengths;
-  std::sort(sorted.begin(), sorted.end());
-  const uint32_t qmin = sorted.empty() ? 0 : sorted.front();
-  const uint32_t qmax = sorted.empty() ? 0 : sorted.back();
-  const uint32_t qmed = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  j["queues"] = {{"count", plan.n_queues()},
-                 {"built_by_amk", plan.queues_built},
-                 {"lengths", lengths},
-                 {"min", qmin},
-                 {"median", qmed},
-                 {"max", qmax},
-                 {"elided_waits", plan.elided_waits},
-                 {"elided_signals", plan.elided_signals}};
-  t << "queues        " << plan.n_queues()
-    << (plan.queues_built
-            ? " (built by amk for grid " + std::to_string(plan.grid) +
-                  (p.launch.grid == 0 ? ", auto: the GPU uses its co-resident maximum)" : ")")
-            : " (from the program)")
-    << ", length min " << qmin << " / median " << qmed << " / max " << qmax << "\n";
-  if (plan.elided_waits + plan.elided_signals != 0)
-    t << "              queue order already orders " << plan.elided_waits << " wait(s); they and "
-      << plan.elided_signals << " signal(s) nobody else waits for are left out on the device\n";
-  j["critical_path"] = summary.critical_path;
-  j["dependency_edges"] = summary.dependency_edges;
-  t << "critical path " << summary.critical_path << " instructions (" << summary.dependency_edges
-    << " dependency edges)\n";
-
-  // Launch and target.
-  j["launch"] = {{"mode", p.launch.mode == LaunchMode::cluster ? "cluster" : "cooperative"},
-                 {"grid", p.launch.grid == 0 ? ordered_json("auto") : ordered_json(p.launch.grid)},
-                 {"block", p.launch.block},
-                 {"cluster", {p.launch.cluster[0], p.launch.cluster[1], p.launch.cluster[2]}},
-                 {"dynamic_smem", p.launch.dynamic_smem},
-                 {"timeout_ms", p.launch.timeout_ms}};
-  j["target"] = {{"min_arch", p.target.min_arch},
-                 {"features", feature_names(p.target.features)},
-                 {"smem_per_block", p.target.smem_per_block}};
-  j["tma"] = p.tma.size();
-  j["custom_ops"] = p.custom_ops.size();
-  t << "launch        " << (p.launch.mode == LaunchMode::cluster ? "cluster" : "cooperative")
-    << ", grid " << (p.launch.grid == 0 ? std::string("auto") : std::to_string(p.launch.grid))
-    << ", block " << p.launch.block << ", dynamic smem " << p.launch.dynamic_smem << " B, timeout "
-    << p.launch.timeout_ms << " ms\n";
-  if (!p.tma.empty()) t << "tma specs     " << p.tma.size() << "\n";
-  if (!p.custom_ops.empty()) t << "custom ops    " << p.custom_ops.size() << "\n";
-
+  ordered_json j = inspect_program(p, summary, o.program.path, o.grid_hint, o.list_buffers, t);
   if (o.attributes) {
     GpuRequest req;
     req.vm = parse_vm_args(o.vm);

@@ -16,6 +16,7 @@
 #include "program/program.hpp"
 #include "session/gpu_session.hpp"
 #include "python/bindings.hpp"
+#include "session/inspect.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
 
@@ -106,6 +107,16 @@ PYBIND11_MODULE(amk, m) {
       .def_property_readonly("instruction_count",
                              [](const Program& p) { return p.instructions.size(); })
       .def("validate", &validate, "verify the program; its verdict, or raises amk.ProgramError")
+      .def(
+          "inspect",
+          [](const Program& p, uint32_t grid_hint) {
+            const VerifySummary s = verify(p);
+            std::ostringstream text;
+            return json_loads(inspect_program(p, s, "", grid_hint, false, text).dump());
+          },
+          py::arg("grid_hint") = kDefaultGridHint,
+          "amk inspect's summary (buffers, instructions by op, counters, queues, critical path, "
+          "launch, target) as a dict")
       .def("to_json", &program_to_json, "the canonical JSON text (what amk convert writes)")
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
 

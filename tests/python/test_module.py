@@ -126,6 +126,28 @@ def test_executable_inputs_and_generation(tmp_path):
     assert ids[-5:] == cli["ids"]
 
 
+@pytest.mark.parametrize("path", SAMPLES, ids=os.path.basename)
+def test_inspect_matches_the_cli(path):
+    mine = amk.load(path).inspect()
+    cli = cli_json("inspect", path)
+    for key in ("name", "buffers", "instructions", "counters", "queues", "critical_path",
+                "launch", "target"):
+        assert mine[key] == cli[key], key
+
+
+def test_generate_equals_the_cli():
+    gen = amk.gen.llama(preset="tiny", steps=6, prompt=[2, 4, 6], seed=5)
+    r = amk.generate(gen, backend="cpu")
+    cli = cli_json("generate", "--steps", "6", "--prompt", "2,4,6", "--seed", "5", "--backend", "cpu")
+    assert r["ids"] == cli["ids"] and r["generated"] == 6 and r["steps"] == cli["steps"]
+    assert r["new_tokens_per_s"] > 0
+    cut = amk.generate(gen, backend="cpu", eos=r["ids"][1])
+    assert cut["ids"] == r["ids"][: r["ids"].index(r["ids"][1]) + 1]
+    with pytest.raises(amk.UsageError) as e:
+        amk.generate(amk.load(SAMPLES[0]), backend="cpu")
+    assert e.value.code == "usage.generate.program"
+
+
 def test_executable_refusals():
     exe = amk.open(SAMPLES[0])
     name = exe.buffers[0]["name"]

@@ -4,6 +4,7 @@
 
 #include "core/error.hpp"
 #include "core/hash.hpp"
+#include "core/interrupt.hpp"
 #include "ops/registry.hpp"
 #include "verify/verify.hpp"
 
@@ -166,3 +167,9 @@ void BufferBook::launched() {
 }
 
 }  // namespace amk::detail
+
+namespace amk {
+
+void interrupt_launch() noexcept { request_interrupt(); }
+
+}  // namespace amk

@@ -191,10 +191,13 @@ struct GpuExecutable::Impl {
     const cu::HostWatchdog watchdog{timeout_ms, kHostGrace, kAbortGrace};
     return cu::wait_with_watchdog(
         stream, watchdog,
-        [&] {
-          spdlog::warn("launch still running {} ms after its {} ms deadline; raising the abort "
-                       "flag",
-                       kHostGrace.count(), timeout_ms);
+        [&](bool interrupted) {
+          if (interrupted)
+            spdlog::warn("interrupted; raising the abort flag");
+          else
+            spdlog::warn("launch still running {} ms after its {} ms deadline; raising the abort "
+                         "flag",
+                         kHostGrace.count(), timeout_ms);
           const void* one = static_cast<const std::byte*>(control.host()) + kAbortWordOffset;
           cu::check(cu::driver().memcpy_htod_async(abort_flag.get(), one, sizeof(uint32_t),
                                                    abort_stream.get()),

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.hpp"
+#include "core/interrupt.hpp"
 #include "cuda/driver.hpp"
 #include "device/device.hpp"
 
@@ -275,7 +276,8 @@ double elapsed_ms(const Event& start, const Event& end, std::string_view what) {
 }
 
 bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
-                        const std::function<void()>& raise_abort, const std::function<void()>& hang,
+                        const std::function<void(bool interrupted)>& raise_abort,
+                        const std::function<void()>& hang,
                         const std::function<void(CUresult)>& fault) {
   using Clock = std::chrono::steady_clock;
   constexpr auto kSpinPhase = std::chrono::milliseconds(2);
@@ -286,17 +288,26 @@ bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
                         std::chrono::milliseconds(std::min(watchdog.timeout_ms, kMaxDeadlineMs)) +
                         watchdog.grace;
   std::optional<Clock::time_point> abort_deadline;
+  bool interrupted = false;
   auto sleep = std::chrono::microseconds(10);
   for (;;) {
     const CUresult r = stream.query();
+    if (r == CUDA_SUCCESS && interrupted)
+      throw Error(ErrorKind::timeout, "run.interrupted", "",
+                  "interrupted: the host raised the abort flag and the launch stopped (its "
+                  "outputs are incomplete)");
     if (r == CUDA_SUCCESS) return abort_deadline.has_value();
     if (r != CUDA_ERROR_NOT_READY) {
       fault(r);
       throw_driver_error(r, "cuStreamQuery", "the launch");  // (fault throws first)
     }
     const auto now = Clock::now();
-    if (watchdog.timeout_ms != 0 && !abort_deadline && now > deadline) {
-      raise_abort();
+    if (!abort_deadline && !interrupted && take_interrupt()) {
+      interrupted = true;
+      raise_abort(true);
+      abort_deadline = now + watchdog.abort_grace;
+    } else if (watchdog.timeout_ms != 0 && !abort_deadline && now > deadline) {
+      raise_abort(false);
       abort_deadline = now + watchdog.abort_grace;
     } else if (abort_deadline && now > *abort_deadline) {
       hang();

@@ -202,11 +202,14 @@ struct HostWatchdog {
 };
 
 // Waits for everything queued on `stream`, polling cuStreamQuery (spinning for the first 2 ms,
-// then sleeping with a backoff up to 1 ms). Past the deadline it calls raise_abort() once (which
-// enqueues the abort write on a stream of its own); abort_grace later, hang(), which throws. A
-// failed query calls fault(result), which throws. Returns true when the abort was raised.
+// then sleeping with a backoff up to 1 ms). Past the deadline, or at once on an interrupt request
+// (core/interrupt.hpp), it calls raise_abort(interrupted) once (which enqueues the abort write on
+// a stream of its own); abort_grace later, hang(), which throws. A failed query calls
+// fault(result), which throws. An interrupted launch that stops throws Error(timeout,
+// run.interrupted). Returns true when the deadline's abort was raised.
 bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
-                        const std::function<void()>& raise_abort, const std::function<void()>& hang,
+                        const std::function<void(bool interrupted)>& raise_abort,
+                        const std::function<void()>& hang,
                         const std::function<void(CUresult)>& fault);
 
 // "0x7f..." for an address in messages.

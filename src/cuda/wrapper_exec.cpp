@@ -233,10 +233,14 @@ struct WrapperExecutable::Impl {
     const cu::HostWatchdog watchdog{timeout_ms, std::chrono::milliseconds(0), kAbortGrace};
     return cu::wait_with_watchdog(
         stream, watchdog,
-        [&] {
-          spdlog::warn("wrapper launch still running at its {} ms deadline; setting the abort "
-                       "word (flags word {})",
-                       timeout_ms, AMK_WRAPPER_ABORT_WORD);
+        [&](bool interrupted) {
+          if (interrupted)
+            spdlog::warn("interrupted; setting the abort word (flags word {})",
+                         AMK_WRAPPER_ABORT_WORD);
+          else
+            spdlog::warn("wrapper launch still running at its {} ms deadline; setting the abort "
+                         "word (flags word {})",
+                         timeout_ms, AMK_WRAPPER_ABORT_WORD);
           cu::check(cu::driver().memcpy_htod_async(addresses[kFlags], abort_word.host(),
                                                    sizeof(uint32_t), abort_stream.get()),
                     "cuMemcpyHtoDAsync", "the abort word");

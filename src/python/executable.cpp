@@ -7,6 +7,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -21,6 +23,7 @@
 #include "backend/cpu_backend.hpp"
 #include "backend/host_data.hpp"
 #include "core/error.hpp"
+#include "core/interrupt.hpp"
 #include "io/load.hpp"
 #include "plan/plan.hpp"
 #include "program/program.hpp"
@@ -144,6 +147,57 @@ void finish_torch_streams() {
   cuda.attr("current_stream")().attr("synchronize")();
 }
 
+// Ctrl-C while a GPU launch waits with the GIL released (Python cannot run its own handler
+// then): on the main thread, SIGINT asks the launch to stop (core/interrupt.hpp: the host raises
+// the device abort flag at once) and KeyboardInterrupt is raised when it has returned.
+class InterruptScope {
+public:
+  InterruptScope() {
+    (void)take_interrupt();
+    fired_ = 0;
+    const py::module_ threading = py::module_::import("threading");
+    if (!threading.attr("current_thread")().is(threading.attr("main_thread")())) return;
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {
+      fired_ = 1;
+      request_interrupt();
+    };
+    sigemptyset(&sa.sa_mask);
+    installed_ = sigaction(SIGINT, &sa, &previous_) == 0;
+  }
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+  ~InterruptScope() {
+    if (installed_) sigaction(SIGINT, &previous_, nullptr);
+    (void)take_interrupt();
+  }
+  // Raises KeyboardInterrupt when SIGINT came (the GIL held).
+  void raise_if_fired() const {
+    if (fired_ == 0) return;
+    PyErr_SetNone(PyExc_KeyboardInterrupt);
+    throw py::error_already_set();
+  }
+
+private:
+  static inline volatile sig_atomic_t fired_ = 0;
+  struct sigaction previous_ {};
+  bool installed_ = false;
+};
+
+// Runs f (a GPU call) with the GIL released and Ctrl-C turned into an interrupt of the launch.
+template <typename F>
+void interruptible(F&& f) {
+  InterruptScope scope;
+  try {
+    py::gil_scoped_release unlocked;
+    f();
+  } catch (const Error&) {
+    scope.raise_if_fired();
+    throw;
+  }
+  scope.raise_if_fired();
+}
+
 // An opened program. The GPU form is the library's executable; the CPU form holds its plan and
 // its buffers' bytes on the host.
 class PyExecutable {
@@ -257,8 +311,7 @@ public:
     open("launch");
     if (gpu_.is_open()) {
       finish_torch_streams();
-      py::gil_scoped_release unlocked;
-      gpu_.launch(passes);
+      interruptible([&] { gpu_.launch(passes); });
       return;
     }
     const uint32_t n = passes != 0 ? passes : program_.launch.passes;
@@ -281,10 +334,7 @@ public:
         throw usage("usage.scope", "scope",
                     "expected scope 'kernel' or 'launch', got '" + scope + "'");
       ProfileResult r;
-      {
-        py::gil_scoped_release unlocked;
-        r = exe.profile(o);
-      }
+      interruptible([&] { r = exe.profile(o); });
       d["samples_ms"] = r.samples_ms;
       d["median_ms"] = r.median_ms;
       d["min_ms"] = r.min_ms;
@@ -298,8 +348,7 @@ public:
     }
     // Host clock: each launch() whole (reset, launch, wait).
     std::vector<double> samples;
-    {
-      py::gil_scoped_release unlocked;
+    interruptible([&] {
       for (uint32_t k = 0; k < warmup; ++k) exe.launch(0);
       for (uint32_t k = 0; k < iterations; ++k) {
         const auto t0 = std::chrono::steady_clock::now();
@@ -308,7 +357,7 @@ public:
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count());
       }
-    }
+    });
     std::vector<double> sorted = samples;
     std::sort(sorted.begin(), sorted.end());
     d["samples_ms"] = samples;
@@ -456,6 +505,54 @@ void define_executable(py::module_& m) {
       .def_property_readonly("closed", &PyExecutable::closed)
       .def("__enter__", [](PyExecutable& e) -> PyExecutable& { return e; })
       .def("__exit__", [](PyExecutable& e, const py::args&) { e.close(); });
+
+  m.def(
+      "generate",
+      [](const py::object& program, const std::string& backend, std::optional<int64_t> eos,
+         int device, const std::string& vm, const std::string& cache_dir) {
+        OpenOptions o;
+        o.device = device;
+        o.vm = vm;
+        o.cache_dir = cache_dir;
+        Program p = py::isinstance<Program>(program)
+                        ? program.cast<Program>()
+                        : load_program_file(py::str(program).cast<std::string>(), {});
+        const bool has_ids = std::any_of(p.buffers.begin(), p.buffers.end(), [](const Buffer& b) {
+          return b.name == "ids" && b.output;
+        });
+        if (!has_ids)
+          throw usage("usage.generate.program", "program",
+                      "the program has no output 'ids': amk.generate runs generation programs "
+                      "(amk.gen.llama(steps=N, prompt=IDS))");
+        PyExecutable exe(std::move(p), backend, o);
+        const auto t0 = std::chrono::steady_clock::now();
+        exe.launch(0);
+        const double ms =
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                .count();
+        const py::array_t<int64_t> all = exe.get("ids", false).attr("astype")("int64");
+        std::vector<int64_t> ids(all.data(), all.data() + all.size());
+        const size_t generated = ids.size();
+        if (eos)
+          if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end())
+            ids.erase(at + 1, ids.end());
+        const uint32_t passes = exe.program().launch.passes;
+        py::dict d;
+        d["ids"] = ids;
+        d["generated"] = generated;
+        d["steps"] = passes;
+        d["backend"] = exe.backend();
+        d["launch_ms"] = ms;
+        d["step_ms"] = passes != 0 ? ms / passes : 0.0;
+        d["new_tokens_per_s"] = ms > 0 ? generated * 1000.0 / ms : 0.0;
+        exe.close();
+        return d;
+      },
+      py::arg("program"), py::arg("backend") = "auto", py::arg("eos") = std::nullopt,
+      py::arg("device") = 0, py::arg("vm") = "", py::arg("cache_dir") = "",
+      "run a generation program (a path or amk.gen.llama(steps=N, prompt=IDS)) in one launch: "
+      "the new ids (cut after the first eos when given), the launch's host time, the time a "
+      "decode step takes and new tokens per second");
 
   m.def(
       "open",

@@ -162,3 +162,38 @@ def test_generation_equals_amk_generate():
                         "--seed", "6", "--backend", "cuda"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert ids[-8:] == json.loads(r.stdout)["ids"]
+
+
+CHILD = r"""
+import os, sys, time
+import amk
+hang = os.path.join(sys.argv[1], "tests", "gpu", "programs", "hang.json")
+exe = amk.open(hang, backend="cuda", trust_custom_ops=True, timeout_ms=60000)
+print("launching", flush=True)
+t0 = time.time()
+try:
+    exe.launch()
+    print("returned", flush=True)
+except KeyboardInterrupt:
+    print(f"KeyboardInterrupt after {time.time() - t0:.1f} s", flush=True)
+exe.close()
+with amk.open(os.path.join(sys.argv[1], "samples", "diamond.json"), backend="cuda") as ok:
+    ok.launch()  # the process and the GPU are still usable
+print("usable", flush=True)
+"""
+
+
+def test_ctrl_c_stops_a_waiting_launch():
+    import signal
+    import time
+    p = subprocess.Popen([__import__("sys").executable, "-c", CHILD, ROOT], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, env=os.environ)
+    assert p.stdout.readline().strip() == "launching"
+    time.sleep(1.5)  # (the launch waits on a counter that never arrives; its deadline is 60 s)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=30)
+    assert p.returncode == 0, out
+    lines = out.splitlines()
+    assert any(line.startswith("KeyboardInterrupt after") for line in lines), out
+    assert float(next(l for l in lines if l.startswith("KeyboardInterrupt")).split()[2]) < 10, out
+    assert lines[-1] == "usable", out

@@ -173,4 +173,10 @@ private:
   std::unique_ptr<Impl> impl_;
 };
 
+// Asks the launch a thread of this process is waiting for (launch, profile) to stop: its wait
+// raises the device abort flag at once instead of at the deadline, and the call throws
+// Error(timeout, run.interrupted) once the blocks have returned. Async-signal-safe, for a SIGINT
+// handler; a request made while no launch waits applies to the next one.
+void interrupt_launch() noexcept;
+
 }  // namespace amk

@@ -1,0 +1,13 @@
+// A request to stop the launch a host thread is waiting for (a Ctrl-C): one process-wide flag,
+// set from anywhere (a signal handler included) and taken by the launch's wait, which then
+// raises the device abort flag at once instead of at the deadline.
+#pragma once
+
+namespace amk {
+
+// Async-signal-safe. A request made while no launch waits applies to the next wait.
+void request_interrupt() noexcept;
+// True once for each request (clears it).
+[[nodiscard]] bool take_interrupt() noexcept;
+
+}  // namespace amk

@@ -1,6 +1,7 @@
 // The Python module `amk`: the program pipeline from Python (load, parse, validate, write,
 // generate, compile, run; the executable is executable.cpp's), each call the library's, each
 // failure an amk.Error subclass carrying the error's kind, code, where, detail and exit code.
+#include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -16,6 +17,7 @@
 #include "program/program.hpp"
 #include "session/gpu_session.hpp"
 #include "python/bindings.hpp"
+#include "python/builder_py.hpp"
 #include "session/inspect.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
@@ -121,6 +123,7 @@ PYBIND11_MODULE(amk, m) {
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
 
   python::define_executable(m);
+  py::exec(kBuilderPy, m.attr("__dict__"));
 
   m.def(
       "load",

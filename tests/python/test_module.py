@@ -148,6 +148,56 @@ def test_generate_equals_the_cli():
     assert e.value.code == "usage.generate.program"
 
 
+def diamond_builder():
+    b = amk.ProgramBuilder("diamond", grid=4, block=128)
+    x = b.buffer("x", "f32", [8, 64], init={"kind": "random", "seed": 41,
+                                           "distribution": "uniform", "low": -3, "high": 3})
+    src, left, right = (b.buffer(n, "f32", [8, 64]) for n in ("src", "left", "right"))
+    bias = b.buffer("bias", "f32", [4], output=True)
+    out = b.buffer("out", "f32", [8, 64], output=True)
+    fork, join = b.counter("fork"), b.counter("join")
+    produce = b.instruction("copy", {"x": x, "y": src}, signals=[fork], name="produce")
+    lft = b.instruction("scale", {"x": src, "y": left}, {"alpha": -1.5}, waits=[(fork, 1)],
+                        signals=[join], name="branch_left")
+    rgt = b.instruction("softmax", {"x": src, "y": right}, {"cols": 64, "scale": 0.5},
+                        waits=[(fork, 1)], signals=[join], name="branch_right")
+    ind = b.instruction("fill", {"y": bias}, {"value": 7.25}, name="independent")
+    end = b.instruction("add", {"a": left, "b": right, "y": out}, waits=[(join, 2)], name="join")
+    for q in ([produce], [lft], [rgt], [ind, end]):
+        b.queue(q)
+    return b
+
+
+def test_builder_makes_the_sample(tmp_path):
+    sample = os.path.join(ROOT, "samples", "diamond.json")
+    built = diamond_builder().build()
+    loaded = amk.load(sample)
+    assert built.validate() == loaded.validate()
+    mine, theirs = built.to_dict(), loaded.to_dict()
+    mine.pop("description", None), theirs.pop("description", None)
+    assert mine == theirs
+    with amk.open(built, backend="cpu") as a, amk.open(sample, backend="cpu") as b:
+        a.launch(), b.launch()
+        assert a.get("out").tobytes() == b.get("out").tobytes()
+
+
+def test_builder_refusals_come_from_the_verifier():
+    b = diamond_builder()
+    b.buffer("x", "f32", [4])  # a second buffer named x
+    with pytest.raises(amk.ProgramError) as e:
+        b.build()
+    assert e.value.where == "/buffers/6/name", e.value
+    b = diamond_builder()
+    b.instruction("add", {"a": "left", "b": "right", "y": "out"}, waits=[("join", 3)])
+    with pytest.raises(amk.ProgramError):
+        b.build()  # the new instruction is in no queue
+    b = diamond_builder()
+    b.instruction("no_such_op", {"y": "out"})
+    with pytest.raises(amk.ProgramError) as e:
+        b.build()
+    assert e.value.where.startswith("/instructions/5"), e.value
+
+
 def test_executable_refusals():
     exe = amk.open(SAMPLES[0])
     name = exe.buffers[0]["name"]
@@ -235,6 +285,6 @@ def test_stubs_name_every_public_call():
     stubs = open(os.path.join(os.path.dirname(amk.__file__), "amk.pyi")).read()
     for name in (n for n in dir(amk) if not n.startswith("_")):
         assert f"class {name}" in stubs or f"def {name}(" in stubs, name
-    for cls in (amk.Program, amk.Executable, amk.gen):
+    for cls in (amk.Program, amk.ProgramBuilder, amk.Executable, amk.gen):
         for name in (n for n in dir(cls) if not n.startswith("_")):
             assert f"def {name}(" in stubs, f"{cls.__name__}.{name}"

@@ -1,4 +1,4 @@
-# Type stubs of the Python module `amk` (src/python/module.cpp, executable.cpp, builder.py).
+# Type stubs of the Python module `amk` (src/python/module.cpp, executable.cpp, pure.py).
 from typing import Any, Optional, Sequence
 
 class Error(Exception):
@@ -8,6 +8,13 @@ class Error(Exception):
     message: str
     detail: str  # extra multi-line detail (an NVRTC log); may be empty
     exit_code: int  # what the amk command line would exit with
+    status: str  # Status.TIMEOUT, Status.REJECTED or Status.ERROR
+
+class Status:
+    OK: str
+    TIMEOUT: str
+    REJECTED: str
+    ERROR: str
 
 class InternalError(Error): ...
 class UsageError(Error): ...

@@ -17,7 +17,7 @@
 #include "program/program.hpp"
 #include "session/gpu_session.hpp"
 #include "python/bindings.hpp"
-#include "python/builder_py.hpp"
+#include "python/pure_py.hpp"
 #include "session/inspect.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
@@ -40,6 +40,19 @@ py::dict validate(const Program& p) {
   d["instructions"] = p.instructions.size();
   d["critical_path"] = s.critical_path;
   return d;
+}
+
+// amk.Status's value for an error: timeout, rejected (refused before anything ran) or error.
+const char* status_of(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::timeout: return "timeout";
+    case ErrorKind::usage:
+    case ErrorKind::program:
+    case ErrorKind::io:
+    case ErrorKind::device:
+    case ErrorKind::nvrtc: return "rejected";
+    default: return "error";
+  }
 }
 
 DType kv_dtype_of(const std::string& name) {
@@ -80,6 +93,7 @@ PYBIND11_MODULE(amk, m) {
       exc.attr("message") = e.message();
       exc.attr("detail") = e.detail();
       exc.attr("exit_code") = static_cast<int>(e.exit_code());
+      exc.attr("status") = status_of(e);
       PyErr_SetObject(cls, exc.ptr());
     }
   });
@@ -123,7 +137,7 @@ PYBIND11_MODULE(amk, m) {
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
 
   python::define_executable(m);
-  py::exec(kBuilderPy, m.attr("__dict__"));
+  py::exec(kPurePy, m.attr("__dict__"));
 
   m.def(
       "load",

@@ -218,7 +218,7 @@ def test_executable_refusals():
     assert e.value.code == "api.closed"
     with pytest.raises(amk.UsageError) as e:
         amk.open(SAMPLES[0], backend="gpu")
-    assert e.value.code == "usage.backend"
+    assert e.value.code == "usage.backend" and e.value.status == amk.Status.REJECTED
 
 
 class Tensor:

@@ -1,3 +1,17 @@
+# The Python module's pure-Python part, run in the module's namespace at import: amk.Status and
+# amk.ProgramBuilder.
+
+
+class Status:
+    """What became of a call, as every amk.Error's `status` attribute says: OK (no error),
+    TIMEOUT (the watchdog or an interrupt stopped the launch), REJECTED (refused before anything
+    ran: bad arguments, program, device) or ERROR (a failure while running)."""
+    OK = "ok"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+    ERROR = "error"
+
+
 class ProgramBuilder:
     """A program built call by call, as a compiler emits one: buffers, counters, instructions,
     queues, TMA specs, custom ops, launch and target. build() hands the JSON form to

@@ -98,7 +98,8 @@ class Executable:
 
 def open(program: str | Program, backend: str = "auto", device: int = 0, vm: str = "",
          timeout_ms: Optional[int] = None, cache_dir: str = "", use_cache: bool = True,
-         trust_custom_ops: bool = False, allow_outside: bool = False) -> Executable: ...
+         trust_custom_ops: bool = False, allow_outside: bool = False,
+         trust_source: bool = False) -> Executable: ...
 
 def generate(program: str | Program, backend: str = "auto", eos: Optional[int] = None,
              device: int = 0, vm: str = "", cache_dir: str = "") -> dict[str, Any]: ...

@@ -202,8 +202,10 @@ void interruptible(F&& f) {
 // its buffers' bytes on the host.
 class PyExecutable {
 public:
-  PyExecutable(Program program, const std::string& backend, const OpenOptions& options)
-      : program_(std::move(program)), device_(options.device) {
+  // `opened`: a program loaded (and verified) for the options; a wrapper program's buffers are
+  // its package arrays and tensor arguments, and it runs on the GPU only.
+  PyExecutable(detail::OpenedProgram opened, const std::string& backend, const OpenOptions& options)
+      : program_(opened.program), device_(options.device) {
     if (backend != "auto" && backend != "cuda" && backend != "cpu")
       throw usage("usage.backend", "backend",
                   "expected backend 'auto', 'cuda' or 'cpu', got '" + backend + "'");
@@ -211,13 +213,16 @@ public:
     backend_ = backend == "auto" ? (gpu_present(&why) ? "cuda" : "cpu") : backend;
     if (backend_ == "cuda") {
       py::gil_scoped_release unlocked;
-      gpu_ = detail::open_opened(detail::opened_program(program_, options), options);
+      gpu_ = detail::open_opened(std::move(opened), options);
       return;
     }
+    if (opened.wrapper)
+      throw usage("api.wrapper.backend", "backend",
+                  "a wrapper program runs its own CUDA kernel: it needs the GPU backend" +
+                      (why.empty() ? std::string() : " (" + why + ")"));
     if (!options.vm.empty())
       throw usage("usage.vm", "vm", "vm fields configure the GPU's VM; the backend is cpu");
-    const LoadOptions load{options.allow_outside_paths, options.trust_custom_ops};
-    (void)verify(program_);
+    const LoadOptions load = opened.load;
     py::gil_scoped_release unlocked;
     host_ = materialize_all(program_, load);
     plan_ = make_plan(program_, PlanOptions{});
@@ -473,6 +478,12 @@ private:
   bool closed_ = false;
 };
 
+// An amk.Program, or a path to a program or wrapper program file, loaded and verified for `o`.
+detail::OpenedProgram opened_from(const py::object& program, const OpenOptions& o) {
+  if (py::isinstance<Program>(program)) return detail::opened_program(program.cast<Program>(), o);
+  return detail::load_for_open(py::str(program).cast<std::string>(), o);
+}
+
 }  // namespace
 
 void define_executable(py::module_& m) {
@@ -514,17 +525,16 @@ void define_executable(py::module_& m) {
         o.device = device;
         o.vm = vm;
         o.cache_dir = cache_dir;
-        Program p = py::isinstance<Program>(program)
-                        ? program.cast<Program>()
-                        : load_program_file(py::str(program).cast<std::string>(), {});
-        const bool has_ids = std::any_of(p.buffers.begin(), p.buffers.end(), [](const Buffer& b) {
+        detail::OpenedProgram opened = opened_from(program, o);
+        const std::vector<Buffer>& buffers = opened.program.buffers;
+        const bool has_ids = std::any_of(buffers.begin(), buffers.end(), [](const Buffer& b) {
           return b.name == "ids" && b.output;
         });
         if (!has_ids)
           throw usage("usage.generate.program", "program",
                       "the program has no output 'ids': amk.generate runs generation programs "
                       "(amk.gen.llama(steps=N, prompt=IDS))");
-        PyExecutable exe(std::move(p), backend, o);
+        PyExecutable exe(std::move(opened), backend, o);
         const auto t0 = std::chrono::steady_clock::now();
         exe.launch(0);
         const double ms =
@@ -558,7 +568,7 @@ void define_executable(py::module_& m) {
       "open",
       [](const py::object& program, const std::string& backend, int device, const std::string& vm,
          std::optional<uint64_t> timeout_ms, const std::string& cache_dir, bool use_cache,
-         bool trust_custom_ops, bool allow_outside) {
+         bool trust_custom_ops, bool allow_outside, bool trust_source) {
         OpenOptions o;
         o.device = device;
         o.vm = vm;
@@ -567,16 +577,15 @@ void define_executable(py::module_& m) {
         o.use_cache = use_cache;
         o.trust_custom_ops = trust_custom_ops;
         o.allow_outside_paths = allow_outside;
-        Program p = py::isinstance<Program>(program)
-                        ? program.cast<Program>()
-                        : load_program_file(py::str(program).cast<std::string>(),
-                                            {allow_outside, trust_custom_ops});
-        return std::make_unique<PyExecutable>(std::move(p), backend, o);
+        o.trust_source = trust_source;
+        return std::make_unique<PyExecutable>(opened_from(program, o), backend, o);
       },
       py::arg("program"), py::arg("backend") = "auto", py::arg("device") = 0, py::arg("vm") = "",
       py::arg("timeout_ms") = std::nullopt, py::arg("cache_dir") = "", py::arg("use_cache") = true,
       py::arg("trust_custom_ops") = false, py::arg("allow_outside") = false,
-      "open a program (a path or an amk.Program) on the GPU (backend 'cuda'), the CPU reference "
+      py::arg("trust_source") = false,
+      "open a program (a path or an amk.Program; a wrapper program's path with trust_source=True) "
+      "on the GPU (backend 'cuda'), the CPU reference "
       "backend ('cpu') or whichever is usable ('auto'): verified, its initial data built, its VM "
       "compiled and its buffers uploaded");
 }

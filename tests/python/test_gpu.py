@@ -153,6 +153,13 @@ def test_a_thousand_launches_with_changed_inputs():
         assert len(p["samples_ms"]) == 5 and p["median_ms"] > 0
 
 
+def test_wrapper_program_launches():
+    wrapper = os.path.join(ROOT, "tests", "wrapper", "sample", "wrapper.json")
+    with amk.open(wrapper, backend="cuda", trust_source=True) as exe:
+        exe.launch()
+        assert exe.attributes()["grid"] > 0 and exe.stats()["launches"] == 1
+
+
 def test_generation_equals_amk_generate():
     gen = amk.gen.llama(preset="tiny", steps=8, prompt=[3, 5, 7, 9], seed=6)
     with amk.open(gen, backend="cuda") as exe:

@@ -257,6 +257,16 @@ def test_executable_tensors_on_the_cpu_backend():
             assert e.value.code == "api.backend"
 
 
+def test_wrapper_programs_need_trust_and_the_gpu():
+    wrapper = os.path.join(ROOT, "tests", "wrapper", "sample", "wrapper.json")
+    with pytest.raises(amk.Error) as e:
+        amk.open(wrapper, backend="cpu")
+    assert e.value.code == "wrapper.untrusted", e.value
+    with pytest.raises(amk.UsageError) as e:
+        amk.open(wrapper, backend="cpu", trust_source=True)
+    assert e.value.code == "api.wrapper.backend"
+
+
 def test_cuda_backend_without_a_gpu():
     if amk.open(SAMPLES[0]).backend == "cuda":
         pytest.skip("a GPU is present (tests/python/test_gpu.py runs there)")

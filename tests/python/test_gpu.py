@@ -195,11 +195,15 @@ def test_ctrl_c_stops_a_waiting_launch():
     import time
     p = subprocess.Popen([__import__("sys").executable, "-c", CHILD, ROOT], stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, env=os.environ)
-    assert p.stdout.readline().strip() == "launching"
+    seen = []
+    while not seen or seen[-1] != "launching":  # (log lines may come first)
+        line = p.stdout.readline()
+        assert line, "".join(seen)
+        seen.append(line.strip())
     time.sleep(1.5)  # (the launch waits on a counter that never arrives; its deadline is 60 s)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=30)
-    assert p.returncode == 0, out
+    assert p.returncode == 0, "\n".join(seen) + out
     lines = out.splitlines()
     assert any(line.startswith("KeyboardInterrupt after") for line in lines), out
     assert float(next(l for l in lines if l.startswith("KeyboardInterrupt")).split()[2]) < 10, out

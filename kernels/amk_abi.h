@@ -138,43 +138,6 @@ AMK_ABI_FN const amk_operand_t& amk_ins_operand(const amk_instruction_t& ins, ui
 AMK_ABI_FN amk_operand_t& amk_ins_operand(amk_instruction_t& ins, uint32_t k) {
   return k < AMK_INLINE_OPERANDS ? ins.operands[k] : ins.operand6;
 }
-
-// attention_decode's share of a positioned chunk (params parts, part, part_rows): of the `used`
-// cached rows below the position, the `n` chunks of a head (amk_attn_shares: n = parts, raised to
-// ceil(used / part_rows) where part_rows != 0) take equal runs in order; chunk `part` takes rows
-// [lo, hi), and the one with part = n - 1 also takes the new row. A part >= n takes nothing.
-// parts 0: the whole run, with the new row.
-struct amk_attn_share {
-  uint64_t lo, hi;
-  bool last;
-};
-AMK_ABI_FN uint64_t amk_attn_shares(uint64_t used, uint32_t parts, uint32_t part_rows) {
-  const uint64_t need = part_rows != 0 ? (used + part_rows - 1) / part_rows : 0;
-  return need > parts ? need : parts;
-}
-AMK_ABI_FN amk_attn_share amk_attn_share_of(uint64_t used, uint32_t parts, uint32_t part,
-                                            uint32_t part_rows) {
-  if (parts == 0) return {0, used, true};
-  const uint64_t n = amk_attn_shares(used, parts, part_rows);
-  if (part >= n) return {0, 0, false};
-  return {used * part / n, used * (part + 1) / n, part + 1 == n};
-}
-// The cached rows [lo, hi) of its k / v views (`rows` rows) that an attention_decode with the
-// position operand attends at position p: those below p from `start` on, narrowed to the
-// chunk's share; `last`: it also takes the new row (p is one of the view's rows).
-AMK_ABI_FN amk_attn_share amk_attn_rows_at(uint64_t p, uint64_t rows, uint32_t start,
-                                           uint32_t parts, uint32_t part, uint32_t part_rows) {
-  const uint64_t used = p <= start ? 0 : (p - start < rows ? p - start : rows);
-  amk_attn_share s = amk_attn_share_of(used, parts, part, part_rows);
-  s.last = s.last && p >= start && p - start < rows;
-  return s;
-}
-// The most cached rows one chunk of a head of `rows` rows takes at any position.
-AMK_ABI_FN uint64_t amk_attn_share_max(uint64_t rows, uint32_t parts, uint32_t part_rows) {
-  if (parts == 0) return rows;
-  const uint64_t even = (rows + parts - 1) / parts;
-  return part_rows != 0 && part_rows < even ? part_rows : even;
-}
 #endif
 
 // One entry of the buffer table.

@@ -10,9 +10,7 @@
 // stepped: with the position operand, P = position[0] + pass - 1 and k, v hold the cache rows
 // start .. start + rows - 1 (param 8, start): the chunk attends the rows below P, the first
 // clamp(P - start, 0, rows), so k and v are narrowed to them, and the new row only where P is one
-// of the chunk's rows (start <= P < start + rows). With parts != 0 (params 9-11) the chunk
-// narrows further to its share of those rows (amk_attn_share_of), and takes the new row only as
-// the last share. A chunk left with nothing writes, for each of
+// of the chunk's rows (start <= P < start + rows). A chunk left with nothing writes, for each of
 // its query heads, o = 0, m = -inf, l = 0, which attention_combine and gemv's merge weigh 0.
 // true: the op is done (that empty chunk, or a negative position, which stops the launch).
 // Without the operand nothing changes.
@@ -23,13 +21,11 @@ __device__ __forceinline__ bool amk_attn_positioned(const amk_device_program_t& 
   if (!amk_operand(ins, 6).present()) return false;
   const amk_position pos = amk_attn_position(ins);
   if (amk_position_failed(prog, ins, pos)) return true;
-  const amk_attn_share share = amk_attn_rows_at(pos.value, k.n / hd, ins.params[8], ins.params[9],
-                                                ins.params[10], ins.params[11]);
-  k.ptr += share.lo * hd * amk_dtype_size(k.dtype);
-  v.ptr += share.lo * hd * amk_dtype_size(v.dtype);
-  k.n = v.n = static_cast<uint32_t>((share.hi - share.lo) * hd);
-  has_new = has_new && share.last;
-  if (share.hi != share.lo || has_new) return false;
+  const uint64_t p = pos.value, start = ins.params[8], rows = k.n / hd;
+  const uint64_t used = p <= start ? 0 : min(rows, p - start);
+  k.n = v.n = static_cast<uint32_t>(used * hd);
+  has_new = has_new && p >= start && p - start < rows;
+  if (used != 0 || has_new) return false;
   const uint32_t row = hd + 2, n = q.n / hd * row;
   for (uint32_t i = threadIdx.x; i < n; i += kAmkBlockThreads)
     amk_store_f32(out, i, i % row == hd ? amk_neg_inf() : 0.0f);

@@ -102,25 +102,6 @@ __device__ __forceinline__ void amk_prefetch_streams(const amk_device_program_t&
     amk_prefetch_operand(ins, 0, limit);
     amk_prefetch_operand(ins, 5, limit);
   } else if (op == amk_op_bits(amk_op::attention_decode)) {
-    if constexpr (kAmkCfg.stepped) {
-      // A chunk that takes a share of the rows below its position operand prefetches that share
-      // (the position holds its initial value for the whole launch, so it is read before any
-      // wait).
-      const uint32_t hd = ins.params[0];
-      if (ins.params[9] != 0 && hd != 0 && amk_operand(ins, 6).present()) {
-        const amk_position pos = amk_op_position(ins, 6, 2);
-        if (!pos.ok) return;
-        const amk_view k = amk_operand(ins, 1), v = amk_operand(ins, 2);
-        const amk_attn_share share = amk_attn_rows_at(
-            pos.value, k.n / hd, ins.params[8], ins.params[9], ins.params[10], ins.params[11]);
-        const uint64_t rows = share.hi - share.lo;
-        amk_prefetch_l2(k.ptr + share.lo * hd * amk_dtype_size(k.dtype),
-                        min(rows * hd * amk_dtype_size(k.dtype), limit));
-        amk_prefetch_l2(v.ptr + share.lo * hd * amk_dtype_size(v.dtype),
-                        min(rows * hd * amk_dtype_size(v.dtype), limit));
-        return;
-      }
-    }
     amk_prefetch_operand(ins, 1, limit);
     amk_prefetch_operand(ins, 2, limit);
   }

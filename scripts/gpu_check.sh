@@ -161,8 +161,7 @@ fi
 
 if [ "${AMK_GENERATE:-1}" = 1 ]; then
 sec "generation in one launch: tiny vs numpy and the CPU backend, 1B and 8B vs transformers"
-# (the last two: chunks sharing the rows below the position, one with a second share past the
-# tile's 256 rows)
+# (the last two: the kv-head layout with combine steps, and one query head a chunk over 300 rows)
 long_prompt=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "%s%d", (i ? "," : ""), (i * 31 + 7) % 512 }')
 for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --prompt 1,2,3,4,5,6,7,8,9,10,11,12" \
          "--steps 4 --attn-chunks 3 --combine steps --prompt 1,2,3,4,5,6,7,8,9,10,11" \

@@ -511,9 +511,8 @@ void run_kv_append(const Context& c) {
 
 // With theta != 0, q and k_new are rotated in double (RopeAngles) before the dot products; the
 // new token's row (k_new, v_new) is position `len` of the chunk, after the cached rows. With the
-// position operand (P), k and v are cache rows from `start` on: the rows below P count (with
-// parts != 0 this chunk's share of them, amk_attn_share_of), and the new row when P falls in the
-// chunk (and the share is the last); a chunk with no row writes o = 0, m = -inf, l = 0.
+// position operand (P), k and v are cache rows from `start` on: the rows below P count, and the
+// new row when P falls in the chunk; a chunk with no row writes o = 0, m = -inf, l = 0.
 void run_attention_decode(const Context& c) {
   const View q = c.operand(0), k_all = c.operand(1), v_all = c.operand(2), out = c.operand(3),
              k_new_op = c.operand(4), v_new_op = c.operand(5), pos = c.operand(6);
@@ -533,13 +532,11 @@ void run_attention_decode(const Context& c) {
   const uint64_t position = op_position(c, 6, 2);
   View k = k_all, v = v_all, k_new = k_new_op, v_new = v_new_op;
   if (pos.present) {  // the attended rows follow the position
-    const amk_attn_share share =
-        amk_attn_rows_at(position, k.extent / hd, c.param_word(8), c.param_word(9),
-                         c.param_word(10), c.param_word(11));
-    k.base += share.lo * hd * dtype_size(k.dtype);
-    v.base += share.lo * hd * dtype_size(v.dtype);
-    k.extent = v.extent = (share.hi - share.lo) * hd;
-    if (!share.last) k_new.present = v_new.present = false;
+    const uint64_t start = c.param_word(8), rows = k.extent / hd;
+    const uint64_t used = position <= start ? 0 : std::min(rows, position - start);
+    k.extent = v.extent = used * hd;
+    const bool holds = position >= start && position - start < rows;
+    if (!holds) k_new.present = v_new.present = false;
   }
   const uint64_t group = q.extent / hd, cached = k.extent / hd;
   const uint64_t len = cached + (k_new.present ? 1 : 0);

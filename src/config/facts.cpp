@@ -109,8 +109,7 @@ AttnPath attention_path(const Program& program, const Instruction& in) {
   const uint64_t esize = dtype_size(*kt);
   if (hd % 8 != 0 || (k->offset * esize) % 16 != 0 || (v->offset * esize) % 16 != 0)
     return AttnPath::pass;
-  // A positioned chunk with parts != 0 reads at most its largest share of the rows.
-  const uint64_t len = amk_attn_share_max(k->extent / hd, param(in, 9), param(in, 11));
+  const uint64_t len = k->extent / hd;
   const uint64_t group = q->extent / hd;
   if (len < 1 || v->extent / hd < len || group < 1 || group > kAmkAttnNewHeads ||
       group * len > kAmkAttnTileScores)

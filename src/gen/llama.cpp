@@ -8,7 +8,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "amk_config.h"
 #include "core/error.hpp"
 #include "ops/registry.hpp"
 
@@ -26,32 +25,15 @@ uint64_t round_up(uint64_t a, uint64_t m) { return ceil_div(a, m) * m; }
 // Attention chunking of a context of T positions: about `target` instructions, chunks a multiple
 // of 8 positions; one a (kv head, chunk), or with one_head (combine_oproj) one a (query head,
 // chunk), at most `target` of them. attn_chunks (--attn-chunks) != 0 sets the chunks a head.
-// Generating (runtime position), every chunk of a head reads the head's whole cache and takes
-// its share of the rows below the position (attention_decode's parts, part_rows): `parts` chunks
-// share them evenly, and with one_head, where those shares would outgrow the large tile
-// (`part_rows` rows), more of the `count` chunks join in.
 struct Chunking {
   uint64_t len = 0, count = 0;  // positions a chunk, chunks a head
-  uint32_t parts = 0, part_rows = 0;
 };
 Chunking attention_chunking(const LlamaConfig& c, uint64_t T, uint64_t target, uint32_t attn_chunks,
-                            bool one_head, bool generating) {
+                            bool one_head) {
   const uint64_t per_head = attn_chunks != 0 ? attn_chunks
                             : one_head       ? std::max<uint64_t>(1, target / c.heads)
                                              : ceil_div(target, c.kv_heads);
   Chunking k;
-  if (generating) {
-    k.len = T;
-    k.parts = static_cast<uint32_t>(std::min<uint64_t>(per_head, T));
-    k.count = k.parts;
-    if (one_head) {
-      const uint64_t tile_rows = std::min<uint64_t>(
-          kAmkAttnTileScores, amk_attn_tile_bytes(amk_attn_tile::large) / (4 * c.head_dim));
-      k.part_rows = static_cast<uint32_t>(tile_rows);
-      k.count = std::max<uint64_t>(k.parts, ceil_div(T - 1, tile_rows));
-    }
-    return k;
-  }
   k.len = std::min<uint64_t>(T, std::max<uint64_t>(8, round_up(ceil_div(T, per_head), 8)));
   k.count = ceil_div(T, k.len);
   return k;
@@ -357,15 +339,9 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     // the chunks are at most the split target (the chunking generate_llama uses).
     const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
     const uint64_t hd = r.cfg.head_dim;
-    // Generating: where the chunks a head that keep every share in the tile are at most a
-    // quarter more than the split target.
-    const bool generating = r.steps > 0;
-    const Chunking k =
-        attention_chunking(r.cfg, r.context, target, o.attn_chunks, true, generating);
-    r.combine_oproj =
-        hd % 8 == 0 && hd <= 256 &&
-        (generating ? uint64_t{r.cfg.heads} * k.count <= target + target / 4
-                    : 4 * k.len * hd <= 65536 && uint64_t{r.cfg.heads} * k.count <= target);
+    const Chunking k = attention_chunking(r.cfg, r.context, target, o.attn_chunks, true);
+    r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * k.len * hd <= 65536 &&
+                      uint64_t{r.cfg.heads} * k.count <= target;
   }
   if (o.mlp_bf16 && !o.fused)
     usage_error("usage.gen.layout", "--mlp-act",
@@ -492,8 +468,7 @@ Program generate_llama(const LlamaOptions& o) {
   };
 
   // Attention chunking (attention_chunking): (kv head, chunk) or (query head, chunk) instructions.
-  const Chunking chunking =
-      attention_chunking(c, T, target, o.attn_chunks, r.combine_oproj, generating);
+  const Chunking chunking = attention_chunking(c, T, target, o.attn_chunks, r.combine_oproj);
   const uint64_t chunk_len = chunking.len;
   const uint64_t n_chunks = chunking.count;
   // Floats of one chunk's partials: its query heads' rows of hd + 2 (combine_oproj: one head).
@@ -676,14 +651,13 @@ Program generate_llama(const LlamaOptions& o) {
     // also takes the new token's k/v row straight from the projections (rotating k); the cache
     // rows at pos are written by instructions nothing in the step waits for. q/k/v come from
     // the gemvs of qkv_gemvs (counters and counts per kv head in sq / sk / sv).
-    // Generating, the position is the pass's (the position buffer + pass - 1): every chunk reads
-    // its head's whole cache and attends its share of the rows below the position (Chunking's
-    // parts), the last share with the new row; which chunk that is moves with the position, so
-    // every chunk waits for k and v too.
+    // Generating, the position is the pass's (the position buffer + pass - 1): every chunk spans
+    // its whole rows of the cache, attends those below the position and takes the new row when
+    // the position falls in it, so every chunk waits for k and v too.
     auto add_attention_with_rope = [&] {
       for (uint64_t g = 0; g < nkv; ++g) {
         for (uint64_t ci = 0; ci < n_chunks; ++ci) {
-          const uint64_t t0 = generating ? 0 : ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
+          const uint64_t t0 = ci * chunk_len, t1 = std::min(t0 + chunk_len, T);
           const bool last = generating || t1 == T;
           const uint64_t cached = generating ? t1 - t0 : last ? pos - t0 : t1 - t0;
           const uint64_t cache_off = (g * T + t0) * hd;
@@ -713,10 +687,7 @@ Program generate_llama(const LlamaOptions& o) {
                           {"low_freq_factor", c.rope_low_freq},
                           {"high_freq_factor", c.rope_high_freq},
                           {"original_max_position", static_cast<double>(c.rope_original_max)},
-                          {"start", 0.0},
-                          {"parts", static_cast<double>(chunking.parts)},
-                          {"part", generating ? static_cast<double>(ci) : 0.0},
-                          {"part_rows", static_cast<double>(chunking.part_rows)}},
+                          {"start", generating ? static_cast<double>(t0) : 0.0}},
                          std::move(w), std::move(sg));
           };
           if (oproj_merge) {

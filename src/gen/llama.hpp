@@ -91,9 +91,7 @@ struct LlamaOptions {
   // nullopt (`--combine auto`): on for the fused layer without --combine-heads where each
   // (query head, chunk) fits the VM's 64 KiB attention tile with at most the split target's
   // worth of chunks (Llama-3.2-1B: 32 heads x 4 chunks of 256 positions of 64); else off
-  // (Llama-3.1-8B's 256 positions of 128 would not fit). Generating (steps), where the chunks
-  // a head that keep every share of the rows below the position in that tile are at most a
-  // quarter over the split target.
+  // (Llama-3.1-8B's 256 positions of 128 would not fit).
   std::optional<bool> combine_oproj;
   // Chunks of the KV length per kv head, one attention_decode instruction each (0: about the
   // split target's worth of instructions over all kv heads, chunks a multiple of 8 positions).

@@ -82,8 +82,7 @@ constexpr ParamSig kAttentionDecodeParams[] = {
     {"position", ParamType::u32, 0.0},          {"theta", ParamType::f32, 0.0},
     {"scaling_factor", ParamType::f32, 32.0},   {"low_freq_factor", ParamType::f32, 1.0},
     {"high_freq_factor", ParamType::f32, 4.0},  {"original_max_position", ParamType::u32, 8192.0},
-    {"start", ParamType::u32, 0.0, true},       {"parts", ParamType::u32, 0.0, true},
-    {"part", ParamType::u32, 0.0, true},        {"part_rows", ParamType::u32, 0.0, true}};
+    {"start", ParamType::u32, 0.0, true}};
 constexpr OperandSig kAttentionCombineOperands[] = {{"partials", Access::read, kF32},
                                                     {"out", Access::write, kF}};
 constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std::nullopt},
@@ -146,10 +145,7 @@ constexpr std::array<OpSig, 17> kOps = {{
      "rope at `position`; (k_new, v_new), both or neither, is one more position after the "
      "cached rows (k, v may then be empty). With the position operand (P = position[0] + "
      "pass - 1), k and v hold the cache rows from `start` on: the op attends those below P, "
-     "and (k_new, v_new) when start <= P < start + rows; parts != 0 splits those rows: n "
-     "chunks (n = parts, raised to ceil(rows below P / part_rows) where part_rows != 0) take "
-     "equal runs in order, this one the run of index `part` (none when part >= n), and the new "
-     "row only when part = n - 1",
+     "and (k_new, v_new) when start <= P < start + rows",
      kAttentionDecodeOperands, kAttentionDecodeParams},
     {OpId::attention_combine, "attention_combine",
      "out[g] = sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M) over the chunk-major "

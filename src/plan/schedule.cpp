@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "core/error.hpp"
-#include "ops/registry.hpp"
 #include "plan/plan.hpp"
 #include "verify/verify.hpp"
 
@@ -33,22 +32,12 @@ namespace {
 constexpr double kDispatchCost = 500.0;
 constexpr double kBytesPerUnit = 36.0;
 
-// An attention_decode chunk with parts != 0 counts its largest share of the K and V rows.
 double instruction_cost(const Program& program, const Instruction& ins) {
   double bytes = 0.0;
-  for (size_t s = 0; s < ins.operands.size(); ++s) {
-    const Operand& o = ins.operands[s];
-    if (o.buffer == AMK_NO_BUFFER || o.buffer >= program.buffers.size()) continue;
-    double extent = static_cast<double>(o.extent);
-    if (static_cast<OpId>(ins.op) == OpId::attention_decode && (s == 1 || s == 2) &&
-        ins.params.size() > 9 && ins.params[9] != 0 && ins.params[0] != 0) {
-      const uint64_t rows = o.extent / ins.params[0];
-      const uint32_t part_rows = ins.params.size() > 11 ? ins.params[11] : 0;
-      extent =
-          static_cast<double>(amk_attn_share_max(rows, ins.params[9], part_rows) * ins.params[0]);
-    }
-    bytes += extent * static_cast<double>(dtype_size(program.buffers[o.buffer].dtype));
-  }
+  for (const Operand& o : ins.operands)
+    if (o.buffer != AMK_NO_BUFFER && o.buffer < program.buffers.size())
+      bytes += static_cast<double>(o.extent) *
+               static_cast<double>(dtype_size(program.buffers[o.buffer].dtype));
   return kDispatchCost + bytes / kBytesPerUnit;
 }
 

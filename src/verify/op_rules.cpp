@@ -378,25 +378,6 @@ private:
           fail("verify.shape", operand_where(3),
                "extent(out) = " + std::to_string(extent(3)) +
                    " must equal group * (head_dim + 2) = " + std::to_string(want));
-        // The split of a positioned chunk's rows (amk_attn_share_of): only with the position
-        // operand, and `part` one of the shares some position can give.
-        const uint32_t parts = ins_.params.size() > 9 ? ins_.params[9] : 0;
-        const uint32_t part = ins_.params.size() > 10 ? ins_.params[10] : 0;
-        const uint32_t part_rows = ins_.params.size() > 11 ? ins_.params[11] : 0;
-        if (parts == 0 && (part != 0 || part_rows != 0))
-          fail("verify.param", part != 0 ? "/params/part" : "/params/part_rows",
-               "part and part_rows apply only with parts != 0");
-        if (parts != 0 && !present(6))
-          fail("verify.param", "/params/parts",
-               "parts splits the rows below a position operand; this instruction has none");
-        const uint64_t rows = extent(1) / hd;
-        const uint64_t most = amk_attn_shares(rows, parts, part_rows);
-        if (parts != 0 && part >= most)
-          fail("verify.param", "/params/part",
-               "part = " + std::to_string(part) + " is never a share: at most " +
-                   std::to_string(most) + " chunks split the " + std::to_string(rows) +
-                   " rows (parts " + std::to_string(parts) + ", part_rows " +
-                   std::to_string(part_rows) + ")");
         break;
       }
       case OpId::attention_combine: {  // partials, out; head_dim, kv_heads

@@ -202,42 +202,6 @@ TEST_CASE("a kv_append at a position and an attention_decode below it, in one pa
   }
 }
 
-TEST_CASE("shares of the rows below a position (parts, part, part_rows)") {
-  Cache k(0, 8);  // head 1's whole rows; the append writes row 3 (+ pass - 1)
-  Instruction& attend = k.b.p.instructions[k.attend];
-  attend.params.resize(12, 0);
-  attend.params[9] = 2;  // chunk 1 of 2
-  attend.params[10] = 1;
-  CHECK_NOTHROW(verify(k.b.p));  // still below the position: no order with the append
-  // Shares with part_rows 3: 8 rows need up to 3 chunks, so part 2 is one.
-  attend.params[11] = 3;
-  attend.params[10] = 2;
-  CHECK_NOTHROW(verify(k.b.p));
-  attend.params[10] = 3;
-  auto e = error_of([&] { verify(k.b.p); });
-  REQUIRE(e);
-  CHECK(e->code() == "verify.param");
-  CHECK(e->where() == "/instructions/1/params/part");
-  CHECK(contains(e->message(), "at most 3 chunks split the 8 rows"));
-  attend.params[11] = 0;
-  attend.params[10] = 2;  // parts 2 alone: part 2 is never a share
-  CHECK_ERROR(verify(k.b.p), "verify.param", "/instructions/1/params/part");
-
-  SUBCASE("part and part_rows only with parts") {
-    attend.params[9] = 0;
-    attend.params[10] = 1;
-    CHECK_ERROR(verify(k.b.p), "verify.param", "/instructions/1/params/part");
-    attend.params[10] = 0;
-    attend.params[11] = 4;
-    CHECK_ERROR(verify(k.b.p), "verify.param", "/instructions/1/params/part_rows");
-  }
-  SUBCASE("parts without the position operand") {
-    attend.params[10] = 0;
-    attend.operands[6] = none();
-    CHECK_ERROR(verify(k.b.p), "verify.param", "/instructions/1/params/parts");
-  }
-}
-
 TEST_CASE("a kv_append at a position and an attention_decode over passes") {
   Cache k(2, 5);
   Builder& b = k.b;

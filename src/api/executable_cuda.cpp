@@ -272,6 +272,12 @@ KernelAttributes Executable::attributes() const {
 
 ExecutableStats Executable::stats() const { return impl("stats").stats; }
 
+uint64_t Executable::device_pointer(std::string_view name) const {
+  const Impl& m = impl("device_pointer");
+  const uint32_t i = m.book.find(name, "device_pointer");
+  return m.wrapper ? m.wrapper->buffer_address(i) : m.gpu->buffer_address(i);
+}
+
 std::vector<std::pair<std::string, double>> Executable::setup_timings() const {
   const Impl& m = impl("setup_timings");
   return m.wrapper ? m.wrapper->setup_timings_ms() : m.gpu->setup_timings_ms();

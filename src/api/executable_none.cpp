@@ -35,6 +35,9 @@ void Executable::read_output(std::string_view, void*, size_t, std::string_view) 
 ProfileResult Executable::profile(const ProfileOptions&) { detail::throw_closed("profile"); }
 KernelAttributes Executable::attributes() const { detail::throw_closed("attributes"); }
 ExecutableStats Executable::stats() const { detail::throw_closed("stats"); }
+uint64_t Executable::device_pointer(std::string_view) const {
+  detail::throw_closed("device_pointer");
+}
 std::vector<std::pair<std::string, double>> Executable::setup_timings() const {
   detail::throw_closed("setup_timings");
 }

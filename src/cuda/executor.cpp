@@ -571,6 +571,11 @@ const std::vector<std::pair<std::string, double>>& GpuExecutable::setup_timings_
   return impl().timings;
 }
 const DeviceInfo& GpuExecutable::device() const { return impl().device; }
+uint64_t GpuExecutable::buffer_address(uint32_t index) const {
+  Impl& m = impl();
+  m.check_copy(index, index < m.program.buffers.size() ? m.program.buffers[index].bytes() : 0);
+  return m.addresses[index];
+}
 const KernelResources& GpuExecutable::kernel() const { return impl().kernel; }
 const CompileOutput& GpuExecutable::compiled() const { return impl().compiled; }
 uint32_t GpuExecutable::grid() const { return impl().grid; }

@@ -482,6 +482,12 @@ const std::vector<std::pair<std::string, double>>& WrapperExecutable::setup_timi
   return impl().timings;
 }
 const DeviceInfo& WrapperExecutable::device() const { return impl().device; }
+uint64_t WrapperExecutable::buffer_address(uint32_t index) const {
+  const Impl& m = impl();
+  if (index >= m.addresses.size())
+    throw Error(ErrorKind::internal, "internal.buffer", "", "no buffer " + std::to_string(index));
+  return m.addresses[index];
+}
 const KernelResources& WrapperExecutable::kernel() const { return impl().kernel; }
 const CompileOutput& WrapperExecutable::compiled() const { return impl().compiled; }
 const WrapperProgram& WrapperExecutable::program() const { return impl().program; }

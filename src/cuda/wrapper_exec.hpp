@@ -83,6 +83,8 @@ public:
   void bind_buffer(uint32_t index, uint64_t address);
 
   [[nodiscard]] const std::vector<std::pair<std::string, double>>& setup_timings_ms() const;
+  // Buffer `index`'s device address now (amk's memory, or the caller's after bind_buffer).
+  [[nodiscard]] uint64_t buffer_address(uint32_t index) const;
   [[nodiscard]] const DeviceInfo& device() const;
   [[nodiscard]] const KernelResources& kernel() const;
   [[nodiscard]] const CompileOutput& compiled() const;

@@ -85,7 +85,9 @@ class Executable:
     @property
     def setup_timings(self) -> dict[str, float]: ...  # ms a phase of open (GPU)
     def set(self, name: str, array: Any) -> None: ...  # numpy array or DLPack tensor
-    def get(self, name: str, torch: bool = False) -> Any: ...  # numpy.ndarray (bf16: uint16 bits)
+    # numpy.ndarray (a copy; bf16: its uint16 bits); torch=True on the GPU: a torch tensor over the
+    # buffer's device memory (no copy; later launches write it)
+    def get(self, name: str, torch: bool = False) -> Any: ...
     def bind(self, name: str, tensor: Any) -> None: ...  # a device tensor's memory, in place
     def launch(self, passes: int = 0) -> None: ...
     def profile(self, events: bool = True, warmup: int = 3, iterations: int = 20,

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -213,7 +214,7 @@ public:
     backend_ = backend == "auto" ? (gpu_present(&why) ? "cuda" : "cpu") : backend;
     if (backend_ == "cuda") {
       py::gil_scoped_release unlocked;
-      gpu_ = detail::open_opened(std::move(opened), options);
+      gpu_ = std::make_shared<Executable>(detail::open_opened(std::move(opened), options));
       return;
     }
     if (opened.wrapper)
@@ -262,8 +263,9 @@ public:
     write(i, reinterpret_cast<const void*>(v.address), v.bytes, v.dtype);
   }
 
-  // Buffer `name` as a numpy array (a copy); with torch=True a torch tensor: the bound tensor
-  // itself for a bound buffer, else the copy without another (bf16 as torch.bfloat16).
+  // Buffer `name` as a numpy array (a copy); with torch=True a torch tensor without a copy: on
+  // the GPU the bound tensor itself, or a view of the executable's memory through DLPack (it
+  // keeps that memory alive past close()); on the CPU backend the host copy.
   py::object get(const std::string& name, bool torch) {
     const uint32_t i = index(name, "get");
     const Buffer& b = program_.buffers[i];
@@ -273,14 +275,17 @@ public:
         finish_torch_streams();
         return bound->second;
       }
+      if (gpu_open())
+        return py::module_::import("torch.utils.dlpack")
+            .attr("from_dlpack")(export_buffer(b, gpu_->device_pointer(name)));
     }
     std::vector<py::ssize_t> shape(b.shape.begin(), b.shape.end());
     py::array out(numpy_dtype(b.dtype), shape);
     const size_t bytes = static_cast<size_t>(out.nbytes());
-    if (gpu_.is_open()) {
+    if (gpu_open()) {
       finish_torch_streams();
       py::gil_scoped_release unlocked;
-      gpu_.read_output(name, out.mutable_data(), bytes, dtype_name(b.dtype));
+      gpu_->read_output(name, out.mutable_data(), bytes, dtype_name(b.dtype));
     } else {
       std::memcpy(out.mutable_data(), host_.data[i].data(), bytes);
     }
@@ -292,7 +297,7 @@ public:
 
   void bind(const std::string& name, const py::object& tensor) {
     const uint32_t i = index(name, "bind");
-    if (!gpu_.is_open())
+    if (!gpu_open())
       throw usage("api.bind.backend", name,
                   "bind: the CPU backend has no device memory to bind; open with backend='cuda'");
     const TensorView v = view_of(tensor, name, "bind");
@@ -308,15 +313,15 @@ public:
                       "; the executable runs on device " + std::to_string(device_));
     check_view(i, v, "bind");
     finish_torch_streams();
-    gpu_.bind(name, v.address, v.bytes, v.dtype);
+    gpu_->bind(name, v.address, v.bytes, v.dtype);
     bound_[name] = tensor;  // the memory stays alive while the executable may use it
   }
 
   void launch(uint32_t passes) {
     open("launch");
-    if (gpu_.is_open()) {
+    if (gpu_open()) {
       finish_torch_streams();
-      interruptible([&] { gpu_.launch(passes); });
+      interruptible([&] { gpu_->launch(passes); });
       return;
     }
     const uint32_t n = passes != 0 ? passes : program_.launch.passes;
@@ -416,7 +421,7 @@ public:
 
   void close() {
     closed_ = true;
-    gpu_.close();
+    gpu_.reset();
     host_ = {};
     bound_.clear();
   }
@@ -425,12 +430,13 @@ private:
   void open(const char* call) const {
     if (closed_) detail::throw_closed(call);
   }
+  bool gpu_open() const { return gpu_ != nullptr && gpu_->is_open(); }
   Executable& gpu(const char* call) {
     open(call);
-    if (!gpu_.is_open())
+    if (!gpu_open())
       throw usage("api.backend", call,
                   std::string(call) + " needs the GPU backend; this executable runs on the CPU");
-    return gpu_;
+    return *gpu_;
   }
   uint32_t index(const std::string& name, const char* call) const {
     open(call);
@@ -454,10 +460,10 @@ private:
   }
   void write(uint32_t i, const void* data, size_t bytes, const std::string& dtype) {
     const Buffer& b = program_.buffers[i];
-    if (gpu_.is_open()) {
+    if (gpu_open()) {
       finish_torch_streams();
       py::gil_scoped_release unlocked;
-      gpu_.set_input(b.name, data, bytes, dtype);
+      gpu_->set_input(b.name, data, bytes, dtype);
       return;
     }
     std::vector<std::byte>& dst = host_.data[i];
@@ -468,10 +474,47 @@ private:
     std::memcpy(dst.data(), data, bytes);
   }
 
+  // A DLPack capsule over buffer `b` at `address` on the executable's device, owning a share
+  // of the executable.
+  py::capsule export_buffer(const Buffer& b, uint64_t address) const {
+    struct Export {
+      DLManagedTensor tensor{};
+      std::vector<int64_t> shape;
+      std::shared_ptr<Executable> owner;
+    };
+    auto* e = new Export{{}, std::vector<int64_t>(b.shape.begin(), b.shape.end()), gpu_};
+    const DType t = b.dtype;
+    const uint8_t code = t == DType::bf16                       ? 4
+                         : (t == DType::f32 || t == DType::f16) ? 2
+                         : (t == DType::i32 || t == DType::i64) ? 0
+                                                                : 1;
+    const uint8_t bits = static_cast<uint8_t>(dtype_size(t) * 8);
+    e->tensor.dl_tensor = {reinterpret_cast<void*>(address),
+                           {kDLCUDA, device_},
+                           static_cast<int32_t>(e->shape.size()),
+                           {code, bits, 1},
+                           e->shape.data(),
+                           nullptr,
+                           0};
+    e->tensor.manager_ctx = e;
+    e->tensor.deleter = [](DLManagedTensor* self) {
+      delete static_cast<Export*>(self->manager_ctx);
+    };
+    // An unconsumed capsule deletes its tensor; a consumer renames it and calls the deleter.
+    return py::capsule(&e->tensor, "dltensor", [](PyObject* capsule) {
+      if (PyCapsule_IsValid(capsule, "dltensor")) {
+        auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+        t->deleter(t);
+      }
+    });
+  }
+
   Program program_;
   std::string backend_;
   int device_ = 0;
-  Executable gpu_;    // backend cuda
+  // backend cuda; shared with the tensors get(torch=True) exported, so its memory outlives
+  // close() while one of them lives
+  std::shared_ptr<Executable> gpu_;
   Plan plan_;         // backend cpu
   HostBuffers host_;  // backend cpu
   std::map<std::string, py::object> bound_;

@@ -107,6 +107,22 @@ def test_bound_tensors_are_read_and_written_in_place():
                                    rtol=1e-5, atol=1e-6)
 
 
+def test_get_as_torch_is_the_executables_memory():
+    path, exe, inputs, outputs = elementwise()
+    rng = np.random.default_rng()
+    out = outputs[0]["name"]
+    exe.launch()
+    t = exe.get(out, torch=True)
+    assert t.is_cuda and t.dtype == torch.float32 and tuple(t.shape) == tuple(outputs[0]["shape"])
+    np.testing.assert_array_equal(t.cpu().numpy(), exe.get(out))
+    exe.set(inputs[0]["name"], rng.uniform(2.0, 3.0, inputs[0]["shape"]).astype(np.float32))
+    exe.launch()
+    after = exe.get(out)
+    np.testing.assert_array_equal(t.cpu().numpy(), after)  # the same memory: the new launch's
+    exe.close()
+    np.testing.assert_array_equal(t.cpu().numpy(), after)  # kept alive by the tensor
+
+
 def test_bind_refusals():
     path, exe, inputs, outputs = elementwise()
     with exe:

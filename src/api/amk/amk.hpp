@@ -159,6 +159,10 @@ public:
   // What open took, phase by phase, in milliseconds and in order (context, device, config,
   // compile, module_load, configure, plan, upload, tma_encode for a VM program).
   [[nodiscard]] std::vector<std::pair<std::string, double>> setup_timings() const;
+  // Buffer `name`'s device address now (the executable's memory, or the caller's after bind),
+  // for zero-copy views of it (DLPack): valid until close() or the buffer's next bind. Throws
+  // api.buffer.
+  [[nodiscard]] uint64_t device_pointer(std::string_view name) const;
 
   // Frees the device memory, module and context retain; idempotent. Every other call on a
   // closed (or default-constructed, or moved-from) executable throws usage api.closed.

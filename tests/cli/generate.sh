@@ -22,12 +22,11 @@ check() {  # check DESCRIPTION -- check_llama.py arguments...
 check "prompt 3 + 6 new" -- --steps 6 --prompt 3,5,7
 check "one token + 4 new, 3 layers" -- --steps 4 --layers 3
 check "prompt 9 + 2 new, attention in chunks of 8" -- --steps 2 --prompt 1,2,3,4,5,6,7,8,9 --attn-chunks 2
-check "prompt 11 + 3 new, 3 chunks a kv head sharing the rows" -- --steps 3 \
+check "prompt 11 + 3 new, 3 chunks a kv head, combine steps" -- --steps 3 \
   --prompt 1,2,3,4,5,6,7,8,9,10,11 --attn-chunks 3 --combine steps
-# 301 positions, one chunk a query head: past 256 rows below the position (the large tile) a
-# second chunk takes half of them (part_rows).
+# 301 positions, one chunk a query head: past the large tile's 256 rows.
 long_prompt=$(awk 'BEGIN { for (i = 0; i < 300; i++) printf "%s%d", (i ? "," : ""), (i * 31 + 7) % 512 }')
-check "prompt 300 + 3 new, a second chunk past the tile's rows" -- --steps 3 \
+check "prompt 300 + 3 new, one chunk a query head past the tile's rows" -- --steps 3 \
   --prompt "$long_prompt" --attn-chunks 1 --combine oproj
 check "sharded HF folder" -- --from --shards 2 --steps 3 --prompt 11,12
 check "f32 KV caches" -- --steps 5 --prompt 2,4 --kv-dtype f32

@@ -21,6 +21,7 @@
 #include "session/inspect.hpp"
 #include "session/run_session.hpp"
 #include "verify/verify.hpp"
+#include "wrapper/wrapper.hpp"
 
 namespace py = pybind11;
 
@@ -138,6 +139,26 @@ PYBIND11_MODULE(amk, m) {
 
   python::define_executable(m);
   py::exec(kPurePy, m.attr("__dict__"));
+
+  m.def(
+      "check_wrapper",
+      [](const py::object& program, const std::string& base_dir) {
+        const std::string text =
+            py::isinstance<py::str>(program) ? program.cast<std::string>() : json_dumps(program);
+        const WrapperProgram w = parse_json_wrapper(text, base_dir);
+        const WrapperSummary s = check_wrapper(w);
+        py::dict d;
+        d["status"] = "ok";
+        d["name"] = w.name;
+        d["instructions"] = s.instruction_count;
+        d["slots"] = s.slot_count;
+        d["comms"] = s.comm_count;
+        d["tensor_args_bytes"] = s.tensor_args_bytes;
+        return d;
+      },
+      py::arg("program"), py::arg("base_dir") = ".",
+      "load and check a wrapper program (its JSON text or dict; data paths and source_path "
+      "relative to base_dir) as amk validate does; its summary, or raises amk.ProgramError");
 
   m.def(
       "load",

@@ -105,3 +105,80 @@ class ProgramBuilder:
     def build(self, allow_outside=False, trust_custom_ops=False):
         return Program.from_dict(self._program, allow_outside=allow_outside,
                                  trust_custom_ops=trust_custom_ops)
+
+
+class WrapperBuilder:
+    """A wrapper program (schemas/wrapper.md): a compiler's own megakernel source with the launch
+    package in executor.py's order, tensor arguments, TMA specs and the target it was made for,
+    built call by call. check() runs amk's wrapper loader and structural checks (errors name the
+    JSON pointer); write(folder) writes wrapper.json for amk.open(path, trust_source=True) and
+    `amk run --trust-source`. numpy arrays given to package() are stored inline (base64)."""
+
+    def __init__(self, name, kernel_name, source, *, queues, block_dim, target, defines=(),
+                 description="", dynamic_smem_bytes=0, cluster_size=1, timeout_ms=None):
+        launch = {"queues": queues, "block_dim": list(block_dim) if hasattr(block_dim, "__len__")
+                  else [block_dim], "dynamic_smem_bytes": dynamic_smem_bytes,
+                  "cluster_size": cluster_size}
+        if timeout_ms is not None:
+            launch["timeout_ms"] = timeout_ms
+        self._program = {"format": "amk.wrapper", "version": 1, "name": name,
+                         "wrapper": {"kernel_name": kernel_name, "source": source,
+                                     "defines": list(defines)},
+                         "launch": launch, "package": {}, "target": dict(target)}
+        if description:
+            self._program["description"] = description
+
+    def package(self, name, array=None, *, dtype=None, count=None, record_bytes=None, init=None):
+        """Package array `name` (instructions, queue_offsets, ... flags): a numpy array (its
+        dtype and size), or dtype and count with an init dict (e.g. {"kind": "zeros"})."""
+        import base64
+        entry = {}
+        if array is not None:
+            import numpy as np
+            a = np.ascontiguousarray(array)
+            names = {"float32": "f32", "float16": "f16", "int32": "i32", "uint32": "u32",
+                     "int64": "i64", "uint8": "u8"}
+            entry["dtype"] = dtype or names.get(str(a.dtype), str(a.dtype))
+            entry["count"] = int(a.size)
+            entry["data"] = base64.b64encode(a.tobytes()).decode("ascii")
+        else:
+            entry["dtype"], entry["count"] = dtype, count
+            if init is not None:
+                entry["init"] = dict(init)
+        if record_bytes is not None:
+            entry["record_bytes"] = record_bytes
+        self._program["package"][name] = entry
+        return name
+
+    def tensor(self, name, dtype, shape, init=None, output=False):
+        t = {"name": name, "dtype": dtype, "shape": list(shape)}
+        if init is not None:
+            t["init"] = dict(init)
+        if output:
+            t["output"] = True
+        self._program.setdefault("tensor_args", []).append(t)
+        return name
+
+    def tma(self, name, tensor, dims, box, **fields):
+        self._program.setdefault("tma", []).append(
+            {"name": name, "tensor": tensor, "dims": list(dims), "box": list(box), **fields})
+        return name
+
+    def to_dict(self):
+        import copy
+        return copy.deepcopy(self._program)
+
+    def check(self, base_dir="."):
+        return check_wrapper(self._program, base_dir)
+
+    def write(self, folder):
+        """Checks the program, then writes folder/wrapper.json; returns its path."""
+        import builtins  # (amk.open is this namespace's `open`)
+        import json
+        import os
+        os.makedirs(folder, exist_ok=True)
+        self.check(folder)
+        path = os.path.join(folder, "wrapper.json")
+        with builtins.open(path, "w") as f:
+            json.dump(self._program, f, indent=1)
+        return path

@@ -267,6 +267,48 @@ def test_wrapper_programs_need_trust_and_the_gpu():
     assert e.value.code == "api.wrapper.backend"
 
 
+def sample_wrapper_builder():
+    import base64
+    folder = os.path.join(ROOT, "tests", "wrapper", "sample")
+    j = json.load(open(os.path.join(folder, "wrapper.json")))
+    source = open(os.path.join(folder, j["wrapper"]["source_path"])).read()
+    b = amk.WrapperBuilder(j["name"], j["wrapper"]["kernel_name"], source,
+                           defines=j["wrapper"]["defines"], target=j["target"],
+                           queues=j["launch"]["queues"], block_dim=j["launch"]["block_dim"],
+                           dynamic_smem_bytes=j["launch"]["dynamic_smem_bytes"],
+                           cluster_size=j["launch"]["cluster_size"],
+                           timeout_ms=j["launch"]["timeout_ms"])
+    types = {"u8": np.uint8, "i32": np.int32, "u32": np.uint32, "f32": np.float32}
+    for name, e in j["package"].items():
+        if "data" in e:
+            a = np.frombuffer(base64.b64decode(e["data"]), dtype=types[e["dtype"]])
+            b.package(name, a, record_bytes=e.get("record_bytes"))
+        else:
+            b.package(name, dtype=e["dtype"], count=e["count"], init=e.get("init"),
+                      record_bytes=e.get("record_bytes"))
+    for t in j["tensor_args"]:
+        b.tensor(t["name"], t["dtype"], t["shape"], init=t.get("init"), output=t.get("output", False))
+    for m in j["tma"]:
+        b.tma(**m)
+    return b, folder
+
+
+def test_wrapper_builder_makes_the_sample(tmp_path):
+    b, folder = sample_wrapper_builder()
+    want = amk.check_wrapper(open(os.path.join(folder, "wrapper.json")).read(), folder)
+    assert b.check() == want
+    path = b.write(str(tmp_path / "w"))
+    cli = cli_json("validate", path)["programs"][0]
+    assert cli["status"] == "ok", cli
+    with pytest.raises(amk.UsageError) as e:  # loads through amk.open; the CPU cannot run it
+        amk.open(path, backend="cpu", trust_source=True)
+    assert e.value.code == "api.wrapper.backend"
+    b.package("queue_offsets", np.array([0], dtype=np.int32))  # one queue's offset for two
+    with pytest.raises(amk.ProgramError) as e:
+        b.check()
+    assert e.value.where.startswith("/package/queue_offsets"), e.value
+
+
 def test_cuda_backend_without_a_gpu():
     if amk.open(SAMPLES[0]).backend == "cuda":
         pytest.skip("a GPU is present (tests/python/test_gpu.py runs there)")
@@ -295,6 +337,6 @@ def test_stubs_name_every_public_call():
     stubs = open(os.path.join(os.path.dirname(amk.__file__), "amk.pyi")).read()
     for name in (n for n in dir(amk) if not n.startswith("_")):
         assert f"class {name}" in stubs or f"def {name}(" in stubs, name
-    for cls in (amk.Program, amk.ProgramBuilder, amk.Executable, amk.gen):
+    for cls in (amk.Program, amk.ProgramBuilder, amk.WrapperBuilder, amk.Executable, amk.gen):
         for name in (n for n in dir(cls) if not n.startswith("_")):
             assert f"def {name}(" in stubs, f"{cls.__name__}.{name}"

@@ -46,7 +46,12 @@ verdict() { [ "$1" = 0 ] && echo pass || echo "FAIL (exit $1)"; }
 check_seed="${AMK_CHECK_SEED:-$(( (RANDOM << 15) | RANDOM ))}"
 
 sec "build"
-cmake --preset default >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+# The Python module is built for the python that has torch (tests/python/test_gpu.py: gpu.python).
+pyargs=()
+if pb=$($py -m pybind11 --cmakedir 2>/dev/null); then
+  pyargs=(-DPython3_EXECUTABLE="$(command -v $py)" -Dpybind11_DIR="$pb")
+fi
+cmake --preset default "${pyargs[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 targets=(); [ "${AMK_CTEST:-1}" = 1 ] || targets=(--target amk)
 cmake --build --preset default -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }

@@ -137,6 +137,18 @@ expect hang_caught 8 "victim" -- $amk run $P/hang.json --backend cuda --trust-cu
 [ -e "$out/hang_out/b.npy" ] && row "hang wrote no outputs" FAIL || row "hang wrote no outputs" pass
 grep -q '"status": "timeout"' "$out/hang_out.failed-report.json" 2>/dev/null &&
   row "hang's report beside the folder" pass || row "hang's report beside the folder" FAIL
+# Ctrl-C once the launch waits (amk -v names the phase): the abort flag stops it at once,
+# run.interrupted (exit 8), well before its 60 s deadline.
+$amk -v run $P/hang.json --backend cuda --trust-custom-ops --timeout 60000 -o "$out/int_out" \
+  >"$out/interrupt.log" 2>&1 &
+pid=$!; t0=$(date +%s)
+for _ in $(seq 200); do grep -q "launch" "$out/interrupt.log" && break; sleep 0.1; done
+sleep 1; kill -INT $pid; wait $pid; rc=$?; secs=$(( $(date +%s) - t0 ))
+if [ $rc = 8 ] && grep -q "run.interrupted" "$out/interrupt.log" && [ $secs -lt 20 ]; then
+  row "Ctrl-C stops a waiting launch" "pass (exit 8, ${secs} s)"
+else
+  row "Ctrl-C stops a waiting launch" "FAIL (exit $rc, ${secs} s)"; tail -3 "$out/interrupt.log"
+fi
 $amk -q compile --trust-custom-ops $P/hang_gemv.json >/dev/null 2>&1
 expect hang_gemv_preload_caught 8 "victim" -- $amk run $P/hang_gemv.json --backend cuda --trust-custom-ops -o "$out/hang_gemv_out"
 [ -e "$out/hang_gemv_out/y.npy" ] && row "hang_gemv wrote no outputs" FAIL || row "hang_gemv wrote no outputs" pass

@@ -1,6 +1,9 @@
 // amk: run megakernel programs. Parses the command line, runs one subcommand, and turns every
 // amk::Error into one clear line (or JSON) and its documented exit code.
+#include <signal.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -14,6 +17,7 @@
 
 #include "cli/common.hpp"
 #include "core/error.hpp"
+#include "core/interrupt.hpp"
 
 namespace {
 
@@ -61,6 +65,20 @@ std::optional<amk::Error> unknown_command(const CLI::App& app, int argc, char** 
                           where + " --help)");
   }
   return std::nullopt;
+}
+
+// Ctrl-C while a GPU launch waits stops that launch: its wait raises the device abort flag and
+// the command ends with run.interrupted (exit 8), its output folder left as it was. Otherwise,
+// and at a second Ctrl-C, the signal's default action ends the process.
+void on_sigint(int) {
+  static volatile sig_atomic_t asked = 0;
+  if (asked == 0 && amk::wait_under_way()) {
+    asked = 1;
+    amk::request_interrupt();
+    return;
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::raise(SIGINT);
 }
 
 }  // namespace
@@ -112,6 +130,11 @@ int main(int argc, char** argv) {
                     : g.verbose >= 2 ? spdlog::level::debug
                     : g.verbose == 1 ? spdlog::level::info
                                      : spdlog::level::warn);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
 
   try {
     return action ? action() : static_cast<int>(amk::ExitCode::usage);

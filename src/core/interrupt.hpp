@@ -10,4 +10,16 @@ void request_interrupt() noexcept;
 // True once for each request (clears it).
 [[nodiscard]] bool take_interrupt() noexcept;
 
+// Marks a launch's wait as under way while it lives (the wait takes requests then).
+class InterruptibleWait {
+public:
+  InterruptibleWait() noexcept;
+  ~InterruptibleWait();
+  InterruptibleWait(const InterruptibleWait&) = delete;
+  InterruptibleWait& operator=(const InterruptibleWait&) = delete;
+};
+// True while some launch's wait is under way. Async-signal-safe: a SIGINT handler asks for an
+// interrupt only then, and otherwise lets the signal end the process.
+[[nodiscard]] bool wait_under_way() noexcept;
+
 }  // namespace amk

@@ -287,6 +287,7 @@ bool wait_with_watchdog(const Stream& stream, const HostWatchdog& watchdog,
   const auto deadline = t0 +
                         std::chrono::milliseconds(std::min(watchdog.timeout_ms, kMaxDeadlineMs)) +
                         watchdog.grace;
+  const InterruptibleWait under_way;
   std::optional<Clock::time_point> abort_deadline;
   bool interrupted = false;
   auto sleep = std::chrono::microseconds(10);

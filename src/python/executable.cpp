@@ -524,7 +524,11 @@ private:
 // An amk.Program, or a path to a program or wrapper program file, loaded and verified for `o`.
 detail::OpenedProgram opened_from(const py::object& program, const OpenOptions& o) {
   if (py::isinstance<Program>(program)) return detail::opened_program(program.cast<Program>(), o);
-  return detail::load_for_open(py::str(program).cast<std::string>(), o);
+  if (!py::isinstance<py::str>(program) && !py::hasattr(program, "__fspath__"))
+    throw py::type_error("expected an amk.Program or a path, got " +
+                         py::str(py::type::of(program).attr("__name__")).cast<std::string>());
+  return detail::load_for_open(
+      py::module_::import("os").attr("fspath")(program).cast<std::string>(), o);
 }
 
 }  // namespace

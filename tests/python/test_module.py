@@ -216,6 +216,11 @@ def test_executable_refusals():
     with pytest.raises(amk.UsageError) as e:
         exe.launch()
     assert e.value.code == "api.closed"
+    with pytest.raises(TypeError):
+        amk.open(None)
+    import pathlib
+    with amk.open(pathlib.Path(SAMPLES[0]), backend="cpu") as by_path:
+        assert by_path.buffers
     with pytest.raises(amk.UsageError) as e:
         amk.open(SAMPLES[0], backend="gpu")
     assert e.value.code == "usage.backend" and e.value.status == amk.Status.REJECTED

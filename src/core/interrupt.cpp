@@ -14,7 +14,11 @@ static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<int>::is_alw
 
 void request_interrupt() noexcept { requested.store(true, std::memory_order_relaxed); }
 
-bool take_interrupt() noexcept { return requested.exchange(false, std::memory_order_relaxed); }
+// (a load first: the launch's wait calls this at every poll)
+bool take_interrupt() noexcept {
+  return requested.load(std::memory_order_relaxed) &&
+         requested.exchange(false, std::memory_order_relaxed);
+}
 
 InterruptibleWait::InterruptibleWait() noexcept { waits.fetch_add(1, std::memory_order_relaxed); }
 InterruptibleWait::~InterruptibleWait() { waits.fetch_sub(1, std::memory_order_relaxed); }

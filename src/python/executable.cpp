@@ -29,6 +29,7 @@
 #include "plan/plan.hpp"
 #include "program/program.hpp"
 #include "python/bindings.hpp"
+#include "session/api_json.hpp"
 #include "session/gpu_session.hpp"
 #include "verify/verify.hpp"
 
@@ -345,13 +346,9 @@ public:
                     "expected scope 'kernel' or 'launch', got '" + scope + "'");
       ProfileResult r;
       interruptible([&] { r = exe.profile(o); });
-      d["samples_ms"] = r.samples_ms;
-      d["median_ms"] = r.median_ms;
-      d["min_ms"] = r.min_ms;
-      d["max_ms"] = r.max_ms;
-      d["mean_ms"] = r.mean_ms;
-      d["stddev_ms"] = r.stddev_ms;
-      d["rel_spread"] = r.rel_spread;
+      nlohmann::ordered_json j;
+      put_stats(j, r);
+      d = json_loads(j.dump());
       d["clock"] = "cuda events";
       d["scope"] = scope;
       return d;
@@ -381,23 +378,8 @@ public:
 
   py::dict attributes() {
     const KernelAttributes a = gpu("attributes").attributes();
-    py::dict d;
-    d["kernel"] = a.kernel;
-    d["arch"] = a.arch;
+    py::dict d = json_loads(resources_json(a).dump());
     d["device"] = a.device;
-    d["registers_per_thread"] = a.registers_per_thread;
-    d["static_smem_bytes"] = a.static_smem_bytes;
-    d["dynamic_smem_bytes"] = a.dynamic_smem_bytes;
-    d["local_bytes"] = a.local_bytes;
-    d["const_bytes"] = a.const_bytes;
-    d["max_threads_per_block"] = a.max_threads_per_block;
-    d["block"] = a.block;
-    d["blocks_per_sm"] = a.blocks_per_sm;
-    d["sms"] = a.sms;
-    d["max_coresident_grid"] = a.max_coresident_grid;
-    d["grid"] = a.grid;
-    d["max_cluster_size"] = a.max_cluster_size;
-    d["max_active_clusters"] = a.max_active_clusters;
     d["cache_hit"] = a.cache_hit;
     return d;
   }

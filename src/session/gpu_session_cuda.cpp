@@ -6,6 +6,7 @@
 #include <span>
 #include <string_view>
 
+#include "session/api_json.hpp"
 #include "session/gpu_session.hpp"
 #include "amk/amk.hpp"
 #include "api/internal.hpp"
@@ -76,26 +77,6 @@ ordered_json diag_json(const Program& p, const amk_diag_t& d, const std::string&
   } else {
     j["detail"] = d.detail;
   }
-  return j;
-}
-
-ordered_json resources_json(const KernelAttributes& a) {
-  ordered_json j;
-  j["kernel"] = a.kernel;
-  j["arch"] = a.arch;
-  j["registers_per_thread"] = a.registers_per_thread;
-  j["static_smem_bytes"] = a.static_smem_bytes;
-  j["dynamic_smem_bytes"] = a.dynamic_smem_bytes;  // as launched (blocks_per_sm counts it)
-  j["local_bytes"] = a.local_bytes;
-  j["const_bytes"] = a.const_bytes;
-  j["max_threads_per_block"] = a.max_threads_per_block;
-  j["block"] = a.block;
-  j["blocks_per_sm"] = a.blocks_per_sm;
-  j["sms"] = a.sms;
-  j["max_coresident_grid"] = a.max_coresident_grid;
-  j["grid"] = a.grid;
-  j["max_cluster_size"] = a.max_cluster_size;
-  j["max_active_clusters"] = a.max_active_clusters;
   return j;
 }
 
@@ -287,18 +268,6 @@ ordered_json profile_head(const std::string& name, const std::string& fingerprin
   j["warmup"] = req.warmup;
   j["iterations"] = req.iterations;
   return j;
-}
-
-// A sample set's statistics into j (median_ms ... samples_ms): a ProfileResult or ProfileStats.
-template <class Stats>
-void put_stats(ordered_json& j, const Stats& s) {
-  j["median_ms"] = s.median_ms;
-  j["min_ms"] = s.min_ms;
-  j["max_ms"] = s.max_ms;
-  j["mean_ms"] = s.mean_ms;
-  j["stddev_ms"] = s.stddev_ms;
-  j["rel_spread"] = s.rel_spread;
-  j["samples_ms"] = s.samples_ms;
 }
 
 // `amk profile --events`' two lines: the samples' statistics, then the setup phases.

@@ -28,6 +28,7 @@ struct amk_vm_config {
   bool trace = false;            // per-instruction timestamps and op marks
   bool step_kernel = false;      // amk_step (one instruction a launch) compiled in
   bool stepped = false;          // stepped-program paths: carried waits, the pass, positions
+  bool early_stop = false;       // feed_token may end the launch at eos (the stop word)
   uint32_t buffers = 0;          // entries of the buffer table (smem_buffers)
 
   // ---- tuning: the chooser picks each; `--vm FIELD=VALUE` overrides ----

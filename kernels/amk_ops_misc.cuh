@@ -134,11 +134,13 @@ __device__ __forceinline__ void amk_op_embedding(const amk_device_program_t& pro
 // feed_token (op id 19), step s = pass - 1 of a generation: the next token t is prompt[s + 1]
 // while the prompt lasts, then index[0] (the step's argmax); token[0] = t. Past the prompt, t is
 // generated: ids[s + 1 - extent(prompt)] = t where that fits. With logits and all_logits, the
-// step's logits go to row s of all_logits where the row fits. Operands index, prompt, token,
-// ids?, logits?, all_logits? (the registry summary and the CPU reference in backend/cpu_ops.cpp).
-// (A template, so that a VM without it instantiates nothing.)
+// step's logits go to row s of all_logits where the row fits. With eos, a generated t equal to
+// eos[0] records the pass in the stop word (the word after the counters), where blocks read it
+// at their pass boundaries (amk_vm_main); once it is set, later passes write nothing. Operands
+// index, prompt, token, ids?, logits?, all_logits?, eos? (the registry summary and the CPU
+// reference in backend/cpu_ops.cpp). (A template, so that a VM without it instantiates nothing.)
 template <class = void>
-__device__ __forceinline__ void amk_op_feed_token(const amk_device_program_t&,
+__device__ __forceinline__ void amk_op_feed_token(const amk_device_program_t& prog,
                                                   const amk_instruction_t& ins) {
   const amk_view index = amk_operand(ins, 0);
   const amk_view prompt = amk_operand(ins, 1);
@@ -146,11 +148,25 @@ __device__ __forceinline__ void amk_op_feed_token(const amk_device_program_t&,
   const amk_view ids = amk_operand(ins, 3);
   const amk_view logits = amk_operand(ins, 4);
   const amk_view all = amk_operand(ins, 5);
-  const uint64_t s = amk_op_pass() - 1, np = prompt.n;
+  const uint32_t pass = amk_op_pass();
+  const uint64_t s = pass - 1, np = prompt.n;
+  amk_view eos{};
+  if constexpr (kAmkCfg.early_stop) {
+    eos = amk_operand(ins, 6);
+    // (Only this op writes the word, with its own pass: every thread reads the same verdict.)
+    if (eos.present()) {
+      const uint32_t stopped = amk_ld_relaxed(prog.counters + prog.n_counters);
+      if (stopped != 0 && stopped < pass) return;
+    }
+  }
   if (threadIdx.x == 0) {
     const long long t = s + 1 < np ? amk_load_index(prompt, s + 1) : amk_load_index(index, 0);
     amk_store_index(token, 0, t);
     if (ids.present() && s + 1 >= np && s + 1 - np < ids.n) amk_store_index(ids, s + 1 - np, t);
+    if constexpr (kAmkCfg.early_stop) {
+      if (eos.present() && s + 1 >= np && t == amk_load_index(eos, 0))
+        *static_cast<volatile uint32_t*>(prog.counters + prog.n_counters) = pass;
+    }
   }
   // Loads in flight per thread when the logits are copied (a local constant: NVRTC keeps every
   // namespace-scope one in the cubin, even in VMs without this op).

@@ -23,7 +23,9 @@
 //
 // Passes. A wait needs value * pass (pass counted per block from 1). With kAmkCfg.stepped a
 // carried wait needs value * (pass - 1), the previous pass's signals (amk_wait_need), and each
-// warp records the pass of its data op in amk_pass before the op (amk_op_pass).
+// warp records the pass of its data op in amk_pass before the op (amk_op_pass). With
+// kAmkCfg.early_stop a block ends at its first step of pass q when the stop word (after the
+// counters, written by feed_token at eos) holds a pass at most q - 2.
 //
 // The generated source defines the kernel entry points (amk_vm, and amk_step with the step
 // kernel), which call amk_vm_main / amk_step_main with the program and the tensor-map table.
@@ -252,6 +254,7 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
   uint32_t q_sub = 0, pass_sub = 1;  // queue position and pass of the sub-window's first step
   bool dirty = false;                // a data op ran since the last barrier
   uint32_t ins_slot = 0;             // stage_decode_ins: amk_ins_stage slot of the next staged step
+  uint32_t stop_checked = 1;         // early_stop: the last pass whose start read the stop word
   uint32_t p = 0;
   for (;;) {  // one sub-window of up to 32 steps per pass, starting at p (a multiple of 32)
     if (p != 0) {
@@ -298,6 +301,22 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
       if (qpos >= len) {
         pass += qpos / len;
         qpos %= len;
+      }
+      if constexpr (kAmkCfg.early_stop) {
+        // The block's first step of a pass: it ends here once feed_token met eos two or more
+        // passes before. The verifier proves that every queue, by the end of pass q - 1, has
+        // waited on feed_token's pass q - 2, so every block sees a stop word set then and all
+        // of them end before the same pass (one word read a pass, by thread 0).
+        if (pass != stop_checked) {
+          stop_checked = pass;
+          bool end = false;
+          if (threadIdx.x == 0) {
+            const uint32_t w = amk_ld_relaxed(prog.counters + prog.n_counters);
+            end = w != 0 && w + 2 <= pass;
+          }
+          if (__syncthreads_or(end)) return;
+          dirty = false;
+        }
       }
       const amk_instruction_t& ins = prog.instructions[item];
       const uint32_t op = h & 0xFFFFu;

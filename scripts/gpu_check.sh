@@ -8,6 +8,7 @@
 #   AMK_CHECKS=0 bash scripts/gpu_check.sh    # the benchmarks only
 # AMK_DECODE=0 leaves out the decode steps (1B, 8B, PyTorch), AMK_TORCH=0 the PyTorch baseline,
 # AMK_PROGRAMS=0 the samples, test programs and refusals, AMK_GENERATE=0 the generation rows,
+# AMK_HF=0 the generation checks against transformers,
 # AMK_CTEST=0 the ctest tiers (and builds amk alone),
 # AMK_CHECK_SEED=N reruns the op-level checks on a given seed. Logs go to ./out/gpu_check; on the
 # device machine ($OUT set) the logs stay in the scratch folder and $OUT gets summary.txt,
@@ -189,9 +190,34 @@ done
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"
 checked "stepped_decode (3 passes)" "$P/stepped_decode.json"
+# An end-of-sequence id ends the launch on the device: the eos is the CPU run's seventh new id;
+# the GPU's ids and passes must be the CPU's, and --check compares every output.
+$amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_eos.json"
+$amk --json generate "$out/gen_eos.json" --backend cpu > "$out/gen_eos_cpu_all.json" 2>&1
+eos=$($py -c "import json,sys; print(json.load(open(sys.argv[1]))['ids'][6])" "$out/gen_eos_cpu_all.json")
+for b in cpu cuda; do
+  $amk --json generate "$out/gen_eos.json" --backend $b --eos "$eos" > "$out/gen_eos_$b.json" 2>&1
+done
+if $py - "$out/gen_eos_cpu.json" "$out/gen_eos_cuda.json" "$eos" <<'PY'; then
+import json, sys
+c, g = (json.load(open(f)) for f in sys.argv[1:3])
+eos = int(sys.argv[3])
+assert c["ids"] and c["ids"][-1] == eos and eos not in c["ids"][:-1], c["ids"]
+assert c["steps"] < 27, c["steps"]
+assert (g["ids"], g["steps"]) == (c["ids"], c["steps"]), (g["ids"], g["steps"], c["steps"])
+PY
+  row "generation tiny --eos ends the launch (cuda = cpu)" pass
+else
+  row "generation tiny --eos ends the launch (cuda = cpu)" FAIL
+fi
+$amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits --eos "$eos" -o "$out/gen_eos_in.json"
+$amk run "$out/gen_eos_in.json" --backend cuda --check -o "$out/gen_eos_run" >"$out/run_gen_eos.log" 2>&1
+rc=$?; row "generation tiny 4 + 24 ending at its eos --check" "$(verdict $rc)"
+[ $rc = 0 ] || tail -4 "$out/run_gen_eos.log"
 # The 8B reference runs in float32 (float64 would need 64 GB beside amk's).
 for m in llama-3.2-1b llama-3.1-8b; do
   for kv in f32 bf16; do
+    [ "${AMK_HF:-1}" = 1 ] || continue
     [ "$m" = llama-3.1-8b ] && [ "${AMK_DECODE:-1}" != 1 ] && continue
     PYTHONUNBUFFERED=1 timeout 400 $py scripts/check_generate_hf.py --amk $amk --preset $m \
       --prompt-len 32 --steps 128 --seed "$check_seed" --work "$scratch/gen_$m" --kv-dtype $kv \

@@ -22,6 +22,7 @@ struct Executable::Impl {
   std::optional<WrapperExecutable> wrapper;  // a wrapper program
   detail::BufferBook book;
   ExecutableStats stats;
+  uint32_t passes_run = 0;  // the last launch's
 };
 
 namespace {
@@ -111,7 +112,8 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
   m.book.launched();  // (also when it fails: it may have written before it stopped)
   if (m.wrapper) {
     const WrapperLaunchResult r = m.wrapper->launch();
-    LaunchOutcome out{r.status, "", {}, r.host_ms};
+    LaunchOutcome out{r.status, "", {}, r.host_ms, 1};
+    m.passes_run = 1;
     if (r.status != "ok")
       out.message = "the wrapper passed its " + std::to_string(m.wrapper->timeout_ms()) +
                     " ms deadline and returned on the abort word (flags word " +
@@ -119,7 +121,10 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
     return out;
   }
   const LaunchResult r = m.gpu->launch(passes);
-  LaunchOutcome out{r.status, "", r.diag, r.host_ms};
+  // feed_token's eos at pass k ends the launch after pass k + 1 (amk_vm_main).
+  const uint32_t run = r.stop_pass != 0 && r.stop_pass < passes ? r.stop_pass + 1 : passes;
+  LaunchOutcome out{r.status, "", r.diag, r.host_ms, run};
+  m.passes_run = r.status == "ok" ? run : 0;
   if (r.status != "ok")
     out.message = diag_message(m.gpu->program(), r.diag, r.status, m.gpu->timeout_ms());
   return out;
@@ -210,6 +215,8 @@ void Executable::launch(uint32_t passes) {
     throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
                 "", r.message);
 }
+
+uint32_t Executable::passes_run() const { return impl("passes_run").passes_run; }
 
 void Executable::read_output(std::string_view name, void* data, size_t bytes,
                              std::string_view dtype) const {

@@ -29,6 +29,7 @@ void Executable::bind(std::string_view, uint64_t, size_t, std::string_view) {
   detail::throw_closed("bind");
 }
 void Executable::launch(uint32_t) { detail::throw_closed("launch"); }
+uint32_t Executable::passes_run() const { detail::throw_closed("passes_run"); }
 void Executable::read_output(std::string_view, void*, size_t, std::string_view) const {
   detail::throw_closed("read_output");
 }

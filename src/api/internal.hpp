@@ -16,10 +16,11 @@
 namespace amk::detail {
 
 struct LaunchOutcome {
-  std::string status;   // ok | timeout | bad_operand
-  std::string message;  // one line for a non-ok status (the watchdog's or the op's record)
-  amk_diag_t diag{};    // (a wrapper's launch has none)
-  double host_ms = 0;   // reset + launch + wait, host clock
+  std::string status;       // ok | timeout | bad_operand
+  std::string message;      // one line for a non-ok status (the watchdog's or the op's record)
+  amk_diag_t diag{};        // (a wrapper's launch has none)
+  double host_ms = 0;       // reset + launch + wait, host clock
+  uint32_t passes_run = 0;  // the passes asked for, or fewer where feed_token met its eos id
 };
 
 struct ExecutableAccess {

@@ -1,10 +1,12 @@
 // run_cpu: a sequential simulation of the persistent launch. Each block walks its queue
 // `iterations` times; a head runs once its waits hold (counter >= value * pass, pass counted per
 // block from 1, a carried wait value * (pass - 1); counters zeroed once per launch); its signals
-// apply after it completes. Blocks
+// apply after it completes. As on the device, a block about to start pass q ends instead when
+// the stop word (feed_token's eos) holds a pass at most q - 2. Blocks
 // take turns (one instruction per turn, round robin) to mimic concurrency, and a block whose
 // head is blocked sleeps on the counter it waits for until that counter is signaled, so the
 // cost is linear in instructions + signals rather than instructions x blocks.
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <string>
@@ -103,6 +105,7 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
   };
 
   CpuRunStats stats;
+  uint32_t stop_word = 0;
   while (active > 0) {
     if (ready.empty()) {
       // Every remaining head waits on a counter nobody can still signal.
@@ -135,8 +138,9 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
       continue;
     }
     const amk_instruction_t& ins = head_of(b);
-    cpu_execute_instruction(program, ins, buffers, blocks[b].pass);
+    cpu_execute_instruction(program, ins, buffers, blocks[b].pass, &stop_word);
     ++stats.instructions_executed;
+    stats.passes_run = std::max(stats.passes_run, blocks[b].pass);
     for (uint32_t s = 0; s < ins.n_signals; ++s) {
       const uint32_t c = ins.signals[s].counter;
       counters[c] += ins.signals[s].add;
@@ -146,7 +150,8 @@ CpuRunStats run_cpu(const Program& program, const Plan& plan, HostBuffers& buffe
     BlockState& st = blocks[b];
     if (++st.pos == plan.queue_offsets[b + 1] - plan.queue_offsets[b]) {
       st.pos = 0;
-      if (++st.pass > options.iterations) {
+      ++st.pass;
+      if (st.pass > options.iterations || (stop_word != 0 && stop_word + 2 <= st.pass)) {
         st.done = true;
         --active;
         continue;

@@ -116,11 +116,12 @@ double dot_row(const std::byte* row, const float* x, uint64_t k, size_t item, De
 class Context {
 public:
   Context(const Program& program, const amk_instruction_t& ins, HostBuffers& buffers,
-          const OpSig& sig, uint32_t pass)
+          const OpSig& sig, uint32_t pass, uint32_t& stop_word)
       : program_(program), ins_(ins), buffers_(buffers), sig_(sig), pass_(pass),
-        where_("/instructions/" + std::to_string(ins.index)) {}
+        stop_word_(stop_word), where_("/instructions/" + std::to_string(ins.index)) {}
 
   uint32_t pass() const { return pass_; }
+  uint32_t& stop_word() const { return stop_word_; }
 
   [[noreturn]] void fail(const std::string& code, const std::string& message) const {
     throw_program_error(code, where_, std::string(sig_.name) + ": " + message);
@@ -177,6 +178,7 @@ private:
   HostBuffers& buffers_;
   const OpSig& sig_;
   uint32_t pass_;
+  uint32_t& stop_word_;
   std::string where_;
 };
 
@@ -634,19 +636,23 @@ void run_attention_combine(const Context& c) {
   }
 }
 
-// Step s = pass - 1 of a generation: the next step's token, the generated ids and the step's
-// logits (registry summary).
+// Step s = pass - 1 of a generation: the next step's token, the generated ids, the step's
+// logits, and with eos the stop word (registry summary; amk_op_feed_token on the device).
 void run_feed_token(const Context& c) {
   const View index = c.operand(0), prompt = c.operand(1), token = c.operand(2), ids = c.operand(3),
-             logits = c.operand(4), all = c.operand(5);
+             logits = c.operand(4), all = c.operand(5), eos = c.operand(6);
   c.require(index.extent == 1 && token.extent == 1 && prompt.extent >= 1,
             "index and token hold one element and prompt at least one");
   c.require(logits.present == all.present, "logits and all_logits must be both present or absent");
+  c.require(!eos.present || eos.extent == 1, "eos holds one element");
+  uint32_t& stop = c.stop_word();
+  if (eos.present && stop != 0 && stop < c.pass()) return;  // the launch is ending
   const uint64_t s = c.pass() - 1, np = prompt.extent;
   const int64_t t = s + 1 < np ? load_index(prompt, s + 1) : load_index(index, 0);
   store_element(token.base, token.dtype, 0, static_cast<double>(t));
   if (ids.present && s + 1 >= np && s + 1 - np < ids.extent)
     store_element(ids.base, ids.dtype, s + 1 - np, static_cast<double>(t));
+  if (eos.present && s + 1 >= np && t == load_index(eos, 0)) stop = c.pass();
   if (logits.present && (s + 1) * logits.extent <= all.extent)
     for (uint64_t i = 0; i < logits.extent; ++i)
       store_f(all, s * logits.extent + i, load_f(logits, i));
@@ -655,7 +661,8 @@ void run_feed_token(const Context& c) {
 }  // namespace
 
 void cpu_execute_instruction(const Program& program, const amk_instruction_t& ins,
-                             HostBuffers& buffers, uint32_t pass) {
+                             HostBuffers& buffers, uint32_t pass, uint32_t* stop_word) {
+  uint32_t own_stop = 0;
   const std::string where = "/instructions/" + std::to_string(ins.index);
   if (ins.op >= kCustomOpBase) {
     throw_program_error("run.custom.no_reference", where,
@@ -664,7 +671,7 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
   }
   const OpSig* sig = find_op(ins.op);
   if (!sig) throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
-  const Context c(program, ins, buffers, *sig, pass);
+  const Context c(program, ins, buffers, *sig, pass, stop_word ? *stop_word : own_stop);
   switch (sig->id) {
     case OpId::nop: return;
     case OpId::copy: return run_copy(c);

@@ -137,6 +137,7 @@ GenOutcome write_llama_program(GenLlamaOptions o) {
   o.gen.context = o.context;
   if (!o.prompt.empty()) o.gen.prompt = parse_prompt(o.prompt);
   o.gen.kv_dtype = o.kv_dtype == "f32" ? DType::f32 : DType::bf16;
+  o.gen.eos = o.eos.value_or(-1);
   std::optional<gen::HfCheckpoint> ckpt;
   if (!o.from.empty()) {
     ckpt = gen::read_hf_checkpoint(o.from);
@@ -241,6 +242,9 @@ void add_gen_llama_options(CLI::App* cmd, GenLlamaOptions& o) {
   cmd->add_flag("--all-logits", o.gen.all_logits,
                 "generate: also write every step's logits, [prompt + steps - 1, vocab] "
                 "(all_logits)");
+  cmd->add_option("--eos", o.eos,
+                  "generate: the end-of-sequence id (the program's `eos` input; -1: none): the "
+                  "launch ends one step after generating it, and ids past it keep their zeros");
   cmd->add_option("--grid", o.gen.grid,
                   "persistent blocks: sets the launch grid, splits work for it and writes the "
                   "queues (default: grid auto, amk schedules, work split for 132 SMs)")

@@ -1,13 +1,15 @@
 // amk generate: runs a generation program (amk gen llama --steps N --prompt IDS), or writes one
 // from the model options into a scratch folder and runs it, then prints the new token ids, the
 // tokens per second and the time a decode step takes. One launch decodes the prompt and every
-// new token; --eos cuts the printed ids after the first end-of-sequence id.
+// new token; with an end-of-sequence id (--eos, or the program's `eos` input) the launch ends
+// one step after generating it, and the ids end with it.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -20,6 +22,7 @@
 #include "cli/gen_llama.hpp"
 #include "core/error.hpp"
 #include "io/load.hpp"
+#include "ops/registry.hpp"
 #include "session/run_session.hpp"
 
 namespace amk::cli {
@@ -28,9 +31,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct GenerateOptions {
-  std::string program;  // a generation program; empty: write one from `model`
-  GenLlamaOptions model;
-  std::optional<int64_t> eos;
+  std::string program;    // a generation program; empty: write one from `model`
+  GenLlamaOptions model;  // (its --eos sets the program's eos input)
   std::string backend = "auto";
   std::string out_dir;
   bool check = false;
@@ -91,6 +93,23 @@ std::vector<int64_t> read_ids(const fs::path& out, const std::string& name) {
                           "': amk generate runs generation programs (amk gen llama --steps N)");
 }
 
+// The vocabulary of a generation program: the rows of the embedding table that feed_token's
+// token indexes (INT64_MAX when the program has no such pair).
+int64_t vocabulary(const Program& p) {
+  const auto is = [](const Instruction& in, OpId op) { return in.op == static_cast<uint16_t>(op); };
+  for (const Instruction& feed : p.instructions) {
+    if (!is(feed, OpId::feed_token) || feed.operands.size() < 3) continue;
+    for (const Instruction& e : p.instructions) {
+      if (!is(e, OpId::embedding) || e.operands.size() < 3 ||
+          e.operands[1].buffer != feed.operands[2].buffer || e.operands[1].extent == 0)
+        continue;
+      const uint64_t width = e.operands[2].extent / e.operands[1].extent;  // (the verifier's)
+      if (width != 0) return static_cast<int64_t>(e.operands[0].extent / width);
+    }
+  }
+  return std::numeric_limits<int64_t>::max();
+}
+
 int run_generate(const GlobalOptions& g, GenerateOptions o) {
   std::optional<ScratchDir> scratch;
   std::string program = o.program;
@@ -107,15 +126,37 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
     gen_json = write_llama_program(o.model).json;
     program = o.model.output;
   }
+  // The end-of-sequence id the launch stops at: --eos, else the program's eos input.
+  std::optional<int64_t> eos = o.model.eos;
   if (!o.program.empty()) {  // a program without the generated ids is refused before it runs
     const Program p = load_program_file(program, LoadOptions{});
-    const bool has_ids = std::any_of(p.buffers.begin(), p.buffers.end(),
-                                     [](const Buffer& b) { return b.name == "ids" && b.output; });
-    if (!has_ids)
+    const auto find = [&](std::string_view name) -> const Buffer* {
+      for (const Buffer& b : p.buffers)
+        if (b.name == name) return &b;
+      return nullptr;
+    };
+    const Buffer* ids = find("ids");
+    if (ids == nullptr || !ids->output)
       throw_program_error("generate.program", "/buffers",
                           "the program has no output 'ids': amk generate runs generation "
                           "programs (amk gen llama --steps N)");
+    const Buffer* eos_buf = find("eos");
+    if (eos && (*eos < -1 || (*eos >= 0 && *eos >= vocabulary(p))))
+      throw Error(ErrorKind::usage, "usage.generate.eos", "--eos",
+                  "eos id " + std::to_string(*eos) + " is outside the vocabulary 0.." +
+                      std::to_string(vocabulary(p) - 1) + " (-1: none)");
+    if (eos && eos_buf == nullptr)
+      throw_program_error("generate.eos", "/buffers",
+                          "the program has no 'eos' input to stop at: write it again with amk "
+                          "gen llama --steps N (this amk adds one), or give --eos there");
+    if (!eos && eos_buf != nullptr && eos_buf->init.kind == InitKind::values &&
+        eos_buf->init.data.size() == 4 && eos_buf->dtype == DType::i32) {
+      int32_t v;
+      std::memcpy(&v, eos_buf->init.data.data(), 4);
+      if (v >= 0) eos = v;
+    }
   }
+  if (eos && *eos < 0) eos.reset();  // (-1: none)
   if (o.out_dir.empty() && !scratch) scratch.emplace();
   const fs::path out = o.out_dir.empty() ? scratch->path() / "out" : fs::path(o.out_dir);
 
@@ -132,25 +173,25 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   if (!o.cache.cache_dir.empty()) req.gpu.cache_dir = o.cache.cache_dir;
   req.gpu.vm = parse_vm_args(o.vm);
   req.gpu.line_info = o.vm.line_info;
+  if (!o.program.empty() && o.model.eos) req.values.push_back({"eos", {*o.model.eos}});
   const RunResult run = run_program(req);
 
+  // The launch wrote nothing after the first eos (feed_token): the ids end there.
   std::vector<int64_t> ids = read_ids(out, "ids");
-  const uint64_t generated = ids.size();  // (before --eos cuts the printed ones)
   bool stopped = false;
-  if (o.eos) {
-    for (size_t i = 0; i < ids.size(); ++i)
-      if (ids[i] == *o.eos) {
-        ids.resize(i + 1);
-        stopped = true;
-        break;
-      }
+  if (eos) {
+    if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end()) {
+      ids.erase(at + 1, ids.end());
+      stopped = true;
+    }
   }
+  const uint64_t generated = ids.size();
   const ordered_json& t = run.report.at("timings_ms");
   const std::string backend = run.report.value("backend", std::string());
   const double launch_ms = t.contains("launch")        ? t.at("launch").get<double>()
                            : t.contains("cpu_execute") ? t.at("cpu_execute").get<double>()
                                                        : 0.0;
-  const uint64_t passes = run.report.at("launch").value("passes", uint64_t{1});
+  const uint64_t passes = run.report.at("launch").value("passes_run", uint64_t{1});
   ordered_json j;
   j["status"] = "ok";
   j["program"] = o.program.empty() ? ordered_json(nullptr) : ordered_json(o.program);
@@ -158,7 +199,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   j["backend"] = backend;
   j["ids"] = ids;
   j["new_tokens"] = generated;
-  j["eos"] = o.eos ? ordered_json(*o.eos) : ordered_json(nullptr);
+  j["eos"] = eos ? ordered_json(*eos) : ordered_json(nullptr);
   j["stopped_at_eos"] = stopped;
   j["steps"] = passes;
   j["launch_ms"] = launch_ms;
@@ -172,7 +213,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   std::snprintf(figures, sizeof figures, ": %.3f ms, %.4f ms a step, %.1f new tokens/s", launch_ms,
                 j["step_ms"].get<double>(), j["new_tokens_per_s"].get<double>());
   text << "\n"
-       << generated << " new tokens" << (stopped ? " (printed up to the end-of-sequence id)" : "")
+       << generated << " new tokens" << (stopped ? " (the last one the end-of-sequence id)" : "")
        << " in one launch of " << passes << " decode steps on " << backend << figures;
   emit(g, j, text.str());
   return 0;
@@ -190,7 +231,6 @@ void setup_generate(CLI::App& app, const GlobalOptions& g, Action& action) {
                   "a generation program (amk gen llama --steps N); without it, the model options "
                   "below write one into a scratch folder");
   add_gen_llama_options(cmd, o->model);
-  cmd->add_option("--eos", o->eos, "end-of-sequence id: the printed ids stop after the first one");
   cmd->add_option("--backend", o->backend, "auto (GPU when present), cuda or cpu")
       ->check(CLI::IsMember({"auto", "cuda", "cpu"}));
   cmd->add_option("-o,--output", o->out_dir,

@@ -29,6 +29,7 @@ struct GenLlamaOptions {
   std::string mlp_act = "f32";    // --mlp-act: "f32" or "bf16"
   std::string prompt;             // --prompt: ids "1,2,3" or a file of them
   std::string kv_dtype = "bf16";  // --kv-dtype: "bf16" or "f32"
+  std::optional<int64_t> eos;     // --eos: the generation's end-of-sequence id
 };
 
 // Registers the model, layout and weights options (everything but -o and --to).

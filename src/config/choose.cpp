@@ -66,6 +66,8 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   set("stepped", f.stepped,
       f.stepped ? "carried waits, position operands, feed_token or kv_append's RoPE"
                 : "none of the stepped-program features");
+  set("early_stop", f.early_stop,
+      f.early_stop ? "feed_token has an eos operand" : "no instruction ends the launch early");
 
   // ---- tuning ----
   const bool table_fits = f.buffers >= 1 && f.buffers <= 1024;

@@ -41,6 +41,11 @@ bool needs_stepped(const Program& program, const Instruction& in) {
   return is(in, OpId::kv_append) && std::bit_cast<float>(param(in, 3)) != 0.0f;
 }
 
+// Whether the instruction may end the launch early: feed_token with its eos operand (slot 6).
+bool can_stop_early(const Program& program, const Instruction& in) {
+  return is(in, OpId::feed_token) && operand(program, in, 6) != nullptr;
+}
+
 // The gemv's fusion bit (AMK_GEMV_FUSE_*), 0 for a plain gemv.
 uint32_t gemv_fusion(const Program& program, const Instruction& in) {
   if (param(in, 1) != 0) return AMK_GEMV_FUSE_COMBINE;  // (the verifier: no norm, no w2 with it)
@@ -147,6 +152,7 @@ ProgramFacts program_facts(const Program& program) {
     const bool waits = !in.waits.empty();
     f.any_wait = f.any_wait || waits;
     f.stepped = f.stepped || needs_stepped(program, in);
+    f.early_stop = f.early_stop || can_stop_early(program, in);
     if (is(in, OpId::gemv)) {
       const auto w = operand_dtype(program, in, 0), x = operand_dtype(program, in, 1);
       const uint32_t fusion = gemv_fusion(program, in);

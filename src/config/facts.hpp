@@ -45,6 +45,8 @@ struct ProgramFacts {
   // The stepped-program paths: a carried wait, a position operand, feed_token, or kv_append's
   // RoPE (theta != 0).
   bool stepped = false;
+  // feed_token with an eos operand: the launch may end early (the stop word).
+  bool early_stop = false;
   // attention_decode at 256 threads: the largest tile a chunk needs (small when none), whether
   // some chunk needs the streaming pass, and whether every chunk has one query head.
   amk_attn_tile attn_tile_needed = amk_attn_tile::small;

@@ -28,9 +28,9 @@ using K = VmField::Kind;
         &set_field < &VmConfig::name>                                                              \
   }
 
-// In amk_vm_config's declaration order. A field added there changes the struct's size (stepped
-// fills the padding after step_kernel): update this table (and kernels/README.md) with it.
-static_assert(sizeof(VmConfig) == 52, "amk_vm_config changed: update the field table");
+// In amk_vm_config's declaration order. A field added there changes the struct's size: update
+// this table (and kernels/README.md) with it.
+static_assert(sizeof(VmConfig) == 56, "amk_vm_config changed: update the field table");
 constexpr VmField kFields[] = {
     AMK_FIELD(block_threads, K::integer, false, 32, 1024,
               "threads a block (the program's launch.block)"),
@@ -43,6 +43,8 @@ constexpr VmField kFields[] = {
               "amk_step, one instruction a launch (amk bench)"),
     AMK_FIELD(stepped, K::boolean, false, 0, 1,
               "stepped-program paths: carried waits, the pass, position operands, feed_token"),
+    AMK_FIELD(early_stop, K::boolean, false, 0, 1,
+              "blocks end the launch two passes after feed_token met its eos id (the stop word)"),
     AMK_FIELD(buffers, K::integer, false, 0, 0xFFFFFFFFu, "entries of the buffer table"),
     AMK_FIELD(smem_buffers, K::boolean, true, 0, 1,
               "the buffer table copied into shared memory at block start"),

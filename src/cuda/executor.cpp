@@ -238,6 +238,13 @@ struct GpuExecutable::Impl {
     if (host_aborted && result.diag.status == AMK_STATUS_OK)
       result.diag.status = AMK_STATUS_ABORTED;
     result.status = launch_status_name(result.diag.status);
+    if (vm.config.early_stop && result.status == "ok") {
+      std::byte word[sizeof(uint32_t)];
+      cu::copy_to_host(word, counters.get() + uint64_t{n_counters} * sizeof(uint32_t), stream.get(),
+                       "the stop word");
+      stream.synchronize("the stop word");
+      std::memcpy(&result.stop_pass, word, sizeof word);
+    }
     return result;
   }
 
@@ -310,8 +317,9 @@ void GpuExecutable::Impl::place_and_upload(const InitialData& initial) {
   buffer_table =
       cu::DeviceMemory::allocate(table.size() * sizeof(amk_buffer_t), "the buffer table");
   buffer_table.upload(bytes_of(table), 0, stream.get(), "the buffer table");
-  counters =
-      cu::DeviceMemory::allocate(uint64_t{plan.n_counters} * sizeof(uint32_t), "the counters");
+  // The counters, then the stop word (early_stop: the pass whose token was eos), zeroed together.
+  counters = cu::DeviceMemory::allocate((uint64_t{plan.n_counters} + 1) * sizeof(uint32_t),
+                                        "the counters");
   abort_flag = cu::DeviceMemory::allocate(sizeof(uint32_t), "the abort flag");
   control = cu::HostMappedMemory::allocate(kControlBytes, "the diag record");
   const uint32_t one = 1;

@@ -42,6 +42,8 @@ struct LaunchResult {
   std::string status;  // ok | timeout | bad_operand
   amk_diag_t diag{};   // what the watchdog or an op recorded (status AMK_STATUS_OK: nothing)
   double host_ms = 0;  // reset + launch + wait, host clock
+  // The pass whose feed_token met its eos id (the launch ended after the next pass); 0: none.
+  uint32_t stop_pass = 0;
 };
 
 struct ProfileStats {

@@ -301,6 +301,12 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
   r.kv_dtype = o.kv_dtype;
   if (o.all_logits && r.steps == 0)
     usage_error("usage.gen.steps", "--all-logits", "--all-logits applies to generation (--steps)");
+  if (o.eos != -1 && r.steps == 0)
+    usage_error("usage.gen.steps", "--eos", "--eos applies to generation (--steps)");
+  if (o.eos < -1 || o.eos >= static_cast<int64_t>(r.cfg.vocab))
+    usage_error("usage.gen.eos", "--eos",
+                "eos id " + std::to_string(o.eos) + " is outside the vocabulary 0.." +
+                    std::to_string(r.cfg.vocab - 1) + " (-1: none)");
   if (o.context) {
     if (*o.context < 1 || *o.context > 131072)
       usage_error("usage.gen.context", "--context",
@@ -870,9 +876,11 @@ Program generate_llama(const LlamaOptions& o) {
 
   if (generating) {
     // The next pass's token (the prompt's while it lasts, then this argmax), the generated ids,
-    // and with all_logits every pass's logits.
+    // with all_logits every pass's logits, and the end-of-sequence id that ends the launch
+    // (-1: none; an input amk generate --eos sets).
     const uint32_t prompt = b.buffer("prompt", DType::i32, {r.prompt.size()}, words(r.prompt));
     const uint32_t ids = b.buffer("ids", DType::i32, {r.steps}, {}, /*output=*/true);
+    const uint32_t eos = b.buffer("eos", DType::i32, {1}, words({o.eos}));
     const Operand none{};
     const uint32_t all =
         o.all_logits ? b.buffer("all_logits", DType::f32, {r.passes, V}, {}, true) : kNoBuffer;
@@ -883,7 +891,8 @@ Program generate_llama(const LlamaOptions& o) {
            {"token", b.whole(token_buf)},
            {"ids", b.whole(ids)},
            {"logits", o.all_logits ? b.whole(logits) : none},
-           {"all_logits", o.all_logits ? b.whole(all) : none}},
+           {"all_logits", o.all_logits ? b.whole(all) : none},
+           {"eos", b.whole(eos)}},
           {}, {{c_next, 1}, {c_cache, static_cast<uint32_t>(appends)}}, {{c_feed, 1}});
   }
 

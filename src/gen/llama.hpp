@@ -107,6 +107,9 @@ struct LlamaOptions {
   std::vector<int64_t> prompt;
   uint32_t steps = 0;       // new tokens; 0 with an empty prompt: one decode step at context - 1
   bool all_logits = false;  // also every step's logits, [passes, vocab] (buffer all_logits)
+  // The end-of-sequence id in the generation's `eos` input (-1: none; amk generate --eos sets
+  // it at run time): the launch ends one step after generating it.
+  int64_t eos = -1;
   // The KV caches' dtype: bf16 (the default, as the weights) or f32 (no rounding of the stored
   // rows, twice the bytes).
   DType kv_dtype = DType::bf16;

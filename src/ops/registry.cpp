@@ -89,9 +89,10 @@ constexpr ParamSig kAttentionCombineParams[] = {{"head_dim", ParamType::u32, std
                                                 {"kv_heads", ParamType::u32, 1.0}};
 
 constexpr OperandSig kFeedTokenOperands[] = {
-    {"index", Access::read, kIndexTypes},  {"prompt", Access::read, kIndexTypes},
-    {"token", Access::write, kIndexTypes}, {"ids", Access::write, kIndexTypes, true},
-    {"logits", Access::read, kF32, true},  {"all_logits", Access::write, kF32, true}};
+    {"index", Access::read, kIndexTypes},    {"prompt", Access::read, kIndexTypes},
+    {"token", Access::write, kIndexTypes},   {"ids", Access::write, kIndexTypes, true},
+    {"logits", Access::read, kF32, true},    {"all_logits", Access::write, kF32, true},
+    {"eos", Access::read, kIndexTypes, true}};
 
 constexpr std::array<OpSig, 17> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
@@ -156,7 +157,8 @@ constexpr std::array<OpSig, 17> kOps = {{
      "feed_token",
      "step s = pass - 1 of a generation: t = prompt[s + 1] while s + 1 < extent(prompt), else "
      "index[0]; token[0] = t; ids[s + 1 - extent(prompt)] = t once past the prompt; "
-     "all_logits[s * extent(logits) + i] = logits[i] (the step's logits) where they fit",
+     "all_logits[s * extent(logits) + i] = logits[i] (the step's logits) where they fit; a "
+     "generated t equal to eos[0] ends the launch after the next pass, which writes nothing",
      kFeedTokenOperands,
      {}},
 }};

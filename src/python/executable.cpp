@@ -322,16 +322,22 @@ public:
     open("launch");
     if (gpu_open()) {
       finish_torch_streams();
+      passes_run_ = 0;
       interruptible([&] { gpu_->launch(passes); });
+      passes_run_ = gpu_->passes_run();
       return;
     }
     const uint32_t n = passes != 0 ? passes : program_.launch.passes;
     if (n != program_.launch.passes) check_position_bounds(program_, n);
     CpuRunOptions o;
     o.iterations = n;
+    passes_run_ = 0;
     py::gil_scoped_release unlocked;
-    (void)run_cpu(program_, plan_, host_, o);
+    passes_run_ = run_cpu(program_, plan_, host_, o).passes_run;
   }
+
+  // The last launch's passes that ran (fewer after a generation's eos); 0 before one.
+  uint32_t passes_run() const { return passes_run_; }
 
   py::dict profile(bool events, uint32_t warmup, uint32_t iterations, const std::string& scope,
                    bool flush_l2) {
@@ -501,6 +507,7 @@ private:
   HostBuffers host_;  // backend cpu
   std::map<std::string, py::object> bound_;
   bool closed_ = false;
+  uint32_t passes_run_ = 0;
 };
 
 // An amk.Program, or a path to a program or wrapper program file, loaded and verified for `o`.
@@ -534,6 +541,9 @@ void define_executable(py::module_& m) {
            "use a device tensor's memory for buffer `name` from now on (no copy)")
       .def("launch", &PyExecutable::launch, py::arg("passes") = 0,
            "run the program's passes (0: launch.passes) in one launch and wait")
+      .def_property_readonly("passes_run", &PyExecutable::passes_run,
+                             "the last launch's passes that ran: fewer than asked where a "
+                             "generation met its eos id (0 before a launch)")
       .def("profile", &PyExecutable::profile, py::arg("events") = true, py::arg("warmup") = 3,
            py::arg("iterations") = 20, py::arg("scope") = "kernel", py::arg("flush_l2") = false,
            "time launches (CUDA events; events=False: the host clock around launch())")
@@ -563,7 +573,19 @@ void define_executable(py::module_& m) {
           throw usage("usage.generate.program", "program",
                       "the program has no output 'ids': amk.generate runs generation programs "
                       "(amk.gen.llama(steps=N, prompt=IDS))");
+        const auto eos_buf = std::find_if(buffers.begin(), buffers.end(),
+                                          [](const Buffer& b) { return b.name == "eos"; });
+        const DType eos_dtype = eos_buf != buffers.end() ? eos_buf->dtype : DType::i32;
+        if (eos && eos_buf == buffers.end())
+          throw usage("usage.generate.eos", "eos",
+                      "the program has no 'eos' input to stop at: make it again with "
+                      "amk.gen.llama(steps=N, prompt=IDS) (this amk adds one)");
         PyExecutable exe(std::move(opened), backend, o);
+        if (eos) {  // the launch ends one step after generating it (feed_token)
+          py::array_t<int64_t> word(1);
+          word.mutable_at(0) = *eos;
+          exe.set("eos", word.attr("astype")(numpy_dtype(eos_dtype)));
+        }
         const auto t0 = std::chrono::steady_clock::now();
         exe.launch(0);
         const double ms =
@@ -571,14 +593,18 @@ void define_executable(py::module_& m) {
                 .count();
         const py::array_t<int64_t> all = exe.get("ids", false).attr("astype")("int64");
         std::vector<int64_t> ids(all.data(), all.data() + all.size());
-        const size_t generated = ids.size();
+        bool stopped = false;
         if (eos)
-          if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end())
+          if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end()) {
             ids.erase(at + 1, ids.end());
-        const uint32_t passes = exe.program().launch.passes;
+            stopped = true;
+          }
+        const size_t generated = ids.size();
+        const uint32_t passes = exe.passes_run();
         py::dict d;
         d["ids"] = ids;
         d["generated"] = generated;
+        d["stopped_at_eos"] = stopped;
         d["steps"] = passes;
         d["backend"] = exe.backend();
         d["launch_ms"] = ms;
@@ -590,8 +616,8 @@ void define_executable(py::module_& m) {
       py::arg("program"), py::arg("backend") = "auto", py::arg("eos") = std::nullopt,
       py::arg("device") = 0, py::arg("vm") = "", py::arg("cache_dir") = "",
       "run a generation program (a path or amk.gen.llama(steps=N, prompt=IDS)) in one launch: "
-      "the new ids (cut after the first eos when given), the launch's host time, the time a "
-      "decode step takes and new tokens per second");
+      "the new ids (with eos, the launch ends one step after generating it and the ids end "
+      "with it), the launch's host time, the time a decode step takes and new tokens per second");
 
   m.def(
       "open",

@@ -218,7 +218,7 @@ PYBIND11_MODULE(amk, m) {
       "llama",
       [](const std::string& preset, std::optional<uint32_t> layers, std::optional<uint32_t> context,
          uint64_t seed, uint32_t steps, const std::vector<int64_t>& prompt, bool all_logits,
-         const std::string& kv_dtype) {
+         const std::string& kv_dtype, int64_t eos) {
         gen::LlamaOptions o;
         o.preset = preset;
         o.layers = layers;
@@ -228,11 +228,13 @@ PYBIND11_MODULE(amk, m) {
         o.prompt = prompt;
         o.all_logits = all_logits;
         o.kv_dtype = kv_dtype_of(kv_dtype);
+        o.eos = eos;
         return gen::generate_llama(o);
       },
       py::arg("preset") = "tiny", py::arg("layers") = std::nullopt,
       py::arg("context") = std::nullopt, py::arg("seed") = 0, py::arg("steps") = 0,
       py::arg("prompt") = std::vector<int64_t>{}, py::arg("all_logits") = false,
-      py::arg("kv_dtype") = "bf16",
-      "a Llama decode-step program (amk gen llama); with steps and prompt, a generation");
+      py::arg("kv_dtype") = "bf16", py::arg("eos") = -1,
+      "a Llama decode-step program (amk gen llama); with steps and prompt, a generation (eos: "
+      "its end-of-sequence id, -1 none)");
 }

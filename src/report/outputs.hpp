@@ -108,7 +108,8 @@ struct RunReport {
   std::string target_fingerprint;    // device snapshot fingerprint (cuda)
   std::string artifact_fingerprint;  // compiled kernel fingerprint (cuda)
   uint32_t grid = 0, block = 0;
-  uint32_t passes = 1;  // passes over the program in the launch (a generation's steps)
+  uint32_t passes = 1;      // passes over the program in the launch (a generation's steps)
+  uint32_t passes_run = 0;  // those that ran (fewer after a generation's eos); 0: all of them
   uint64_t instructions = 0;
   std::vector<std::pair<std::string, double>> timings_ms;  // phase -> ms, in order
   nlohmann::json device;                                   // DeviceInfo::to_json() or null

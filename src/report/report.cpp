@@ -70,7 +70,8 @@ nlohmann::ordered_json make_report(const RunReport& r) {
   j["artifact_fingerprint"] = string_or_null(r.artifact_fingerprint);
   j["launch"] = {{"grid", positive_or_null(r.grid)},
                  {"block", positive_or_null(r.block)},
-                 {"passes", r.passes}};
+                 {"passes", r.passes},
+                 {"passes_run", r.passes_run != 0 ? r.passes_run : r.passes}};
   j["instructions"] = r.instructions;
   oj timings = oj::object();
   // JSON has no NaN/inf: an unmeasured phase is null.

@@ -49,6 +49,7 @@ struct GpuOutcome {
   HostBuffers buffers;       // the outputs' final contents, others empty (status "ok")
   std::string status;        // ok | timeout | bad_operand
   std::string message;       // one line for a non-ok status
+  uint32_t passes_run = 0;   // the launch's passes that ran (fewer after a generation's eos)
   ordered_json diagnostics;  // watchdog / fault record or null
   std::vector<std::pair<std::string, double>> timings_ms;
   ordered_json device;

@@ -135,6 +135,7 @@ GpuOutcome run_on_gpu(const Program& program, const InitialData& initial, const 
   launch.finish();
   out.timings_ms.emplace_back("launch", r.host_ms);
   out.status = r.status;
+  out.passes_run = r.passes_run;
   if (r.status != "ok") {
     out.diagnostics = diag_json(program, r.diag, r.status);
     out.message = r.message;

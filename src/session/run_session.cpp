@@ -105,6 +105,7 @@ HostBuffers take_outcome(GpuOutcome out, RunReport& report) {
   report.grid = out.grid;
   report.block = out.block;
   report.diagnostics = out.diagnostics;
+  report.passes_run = out.passes_run;
   if (!out.wrapper.is_null()) {
     if (report.extra.is_null()) report.extra = nlohmann::json::object();
     report.extra["wrapper"] = out.wrapper;
@@ -170,6 +171,30 @@ HostBuffers run_wrapper(const RunRequest& request, GpuRequest& gpu, RunReport& r
   return take_outcome(run_wrapper_on_gpu(w, data, gpu), report);
 }
 
+// RunRequest::values: each named integer buffer's init becomes those values.
+void set_values(Program& p, const RunRequest& request) {
+  for (const auto& [name, values] : request.values) {
+    auto b = std::find_if(p.buffers.begin(), p.buffers.end(),
+                          [&](const Buffer& x) { return x.name == name; });
+    if (b == p.buffers.end())
+      throw_program_error("run.values.buffer", "/buffers",
+                          "the program has no buffer '" + name + "' to set");
+    const size_t i = static_cast<size_t>(b - p.buffers.begin());
+    const std::string where = "/buffers/" + std::to_string(i);
+    if (dtype_is_float(b->dtype) || b->elements() != values.size())
+      throw_program_error("run.values.buffer", where,
+                          "buffer '" + name + "' is " + std::string(dtype_name(b->dtype)) + " of " +
+                              std::to_string(b->elements()) + " elements; setting it takes " +
+                              std::to_string(values.size()) + " integer values");
+    BufferInit init;
+    init.kind = InitKind::values;
+    init.data.resize(b->bytes());
+    for (size_t k = 0; k < values.size(); ++k)
+      store_element(init.data.data(), b->dtype, k, static_cast<double>(values[k]));
+    b->init = std::move(init);
+  }
+}
+
 }  // namespace
 
 RunResult run_program(const RunRequest& request) {
@@ -217,6 +242,7 @@ RunResult run_program(const RunRequest& request) {
       result = run_wrapper(request, gpu, report, load_verify, p, initial, reseeded);
     } else {
       p = load_program_file(request.program_path, request.load);
+      set_values(p, request);
       spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
                     p.buffers.size(), p.counters.size(), p.instructions.size());
       (void)verify(p);
@@ -289,6 +315,7 @@ RunResult run_program(const RunRequest& request) {
         Phase execute("cpu_execute");
         CpuRunStats stats = run_cpu(p, plan, result, copts);
         (void)execute.finish();
+        report.passes_run = stats.passes_run;
         report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);
       }
     }

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "io/load.hpp"
 #include "session/gpu_session.hpp"
@@ -22,6 +24,9 @@ struct RunRequest {
   bool save_inputs = false;        // also write every input buffer under OUT/inputs
   std::optional<uint64_t> reseed;  // draw every random init from this seed
   bool trust_source = false;       // compile a wrapper program's own CUDA source
+  // Integer buffers whose contents the run sets instead of their init, by name (amk generate
+  // --eos): each must exist, hold an integer dtype and as many elements as values given.
+  std::vector<std::pair<std::string, std::vector<int64_t>>> values;
   // Device, cache, VM overrides; its iterations count on either backend, and trust_custom_ops
   // comes from `load`.
   GpuRequest gpu;

@@ -398,9 +398,9 @@ private:
                    std::to_string(block * kv) + " (group = extent(out) / (head_dim * kv_heads))");
         break;
       }
-      case OpId::feed_token: {  // index, prompt, token, ids?, logits?, all_logits?
-        for (size_t slot : {size_t{0}, size_t{2}})
-          if (extent(slot) != 1)
+      case OpId::feed_token: {  // index, prompt, token, ids?, logits?, all_logits?, eos?
+        for (size_t slot : {size_t{0}, size_t{2}, size_t{6}})
+          if ((slot != 6 || present(6)) && extent(slot) != 1)
             fail("verify.shape", operand_where(slot),
                  "extent(" + std::string(slots_[slot].name) +
                      ") = " + std::to_string(extent(slot)) + " must be 1");

@@ -11,7 +11,13 @@
 //       W's pass-1 copy precedes S's pass-2 copy, and every carried waiter W of c precedes S
 //       within a pass (pass-2 copies) (verify.pass.overtake);
 //   (c) the hazard check on the unrolled program, where a kv_append at a position operand writes
-//       row P0 + a - 1 in pass a and an attention_decode of pass b reads rows below P0 + b - 1.
+//       row P0 + a - 1 in pass a and an attention_decode of pass b reads rows below P0 + b - 1;
+//   (d) with a feed_token that may end the launch (its eos operand: it records the pass k whose
+//       token was eos, and every block ends before pass k + 2), every queue's pass-2 items
+//       include one that feed_token's pass-1 copy precedes: then each block has seen the
+//       record of pass q - 2 by the end of its pass q - 1, and all of them end before the same
+//       pass (verify.stop.unseen). Without queues, every instruction's pass-2 copy must be
+//       preceded, whatever queue amk puts it in.
 //
 // Why two passes suffice. Per-pass counter copies are what the device's one counter, compared
 // with value * pass (value * (pass - 1) when carried), amounts to as long as no signal of a later
@@ -26,6 +32,7 @@
 // there the surplus of earlier passes counts toward later ones, so the graph of the unrolled
 // program takes no order from such a wait. (a) follows from the single-pass proof (pass 1 drains
 // alone, then pass 2 with every carried wait met); it also keeps the graph acyclic.
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -191,7 +198,76 @@ std::vector<Overtake> ask_overtakes(const Program& program, uint32_t n,
                       std::move(message));
 }
 
+bool is_plain_nop(const Instruction& ins) {
+  return ins.op == static_cast<uint16_t>(OpId::nop) && ins.waits.empty() && ins.signals.empty();
+}
+
+// (d)'s questions: (feed_token, the queue's last item with work in pass 2) for each queue, or
+// (feed_token, each instruction's pass-2 copy) without queues.
+struct StopSeen {
+  uint32_t target;  // an instruction's pass-2 copy
+  uint32_t queue;   // kNoIndex without queues
+  size_t query;
+};
+
+std::vector<StopSeen> ask_stop_seen(const Program& program, const Unrolled& u,
+                                    detail::OrderOracle& oracle) {
+  std::vector<StopSeen> asked;
+  const std::optional<uint32_t> f = stopping_feed_token(program);
+  if (!f) return asked;
+  if (program.queues) {
+    for (uint32_t q = 0; q < program.queues->size(); ++q) {
+      const std::vector<uint32_t>& items = (*program.queues)[q];
+      auto last = std::find_if(items.rbegin(), items.rend(),
+                               [&](uint32_t i) { return !is_plain_nop(program.instructions[i]); });
+      if (last == items.rend()) continue;  // (a block of plain nops does nothing)
+      asked.push_back({u.n + *last, q, oracle.ask_pair(*f, u.n + *last)});
+    }
+  } else {
+    for (uint32_t i = 0; i < u.n; ++i)
+      if (!is_plain_nop(program.instructions[i]))
+        asked.push_back({u.n + i, detail::kNoIndex, oracle.ask_pair(*f, u.n + i)});
+  }
+  return asked;
+}
+
+[[noreturn]] void report_stop_unseen(const Program& program, uint32_t n, const StopSeen& s) {
+  const uint32_t f = *stopping_feed_token(program);
+  const std::string feed = detail::instruction_label(program, f);
+  if (s.queue != detail::kNoIndex)
+    throw_program_error(
+        "verify.stop.unseen", "/queues/" + std::to_string(s.queue),
+        "queue " + std::to_string(s.queue) + " never waits, in a pass, on what " + feed +
+            " did the pass before: its block could not see that the previous token was the "
+            "eos id and would run on after the others end (make one of its instructions wait, "
+            "directly or through others, on a counter " +
+            feed + " signals)");
+  throw_program_error(
+      "verify.stop.unseen", "/instructions/" + std::to_string(s.target % n),
+      detail::instruction_label(program, s.target % n) + " does not wait, in a pass, on what " +
+          feed + " did the pass before: the block that runs it could not see that the " +
+          "previous token was the eos id (give the program queues whose every block waits on " +
+          "it, or make this instruction wait on it)");
+}
+
 }  // namespace
+
+std::optional<uint32_t> stopping_feed_token(const Program& program) {
+  std::optional<uint32_t> found;
+  for (uint32_t i = 0; i < program.instructions.size(); ++i) {
+    const Instruction& ins = program.instructions[i];
+    if (ins.op != static_cast<uint16_t>(OpId::feed_token) || ins.operands.size() <= 6 ||
+        ins.operands[6].buffer == AMK_NO_BUFFER)
+      continue;
+    if (found)
+      throw_program_error("verify.stop.many", "/instructions/" + std::to_string(i) + "/operands/6",
+                          detail::instruction_label(program, i) + " and " +
+                              detail::instruction_label(program, *found) +
+                              " both have an eos operand: one feed_token may end a launch");
+    found = i;
+  }
+  return found;
+}
 
 bool runs_several_passes(const Program& program) {
   if (program.launch.passes > 1) return true;
@@ -208,12 +284,15 @@ uint64_t check_pass_loop(const Program& program, const VerifyOptions& options) {
   const DependencyGraph graph = build_dependency_graph(u.program, &u.queues);
   detail::OrderOracle oracle(graph);
   const std::vector<Overtake> overtakes = ask_overtakes(program, u.n, oracle);
+  const std::vector<StopSeen> stops = ask_stop_seen(program, u, oracle);
   std::optional<detail::HazardPairs> hazards;
   if (options.check_hazards) hazards.emplace(u.program, graph, oracle, u.n);
   oracle.resolve(true);
   for (const Overtake& o : overtakes)
     if (const uint32_t m = oracle.missing(o.query); m != detail::kNoIndex)
       report_overtake(program, u.n, o, m);
+  for (const StopSeen& s : stops)
+    if (oracle.missing(s.query) != detail::kNoIndex) report_stop_unseen(program, u.n, s);
   if (!hazards) return 0;
   hazards->throw_first();
   return hazards->pairs();

@@ -80,6 +80,7 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
   for (uint32_t t = 0; t < program.tma.size(); ++t) check_tma(program, t);
   check_counter_range(program);
   check_position_bounds(program, program.launch.passes);
+  (void)stopping_feed_token(program);  // one at most
 
   if (program.queues) {
     check_queues(program, *program.queues);  // structure, satisfiable waits, deadlock proof

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,10 @@ void check_position_bounds(const Program& program, uint32_t passes);
 // Whether the program runs over several passes in one launch: launch.passes > 1 or a carried
 // wait (a loop-carried dependency).
 [[nodiscard]] bool runs_several_passes(const Program& program);
+
+// The feed_token with an eos operand (the instruction that may end a launch early), if any.
+// Throws verify.stop.many when two have one.
+[[nodiscard]] std::optional<uint32_t> stopping_feed_token(const Program& program);
 // The proof that several passes are safe, on the program unrolled over two passes
 // (verify/passes.cpp): its deadlock proof, no signal running into the next pass ahead of a
 // waiter (verify.pass.overtake) and, with options.check_hazards, its hazards (verify.hazard).

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Generation in one launch: `amk gen llama --steps N --prompt IDS` on the CPU backend equals
 # scripts/check_llama.py's numpy greedy loop (every step's logits, the ids), also from a
-# sharded Hugging Face folder; `amk generate` runs a program or writes one, prints the ids and
-# stops the printed ids at --eos; the refusals with their codes and exit codes.
+# sharded Hugging Face folder; `amk generate` runs a program or writes one and prints the ids;
+# an eos id ends the launch; the refusals with their codes and exit codes.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
@@ -41,11 +41,35 @@ expect_grep "$tmp/gen.json" '"steps": 7' "amk generate: 7 decode steps (prompt 3
 "$amk" -q gen llama --steps 5 --prompt 3,5,7 --seed "$seed" -o "$tmp/p.json"
 expect_rc 0 "amk generate PROGRAM" -- "$amk" generate "$tmp/p.json" --backend cpu -o "$tmp/o"
 expect_grep "$tmp/out" "^$ids\$" "the program's ids are the written program's"
+# --eos ends the launch one step after the first eos: the ids are those up to it, and the
+# launch ran prompt 3 + that many - 1 steps, + 1 (the step every block needs to see the stop).
 eos=$(echo "$ids" | cut -d' ' -f2)
-expect_rc 0 "amk generate --eos" -- "$amk" --json generate "$tmp/p.json" --backend cpu --eos "$eos"
-n=$(json_field "$tmp/out" "len(j['ids'])")
 first=$(echo "$ids" | tr ' ' '\n' | grep -n -x -m1 -- "$eos" | cut -d: -f1)
-[ "$n" = "$first" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL --eos $eos: $n ids, want $first"; }
+want_ids=$(echo "$ids" | cut -d' ' -f1-"$first")
+want_steps=$(( first + 3 > 7 ? 7 : first + 3 ))
+eos_run() {  # eos_run DESCRIPTION -- amk generate arguments
+  local what="$1"; shift 2
+  expect_rc 0 "$what" -- "$amk" --json generate "$@" --backend cpu -o "$tmp/eo"
+  local got
+  got=$(json_field "$tmp/out" "' '.join(map(str, j['ids'])), j['steps'], j['stopped_at_eos'], j['new_tokens']")
+  if [ "$got" = "$want_ids $want_steps True $first" ]; then pass=$((pass + 1)); else
+    fail=$((fail + 1)); echo "FAIL $what: $got, want $want_ids $want_steps True $first"; fi
+  expect_grep "$tmp/eo/report.json" "\"passes_run\": $want_steps" "$what: report.json launch.passes_run"
+}
+eos_run "amk generate PROGRAM --eos" -- "$tmp/p.json" --eos "$eos"
+eos_run "amk generate --eos (writes the program)" -- --steps 5 --prompt 3,5,7 --seed "$seed" --eos "$eos"
+"$amk" -q gen llama --steps 5 --prompt 3,5,7 --seed "$seed" --eos "$eos" -o "$tmp/pe.json"
+eos_run "amk gen llama --eos: the program's own eos" -- "$tmp/pe.json"
+expect_rc 0 "--check of a launch that ends at eos" -- "$amk" run "$tmp/pe.json" --backend cpu --check \
+  -o "$tmp/pe_out"
+# It ran exactly want_steps passes: its last logits are those of that many passes without eos.
+expect_rc 0 "the same passes without eos" -- "$amk" run "$tmp/p.json" --backend cpu \
+  --passes "$want_steps" -o "$tmp/p_cut"
+expect_rc 0 "the last logits of both" -- cmp "$tmp/pe_out/act.logits.npy" "$tmp/p_cut/act.logits.npy"
+# An eos that never comes: every step runs.
+expect_rc 0 "amk generate --eos never generated" -- "$amk" --json generate "$tmp/p.json" \
+  --backend cpu --eos 511
+expect_grep "$tmp/out" '"steps": 7' "an eos never generated: 7 decode steps"
 expect_rc 0 "amk run of a generation takes its passes" -- "$amk" --json run "$tmp/p.json" \
   --backend cpu -o "$tmp/r"
 expect_grep "$tmp/r/report.json" '"passes": 7' "report.json launch.passes"
@@ -72,6 +96,15 @@ expect_rc 2 "generation of the unfused layer" -- "$amk" gen llama --steps 2 --un
 expect_grep "$tmp/err" "\[usage.gen.layout\] at --steps" "unfused refused"
 expect_rc 2 "--all-logits without --steps" -- "$amk" gen llama --all-logits -o "$tmp/x.json"
 expect_grep "$tmp/err" "\[usage.gen.steps\] at --all-logits" "--all-logits alone"
+expect_rc 2 "--eos outside the vocabulary" -- "$amk" gen llama --steps 2 --eos 512 -o "$tmp/x.json"
+expect_grep "$tmp/err" "\[usage.gen.eos\] at --eos: eos id 512 is outside the vocabulary 0..511" "--eos range"
+expect_rc 2 "generate PROGRAM --eos outside the vocabulary" -- "$amk" generate "$tmp/p.json" --eos 600 --backend cpu
+expect_grep "$tmp/err" "\[usage.generate.eos\] at --eos: eos id 600 is outside the vocabulary 0..511" "generate --eos range"
+"$py" -c "import json,sys; j=json.load(open(sys.argv[1])); j['buffers']=[b for b in j['buffers'] if b['name']!='eos']
+[i['operands'].pop('eos', None) for i in j['instructions']]; json.dump(j,open(sys.argv[2],'w'))" \
+  "$tmp/p.json" "$tmp/noeos.json"
+expect_rc 3 "--eos for a program without an eos input" -- "$amk" generate "$tmp/noeos.json" --eos 3 --backend cpu
+expect_grep "$tmp/err" "\[generate.eos\] at /buffers" "no eos input"
 # A program whose positions pass its cache: launch.passes raised by hand.
 "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); j['launch']['passes']=8; json.dump(j,open(sys.argv[2],'w'))" \
   "$tmp/p.json" "$tmp/long.json"

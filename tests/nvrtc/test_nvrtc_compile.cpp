@@ -33,9 +33,9 @@ namespace {
 uint16_t id(OpId op) { return static_cast<uint16_t>(op); }
 
 // Every built-in op but feed_token; gemv with f32, f16 and bf16 weights (f32 and bf16 x, with and
-// without a residual) and a bf16 matrix covered by a TMA spec. `stepped` adds feed_token, the
-// position operand of rope, kv_append (with RoPE) and attention_decode, and a carried wait: the
-// VM's stepped paths.
+// without a residual) and a bf16 matrix covered by a TMA spec. `stepped` adds feed_token (with
+// eos), the position operand of rope, kv_append (with RoPE) and attention_decode, and a carried
+// wait: the VM's stepped and early-stop paths.
 Program all_ops_program(bool stepped = false) {
   Builder b;
   const uint32_t k = 256, rows = 64;
@@ -113,7 +113,8 @@ Program all_ops_program(bool stepped = false) {
     const uint32_t token = b.buffer("token", DType::i32, {1});
     const uint32_t gen = b.buffer("generated", DType::i64, {8});
     const uint32_t all = b.buffer("all_logits", DType::f32, {8, rows});
-    b.instruction(id(OpId::feed_token), {idx, prompt, token, gen, y, all});
+    const uint32_t eos = b.buffer("eos", DType::i32, {1});  // (the VM's early_stop paths too)
+    b.instruction(id(OpId::feed_token), {idx, prompt, token, gen, y, all, eos});
     // The first instruction waits for the previous pass's last one.
     const uint32_t n = static_cast<uint32_t>(b.program().instructions.size());
     b.program().instructions[0].waits.push_back({0, n, true});
@@ -224,10 +225,13 @@ TEST_CASE("generated source: the config spelled out, only numbers, the TMA table
   const uint32_t retired = 7u << 16, feed = 1u << static_cast<uint32_t>(OpId::feed_token);
   CHECK(choose_for(b).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired - feed);
   CHECK(src.find("c.stepped = false;") != std::string::npos);
-  // The stepped variant: every built-in op, the stepped paths on.
+  CHECK(src.find("c.early_stop = false;") != std::string::npos);
+  // The stepped variant: every built-in op, the stepped and early-stop paths on.
   const Program st = all_ops_program(true);
   CHECK(choose_for(st).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired);
-  CHECK(vm_source(st, choose_for(st), false).find("c.stepped = true;") != std::string::npos);
+  const std::string st_src = vm_source(st, choose_for(st), false);
+  CHECK(st_src.find("c.stepped = true;") != std::string::npos);
+  CHECK(st_src.find("c.early_stop = true;") != std::string::npos);
 
   const Program s = small_program();
   const std::string small = vm_source(s, choose_for(s), false);

@@ -141,8 +141,20 @@ def test_generate_equals_the_cli():
     cli = cli_json("generate", "--steps", "6", "--prompt", "2,4,6", "--seed", "5", "--backend", "cpu")
     assert r["ids"] == cli["ids"] and r["generated"] == 6 and r["steps"] == cli["steps"]
     assert r["new_tokens_per_s"] > 0
-    cut = amk.generate(gen, backend="cpu", eos=r["ids"][1])
-    assert cut["ids"] == r["ids"][: r["ids"].index(r["ids"][1]) + 1]
+    # eos ends the launch one step after generating it, as amk generate --eos does.
+    eos = r["ids"][1]
+    cut = amk.generate(gen, backend="cpu", eos=eos)
+    assert cut["ids"] == r["ids"][: r["ids"].index(eos) + 1]
+    assert cut["stopped_at_eos"] and cut["generated"] == len(cut["ids"])
+    cli_cut = cli_json("generate", "--steps", "6", "--prompt", "2,4,6", "--seed", "5", "--backend",
+                       "cpu", "--eos", str(eos))
+    assert (cut["ids"], cut["steps"]) == (cli_cut["ids"], cli_cut["steps"])
+    assert cut["steps"] == min(len(cut["ids"]) + 3, r["steps"])  # prompt 3 + ids - 1, + 1
+    baked = amk.gen.llama(preset="tiny", steps=6, prompt=[2, 4, 6], seed=5, eos=eos)
+    with amk.open(baked, backend="cpu") as exe:
+        exe.launch()
+        assert exe.passes_run == cut["steps"]
+        assert list(exe.get("ids")[: len(cut["ids"])]) == cut["ids"]
     with pytest.raises(amk.UsageError) as e:
         amk.generate(amk.load(SAMPLES[0]), backend="cpu")
     assert e.value.code == "usage.generate.program"

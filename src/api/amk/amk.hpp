@@ -149,6 +149,11 @@ public:
   // a device fault launch launch.fault (the context is then gone: close and exit).
   void launch(uint32_t passes = 0);
 
+  // Passes the last launch ran: those asked for, or fewer in a generation that met its eos id
+  // (feed_token's eos operand), which ends one pass after the one that produced it. 0 before
+  // the first launch and after a failed one.
+  [[nodiscard]] uint32_t passes_run() const;
+
   // Copies buffer `name` (any buffer; typically an output) into `data`: that buffer only.
   // Throws api.buffer, api.size, api.dtype.
   void read_output(std::string_view name, void* data, size_t bytes, std::string_view dtype) const;

@@ -232,8 +232,9 @@ struct HostFixture {
     return out;
   }
   void run(const amk_instruction_t& ins, uint32_t pass = 1) {
-    cpu_execute_instruction(program, ins, host, pass);
+    cpu_execute_instruction(program, ins, host, pass, &stop_word);
   }
+  uint32_t stop_word = 0;  // the launch's (feed_token's eos)
 };
 
 struct OperandSpec {

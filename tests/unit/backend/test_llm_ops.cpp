@@ -543,3 +543,44 @@ TEST_CASE("feed_token: the prompt's next id, then the argmax; ids and logits per
     CHECK(f.get(all, uint64_t{pass - 1} * vocab + 1) == f.get(logits, 1));
   }
 }
+
+TEST_CASE("feed_token with eos: the pass of the first generated eos, then nothing written") {
+  Fixture f;
+  const uint32_t n_prompt = 3, steps = 5, passes = n_prompt + steps - 1, vocab = 4;
+  const uint32_t index = f.add("index", DType::i32, 1);
+  const uint32_t prompt = f.add("prompt", DType::i32, n_prompt);
+  const uint32_t token = f.add("token", DType::i32, 1);
+  const uint32_t ids = f.add("ids", DType::i32, steps);
+  const uint32_t logits = f.add("logits", DType::f32, randoms(vocab, 17));
+  const uint32_t all = f.add("all_logits", DType::f32, uint64_t{passes} * vocab);
+  const uint32_t eos = f.add("eos", DType::i32, 1);
+  // The prompt holds the eos id (no stop there); the argmax gives 7, 9, 9, 7, 9 from pass 3.
+  const double argmax[] = {0, 0, 0, 7, 9, 9, 7, 9};
+  store_element(f.host.data[eos].data(), DType::i32, 0, 9.0);
+  for (uint32_t i = 0; i < n_prompt; ++i)
+    store_element(f.host.data[prompt].data(), DType::i32, i, i == 1 ? 9.0 : 40.0 + i);
+  for (uint32_t i = 0; i < steps; ++i) store_element(f.host.data[ids].data(), DType::i32, i, -5.0);
+  for (uint32_t i = 0; i < passes * vocab; ++i)
+    store_element(f.host.data[all].data(), DType::f32, i, -5.0);
+  for (uint32_t pass = 1; pass <= passes; ++pass) {
+    CAPTURE(pass);
+    store_element(f.host.data[index].data(), DType::i32, 0, argmax[pass]);
+    f.run(make_ins(id(OpId::feed_token), 0,
+                   {{index, 0, 1},
+                    {prompt, 0, n_prompt},
+                    {token, 0, 1},
+                    {ids, 0, steps},
+                    {logits, 0, vocab},
+                    {all, 0, uint64_t{passes} * vocab},
+                    {eos, 0, 1}}),
+          pass);
+    // Pass 1 feeds prompt[1] (the eos id, not generated); pass 4 generates the first 9.
+    CHECK(f.stop_word == (pass < 4 ? 0u : 4u));
+  }
+  CHECK(f.get(ids, 0) == 7);  // pass 3
+  CHECK(f.get(ids, 1) == 9);  // pass 4: the eos
+  for (uint32_t i = 2; i < steps; ++i) CHECK(f.get(ids, i) == -5);
+  CHECK(f.get(token, 0) == 9);
+  CHECK(f.get(all, uint64_t{3} * vocab) == f.get(logits, 0));  // pass 4's row
+  for (uint32_t i = 4 * vocab; i < passes * vocab; ++i) CHECK(f.get(all, i) == -5);
+}

@@ -401,8 +401,13 @@ TEST_CASE("stepped: on for a carried wait, a position operand, feed_token or kv_
   const uint32_t index = feed.buffer("index", DType::i32, 1);
   const uint32_t prompt = feed.buffer("prompt", DType::i32, 4);
   const uint32_t token = feed.buffer("token", DType::i32, 1);
-  feed.add("feed_token",
-           {feed.whole(index), feed.whole(prompt), feed.whole(token), none(), none(), none()});
+  feed.add("feed_token", {feed.whole(index), feed.whole(prompt), feed.whole(token), none(), none(),
+                          none(), none()});
   CHECK(stepped(feed));
+  CHECK_FALSE(choose_for(feed.p).config.early_stop);
   check_every_why(choose_for(feed.p));
+  // With an eos operand feed_token may end the launch: the VM reads the stop word each pass.
+  feed.last().operands[6] = feed.whole(feed.buffer("eos", DType::i32, 1));
+  CHECK(choose_for(feed.p).config.early_stop);
+  CHECK(choose_for(feed.p).config.stepped);
 }

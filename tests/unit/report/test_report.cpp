@@ -98,7 +98,7 @@ TEST_CASE("report keys come in the documented order with the given values") {
   CHECK(j["program"]["data_fingerprint"] == kHashB);
   CHECK(j["target_fingerprint"] == "sm_90a:132");
   CHECK(j["artifact_fingerprint"] == kHashB);
-  CHECK(j["launch"].dump() == R"({"grid":132,"block":256,"passes":7})");
+  CHECK(j["launch"].dump() == R"({"grid":132,"block":256,"passes":7,"passes_run":7})");
   CHECK(j["instructions"] == 1024);
   // Phases stay in the order they ran, not alphabetical.
   CHECK(j["timings_ms"].dump() == R"({"load":1.5,"verify":0.25,"compile":120.0,"execute":3.0})");
@@ -122,7 +122,7 @@ TEST_CASE("absent parts of a report are null") {
         R"({"path":null,"name":null,"fingerprint":null,"data_fingerprint":null})");
   CHECK(j["target_fingerprint"].is_null());
   CHECK(j["artifact_fingerprint"].is_null());
-  CHECK(j["launch"].dump() == R"({"grid":null,"block":null,"passes":1})");
+  CHECK(j["launch"].dump() == R"({"grid":null,"block":null,"passes":1,"passes_run":1})");
   CHECK(j["instructions"] == 0);
   CHECK(j["timings_ms"].dump() == "{}");
   CHECK(j["device"].is_null());

@@ -398,7 +398,7 @@ TEST_CASE("feed_token rules") {
   const uint32_t all = b.buffer("all_logits", DType::f32, steps * vocab + 1);
   const uint32_t half = b.buffer("half", DType::f16, vocab);
   b.add("feed_token", {slice(index, 0, 1), b.whole(prompt), slice(token, 1, 1), b.whole(ids),
-                       b.whole(logits), slice(all, 0, steps * vocab)});
+                       b.whole(logits), slice(all, 0, steps * vocab), none()});
   CHECK_NOTHROW(check_instruction(b.p, 0));
   Instruction& ins = b.last();
   SUBCASE("index and token are one element") {

@@ -301,7 +301,7 @@ TEST_CASE("a decode-like loop over several passes") {
         {{c_index, 1}}, "argmax");
   b.add("feed_token",
         {b.whole(index), b.whole(prompt), b.whole(token), b.whole(ids), b.whole(logits),
-         b.whole(all)},
+         b.whole(all), none()},
         {{c_index, 1}}, {{c_fed, 1}}, "feed");
   b.p.launch.passes = steps;
   CHECK_NOTHROW(verify(b.p));
@@ -316,6 +316,73 @@ TEST_CASE("a decode-like loop over several passes") {
     b.p.queues.reset();
     b.p.launch.grid = 0;
     CHECK_ERROR(verify(b.p), "verify.pass.overtake", "/instructions/1/waits/0");
+  }
+}
+
+TEST_CASE("a loop that may end at eos: every block must see feed_token's previous pass") {
+  const uint32_t vocab = 16, dim = 8, steps = 6;
+  Builder b;
+  const uint32_t table = b.buffer("table", DType::f32, vocab * dim);
+  const uint32_t w = b.buffer("lm_head", DType::f32, vocab * dim);
+  const uint32_t token = b.buffer("token", DType::u32, 1);
+  const uint32_t h = b.buffer("h", DType::f32, dim);
+  const uint32_t logits = b.buffer("logits", DType::f32, vocab);
+  const uint32_t index = b.buffer("index", DType::u32, 1);
+  const uint32_t prompt = b.buffer("prompt", DType::u32, 2);
+  const uint32_t ids = b.buffer("ids", DType::u32, steps);
+  const uint32_t eos = b.buffer("eos", DType::i32, 1);
+  const uint32_t side = b.buffer("side", DType::f32, 4);
+  set_values(b, prompt, {5, 7});
+  set_values(b, token, {5});
+  set_values(b, eos, {3});
+  const uint32_t c_h = b.counter("h"), c_logits = b.counter("logits");
+  const uint32_t c_index = b.counter("index"), c_fed = b.counter("fed");
+  b.add("embedding", {b.whole(table), b.whole(token), b.whole(h)}, {{c_fed, 1, true}}, {{c_h, 1}},
+        "embed");
+  b.add("gemv", {b.whole(w), b.whole(h), b.whole(logits), none(), none(), none()}, {{c_h, 1}},
+        {{c_logits, 1}}, "lm_head");
+  b.add("argmax", {b.whole(logits), b.whole(index), none(), none()}, {{c_logits, 1}},
+        {{c_index, 1}}, "argmax");
+  b.add(
+      "feed_token",
+      {b.whole(index), b.whole(prompt), b.whole(token), b.whole(ids), none(), none(), b.whole(eos)},
+      {{c_index, 1}}, {{c_fed, 1}}, "feed");
+  b.p.launch.passes = steps;
+  b.p.launch.grid = 2;
+  b.p.queues = std::vector<std::vector<uint32_t>>{{0, 1, 2}, {3}};
+  CHECK_NOTHROW(verify(b.p));
+  CHECK(stopping_feed_token(b.p) == 3u);
+  // A block whose work never waits on the token: it would not see the stop word in time.
+  b.add("fill", {b.whole(side)}, {}, {}, "side");
+  b.p.queues->push_back({4});
+  b.p.launch.grid = 3;
+  CHECK_ERROR(verify(b.p), "verify.stop.unseen", "/queues/2");
+
+  SUBCASE("in a queue that waits, the same instruction is seen to") {
+    (*b.p.queues)[0].push_back(4);
+    b.p.queues->pop_back();
+    b.p.launch.grid = 2;
+    CHECK_NOTHROW(verify(b.p));
+  }
+  SUBCASE("without queues, every instruction must wait on it") {
+    b.p.queues.reset();
+    b.p.launch.grid = 0;
+    CHECK_ERROR(verify(b.p), "verify.stop.unseen", "/instructions/4");
+    // After the embedding, and before feed_token (so that it cannot run into the next pass).
+    const uint32_t c_side = b.counter("side");
+    b.p.instructions[4].waits.push_back({c_h, 1});
+    b.p.instructions[4].signals.push_back({c_side, 1});
+    b.p.instructions[3].waits.push_back({c_side, 1});
+    CHECK_NOTHROW(verify(b.p));
+  }
+  SUBCASE("one feed_token at most may end the launch") {
+    b.p.instructions[4] = b.p.instructions[3];
+    b.p.queues->back() = {4};
+    CHECK_ERROR(verify(b.p), "verify.stop.many", "/instructions/4/operands/6");
+  }
+  SUBCASE("eos holds one id") {
+    b.p.instructions[3].operands[6] = b.whole(ids);
+    CHECK_ERROR(verify(b.p), "verify.shape", "/instructions/3/operands/eos");
   }
 }
 

@@ -22,7 +22,8 @@ struct Executable::Impl {
   std::optional<WrapperExecutable> wrapper;  // a wrapper program
   detail::BufferBook book;
   ExecutableStats stats;
-  uint32_t passes_run = 0;  // the last launch's
+  uint32_t passes_run = 0;      // the last launch's
+  uint32_t started_passes = 0;  // launch_async's, until its outcome is taken
 };
 
 namespace {
@@ -103,6 +104,7 @@ const WrapperExecutable& ExecutableAccess::wrapper(const Executable& exe) {
 
 LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
   Executable::Impl& m = exe.impl("launch");
+  settle(m);
   if (passes == 0) passes = m.wrapper ? 1 : m.gpu->program().launch.passes;
   if (m.wrapper && passes != 1)
     throw Error(ErrorKind::usage, "api.wrapper.passes", "passes",
@@ -120,7 +122,11 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
                     std::to_string(AMK_WRAPPER_ABORT_WORD) + ")";
     return out;
   }
-  const LaunchResult r = m.gpu->launch(passes);
+  return outcome(m, m.gpu->launch(passes), passes);
+}
+
+LaunchOutcome ExecutableAccess::outcome(Executable::Impl& m, const LaunchResult& r,
+                                        uint32_t passes) {
   // feed_token's eos at pass k ends the launch after pass k + 1 (amk_vm_main).
   const uint32_t run = r.stop_pass != 0 && r.stop_pass < passes ? r.stop_pass + 1 : passes;
   LaunchOutcome out{r.status, "", r.diag, r.host_ms, run};
@@ -128,6 +134,12 @@ LaunchOutcome ExecutableAccess::launch(Executable& exe, uint32_t passes) {
   if (r.status != "ok")
     out.message = diag_message(m.gpu->program(), r.diag, r.status, m.gpu->timeout_ms());
   return out;
+}
+
+void ExecutableAccess::settle(Executable::Impl& m) {
+  if (m.started_passes == 0) return;
+  const uint32_t passes = std::exchange(m.started_passes, 0);
+  throw_if_failed(outcome(m, m.gpu->finish(), passes));
 }
 
 }  // namespace detail
@@ -178,6 +190,7 @@ const std::vector<BufferInfo>& Executable::buffers() const { return impl("buffer
 void Executable::set_input(std::string_view name, const void* data, size_t bytes,
                            std::string_view dtype) {
   Impl& m = impl("set_input");
+  detail::ExecutableAccess::settle(m);
   const uint32_t i = m.book.find(name, "set_input");
   m.book.check(i, bytes, dtype, "set_input");
   detail::check_host_pointer(data, name, "set_input");
@@ -199,6 +212,7 @@ void Executable::set_input(std::string_view name, const void* data, size_t bytes
 void Executable::bind(std::string_view name, uint64_t device_pointer, size_t bytes,
                       std::string_view dtype) {
   Impl& m = impl("bind");
+  detail::ExecutableAccess::settle(m);
   const uint32_t i = m.book.find(name, "bind");
   m.book.check(i, bytes, dtype, "bind");
   m.book.check_bind(i, device_pointer);
@@ -210,17 +224,31 @@ void Executable::bind(std::string_view name, uint64_t device_pointer, size_t byt
 }
 
 void Executable::launch(uint32_t passes) {
-  const detail::LaunchOutcome r = detail::ExecutableAccess::launch(*this, passes);
-  if (r.status != "ok")
-    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
-                "", r.message);
+  detail::throw_if_failed(detail::ExecutableAccess::launch(*this, passes));
 }
+
+void Executable::launch_async(uint64_t stream, uint32_t passes) {
+  Impl& m = impl("launch_async");
+  detail::ExecutableAccess::settle(m);
+  if (m.wrapper)
+    throw Error(ErrorKind::usage, "api.wrapper.async", "launch_async",
+                "a wrapper program's launch waits for its kernel: use launch()");
+  if (passes == 0) passes = m.gpu->program().launch.passes;
+  ++m.stats.launches;
+  m.book.launched();
+  m.passes_run = 0;
+  m.gpu->start(passes, reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)));
+  m.started_passes = passes;
+}
+
+void Executable::wait() { detail::ExecutableAccess::settle(impl("wait")); }
 
 uint32_t Executable::passes_run() const { return impl("passes_run").passes_run; }
 
 void Executable::read_output(std::string_view name, void* data, size_t bytes,
                              std::string_view dtype) const {
   Impl& m = impl("read_output");
+  detail::ExecutableAccess::settle(m);
   const uint32_t i = m.book.find(name, "read_output");
   m.book.check(i, bytes, dtype, "read_output");
   detail::check_host_pointer(data, name, "read_output");
@@ -234,6 +262,7 @@ void Executable::read_output(std::string_view name, void* data, size_t bytes,
 
 ProfileResult Executable::profile(const ProfileOptions& options) {
   Impl& m = impl("profile");
+  detail::ExecutableAccess::settle(m);
   m.book.launched();
   const uint64_t flush = options.flush_l2 ? BenchOptions{}.flush_bytes : 0;
   const ProfileStats s =

@@ -30,6 +30,8 @@ void Executable::bind(std::string_view, uint64_t, size_t, std::string_view) {
 }
 void Executable::launch(uint32_t) { detail::throw_closed("launch"); }
 uint32_t Executable::passes_run() const { detail::throw_closed("passes_run"); }
+void Executable::launch_async(uint64_t, uint32_t) { detail::throw_closed("launch_async"); }
+void Executable::wait() { detail::throw_closed("wait"); }
 void Executable::read_output(std::string_view, void*, size_t, std::string_view) const {
   detail::throw_closed("read_output");
 }

@@ -38,6 +38,19 @@ struct ExecutableAccess {
   // Executable::launch without the throw for a watchdog stop or a bad operand: `amk run` reports
   // those with the diag record.
   [[nodiscard]] static LaunchOutcome launch(Executable& exe, uint32_t passes);
+  // Takes the outcome of the launch launch_async started, if one is still untaken, and throws
+  // as Executable::launch does when it did not finish ok.
+  static void settle(Executable::Impl& m);
+  // A VM launch's result as the API reports it (passes run, the diag as one line).
+  [[nodiscard]] static LaunchOutcome outcome(Executable::Impl& m, const LaunchResult& r,
+                                             uint32_t passes);
 };
+
+// Throws what Executable::launch throws for a launch that did not finish ok.
+inline void throw_if_failed(const LaunchOutcome& r) {
+  if (r.status != "ok")
+    throw Error(r.status == "timeout" ? ErrorKind::timeout : ErrorKind::launch, "run." + r.status,
+                "", r.message);
+}
 
 }  // namespace amk::detail

@@ -53,6 +53,7 @@ namespace amk::cu {
   X(stream_destroy, cuStreamDestroy)                                                               \
   X(stream_query, cuStreamQuery)                                                                   \
   X(stream_synchronize, cuStreamSynchronize)                                                       \
+  X(stream_wait_event, cuStreamWaitEvent)                                                          \
   X(event_create, cuEventCreate)                                                                   \
   X(event_destroy, cuEventDestroy)                                                                 \
   X(event_record, cuEventRecord)                                                                   \

@@ -64,6 +64,7 @@ struct GpuExecutable::Impl {
   cu::Stream stream;        // launches, resets, event records
   cu::Stream abort_stream;  // the host abort copy only
   cu::Event start, end;
+  cu::Event before, after;  // start(): the caller's stream ahead of the launch, and behind it
 
   Program program;  // copy without inline data: sizes, launch, TMA specs
   Plan plan;
@@ -80,6 +81,8 @@ struct GpuExecutable::Impl {
   uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
   uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
   bool hung = false;  // a kernel may still be running: never free (it could block forever)
+  uint32_t pending = 0;  // the passes of a launch start() began and finish() has not taken
+  Clock::time_point started;
 
   std::string kernel_label() const {
     return "kernel " + compiled.kernel_name + ", arch " + compiled.arch;
@@ -226,10 +229,15 @@ struct GpuExecutable::Impl {
   }
 
   LaunchResult run(uint32_t iterations) {
-    LaunchResult result;
     const auto t0 = Clock::now();
     reset_state();
     enqueue(iterations);
+    return outcome(t0);
+  }
+
+  // Waits for the launch on the stream and reads how it ended.
+  LaunchResult outcome(Clock::time_point t0) {
+    LaunchResult result;
     const bool host_aborted = wait();
     result.host_ms = ms_since(t0);
     result.diag = read_diag();
@@ -249,6 +257,13 @@ struct GpuExecutable::Impl {
   }
 
   void place_and_upload(const InitialData& initial);
+
+  // The calls that launch or copy need the launch start() began taken by finish() first.
+  void require_idle(const char* call) const {
+    if (pending != 0)
+      throw Error(ErrorKind::internal, "internal.pending", "",
+                  std::string(call) + " while a started launch is not finished");
+  }
 };
 
 namespace {
@@ -352,6 +367,8 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
   m.abort_stream = cu::Stream::create("the abort stream");
   m.start = cu::Event::create("the profile start event");
   m.end = cu::Event::create("the profile end event");
+  m.before = cu::Event::create("the caller's stream event");
+  m.after = cu::Event::create("the launch's end event");
 
   phases.next("device");
   m.device = options.checked_device ? *options.checked_device
@@ -447,8 +464,46 @@ GpuExecutable::Impl& GpuExecutable::impl() const {
   return *impl_;
 }
 
+void GpuExecutable::start(uint32_t iterations, CUstream after) {
+  Impl& m = impl();
+  if (iterations == 0)
+    throw Error(ErrorKind::usage, "launch.iterations", "", "a launch needs at least one pass");
+  m.require_idle("start");
+  check_passes(m.program, m.plan, iterations);
+  m.context.make_current();
+  const auto& d = cu::driver();
+  m.started = Clock::now();
+  if (after != nullptr) {
+    m.before.record(after, "the caller's stream");
+    cu::check(d.stream_wait_event(m.stream.get(), m.before.get(), 0), "cuStreamWaitEvent",
+              "the launch behind the caller's stream");
+  }
+  m.reset_state();  // (the diag is the host's: no launch of this executable runs)
+  m.enqueue(iterations);
+  m.pending = iterations;
+  if (after != nullptr) {
+    m.after.record(m.stream.get(), "the launch's end");
+    cu::check(d.stream_wait_event(after, m.after.get(), 0), "cuStreamWaitEvent",
+              "the caller's stream behind the launch");
+  }
+}
+
+LaunchResult GpuExecutable::finish() {
+  Impl& m = impl();
+  if (m.pending == 0)
+    throw Error(ErrorKind::internal, "internal.finish", "", "finish() without a started launch");
+  m.context.make_current();
+  m.pending = 0;
+  LaunchResult r = m.outcome(m.started);
+  if (r.status != "ok") spdlog::debug("launch stopped: {}", describe_diag(r.diag));
+  return r;
+}
+
+bool GpuExecutable::started() const { return impl().pending != 0; }
+
 LaunchResult GpuExecutable::launch(uint32_t iterations) {
   Impl& m = impl();
+  m.require_idle("launch");
   if (iterations == 0)
     throw Error(ErrorKind::usage, "launch.iterations", "", "a launch needs at least one pass");
   // Counters, waits and queue steps scale with the pass: they must stay within 32 bits.
@@ -462,6 +517,7 @@ LaunchResult GpuExecutable::launch(uint32_t iterations) {
 ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const std::string& scope,
                                     uint64_t flush_bytes, uint32_t passes) {
   Impl& m = impl();
+  m.require_idle("profile");
   if (scope != "kernel" && scope != "launch")
     throw Error(ErrorKind::usage, "profile.scope", "",
                 "profile scope must be kernel or launch, not '" + scope + "'");
@@ -507,6 +563,7 @@ ProfileStats GpuExecutable::profile(uint32_t warmup, uint32_t iterations, const 
 
 HostBuffers GpuExecutable::download() const {
   Impl& m = impl();
+  m.require_idle("download");
   m.context.make_current();
   HostBuffers out;
   out.data.resize(m.program.buffers.size());
@@ -524,6 +581,7 @@ HostBuffers GpuExecutable::download() const {
 
 void GpuExecutable::upload(const InitialData& data) {
   Impl& m = impl();
+  m.require_idle("upload");
   m.context.make_current();
   require(data.size() == m.program.buffers.size(), "internal.upload_buffers",
           "contents for " + std::to_string(data.size()) + " buffers, the program has " +
@@ -535,6 +593,7 @@ void GpuExecutable::upload(const InitialData& data) {
 
 void GpuExecutable::upload_buffer(uint32_t index, std::span<const std::byte> data) {
   Impl& m = impl();
+  m.require_idle("upload_buffer");
   m.check_copy(index, data.size());
   m.context.make_current();
   cu::copy_to_device(m.addresses[index], data, m.stream.get(), m.buffer_label(index));
@@ -543,6 +602,7 @@ void GpuExecutable::upload_buffer(uint32_t index, std::span<const std::byte> dat
 
 void GpuExecutable::download_buffer(uint32_t index, std::span<std::byte> out) const {
   Impl& m = impl();
+  m.require_idle("download_buffer");
   m.check_copy(index, out.size());
   m.context.make_current();
   cu::copy_to_host(out, m.addresses[index], m.stream.get(), m.buffer_label(index));
@@ -551,6 +611,7 @@ void GpuExecutable::download_buffer(uint32_t index, std::span<std::byte> out) co
 
 void GpuExecutable::bind_buffer(uint32_t index, uint64_t address) {
   Impl& m = impl();
+  m.require_idle("bind_buffer");
   const uint64_t bytes = index < m.program.buffers.size() ? m.program.buffers[index].bytes() : 0;
   m.check_copy(index, bytes);
   m.context.make_current();
@@ -637,6 +698,15 @@ std::vector<uint64_t> GpuExecutable::trace() const {
 void GpuExecutable::close() {
   if (!impl_) return;
   std::unique_ptr<Impl> m = std::move(impl_);
+  try {
+    if (!m->hung && m->context) m->context.make_current();  // the frees below act on it
+    if (!m->hung && m->pending != 0) {  // a started launch ends before its memory goes
+      m->pending = 0;
+      (void)m->outcome(m->started);
+    }
+  } catch (const Error& e) {
+    spdlog::debug("closing the GPU executable: {}", e.what());
+  }
   if (m->hung) {
     // A kernel may still be running: freeing its memory or module could block forever or pull
     // memory from under it. Hand every handle out unfreed; the process is expected to exit.
@@ -644,13 +714,9 @@ void GpuExecutable::close() {
     (void)m->queue_items.release(), (void)m->buffer_table.release(), (void)m->counters.release();
     (void)m->abort_flag.release(), (void)m->trace_words.release(), (void)m->control.release();
     (void)m->stream.release(), (void)m->abort_stream.release(), (void)m->start.release();
-    (void)m->end.release(), (void)m->module.release(), (void)m->context.release();
+    (void)m->end.release(), (void)m->before.release(), (void)m->after.release();
+    (void)m->module.release(), (void)m->context.release();
     return;
-  }
-  try {
-    if (m->context) m->context.make_current();  // the frees below act on the current context
-  } catch (const Error& e) {
-    spdlog::debug("closing the GPU executable: {}", e.what());
   }
   m.reset();  // members in reverse declaration order; the context goes last
 }

@@ -80,6 +80,15 @@ public:
   // kernel that ignores the watchdog and the host abort throws Error(timeout, launch.hang).
   LaunchResult launch(uint32_t iterations = 1);
 
+  // Starts `iterations` passes in one launch behind the work queued so far on `after` (a stream
+  // of the executable's context; null: none), puts `after`'s later work behind the launch, and
+  // returns at once: the device's watchdog still bounds the launch. finish() waits for it as
+  // launch() does and returns its result; until then every call that launches or copies throws
+  // internal.pending, and close() waits for it.
+  void start(uint32_t iterations, CUstream after);
+  LaunchResult finish();
+  [[nodiscard]] bool started() const;  // a launch start() began and finish() has not taken
+
   // warmup + iterations launches of the program's launch.passes passes, timed with CUDA
   // events: scope "kernel" brackets the
   // launch only, "launch" also the counter reset. A launch that does not finish ok throws.

@@ -108,7 +108,9 @@ class Executable:
     # buffer's device memory (no copy; later launches write it)
     def get(self, name: str, torch: bool = False) -> Any: ...
     def bind(self, name: str, tensor: Any) -> None: ...  # a device tensor's memory, in place
-    def launch(self, passes: int = 0) -> None: ...
+    # wait=False (GPU): behind torch's current stream, which then waits for it; returns at once
+    def launch(self, passes: int = 0, wait: bool = True) -> None: ...
+    def wait(self) -> None: ...  # the outcome of launch(wait=False)
     @property
     def passes_run(self) -> int: ...  # the last launch's (fewer where a generation met eos)
     def profile(self, events: bool = True, warmup: int = 3, iterations: int = 20,

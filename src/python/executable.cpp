@@ -141,6 +141,16 @@ py::dtype numpy_dtype(DType t) {
 
 // torch's current stream on every device finished (when torch is loaded and has used CUDA): work
 // queued there before a launch, set or get is done when amk reads or writes.
+// torch's current CUDA stream on `device` as a CUstream handle, where torch is imported and
+// its CUDA state initialized; else 0 (no stream to order behind).
+uint64_t torch_stream(int device) {
+  py::dict modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains("torch")) return 0;
+  py::object cuda = modules["torch"].attr("cuda");
+  if (!cuda.attr("is_initialized")().cast<bool>()) return 0;
+  return cuda.attr("current_stream")(device).attr("cuda_stream").cast<uint64_t>();
+}
+
 void finish_torch_streams() {
   py::dict modules = py::module_::import("sys").attr("modules");
   if (!modules.contains("torch")) return;
@@ -318,15 +328,21 @@ public:
     bound_[name] = tensor;  // the memory stays alive while the executable may use it
   }
 
-  void launch(uint32_t passes) {
+  void launch(uint32_t passes, bool wait) {
     open("launch");
     if (gpu_open()) {
+      if (!wait) {  // behind torch's current stream, which then waits for it
+        const uint64_t stream = torch_stream(device_);
+        interruptible([&] { gpu_->launch_async(stream, passes); });
+        return;
+      }
       finish_torch_streams();
-      passes_run_ = 0;
       interruptible([&] { gpu_->launch(passes); });
-      passes_run_ = gpu_->passes_run();
       return;
     }
+    if (!wait)
+      throw usage("api.async.backend", "wait",
+                  "launch(wait=False) queues the launch on the GPU; the backend is cpu");
     const uint32_t n = passes != 0 ? passes : program_.launch.passes;
     if (n != program_.launch.passes) check_position_bounds(program_, n);
     CpuRunOptions o;
@@ -337,7 +353,13 @@ public:
   }
 
   // The last launch's passes that ran (fewer after a generation's eos); 0 before one.
-  uint32_t passes_run() const { return passes_run_; }
+  uint32_t passes_run() const { return gpu_open() ? gpu_->passes_run() : passes_run_; }
+
+  // The outcome of launch(wait=False): raises what launch() would have.
+  void wait() {
+    open("wait");
+    if (gpu_open()) interruptible([&] { gpu_->wait(); });
+  }
 
   py::dict profile(bool events, uint32_t warmup, uint32_t iterations, const std::string& scope,
                    bool flush_l2) {
@@ -539,8 +561,12 @@ void define_executable(py::module_& m) {
            "torch tensor (a bound buffer's own tensor)")
       .def("bind", &PyExecutable::bind, py::arg("name"), py::arg("tensor"),
            "use a device tensor's memory for buffer `name` from now on (no copy)")
-      .def("launch", &PyExecutable::launch, py::arg("passes") = 0,
-           "run the program's passes (0: launch.passes) in one launch and wait")
+      .def("launch", &PyExecutable::launch, py::arg("passes") = 0, py::arg("wait") = true,
+           "run the program's passes (0: launch.passes) in one launch and wait; wait=False "
+           "(GPU): queue it behind torch's current stream, which then waits for it, and return "
+           "at once (wait() takes its outcome)")
+      .def("wait", &PyExecutable::wait,
+           "the outcome of launch(wait=False): returns when it has finished, raises as launch()")
       .def_property_readonly("passes_run", &PyExecutable::passes_run,
                              "the last launch's passes that ran: fewer than asked where a "
                              "generation met its eos id (0 before a launch)")
@@ -587,7 +613,7 @@ void define_executable(py::module_& m) {
           exe.set("eos", word.attr("astype")(numpy_dtype(eos_dtype)));
         }
         const auto t0 = std::chrono::steady_clock::now();
-        exe.launch(0);
+        exe.launch(0, true);
         const double ms =
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                 .count();

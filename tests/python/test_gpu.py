@@ -1,8 +1,9 @@
 """The Python module's GPU executable with torch: every sample against the CPU backend on fresh
 random inputs, a torch tensor bound in place (the tensor the kernel writes is the one torch
-reads), ordering with torch kernels before and after a launch on torch's stream, 1000 launches
-of one executable with changed inputs and no device memory growth, and a generation whose ids
-equal `amk generate`'s. Skipped without torch or a GPU."""
+reads), ordering with torch kernels before and after a launch, waited for or queued on torch's
+stream without a host wait, 1000 launches of one executable with changed inputs and no device
+memory growth, a generation whose ids equal `amk generate`'s, and one that ends at its eos id.
+Skipped without torch or a GPU."""
 import glob
 import json
 import os
@@ -105,6 +106,49 @@ def test_bound_tensors_are_read_and_written_in_place():
         cpu.launch()
         torch.testing.assert_close(y2, torch.from_numpy(cpu.get(outputs[0]["name"])).cuda(),
                                    rtol=1e-5, atol=1e-6)
+
+
+def test_launch_without_a_host_wait_orders_on_torchs_stream():
+    path, exe, inputs, outputs = elementwise()
+    with exe, amk.open(path, backend="cpu") as cpu:
+        x = torch.rand(inputs[0]["shape"], device="cuda") + 0.5
+        y = torch.full(outputs[0]["shape"], float("nan"), device="cuda")
+        exe.bind(inputs[0]["name"], x)
+        exe.bind(outputs[0]["name"], y)
+        results = []
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            for k in range(3):  # a busy stream: write x, launch, read y; no host wait between
+                big = torch.rand(2048, 2048, device="cuda")
+                for _ in range(10):
+                    big = big @ big / 2048
+                x.copy_(torch.rand_like(x) + 1.0 + k + big[0, 0] * 0)
+                exe.launch(wait=False)
+                results.append((x.clone(), y * 1.0))
+        exe.wait()
+        s.synchronize()
+        for x_k, y_k in results:
+            cpu.set(inputs[0]["name"], x_k.cpu().numpy())
+            cpu.launch()
+            torch.testing.assert_close(y_k, torch.from_numpy(cpu.get(outputs[0]["name"])).cuda(),
+                                       rtol=1e-5, atol=1e-6)
+        assert exe.stats()["launches"] == 3
+
+
+def test_generation_ending_at_eos_on_the_gpu():
+    gen = amk.gen.llama(preset="tiny", steps=10, prompt=[3, 5, 7], seed=8)
+    full = amk.generate(gen, backend="cpu")
+    eos = full["ids"][4]
+    want = full["ids"][: full["ids"].index(eos) + 1]
+    r = amk.generate(gen, backend="cuda", eos=eos)
+    assert r["ids"] == want and r["stopped_at_eos"]
+    assert r["steps"] == amk.generate(gen, backend="cpu", eos=eos)["steps"] < full["steps"]
+    baked = amk.gen.llama(preset="tiny", steps=10, prompt=[3, 5, 7], seed=8, eos=eos)
+    with amk.open(baked, backend="cuda") as exe:
+        exe.launch(wait=False)
+        exe.wait()
+        assert exe.passes_run == r["steps"]
+        assert exe.get("ids").ravel().tolist()[: len(want)] == want
 
 
 def test_get_as_torch_is_the_executables_memory():

@@ -155,6 +155,10 @@ def test_generate_equals_the_cli():
         exe.launch()
         assert exe.passes_run == cut["steps"]
         assert list(exe.get("ids")[: len(cut["ids"])]) == cut["ids"]
+        with pytest.raises(amk.UsageError) as e:  # no GPU stream to queue it on
+            exe.launch(wait=False)
+        assert e.value.code == "api.async.backend"
+        exe.wait()  # (nothing pending on the CPU backend)
     with pytest.raises(amk.UsageError) as e:
         amk.generate(amk.load(SAMPLES[0]), backend="cpu")
     assert e.value.code == "usage.generate.program"

@@ -149,9 +149,19 @@ public:
   // a device fault launch launch.fault (the context is then gone: close and exit).
   void launch(uint32_t passes = 0);
 
+  // Starts the launch behind the work queued so far on `stream` (a CUstream in the device's
+  // primary context, as torch's current stream is; 0: behind nothing), puts the stream's later
+  // work behind it, and returns at once: kernels the caller queues on that stream next see its
+  // outputs without a host wait. The device's watchdog bounds it as any launch. Its outcome is
+  // taken by wait(), which every later call that launches or copies (set_input, bind, launch,
+  // launch_async, read_output, profile) makes first, throwing there what launch() would; close()
+  // waits for it too. A wrapper program's launch cannot start this way (usage api.wrapper.async).
+  void launch_async(uint64_t stream, uint32_t passes = 0);
+  void wait();
+
   // Passes the last launch ran: those asked for, or fewer in a generation that met its eos id
   // (feed_token's eos operand), which ends one pass after the one that produced it. 0 before
-  // the first launch and after a failed one.
+  // the first launch and after a failed one; after launch_async, once wait() has returned.
   [[nodiscard]] uint32_t passes_run() const;
 
   // Copies buffer `name` (any buffer; typically an output) into `data`: that buffer only.

@@ -137,14 +137,14 @@ __device__ __forceinline__ const float* amk_attn_rope_table(const amk_instructio
 #pragma unroll
   for (uint32_t w = 0; w < kAmkRopeTagWords; ++w)
     same = same && amk_attn_rope_tag[w] == amk_attn_rope_tag_word(ins, w, position);
-  if (__syncthreads_and(same)) return amk_attn_rope;  // uniform; every thread has read the tag
+  if (amk_sync_and(same)) return amk_attn_rope;  // uniform; every thread has read the tag
   const uint32_t half = ins.params[0] / 2;
   for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
     amk_attn_cos_sin(ins, position, i, amk_attn_rope[2 * i], amk_attn_rope[2 * i + 1]);
   if (threadIdx.x < kAmkRopeTagWords)
     amk_attn_rope_tag[threadIdx.x] = amk_attn_rope_tag_word(ins, threadIdx.x, position);
   if (threadIdx.x == 0) amk_state.rope_valid = 1;
-  __syncthreads();
+  amk_sync();
   return amk_attn_rope;
 }
 

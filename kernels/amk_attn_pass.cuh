@@ -198,7 +198,7 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
         }
       }
     }
-    __syncthreads();
+    amk_sync();
     const uint32_t heads = gn - h0 < per_round ? gn - h0 : per_round;
     for (uint32_t idx = threadIdx.x; idx < heads * row; idx += kAmkBlockThreads) {
       const uint32_t gl = idx / row, d = idx - gl * row;
@@ -221,6 +221,6 @@ __device__ __forceinline__ void amk_attn_decode_pass(const amk_view& q, const am
       if (d == hd + 1) value = total;
       out[static_cast<uint64_t>(g0 + h0 + gl) * row + d] = value;
     }
-    __syncthreads();  // the next round (or pass) rewrites the merge buffer
+    amk_sync();  // the next round (or pass) rewrites the merge buffer
   }
 }

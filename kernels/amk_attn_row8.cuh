@@ -110,7 +110,7 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
   float* red = amk_attn_tp;  // [0, 8): each warp's max; [8, 16): each warp's sum of weights
   const float mw = amk_warp_max(fmaxf(s, s_new));
   if (lane == 0) red[warp] = mw;
-  __syncthreads();
+  amk_sync();
   float big = red[0];
 #pragma unroll
   for (uint32_t w = 1; w < kAmkWarps; ++w) big = fmaxf(big, red[w]);
@@ -149,7 +149,7 @@ __device__ __forceinline__ void amk_attn_row8(uint32_t ks, uint32_t vs, float* o
         make_float2(c2[0], c2[1]);
   }
   if (lane == 0) red[kAmkWarps + warp] = lw;
-  __syncthreads();
+  amk_sync();
   if (threadIdx.x < hd) {
     const uint32_t d = threadIdx.x;
     float a = 0.0f, l = 0.0f;

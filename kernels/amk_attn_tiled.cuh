@@ -93,7 +93,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
   }
   amk_trace_mark(0);  // q staged (and the new row's scores): K and V may still be landing
   kv_landed();
-  __syncthreads();
+  amk_sync();
   if (threadIdx.x == 0) amk_attn_kv_parity = kv_parity ^ 1u;
   amk_trace_mark(1);  // K and V in shared memory
   if constexpr (kAmkCfg.attn_row8) {
@@ -159,7 +159,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
       amk_attn_tp[i] = a0 + a1;
     }
   }
-  __syncthreads();
+  amk_sync();
 
   // Softmax of each head on one warp; the scores become the weights p = exp(s - m).
   const uint32_t warp = threadIdx.x / kAmkWarpSize, lane = threadIdx.x % kAmkWarpSize;
@@ -189,7 +189,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
       amk_attn_tn[g] = p_new;
     }
   }
-  __syncthreads();
+  amk_sync();
 
   if constexpr (kAmkCfg.attn_split) {
     // Outputs: warp w sums positions [w * per, (w + 1) * per) for every head and element, lane l
@@ -230,7 +230,7 @@ __device__ __noinline__ void amk_attn_tiled(const amk_instruction_t& ins, const 
                 make_float2(a0[h], a1[h]);
       }
     }
-    __syncthreads();
+    amk_sync();
     for (uint32_t i = threadIdx.x; i < gh; i += kAmkBlockThreads) {
       const uint32_t g = i / hd, d = i - g * hd;
       float acc = 0.0f;

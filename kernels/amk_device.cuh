@@ -82,6 +82,13 @@ struct amk_no_wait {
 constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;  // | op: op not compiled in
 constexpr uint32_t kAmkCounterNone = 0xFFFFFFFFu;      // diag.counter when no counter applies
 
+// ---- the op threads' barrier ----
+// Ops synchronize the threads that run them through these, never through __syncthreads: in this
+// VM they are the whole block.
+__device__ __forceinline__ void amk_sync() { __syncthreads(); }
+__device__ __forceinline__ int amk_sync_or(int p) { return __syncthreads_or(p); }
+__device__ __forceinline__ int amk_sync_and(int p) { return __syncthreads_and(p); }
+
 // ---- time and flags ----
 __device__ __forceinline__ uint64_t amk_globaltimer() {
   uint64_t t;
@@ -430,15 +437,15 @@ __device__ __forceinline__ float amk_block_reduce(float v, unsigned char* scratc
   const unsigned lane = threadIdx.x % kAmkWarpSize;
   v = kMax ? amk_warp_max(v) : amk_warp_sum(v);
   if (lane == 0) s[warp] = v;
-  __syncthreads();
+  amk_sync();
   if (warp == 0) {
     float w = lane < kAmkWarps ? s[lane] : (kMax ? -__int_as_float(0x7f800000) : 0.0f);
     w = kMax ? amk_warp_max(w) : amk_warp_sum(w);
     if (lane == 0) s[kAmkWarps] = w;
   }
-  __syncthreads();
+  amk_sync();
   const float r = s[kAmkWarps];
-  __syncthreads();
+  amk_sync();
   return r;
 }
 __device__ __forceinline__ float amk_block_sum(float v, unsigned char* scratch) {

@@ -100,7 +100,7 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
       }
     }
   }
-  __syncthreads();
+  amk_sync();
 }
 
 // Stages x' = x * norm (f32, kPer/4 planes of k * 4 / kPer floats) into amk_gemv_xs and returns
@@ -165,7 +165,7 @@ __device__ __forceinline__ float amk_gemv_stage_norm(const unsigned char* x, uin
   }
   ss = amk_warp_sum(ss);
   if (threadIdx.x % kAmkWarpSize == 0) amk_gemv_ss[threadIdx.x / kAmkWarpSize] = ss;
-  __syncthreads();
+  amk_sync();
   float total = 0.0f;
 #pragma unroll
   for (uint32_t w = 0; w < kAmkWarps; ++w) total += amk_gemv_ss[w];

@@ -155,7 +155,7 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
         const uint64_t position = kAmkCfg.stepped ? amk_attn_position(ins).value : 0;
         for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
           amk_attn_cos_sin(ins, position, i, table[2 * i], table[2 * i + 1]);
-        __syncthreads();
+        amk_sync();
         rope = table;
       }
     }
@@ -188,7 +188,7 @@ __device__ __forceinline__ void amk_op_attention_decode(const amk_device_program
           const uint32_t g = idx / hd, d = idx - g * hd;
           staged[idx] = amk_attn_rotated(q, static_cast<uint64_t>(g) * hd, d, half, rope);
         }
-        __syncthreads();
+        amk_sync();
         qs.ptr = reinterpret_cast<unsigned char*>(staged);
         qs.dtype = AMK_DTYPE_F32;
       }

@@ -114,7 +114,7 @@ __device__ __forceinline__ void amk_combine_staged(const float* p, uint32_t n, u
   }
   asm volatile("cp.async.commit_group;" ::: "memory");
   asm volatile("cp.async.wait_all;" ::: "memory");
-  __syncthreads();
+  amk_sync();
   amk_trace_mark(0);  // the partials ((m, l) too) in shared memory
   const float* s = reinterpret_cast<const float*>(amk_dynamic_smem);
   // Each head's chunk weights, computed once (a lane a chunk) and read back by every lane.

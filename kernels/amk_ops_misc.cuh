@@ -63,7 +63,7 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&,
     sv[warp] = bv;
     si[warp] = bi;
   }
-  __syncthreads();
+  amk_sync();
   if (warp == 0) {
     bv = -__int_as_float(0x7f800000);
     bi = 0xFFFFFFFFu;
@@ -88,7 +88,7 @@ __device__ __forceinline__ void amk_op_argmax(const amk_device_program_t&,
         amk_store_f32(value, 0, bi == 0xFFFFFFFFu ? __int_as_float(0x7fffffff) : bv);
     }
   }
-  __syncthreads();  // scratch is reused by the next op
+  amk_sync();  // scratch is reused by the next op
 }
 
 // y[i, :] = table[ids[i], :], dim = extent(y) / extent(ids). An id outside the table's rows stops

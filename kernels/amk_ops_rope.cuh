@@ -74,7 +74,7 @@ __device__ __forceinline__ void amk_rope_heads(const amk_view& x, uint32_t hd,
   if (tabled) {  // one double-precision evaluation per frequency
     for (uint32_t i = threadIdx.x; i < half; i += kAmkBlockThreads)
       cos_sin(i, table[2 * i], table[2 * i + 1]);
-    __syncthreads();
+    amk_sync();
   }
   for (uint32_t p = threadIdx.x; p < pairs; p += kAmkBlockThreads) {
     const uint32_t head = p / half, i = p - head * half;

@@ -55,7 +55,7 @@ __device__ __forceinline__ void amk_gemv_tma_run(
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   }
   for (uint32_t j = threadIdx.x; j < g.box_rows; j += kAmkBlockThreads) acc[j] = 0.0f;
-  __syncthreads();
+  amk_sync();
   if (threadIdx.x == 0)
     for (uint32_t t = 0; t < stages && t < tiles; ++t) issue(t);
 
@@ -96,10 +96,10 @@ __device__ __forceinline__ void amk_gemv_tma_run(
       }
     }
     // Stage s is free once every warp has read it; a failed wait anywhere stops all threads.
-    if (__syncthreads_or(!ok)) break;
+    if (amk_sync_or(!ok)) break;
     if (threadIdx.x == 0 && t + stages < tiles) issue(t + stages);
   }
-  __syncthreads();
+  amk_sync();
   if (threadIdx.x == 0)
     for (uint32_t s = 0; s < stages; ++s) amk_mbar_inval(bars + 8 * s);
 }

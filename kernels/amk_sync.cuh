@@ -128,7 +128,7 @@ struct amk_step_wait {
       else if (!amk_wait(*prog, *ins, counter, need, queue_pos))
         s = true;
     }
-    stop = __syncthreads_or(s) != 0;
+    stop = amk_sync_or(s) != 0;
     if constexpr (kAmkCfg.next_ins_l1) amk_prefetch_next_ins(*prog, next_ins);
     // The step's trace start is when its wait ends (the VM reads it back after the op: the
     // object may be a copy in a call, so no pointer into the VM's registers).

@@ -80,7 +80,7 @@ struct GpuExecutable::Impl {
   uint64_t timeout_ms = 0;
   uint32_t grid = 0, block = 0, dynamic_smem = 0, cluster_size = 1;
   uint32_t n_instructions = 0, n_queues = 0, n_counters = 0;
-  bool hung = false;  // a kernel may still be running: never free (it could block forever)
+  bool hung = false;     // a kernel may still be running: never free (it could block forever)
   uint32_t pending = 0;  // the passes of a launch start() began and finish() has not taken
   Clock::time_point started;
 

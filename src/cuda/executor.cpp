@@ -473,19 +473,15 @@ void GpuExecutable::start(uint32_t iterations, CUstream after) {
   m.context.make_current();
   const auto& d = cu::driver();
   m.started = Clock::now();
-  if (after != nullptr) {
-    m.before.record(after, "the caller's stream");
-    cu::check(d.stream_wait_event(m.stream.get(), m.before.get(), 0), "cuStreamWaitEvent",
-              "the launch behind the caller's stream");
-  }
+  m.before.record(after, "the caller's stream");
+  cu::check(d.stream_wait_event(m.stream.get(), m.before.get(), 0), "cuStreamWaitEvent",
+            "the launch behind the caller's stream");
   m.reset_state();  // (the diag is the host's: no launch of this executable runs)
   m.enqueue(iterations);
   m.pending = iterations;
-  if (after != nullptr) {
-    m.after.record(m.stream.get(), "the launch's end");
-    cu::check(d.stream_wait_event(after, m.after.get(), 0), "cuStreamWaitEvent",
-              "the caller's stream behind the launch");
-  }
+  m.after.record(m.stream.get(), "the launch's end");
+  cu::check(d.stream_wait_event(after, m.after.get(), 0), "cuStreamWaitEvent",
+            "the caller's stream behind the launch");
 }
 
 LaunchResult GpuExecutable::finish() {

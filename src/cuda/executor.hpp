@@ -81,7 +81,8 @@ public:
   LaunchResult launch(uint32_t iterations = 1);
 
   // Starts `iterations` passes in one launch behind the work queued so far on `after` (a stream
-  // of the executable's context; null: none), puts `after`'s later work behind the launch, and
+  // of the executable's context; null: the legacy default stream), puts `after`'s later work
+  // behind the launch, and
   // returns at once: the device's watchdog still bounds the launch. finish() waits for it as
   // launch() does and returns its result; until then every call that launches or copies throws
   // internal.pending, and close() waits for it.

@@ -142,7 +142,7 @@ py::dtype numpy_dtype(DType t) {
 // torch's current stream on every device finished (when torch is loaded and has used CUDA): work
 // queued there before a launch, set or get is done when amk reads or writes.
 // torch's current CUDA stream on `device` as a CUstream handle, where torch is imported and
-// its CUDA state initialized; else 0 (no stream to order behind).
+// its CUDA state initialized; else 0 (the legacy default stream).
 uint64_t torch_stream(int device) {
   py::dict modules = py::module_::import("sys").attr("modules");
   if (!modules.contains("torch")) return 0;

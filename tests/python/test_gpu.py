@@ -116,23 +116,23 @@ def test_launch_without_a_host_wait_orders_on_torchs_stream():
         exe.bind(inputs[0]["name"], x)
         exe.bind(outputs[0]["name"], y)
         results = []
-        s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            for k in range(3):  # a busy stream: write x, launch, read y; no host wait between
-                big = torch.rand(2048, 2048, device="cuda")
-                for _ in range(10):
-                    big = big @ big / 2048
-                x.copy_(torch.rand_like(x) + 1.0 + k + big[0, 0] * 0)
-                exe.launch(wait=False)
-                results.append((x.clone(), y * 1.0))
-        exe.wait()
-        s.synchronize()
+        for s in (torch.cuda.default_stream(), torch.cuda.Stream()):
+            with torch.cuda.stream(s):
+                for k in range(3):  # a busy stream: write x, launch, read y; no host wait between
+                    big = torch.rand(2048, 2048, device="cuda")
+                    for _ in range(10):
+                        big = big @ big / 2048
+                    x.copy_(torch.rand_like(x) + 1.0 + k + big[0, 0] * 0)
+                    exe.launch(wait=False)
+                    results.append((x.clone(), y * 1.0))
+            exe.wait()
+            s.synchronize()
         for x_k, y_k in results:
             cpu.set(inputs[0]["name"], x_k.cpu().numpy())
             cpu.launch()
             torch.testing.assert_close(y_k, torch.from_numpy(cpu.get(outputs[0]["name"])).cuda(),
                                        rtol=1e-5, atol=1e-6)
-        assert exe.stats()["launches"] == 3
+        assert exe.stats()["launches"] == 6
 
 
 def test_generation_ending_at_eos_on_the_gpu():

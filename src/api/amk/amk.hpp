@@ -150,9 +150,10 @@ public:
   void launch(uint32_t passes = 0);
 
   // Starts the launch behind the work queued so far on `stream` (a CUstream in the device's
-  // primary context, as torch's current stream is; 0: behind nothing), puts the stream's later
-  // work behind it, and returns at once: kernels the caller queues on that stream next see its
-  // outputs without a host wait. The device's watchdog bounds it as any launch. Its outcome is
+  // primary context, as torch's current stream is; 0: the legacy default stream), puts its later
+  // work behind the launch, and returns at once: kernels the caller queues on that stream next
+  // see its outputs without a host wait. One launch is in flight at a time: a second call waits
+  // for the first. The device's watchdog bounds it as any launch. Its outcome is
   // taken by wait(), which every later call that launches or copies (set_input, bind, launch,
   // launch_async, read_output, profile) makes first, throwing there what launch() would; close()
   // waits for it too. A wrapper program's launch cannot start this way (usage api.wrapper.async).

@@ -24,7 +24,7 @@ to its slowest instruction: where a dependent step's time goes. Phases off the c
 step's cache appends, which nothing in the step waits for) are left out by naming the chain.
 
 When the trace carries op marks (`amk profile --trace` stamps them inside gemv, the tiled
-attention and the combine: see README, "Traces"), a last table gives each phase's mean
+attention and the combine: see README, "Comparing configurations, traces"), a last table gives each phase's mean
 time from an instruction's start to each mark, beside its mean duration.
 
 usage: trace_phases.py TRACE.json [--layers] [--warm] [--chain=A,B,...]   (--layers: one row per layer phase)

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -21,8 +20,8 @@
 #include "cli/common.hpp"
 #include "cli/gen_llama.hpp"
 #include "core/error.hpp"
+#include "gen/llama.hpp"
 #include "io/load.hpp"
-#include "ops/registry.hpp"
 #include "session/run_session.hpp"
 
 namespace amk::cli {
@@ -93,23 +92,6 @@ std::vector<int64_t> read_ids(const fs::path& out, const std::string& name) {
                           "': amk generate runs generation programs (amk gen llama --steps N)");
 }
 
-// The vocabulary of a generation program: the rows of the embedding table that feed_token's
-// token indexes (INT64_MAX when the program has no such pair).
-int64_t vocabulary(const Program& p) {
-  const auto is = [](const Instruction& in, OpId op) { return in.op == static_cast<uint16_t>(op); };
-  for (const Instruction& feed : p.instructions) {
-    if (!is(feed, OpId::feed_token) || feed.operands.size() < 3) continue;
-    for (const Instruction& e : p.instructions) {
-      if (!is(e, OpId::embedding) || e.operands.size() < 3 ||
-          e.operands[1].buffer != feed.operands[2].buffer || e.operands[1].extent == 0)
-        continue;
-      const uint64_t width = e.operands[2].extent / e.operands[1].extent;  // (the verifier's)
-      if (width != 0) return static_cast<int64_t>(e.operands[0].extent / width);
-    }
-  }
-  return std::numeric_limits<int64_t>::max();
-}
-
 int run_generate(const GlobalOptions& g, GenerateOptions o) {
   std::optional<ScratchDir> scratch;
   std::string program = o.program;
@@ -141,10 +123,10 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
                           "the program has no output 'ids': amk generate runs generation "
                           "programs (amk gen llama --steps N)");
     const Buffer* eos_buf = find("eos");
-    if (eos && (*eos < -1 || (*eos >= 0 && *eos >= vocabulary(p))))
+    if (eos && (*eos < -1 || (*eos >= 0 && *eos >= gen::generation_vocabulary(p))))
       throw Error(ErrorKind::usage, "usage.generate.eos", "--eos",
                   "eos id " + std::to_string(*eos) + " is outside the vocabulary 0.." +
-                      std::to_string(vocabulary(p) - 1) + " (-1: none)");
+                      std::to_string(gen::generation_vocabulary(p) - 1) + " (-1: none)");
     if (eos && eos_buf == nullptr)
       throw_program_error("generate.eos", "/buffers",
                           "the program has no 'eos' input to stop at: write it again with amk "

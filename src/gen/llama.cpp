@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <fstream>
 #include <initializer_list>
 #include <utility>
@@ -898,6 +899,21 @@ Program generate_llama(const LlamaOptions& o) {
 
   if (o.grid) p.queues = b.queues(o.grid);
   return p;
+}
+
+int64_t generation_vocabulary(const Program& p) {
+  const auto is = [](const Instruction& in, OpId op) { return in.op == static_cast<uint16_t>(op); };
+  for (const Instruction& feed : p.instructions) {
+    if (!is(feed, OpId::feed_token) || feed.operands.size() < 3) continue;
+    for (const Instruction& e : p.instructions) {
+      if (!is(e, OpId::embedding) || e.operands.size() < 3 ||
+          e.operands[1].buffer != feed.operands[2].buffer || e.operands[1].extent == 0)
+        continue;
+      const uint64_t width = e.operands[2].extent / e.operands[1].extent;  // (the verifier's)
+      if (width != 0) return static_cast<int64_t>(e.operands[0].extent / width);
+    }
+  }
+  return std::numeric_limits<int64_t>::max();
 }
 
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& file) {

@@ -147,6 +147,10 @@ struct ResolvedLlama {
 // The program, with seeded random weights and KV prefill.
 [[nodiscard]] Program generate_llama(const LlamaOptions& options);
 
+// The vocabulary of a generation program (any program with feed_token): the rows of the
+// embedding table that feed_token's token indexes; INT64_MAX when the program has no such pair.
+[[nodiscard]] int64_t generation_vocabulary(const Program& program);
+
 // ---- safetensors ----
 struct SafetensorsEntry {
   std::string dtype;  // as in the file: BF16, F16, F32, ...

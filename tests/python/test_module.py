@@ -150,6 +150,9 @@ def test_generate_equals_the_cli():
                        "cpu", "--eos", str(eos))
     assert (cut["ids"], cut["steps"]) == (cli_cut["ids"], cli_cut["steps"])
     assert cut["steps"] == min(len(cut["ids"]) + 3, r["steps"])  # prompt 3 + ids - 1, + 1
+    with pytest.raises(amk.UsageError) as e:  # the tiny vocabulary is 0..511
+        amk.generate(gen, backend="cpu", eos=512)
+    assert e.value.code == "usage.generate.eos"
     baked = amk.gen.llama(preset="tiny", steps=6, prompt=[2, 4, 6], seed=5, eos=eos)
     with amk.open(baked, backend="cpu") as exe:
         exe.launch()

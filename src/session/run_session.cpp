@@ -361,6 +361,9 @@ RunResult run_program(const RunRequest& request) {
     text << p.name << ": ok on " << backend << " (" << report.instructions << " instructions, "
          << format_ms(report.timings_ms) << ")\n";
     text << describe_outputs(p, result);
+    if (report.passes_run != 0 && report.passes_run < report.passes)
+      text << "passes: " << report.passes_run << " of " << report.passes
+           << " ran (feed_token generated its eos id in pass " << report.passes_run - 1 << ")\n";
     if (reseeded != 0)
       text << "inputs: " << reseeded << " random init(s) reseeded from " << *request.reseed << "\n";
     if (request.check) {

@@ -62,6 +62,8 @@ eos_run "amk generate --eos (writes the program)" -- --steps 5 --prompt 3,5,7 --
 eos_run "amk gen llama --eos: the program's own eos" -- "$tmp/pe.json"
 expect_rc 0 "--check of a launch that ends at eos" -- "$amk" run "$tmp/pe.json" --backend cpu --check \
   -o "$tmp/pe_out"
+expect_grep "$tmp/out" "^passes: $want_steps of 7 ran (feed_token generated its eos id in pass $((want_steps - 1)))" \
+  "amk run says where the launch ended"
 # It ran exactly want_steps passes: its last logits are those of that many passes without eos.
 expect_rc 0 "the same passes without eos" -- "$amk" run "$tmp/p.json" --backend cpu \
   --passes "$want_steps" -o "$tmp/p_cut"

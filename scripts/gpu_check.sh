@@ -265,6 +265,19 @@ for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
             fig.write(f"gemv_bf16_4096sq_per_launch\t{ms * 1e3:.2f}\tus\n")
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
+# The page-ring GEMV of the VM with roles (scripts/gemv_pages_probe.cu), beside plain loads.
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if "$nvcc" -O3 -std=c++17 -arch=sm_90a scripts/gemv_pages_probe.cu -o "$scratch/gemv_pages_probe" \
+     >"$out/gemv_pages_probe.log" 2>&1 && "$scratch/gemv_pages_probe" 12 8 4096 4096 >>"$out/gemv_pages_probe.log" 2>&1; then
+  while read -r kind us tbs err; do
+    v="$tbs TB/s, $us us (8 x 4096^2 bf16), error $err"
+    awk -v e="$err" 'BEGIN { exit !(e < 1e-3) }' || v="FAIL ($v)"
+    row "GEMV probe: $kind" "$v"
+  done < <(sed -nE 's/^(pages|loads) .*bf16: +([0-9.]+) us,.* ([0-9.]+) TB\/s, error ([^ ]+) .*/\1 \2 \3 \4/p' \
+             "$out/gemv_pages_probe.log")
+else
+  row "GEMV probe" "FAIL (exit $?)"; tail -3 "$out/gemv_pages_probe.log"
+fi
 
 if [ "${AMK_DECODE:-1}" = 1 ]; then
 sec "benchmarks: decode steps"

@@ -263,12 +263,13 @@ TEST_CASE("every op compiles for sm_90a in one VM, trace off and on") {
   }
 }
 
-TEST_CASE("every op with the stepped paths compiles for sm_90a in one VM") {
+TEST_CASE("every op with the stepped and early-stop paths compiles for sm_90a in one VM") {
   const Program b = all_ops_program(true);
   const CompileOutput out = compile_program(b);
   CHECK(out.ok);
   CHECK(is_elf(out.cubin));
   CHECK(choose_for(b).config.stepped);
+  CHECK(choose_for(b).config.early_stop);
   // (A VM with every op and fusion at once spills a little; the chooser's rows do not.)
   CHECK(amk::test::vm_number_before(out.log, " bytes stack frame") < 512);
   std::printf("[nvrtc] all ops, stepped: %s %.0f ms, cubin %zu bytes\n%s",

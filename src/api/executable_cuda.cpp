@@ -137,8 +137,9 @@ LaunchOutcome ExecutableAccess::outcome(Executable::Impl& m, const LaunchResult&
 }
 
 void ExecutableAccess::settle(Executable::Impl& m) {
-  if (m.started_passes == 0) return;
+  // (The executor's own flag: a start that threw before it launched leaves nothing to take.)
   const uint32_t passes = std::exchange(m.started_passes, 0);
+  if (!m.gpu || !m.gpu->started()) return;
   throw_if_failed(outcome(m, m.gpu->finish(), passes));
 }
 
@@ -237,8 +238,8 @@ void Executable::launch_async(uint64_t stream, uint32_t passes) {
   ++m.stats.launches;
   m.book.launched();
   m.passes_run = 0;
-  m.gpu->start(passes, reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)));
   m.started_passes = passes;
+  m.gpu->start(passes, reinterpret_cast<CUstream>(static_cast<uintptr_t>(stream)));
 }
 
 void Executable::wait() { detail::ExecutableAccess::settle(impl("wait")); }

@@ -123,20 +123,12 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
                           "the program has no output 'ids': amk generate runs generation "
                           "programs (amk gen llama --steps N)");
     const Buffer* eos_buf = find("eos");
-    if (eos && (*eos < -1 || (*eos >= 0 && *eos >= gen::generation_vocabulary(p))))
-      throw Error(ErrorKind::usage, "usage.generate.eos", "--eos",
-                  "eos id " + std::to_string(*eos) + " is outside the vocabulary 0.." +
-                      std::to_string(gen::generation_vocabulary(p) - 1) + " (-1: none)");
+    if (eos) gen::check_eos_id(p, *eos, "--eos");
     if (eos && eos_buf == nullptr)
       throw_program_error("generate.eos", "/buffers",
                           "the program has no 'eos' input to stop at: write it again with amk "
                           "gen llama --steps N (this amk adds one), or give --eos there");
-    if (!eos && eos_buf != nullptr && eos_buf->init.kind == InitKind::values &&
-        eos_buf->init.data.size() == 4 && eos_buf->dtype == DType::i32) {
-      int32_t v;
-      std::memcpy(&v, eos_buf->init.data.data(), 4);
-      if (v >= 0) eos = v;
-    }
+    if (!eos) eos = gen::program_eos(p);
   }
   if (eos && *eos < 0) eos.reset();  // (-1: none)
   if (o.out_dir.empty() && !scratch) scratch.emplace();

@@ -916,6 +916,23 @@ int64_t generation_vocabulary(const Program& p) {
   return std::numeric_limits<int64_t>::max();
 }
 
+void check_eos_id(const Program& program, int64_t eos, const std::string& where) {
+  const int64_t vocab = generation_vocabulary(program);
+  if (eos < -1 || eos >= vocab)
+    throw Error(ErrorKind::usage, "usage.generate.eos", where,
+                "eos id " + std::to_string(eos) + " is outside the vocabulary 0.." +
+                    std::to_string(vocab - 1) + " (-1: none)");
+}
+
+std::optional<int64_t> program_eos(const Program& program) {
+  for (const Buffer& b : program.buffers) {
+    if (b.name != "eos") continue;
+    const std::optional<int64_t> v = initial_index_value(b, 0);
+    return v && *v >= 0 ? v : std::nullopt;
+  }
+  return std::nullopt;
+}
+
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& file) {
   const std::string where = file.string();
   std::error_code ec;

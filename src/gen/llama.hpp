@@ -150,6 +150,11 @@ struct ResolvedLlama {
 // The vocabulary of a generation program (any program with feed_token): the rows of the
 // embedding table that feed_token's token indexes; INT64_MAX when the program has no such pair.
 [[nodiscard]] int64_t generation_vocabulary(const Program& program);
+// Throws usage.generate.eos, at `where`, for an eos id outside -1 (none) .. vocabulary - 1.
+void check_eos_id(const Program& program, int64_t eos, const std::string& where);
+// The end-of-sequence id the program stops at by itself: its `eos` input's stated initial
+// value; nullopt without one, or where it is -1.
+[[nodiscard]] std::optional<int64_t> program_eos(const Program& program);
 
 // ---- safetensors ----
 struct SafetensorsEntry {

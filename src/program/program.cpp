@@ -90,4 +90,34 @@ float bits_f32(uint32_t w) noexcept {
   return v;
 }
 
+std::optional<int64_t> initial_index_value(const Buffer& buffer, uint64_t offset) {
+  const bool is_signed = buffer.dtype == DType::i32;
+  if (!is_signed && buffer.dtype != DType::u32) return std::nullopt;
+  if (offset >= buffer.elements()) return std::nullopt;
+  const BufferInit& init = buffer.init;
+  switch (init.kind) {
+    case InitKind::zeros: return 0;
+    case InitKind::constant: {
+      const double v = init.constant;
+      const double lo = is_signed ? -2147483648.0 : 0.0;
+      const double hi = is_signed ? 2147483647.0 : 4294967295.0;
+      if (!(v >= lo && v <= hi) || v != static_cast<double>(static_cast<int64_t>(v)))
+        return std::nullopt;
+      return static_cast<int64_t>(v);
+    }
+    case InitKind::values: {
+      if (init.data.size() < (offset + 1) * 4) return std::nullopt;
+      uint32_t word = 0;
+      std::memcpy(&word, init.data.data() + offset * 4, 4);  // little endian, as stored
+      if (is_signed) return int64_t{static_cast<int32_t>(word)};
+      return int64_t{word};
+    }
+    case InitKind::random:
+    case InitKind::npy:
+    case InitKind::raw:
+    case InitKind::safetensors: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
 }  // namespace amk

@@ -98,6 +98,10 @@ struct Buffer {
   bool operator==(const Buffer&) const = default;
 };
 
+// The initial value of element `offset` of a u32 or i32 buffer, where the program states it
+// (zeros, constant, inline values); nullopt for random or file contents.
+[[nodiscard]] std::optional<int64_t> initial_index_value(const Buffer& buffer, uint64_t offset);
+
 struct Counter {
   std::string name;
   bool operator==(const Counter&) const = default;

@@ -603,11 +603,7 @@ void define_executable(py::module_& m) {
         const auto eos_buf = std::find_if(buffers.begin(), buffers.end(),
                                           [](const Buffer& b) { return b.name == "eos"; });
         const DType eos_dtype = eos_buf != buffers.end() ? eos_buf->dtype : DType::i32;
-        if (eos && (*eos < -1 || *eos >= gen::generation_vocabulary(opened.program)))
-          throw usage("usage.generate.eos", "eos",
-                      "eos id " + std::to_string(*eos) + " is outside the vocabulary 0.." +
-                          std::to_string(gen::generation_vocabulary(opened.program) - 1) +
-                          " (-1: none)");
+        if (eos) gen::check_eos_id(opened.program, *eos, "eos");
         if (eos && eos_buf == buffers.end())
           throw usage("usage.generate.eos", "eos",
                       "the program has no 'eos' input to stop at: make it again with "

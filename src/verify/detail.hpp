@@ -33,10 +33,6 @@ struct SlotAccess {
 // filled, else kNoIndex. The op's position is then position[0] + pass - 1.
 [[nodiscard]] uint32_t position_slot(const Instruction& ins);
 
-// The initial value of element `offset` of a u32 or i32 buffer, where the program states it
-// (zeros, constant, inline values); nullopt for random or file contents.
-[[nodiscard]] std::optional<int64_t> initial_index_value(const Buffer& buffer, uint64_t offset);
-
 // Order queries on a dependency graph: "does every source of this set finish before the target
 // starts?" Up to kChunkedMaxInstructions instructions the answers come from ancestor bitsets over
 // topological rank ranges, as many sources a range as fit a memory budget (at once when the whole

@@ -25,36 +25,6 @@ uint32_t position_slot(const Instruction& ins) {
   return kNoIndex;
 }
 
-std::optional<int64_t> initial_index_value(const Buffer& buffer, uint64_t offset) {
-  const bool is_signed = buffer.dtype == DType::i32;
-  if (!is_signed && buffer.dtype != DType::u32) return std::nullopt;
-  if (offset >= buffer.elements()) return std::nullopt;
-  const BufferInit& init = buffer.init;
-  switch (init.kind) {
-    case InitKind::zeros: return 0;
-    case InitKind::constant: {
-      const double v = init.constant;
-      const double lo = is_signed ? -2147483648.0 : 0.0;
-      const double hi = is_signed ? 2147483647.0 : 4294967295.0;
-      if (!(v >= lo && v <= hi) || v != static_cast<double>(static_cast<int64_t>(v)))
-        return std::nullopt;
-      return static_cast<int64_t>(v);
-    }
-    case InitKind::values: {
-      if (init.data.size() < (offset + 1) * 4) return std::nullopt;
-      uint32_t word = 0;
-      std::memcpy(&word, init.data.data() + offset * 4, 4);  // little endian, as stored
-      if (is_signed) return int64_t{static_cast<int32_t>(word)};
-      return int64_t{word};
-    }
-    case InitKind::random:
-    case InitKind::npy:
-    case InitKind::raw:
-    case InitKind::safetensors: return std::nullopt;
-  }
-  return std::nullopt;
-}
-
 }  // namespace detail
 
 namespace {
@@ -116,7 +86,7 @@ void check_position_bounds(const Program& program, uint32_t passes) {
                   detail::slot_access(program, program.instructions[w.instruction], w.slot).name) +
               "'); a position operand must hold its initial value for the whole launch");
     }
-    const std::optional<int64_t> start = detail::initial_index_value(buffer, o.offset);
+    const std::optional<int64_t> start = initial_index_value(buffer, o.offset);
     if (!start)
       throw_program_error("verify.position.unknown", where,
                           detail::instruction_label(program, i) + " takes its position from " +

@@ -604,6 +604,9 @@ void define_executable(py::module_& m) {
                                           [](const Buffer& b) { return b.name == "eos"; });
         const DType eos_dtype = eos_buf != buffers.end() ? eos_buf->dtype : DType::i32;
         if (eos) gen::check_eos_id(opened.program, *eos, "eos");
+        // The id the launch stops at: eos, else the program's own (amk gen llama --eos).
+        const std::optional<int64_t> stop_id =
+            eos ? (*eos >= 0 ? eos : std::nullopt) : gen::program_eos(opened.program);
         if (eos && eos_buf == buffers.end())
           throw usage("usage.generate.eos", "eos",
                       "the program has no 'eos' input to stop at: make it again with "
@@ -622,8 +625,8 @@ void define_executable(py::module_& m) {
         const py::array_t<int64_t> all = exe.get("ids", false).attr("astype")("int64");
         std::vector<int64_t> ids(all.data(), all.data() + all.size());
         bool stopped = false;
-        if (eos)
-          if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end()) {
+        if (stop_id)
+          if (const auto at = std::find(ids.begin(), ids.end(), *stop_id); at != ids.end()) {
             ids.erase(at + 1, ids.end());
             stopped = true;
           }

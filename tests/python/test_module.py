@@ -154,6 +154,8 @@ def test_generate_equals_the_cli():
         amk.generate(gen, backend="cpu", eos=512)
     assert e.value.code == "usage.generate.eos"
     baked = amk.gen.llama(preset="tiny", steps=6, prompt=[2, 4, 6], seed=5, eos=eos)
+    own = amk.generate(baked, backend="cpu")  # the program's own eos
+    assert (own["ids"], own["steps"], own["stopped_at_eos"]) == (cut["ids"], cut["steps"], True)
     with amk.open(baked, backend="cpu") as exe:
         exe.launch()
         assert exe.passes_run == cut["steps"]

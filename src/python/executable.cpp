@@ -140,24 +140,27 @@ py::dtype numpy_dtype(DType t) {
   return py::dtype::of<uint8_t>();
 }
 
-// torch's current stream on every device finished (when torch is loaded and has used CUDA): work
-// queued there before a launch, set or get is done when amk reads or writes.
-// torch's current CUDA stream on `device` as a CUstream handle, where torch is imported and
-// its CUDA state initialized; else 0 (the legacy default stream).
-uint64_t torch_stream(int device) {
+// torch.cuda where torch is loaded and has used CUDA, else None.
+py::object torch_cuda() {
   py::dict modules = py::module_::import("sys").attr("modules");
-  if (!modules.contains("torch")) return 0;
+  if (!modules.contains("torch")) return py::none();
   py::object cuda = modules["torch"].attr("cuda");
-  if (!cuda.attr("is_initialized")().cast<bool>()) return 0;
+  return cuda.attr("is_initialized")().cast<bool>() ? cuda : py::none();
+}
+
+// torch's current CUDA stream on `device` as a CUstream handle; 0 (the legacy default stream)
+// without torch's CUDA.
+uint64_t torch_stream(int device) {
+  const py::object cuda = torch_cuda();
+  if (cuda.is_none()) return 0;
   return cuda.attr("current_stream")(device).attr("cuda_stream").cast<uint64_t>();
 }
 
+// torch's current stream finished (when torch has used CUDA): work queued there before a
+// launch, set or get is done when amk reads or writes.
 void finish_torch_streams() {
-  py::dict modules = py::module_::import("sys").attr("modules");
-  if (!modules.contains("torch")) return;
-  py::object cuda = modules["torch"].attr("cuda");
-  if (!cuda.attr("is_initialized")().cast<bool>()) return;
-  cuda.attr("current_stream")().attr("synchronize")();
+  const py::object cuda = torch_cuda();
+  if (!cuda.is_none()) cuda.attr("current_stream")().attr("synchronize")();
 }
 
 // Ctrl-C while a GPU launch waits with the GIL released (Python cannot run its own handler

@@ -60,6 +60,13 @@ $amk devices
 row "check seed (--reseed of the op-level checks)" "$check_seed"
 P=tests/gpu/programs
 
+# checked NAME PROGRAM [amk run options]: one --check row.
+checked() {
+  local name="$1" prog="$2"; shift 2
+  $amk run "$prog" --backend cuda --check --reseed "$check_seed" "$@" >"$out/run_$name.log" 2>&1
+  local rc=$?; row "$name --check" "$(verdict $rc)"; [ $rc = 0 ] || tail -4 "$out/run_$name.log"
+}
+
 if [ "${AMK_CHECKS:-1}" = 1 ]; then
 if [ "${AMK_CTEST:-1}" = 1 ]; then
 sec "ctest (unit, gpu)"
@@ -67,12 +74,6 @@ ctest --test-dir build/default --output-on-failure -j 8 -L "^(unit|gpu)\$" >"$ou
 rc=$?; tail -5 "$out/ctest.log"; row "ctest (unit, gpu)" "$(verdict $rc)"
 fi
 
-# checked NAME PROGRAM [amk run options]: one --check row.
-checked() {
-  local name="$1" prog="$2"; shift 2
-  $amk run "$prog" --backend cuda --check --reseed "$check_seed" "$@" >"$out/run_$name.log" 2>&1
-  local rc=$?; row "$name --check" "$(verdict $rc)"; [ $rc = 0 ] || tail -4 "$out/run_$name.log"
-}
 if [ "${AMK_PROGRAMS:-1}" = 1 ]; then
 sec "samples and test programs on the GPU (--check against the CPU backend)"
 programs="rope_kv tma_gemv cluster gemv_fused gemv_waits gemv_shapes attention_rope attention_tiled
@@ -101,6 +102,8 @@ tuned=(
   "gemv_x_batch=true|gemv_waits attention_oproj"
   "gemv_x_batch=false|small_ops"
   "prefetch_ahead=0|gemv_fused tma_gemv"
+  "roles_pages=12|gemv_roles small_ops"
+  "roles_pages=2|gemv_roles"
 )
 # Compile every VM first, one NVRTC process a core (the runs below find them in the cache).
 { for f in samples/*.json; do echo "$f|"; done
@@ -113,6 +116,8 @@ $py scripts/check_samples.py --amk "$amk" --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; row "samples vs numpy (cuda)" "$(verdict $rc)"
 for f in $programs; do checked "$f" "$P/$f.json"; done
 checked "attention_rope, 3 passes in a launch" "$P/attention_rope.json" --passes 3
+checked "gemv_roles, 3 passes in a launch, --vm roles_pages=12," "$P/gemv_roles.json" --passes 3 --vm roles_pages=12
+for s in samples/*.json; do checked "sample $(basename "$s" .json), --vm roles_pages=12," "$s" --vm roles_pages=12; done
 for bt in 128 512; do  # the attention and combine paths at other register budgets
   sed "s/\"block\": 256/\"block\": $bt/" "$P/attention_rope.json" > "$out/attention_rope_$bt.json"
   checked "attention_rope at $bt threads" "$out/attention_rope_$bt.json"
@@ -238,6 +243,16 @@ for f in dispatch_1000 dispatch_3000 hop_500 hop_2500 gemv_0 gemv_8x4096x4096 ge
   prof "$out/bench/$f.json" "$out/bench/$f.warm.json"
 done
 for f in gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do prof "$out/bench/$f.json" "$out/bench/$f.cold.json" --cold; done
+# The VM with roles beside the lockstep VM, interleaved: two rounds of each.
+for r in 1 2; do
+  for f in gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do
+    prof "$out/bench/$f.json" "$out/bench/$f.lock$r.json"
+    prof "$out/bench/$f.json" "$out/bench/$f.roles$r.json" --vm roles_pages=12
+  done
+done
+for f in gemv_8x4096x4096 gemv_1x4096x4096; do
+  checked "bench $f, --vm roles_pages=12," "$out/bench/$f.json" --vm roles_pages=12
+done
 $py - "$out/bench" "$figures" <<'PY' > "$out/bench_rows.txt"
 import json, os, sys
 d, figures = sys.argv[1], sys.argv[2]
@@ -263,6 +278,17 @@ for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
             fig.write(f"gemv_bf16_8x4096sq_in_program\t{gb / (ms - ms0):.3f}\tTB/s\n")
         if mats == 1 and mode == "warm":
             fig.write(f"gemv_bf16_4096sq_per_launch\t{ms * 1e3:.2f}\tus\n")
+    arms = {}
+    for arm in ("lock", "roles"):
+        got = [(med(name, f"{arm}{r}"), med("gemv_0", f"{arm}{r}")) for r in (1, 2)]
+        if all(a is not None and b is not None for a, b in got):
+            arms[arm] = [a - b for a, b in got]
+    if len(arms) == 2:
+        print(f"{name}, VM with roles vs lockstep|" + ", ".join(
+            f"{arm} {min(v) * 1e3:.1f}-{max(v) * 1e3:.1f} us = {gb / max(v):.2f}-{gb / min(v):.2f} TB/s"
+            for arm, v in arms.items()) + " (inside the program, two rounds)")
+    else:
+        print(f"{name}, VM with roles vs lockstep|unavailable")
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
 # The page-ring GEMV of the VM with roles (scripts/gemv_pages_probe.cu), beside plain loads.

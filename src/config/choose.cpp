@@ -77,6 +77,33 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
       : f.any_wait   ? "steps wait: after a wait's acquire fence a global table read is an L2 trip"
                      : "no step waits: the global table stays in L1");
 
+  // The VM with roles, on request: as many pages as shared memory holds beside the static
+  // arrays (gemv's staged x, the scratch, the buffer table) and the rest of the layout.
+  uint32_t pages = 0;
+  std::string pages_why = "the lockstep VM (--vm roles_pages=N asks for the VM with roles)";
+  if (const auto o = override_of(opt.overrides, "roles_pages"); o && *o != 0) {
+    if (!f.roles_refusal.empty())
+      throw Error(ErrorKind::usage, "usage.vm", "--vm roles_pages",
+                  "the VM with roles cannot run this program: " + f.roles_refusal);
+    if (opt.trace || opt.step_kernel)
+      throw Error(
+          ErrorKind::usage, "usage.vm", "--vm roles_pages",
+          std::string("the VM with roles has no ") +
+              (opt.trace ? "trace (amk profile --trace)" : "per-instruction launches (amk bench)"));
+    const uint64_t statics =
+        uint64_t{kAmkGemvStageFloats} * 4 + 2048 + (c.smem_buffers ? uint64_t{f.buffers} * 8 : 8);
+    pages = *o;
+    while (pages >= 2 && amk_roles_smem_bytes(pages) + statics > caps.smem_optin) --pages;
+    if (pages < 2)
+      throw Error(ErrorKind::device, "device.smem", "--vm roles_pages",
+                  "the VM with roles needs " + std::to_string(amk_roles_smem_bytes(2) + statics) +
+                      " bytes of shared memory a block, the device gives " +
+                      std::to_string(caps.smem_optin));
+    pages_why = "--vm roles_pages" + (pages != *o ? ", fewer to fit shared memory" : std::string());
+  }
+  set.fixed("roles_pages", pages, pages_why);
+  const bool roles = pages != 0;
+
   // gemv's preload, its ring and the prefetches that depend on them.
   const auto preload_override = override_of(opt.overrides, "gemv_preload");
   const bool preloads = preload_override ? *preload_override != 0 : f.gemv_preloads;
@@ -84,6 +111,8 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   std::string ring_why;
   if (!gemv) {
     ring_why = "no gemv";
+  } else if (roles) {
+    ring_why = "the VM with roles streams gemv's weights through its pages";
   } else if (f.tma_gemv || f.dynamic_smem != 0) {
     ring_why = f.tma_gemv ? "the TMA gemv uses dynamic shared memory"
                           : "the program uses dynamic shared memory of its own";
@@ -93,7 +122,7 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
                         : "gemvs stream on registers (two blocks an SM where they fit)";
   }
   if (const auto o = override_of(opt.overrides, "gemv_ring_stages")) {
-    if (*o != 0 && (!gemv || f.tma_gemv || f.dynamic_smem != 0))
+    if (*o != 0 && (!gemv || roles || f.tma_gemv || f.dynamic_smem != 0))
       throw Error(ErrorKind::usage, "usage.vm", "--vm gemv_ring_stages",
                   "gemv's ring cannot be used here: " + ring_why);
     ring = *o;
@@ -103,19 +132,22 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   if (ring < 2) ring = 0;
   set.fixed("gemv_ring_stages", ring, ring_why);
   set("gemv_preload",
-      !gemv || !f.gemv_preloads ? 0u
-      : ring != 0               ? 1u
-                                : 2u,
+      !gemv || !f.gemv_preloads || roles ? 0u
+      : ring != 0                        ? 1u
+                                         : 2u,
       !gemv              ? "no gemv"
+      : roles            ? "the VM with roles: the loader streams weights before the waits"
       : !f.gemv_preloads ? "no gemv waits on weights nothing writes"
       : ring != 0        ? "one batch through the ring before the wait"
                          : "two register batches before the wait");
-  set("prefetch_ahead", preloads ? 0u : 1u,
-      preloads ? "gemvs wait and preload: an L2 prefetch would queue before their reads"
-               : "independent streaming steps start on L2 hits");
-  set("next_ins_l1", !(gemv && c.gemv_preload == 0),
-      gemv && c.gemv_preload == 0 ? "its lookup's registers would cost gemvs their occupancy"
-                                  : "a wait's fence empties L1; the next step decodes from it");
+  set("prefetch_ahead", preloads || roles ? 0u : 1u,
+      roles      ? "the VM with roles: the loader streams ahead"
+      : preloads ? "gemvs wait and preload: an L2 prefetch would queue before their reads"
+                 : "independent streaming steps start on L2 hits");
+  set("next_ins_l1", !roles && !(gemv && c.gemv_preload == 0),
+      roles                         ? "the VM with roles: the controller copies instructions ahead"
+      : gemv && c.gemv_preload == 0 ? "its lookup's registers would cost gemvs their occupancy"
+                                    : "a wait's fence empties L1; the next step decodes from it");
   set("stage_decode_ins", f.attention_waits,
       f.attention_waits
           ? "attention steps wait: their instruction read after the wait is an L2 trip"
@@ -170,7 +202,7 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   if (caps.arch < 90 && (c.tma_gemv || (attention && f.block == 256)))
     throw Error(ErrorKind::device, "device.arch", "sm_" + std::to_string(caps.arch),
                 "the VM's bulk copies (the TMA gemv, the tiled attention) need sm_90 or newer");
-  r.dynamic_smem = ring_bytes;
+  r.dynamic_smem = roles ? amk_roles_smem_bytes(pages) : ring_bytes;
   if (ring_bytes != 0 && combine)
     r.dynamic_smem = static_cast<uint32_t>(std::max<uint64_t>(ring_bytes, f.combine_staging));
   if (r.dynamic_smem > caps.smem_optin)

@@ -305,7 +305,7 @@ TEST_CASE("overrides win over the chooser and say so") {
   const Program& p = g.b.p;
   const VmChoice base = choose_for(p);
   for (const VmField& f : vm_fields()) {
-    if (!f.tunable) continue;
+    if (!f.tunable || f.name == "roles_pages") continue;  // (not with attention: tested below)
     CAPTURE(f.name);
     const uint32_t chosen = f.get(base.config);
     const uint32_t other = chosen == f.lo ? f.hi : f.lo;
@@ -410,4 +410,75 @@ TEST_CASE("stepped: on for a carried wait, a position operand, feed_token or kv_
   feed.last().operands[6] = feed.whole(feed.buffer("eos", DType::i32, 1));
   CHECK(choose_for(feed.p).config.early_stop);
   CHECK(choose_for(feed.p).config.stepped);
+}
+
+TEST_CASE("the VM with roles: off by default, on request as many pages as shared memory holds") {
+  const Program p = gemv_chain(true).b.p;
+  const VmChoice off = choose_for(p);
+  CHECK(off.config.roles_pages == 0);
+  CHECK(amk_vm_block_threads(off.config) == 256);
+
+  const VmChoice on = choose_for(p, kH100, "roles_pages=12");
+  CHECK(on.config.roles_pages == 12);
+  CHECK(amk_vm_block_threads(on.config) == 320);
+  CHECK(on.dynamic_smem == amk_roles_smem_bytes(12));
+  CHECK(on.config.gemv_ring_stages == 0);  // gemv streams through the pages
+  CHECK(on.config.gemv_preload == 0);
+  CHECK(on.config.prefetch_ahead == 0);
+  CHECK_FALSE(on.config.next_ins_l1);
+  CHECK(choice_why(on, "roles_pages") == "--vm roles_pages");
+  check_every_why(on);
+
+  // An A100's 163 KiB hold fewer pages beside the staged x and the buffer table.
+  const VmChoice a100 = choose_for(p, kA100, "roles_pages=12");
+  CHECK(a100.config.roles_pages < 12);
+  CHECK(a100.config.roles_pages >= 2);
+  CHECK(amk_roles_smem_bytes(a100.config.roles_pages) + kAmkGemvStageFloats * 4 <=
+        kA100.smem_optin);
+  CHECK(amk_roles_smem_bytes(a100.config.roles_pages + 1) + kAmkGemvStageFloats * 4 + 2048 + 40 >
+        kA100.smem_optin);
+  CHECK(choice_why(a100, "roles_pages") == "--vm roles_pages, fewer to fit shared memory");
+  // Too little for two pages.
+  CHECK_REFUSED(choose_for(p, DeviceCaps{86, 40000}, "roles_pages=2"), ErrorKind::device,
+                "device.smem", "--vm roles_pages");
+  // No trace, no per-instruction launches.
+  ChooseOptions traced;
+  traced.overrides = parse_vm_overrides("roles_pages=4", "--vm");
+  traced.trace = true;
+  CHECK_REFUSED(choose(program_facts(p), kH100, traced), ErrorKind::usage, "usage.vm",
+                "--vm roles_pages");
+}
+
+TEST_CASE("the VM with roles refuses programs it cannot run, naming the first obstacle") {
+  auto refusal = [](const Program& p) { return program_facts(p).roles_refusal; };
+  CHECK(refusal(gemv_chain(true).b.p).empty());
+  CHECK(refusal(gemv_chain(false).b.p).empty());
+  CHECK(refusal(attention_chunk()) ==
+        "/instructions/0: attention_decode runs only in the lockstep VM");
+
+  GemvChain written = gemv_chain(true);  // a fill writes the second matrix
+  written.b.p.instructions.insert(written.b.p.instructions.begin(), Instruction{});
+  Instruction& fill = written.b.p.instructions.front();
+  fill.op = static_cast<uint16_t>(OpId::fill);
+  fill.operands = {slice(written.w1, 0, 64)};
+  fill.params = {f32_bits(0.0f)};
+  CHECK(refusal(written.b.p) == "/instructions/2: a gemv whose weights an instruction writes");
+
+  GemvChain fused = gemv_chain(true);  // rmsnorm folded into the first gemv
+  const uint32_t norm = fused.b.buffer("norm", DType::bf16, 64);
+  fused.b.p.instructions[0].operands[4] = fused.b.whole(norm);
+  CHECK(refusal(fused.b.p) == "/instructions/0: a fused gemv (norm, w2 or attention partials)");
+
+  GemvChain odd = gemv_chain(true);  // w from an element offset that is not 16-byte aligned
+  odd.b.p.instructions[1].operands[0] = slice(odd.w1, 3, 63 * 64);
+  CHECK(refusal(odd.b.p) == "/instructions/1: a gemv whose weight rows are not whole 16-byte "
+                            "vectors from a 16-byte boundary");
+
+  GemvChain wide = gemv_chain(true);  // a block of 1024 leaves no room for the two role warps
+  wide.b.p.launch.block = 1024;
+  CHECK(refusal(wide.b.p) ==
+        "/launch/block: the loader and controller warps need block + 64 <= 1024");
+
+  CHECK_REFUSED(choose_for(attention_chunk(), kH100, "roles_pages=12"), ErrorKind::usage,
+                "usage.vm", "--vm roles_pages");
 }

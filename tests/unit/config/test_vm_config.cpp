@@ -39,10 +39,10 @@ constexpr Member kMembers[] = {
     AMK_MEMBER(gemv_x_batch),      AMK_MEMBER(attn_tile),
     AMK_MEMBER(attn_tile_dynamic), AMK_MEMBER(attn_pass),
     AMK_MEMBER(attn_split),        AMK_MEMBER(attn_split_heads),
-    AMK_MEMBER(attn_row8),
+    AMK_MEMBER(attn_row8),         AMK_MEMBER(roles_pages),
 };
 #undef AMK_MEMBER
-static_assert(sizeof(amk_vm_config) == 56, "amk_vm_config changed: update kMembers");
+static_assert(sizeof(amk_vm_config) == 60, "amk_vm_config changed: update kMembers");
 
 // The member at `offset` of c, read as the table's kind says it is stored.
 uint32_t member_at(const VmConfig& c, size_t offset, VmField::Kind kind) {
@@ -205,6 +205,8 @@ TEST_CASE("--vm refuses unknown fields, shape fields, values out of range and ma
   CHECK_USAGE(parse_vm_overrides("gemv_preload=9", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("gemv_ring_stages=1", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("gemv_ring_stages=5", "--vm"), "usage.vm", "--vm");
+  CHECK_USAGE(parse_vm_overrides("roles_pages=1", "--vm"), "usage.vm", "--vm");
+  CHECK_USAGE(parse_vm_overrides("roles_pages=13", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_split_heads=0", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_tile=huge", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_tile=3", "--vm"), "usage.vm", "--vm");

@@ -30,6 +30,7 @@ struct amk_vm_config {
   bool stepped = false;          // stepped-program paths: carried waits, the pass, positions
   bool early_stop = false;       // feed_token may end the launch at eos (the stop word)
   uint32_t buffers = 0;          // entries of the buffer table (smem_buffers)
+  uint32_t roles_x_floats = 0;   // the VM with roles: gemv's staged x' (its largest K, x4)
 
   // ---- tuning: the chooser picks each; `--vm FIELD=VALUE` overrides ----
   bool smem_buffers = false;      // the buffer table copied into shared memory at block start
@@ -113,16 +114,17 @@ AMK_HD constexpr uint32_t amk_tma_head_bytes(uint32_t box_rows) {
 constexpr uint32_t kAmkGemvStageFloats = 4096;
 
 // The VM with roles (amk_vm_roles.cuh): block_threads consumer threads, then a loader warp and a
-// controller warp; in dynamic shared memory roles_pages pages of weights, gemv's row sums, the
-// instruction slots with each slot's step, and the pages' and slots' mbarriers (gemv's x is
-// staged in the static amk_gemv_xs).
+// controller warp; in dynamic shared memory roles_pages pages of weights, gemv's staged x'
+// (roles_x_floats) and row sums, the instruction slots with each slot's step, and the pages' and
+// slots' mbarriers.
 constexpr uint32_t kAmkRoleExtraThreads = 64;
 constexpr uint32_t kAmkPageBytes = 16384;
 constexpr uint32_t kAmkMaxPages = 12;
 constexpr uint32_t kAmkRoleSlots = 4;
-constexpr uint32_t kAmkRoleAccRows = 2048;  // a gemv instruction's rows (the facts' limit)
-AMK_HD constexpr uint32_t amk_roles_smem_bytes(uint32_t pages) {
-  return pages * kAmkPageBytes + kAmkRoleAccRows * 4 +
+constexpr uint32_t kAmkRoleAccRows = 2048;      // a gemv instruction's rows (the facts' limit)
+constexpr uint32_t kAmkRoleMaxXFloats = 16384;  // a gemv's K (the facts' limit)
+AMK_HD constexpr uint32_t amk_roles_smem_bytes(uint32_t pages, uint32_t x_floats) {
+  return pages * kAmkPageBytes + x_floats * 4 + kAmkRoleAccRows * 4 +
          kAmkRoleSlots * (AMK_INSTRUCTION_BYTES + 16) + (2 * pages + 2 * kAmkRoleSlots) * 8;
 }
 // diag.detail of a timeout on a wait inside the block (diag.counter none): what it waited for.
@@ -152,8 +154,12 @@ AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
   if (c.attn_split_heads < 1 || c.attn_split_heads > 4) return "attn_split_heads: 1-4";
   if (c.attn_row8 && c.block_threads != 256) return "attn_row8: 256 threads a block only";
   if (c.roles_pages == 1 || c.roles_pages > kAmkMaxPages) return "roles_pages: 0 or 2-12";
-  if (c.roles_pages != 0 && (c.trace || c.step_kernel || c.stepped || c.early_stop || c.tma_gemv))
-    return "roles_pages: the VM with roles has no trace, step kernel, stepped paths or TMA gemv";
+  if (c.roles_pages != 0 && (c.trace || c.step_kernel || c.tma_gemv))
+    return "roles_pages: the VM with roles has no trace, step kernel or TMA gemv";
+  if (c.roles_x_floats > kAmkRoleMaxXFloats || c.roles_x_floats % 4 != 0)
+    return "roles_x_floats: a multiple of 4 up to 16384";
+  if (c.roles_pages != 0 && c.attn_tile_dynamic)
+    return "roles_pages: the pages take the dynamic shared memory the large tile would";
   if (c.roles_pages != 0 && c.gemv_ring_stages != 0)
     return "roles_pages: the VM with roles streams gemv's weights through its pages, not a ring";
   if (c.roles_pages != 0 && c.block_threads + kAmkRoleExtraThreads > 1024)

@@ -10,10 +10,12 @@
 //    dependency counter: the chooser takes this VM only where no instruction writes a gemv's
 //    weights.
 //  - The consumers (the block_threads threads of the program's block) run each slot's
-//    instruction: its counter waits (warp 0), the op (gemv from the pages, the others as the
-//    lockstep VM runs them, synchronized on named barrier 1), then its signals (release, after a
+//    instruction: its counter waits (warp 0), the op (gemv from the pages, with its norm, GLU and
+//    attention-merge fusions; every other op as the lockstep VM runs it, synchronized on named
+//    barrier 1, reading the slot's copy of its instruction), then its signals (release, after a
 //    barrier that orders every consumer's stores). Each consumer warp frees a page when it is
-//    done with it and a slot when the step is done.
+//    done with it and a slot when the step is done. Stepped programs: carried waits, each warp's
+//    pass, and the stop word at each pass's first step, as in the lockstep VM.
 //
 // Every wait on a page or a slot ends when the block stops (amk_state.stop: an op's refusal, a
 // counter wait past the deadline or the abort flag, which it also reads) and is bounded by the
@@ -35,10 +37,11 @@ constexpr uint32_t kAmkPieceBytes = kAmkWarpSize * kAmkVectorBytes;
 constexpr uint32_t kAmkPieceStride = kAmkWarps * kAmkPieceBytes;
 constexpr uint64_t kAmkRoleGraceNs = 1000000;
 
-// The dynamic shared memory (amk_roles_smem_bytes): pages, row sums, slots, slot steps, then the
-// mbarriers (shared-window addresses, 8 bytes apart).
+// The dynamic shared memory (amk_roles_smem_bytes): pages, staged x', row sums, slots, slot
+// steps, then the mbarriers (shared-window addresses, 8 bytes apart).
 struct amk_roles_smem {
   unsigned char* pages;
+  float* xs;
   float* acc;
   amk_instruction_t* slots;
   uint32_t* slot_step;
@@ -50,6 +53,8 @@ __device__ __forceinline__ amk_roles_smem amk_roles_layout() {
   unsigned char* p = amk_dynamic_smem;
   s.pages = p;
   p += kAmkPages * kAmkPageBytes;
+  s.xs = reinterpret_cast<float*>(p);
+  p += kAmkCfg.roles_x_floats * 4;
   s.acc = reinterpret_cast<float*>(p);
   p += kAmkRoleAccRows * 4;
   s.slots = reinterpret_cast<amk_instruction_t*>(p);
@@ -88,19 +93,28 @@ __device__ __forceinline__ bool amk_roles_wait(const amk_device_program_t& prog,
   }
 }
 
-// The gemv instruction's streamed bytes: its rows of w (k = extent(x), rows = extent(w) / k),
-// which the loader and the consumers both derive from the slot.
+// The gemv instruction's streamed bytes, which the loader and the consumers both derive from the
+// slot: its rows of w, then (GLU) the same rows of w2. K = extent(x), or heads * head_dim where x
+// is attention partials (params 1 and 2); rows = extent(w) / K.
 struct amk_roles_gemv_shape {
-  amk_view w;
-  uint32_t k, rows, row_bytes, bytes;
+  amk_view w, w2;
+  uint32_t k, rows, row_bytes, bytes, mats;
+  __device__ __forceinline__ const unsigned char* mat(uint32_t m) const {
+    return m == 0 ? w.ptr : w2.ptr;
+  }
 };
 __device__ __forceinline__ amk_roles_gemv_shape amk_roles_gemv_of(const amk_instruction_t& ins) {
   amk_roles_gemv_shape g;
   g.w = amk_operand(ins, 0);
-  g.k = ins.operands[1].buffer != AMK_NO_BUFFER && ins.n_operands > 1 ? ins.operands[1].extent : 0u;
+  g.w2 = amk_operand(ins, 5);
+  const bool merges = amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE) && ins.params[1] != 0;
+  const uint32_t x_n =
+      ins.n_operands > 1 && ins.operands[1].buffer != AMK_NO_BUFFER ? ins.operands[1].extent : 0u;
+  g.k = merges ? ins.params[1] * ins.params[2] : x_n;
   g.rows = g.k != 0 ? g.w.n / g.k : 0u;
   g.row_bytes = g.k * amk_dtype_size(g.w.dtype);
   g.bytes = g.rows * g.row_bytes;  // (the facts: below 4 GiB, whole 16-byte vectors)
+  g.mats = g.w2.present() ? 2u : 1u;
   return g;
 }
 
@@ -172,17 +186,19 @@ __device__ __forceinline__ void amk_roles_loader(const amk_device_program_t& pro
     bool stop = false;
     if (ins.op == amk_op_bits(amk_op::gemv)) {
       const amk_roles_gemv_shape g = amk_roles_gemv_of(ins);
-      for (uint32_t off = 0; off < g.bytes; off += kAmkPageBytes, ++issued) {
-        const uint32_t page = issued % kAmkPages;
-        if (!amk_roles_wait(prog, ins, step % len, s.bar(s.page_free, page),
-                            ((issued / kAmkPages) & 1u) ^ 1u, kAmkDetailPageFree | page)) {
-          stop = true;
-          break;
+      for (uint32_t m = 0; m < g.mats && !stop; ++m) {
+        for (uint32_t off = 0; off < g.bytes; off += kAmkPageBytes, ++issued) {
+          const uint32_t page = issued % kAmkPages;
+          if (!amk_roles_wait(prog, ins, step % len, s.bar(s.page_free, page),
+                              ((issued / kAmkPages) & 1u) ^ 1u, kAmkDetailPageFree | page)) {
+            stop = true;
+            break;
+          }
+          const uint32_t n = min(kAmkPageBytes, g.bytes - off);
+          amk_mbar_expect_tx(s.bar(s.page_full, page), n);
+          amk_bulk_g2s(amk_smem_addr(s.pages + page * kAmkPageBytes), g.mat(m) + off, n,
+                       s.bar(s.page_full, page));
         }
-        const uint32_t n = min(kAmkPageBytes, g.bytes - off);
-        amk_mbar_expect_tx(s.bar(s.page_full, page), n);
-        amk_bulk_g2s(amk_smem_addr(s.pages + page * kAmkPageBytes), g.w.ptr + off, n,
-                     s.bar(s.page_full, page));
       }
     }
     if (stop) break;
@@ -221,10 +237,13 @@ __device__ __forceinline__ float amk_roles_dot(const unsigned char* page, uint32
   return d;
 }
 
-// y[r] = sum_k w[r, k] * x[k] (+ residual[r]): x staged as f32 in amk_gemv_xs, each page's
-// 512-byte pieces reduced warp by warp into the row sums in shared memory, the page freed, then
-// the rows stored. `consumed`: pages taken so far (the loader's ring order). Returns false when
-// the block is stopping (every consumer thread reaches the same return).
+// y[r] = v[r] (+ residual[r]) with v[r] = sum_k w[r, k] * x'[k], or with w2 (GLU)
+// silu(v[r]) * sum_k w2[r, k] * x'[k]: x' = x staged as f32 in s.xs, times norm with the
+// rmsnorm fusion (each row's sum then scaled by 1 / rms once), or the merge of attention partials
+// (params head_dim and heads). Each page's 512-byte pieces are reduced warp by warp into the row
+// sums in shared memory (w's rows, then w2's), the page freed, then the rows stored. `consumed`:
+// pages taken so far (the loader's ring order). Returns false when the block is stopping (every
+// consumer thread reaches the same return).
 template <class = void>
 __device__ __forceinline__ bool amk_roles_gemv(const amk_device_program_t& prog,
                                                const amk_instruction_t& ins,
@@ -233,58 +252,82 @@ __device__ __forceinline__ bool amk_roles_gemv(const amk_device_program_t& prog,
   const amk_view x = amk_operand(ins, 1);
   const amk_view y = amk_operand(ins, 2);
   const amk_view res = amk_operand(ins, 3);
+  const amk_view norm = amk_operand(ins, 4);
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
   const uint32_t esize = amk_dtype_size(g.w.dtype);
-  for (uint32_t i = threadIdx.x; i < g.k; i += kAmkBlockThreads)
-    amk_gemv_xs[i] = amk_load_f32(x, i);
-  for (uint32_t r = threadIdx.x; r < g.rows; r += kAmkBlockThreads) s.acc[r] = 0.0f;
+  for (uint32_t r = threadIdx.x; r < g.mats * g.rows; r += kAmkBlockThreads) s.acc[r] = 0.0f;
+  float inv_rms = 1.0f;
+  if (amk_gemv_fuses(AMK_GEMV_FUSE_COMBINE) && ins.params[1] != 0) {
+    amk_gemv_fuse fuse{};
+    fuse.combine_hd = ins.params[1];
+    fuse.combine_heads = ins.params[2];
+    fuse.combine_chunks = x.n / (ins.params[2] * (ins.params[1] + 2));
+    amk_gemv_stage_combine<4>(reinterpret_cast<const float*>(x.ptr), g.k, fuse, s.xs);
+  } else if (norm.present()) {
+    float ss = 0.0f;
+    for (uint32_t i = threadIdx.x; i < g.k; i += kAmkBlockThreads) {
+      const float v = amk_load_f32(x, i);
+      ss = fmaf(v, v, ss);
+      s.xs[i] = v * amk_load_f32(norm, i);
+    }
+    ss = amk_block_sum(ss, amk_scratch);
+    inv_rms = 1.0f / sqrtf(ss / static_cast<float>(g.k) + __uint_as_float(ins.params[0]));
+  } else {
+    for (uint32_t i = threadIdx.x; i < g.k; i += kAmkBlockThreads) s.xs[i] = amk_load_f32(x, i);
+  }
   amk_sync();
   // Pieces lie within one row when rows are whole pieces: one warp sum a piece, else a shared
   // add a lane.
   const bool whole = g.row_bytes % kAmkPieceBytes == 0;
   bool ok = true;
-  for (uint32_t off = 0; off < g.bytes; off += kAmkPageBytes, ++consumed) {
-    const uint32_t page = consumed % kAmkPages;
-    if (ok)
-      ok = amk_roles_wait(prog, ins, amk_state.queue_pos[warp], s.bar(s.page_full, page),
-                          (consumed / kAmkPages) & 1u, kAmkDetailPageFull | page);
-    ok = __all_sync(kAmkFullMask, ok);  // (the warp's shuffles below need every lane)
-    if (ok) {
-      const unsigned char* pg = s.pages + page * kAmkPageBytes;
-      const uint32_t n = min(kAmkPageBytes, g.bytes - off);
-      uint32_t at = off + warp * kAmkPieceBytes + lane * kAmkVectorBytes;
-      uint32_t row = at / g.row_bytes, col = at - row * g.row_bytes;  // (col in bytes)
-      for (uint32_t piece = warp * kAmkPieceBytes; piece < n; piece += kAmkPieceStride) {
-        const uint32_t in_page = piece + lane * kAmkVectorBytes;
-        float d = 0.0f;
-        if (in_page < n) {
-          const float* xs = amk_gemv_xs + col / esize;
-          switch (g.w.dtype) {
-            case AMK_DTYPE_BF16: d = amk_roles_dot<AMK_DTYPE_BF16>(pg, in_page, xs); break;
-            case AMK_DTYPE_F16: d = amk_roles_dot<AMK_DTYPE_F16>(pg, in_page, xs); break;
-            default: d = amk_roles_dot<AMK_DTYPE_F32>(pg, in_page, xs); break;
+  for (uint32_t m = 0; m < g.mats; ++m) {
+    float* acc = s.acc + m * g.rows;
+    for (uint32_t off = 0; off < g.bytes; off += kAmkPageBytes, ++consumed) {
+      const uint32_t page = consumed % kAmkPages;
+      if (ok)
+        ok = amk_roles_wait(prog, ins, amk_state.queue_pos[warp], s.bar(s.page_full, page),
+                            (consumed / kAmkPages) & 1u, kAmkDetailPageFull | page);
+      ok = __all_sync(kAmkFullMask, ok);  // (the warp's shuffles below need every lane)
+      if (ok) {
+        const unsigned char* pg = s.pages + page * kAmkPageBytes;
+        const uint32_t n = min(kAmkPageBytes, g.bytes - off);
+        uint32_t at = off + warp * kAmkPieceBytes + lane * kAmkVectorBytes;
+        uint32_t row = at / g.row_bytes, col = at - row * g.row_bytes;  // (col in bytes)
+        for (uint32_t piece = warp * kAmkPieceBytes; piece < n; piece += kAmkPieceStride) {
+          const uint32_t in_page = piece + lane * kAmkVectorBytes;
+          float d = 0.0f;
+          if (in_page < n) {
+            const float* xs = s.xs + col / esize;
+            switch (g.w.dtype) {
+              case AMK_DTYPE_BF16: d = amk_roles_dot<AMK_DTYPE_BF16>(pg, in_page, xs); break;
+              case AMK_DTYPE_F16: d = amk_roles_dot<AMK_DTYPE_F16>(pg, in_page, xs); break;
+              default: d = amk_roles_dot<AMK_DTYPE_F32>(pg, in_page, xs); break;
+            }
+          }
+          if (whole) {
+            d = amk_warp_sum(d);
+            if (lane == 0) atomicAdd(&acc[row], d);
+          } else if (in_page < n) {
+            atomicAdd(&acc[row], d);
+          }
+          col += kAmkPieceStride;
+          while (col >= g.row_bytes) {
+            col -= g.row_bytes;
+            ++row;
           }
         }
-        if (whole) {
-          d = amk_warp_sum(d);
-          if (lane == 0) atomicAdd(&s.acc[row], d);
-        } else if (in_page < n) {
-          atomicAdd(&s.acc[row], d);
-        }
-        col += kAmkPieceStride;
-        while (col >= g.row_bytes) {
-          col -= g.row_bytes;
-          ++row;
-        }
       }
+      __syncwarp();
+      if (lane == 0) amk_mbar_arrive(s.bar(s.page_free, page));
     }
-    __syncwarp();
-    if (lane == 0) amk_mbar_arrive(s.bar(s.page_free, page));
   }
   if (amk_sync_or(!ok)) return false;
-  for (uint32_t r = threadIdx.x; r < g.rows; r += kAmkBlockThreads)
-    amk_gemv_store_row(y, res, r, s.acc[r]);
+  for (uint32_t r = threadIdx.x; r < g.rows; r += kAmkBlockThreads) {
+    float v = s.acc[r] * inv_rms;
+    if (g.mats == 2) v = amk_gemv_glu(v, s.acc[g.rows + r] * inv_rms);
+    amk_gemv_store_row(y, res, r, v);
+  }
   return true;
 }
 
@@ -294,8 +337,9 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
                                                     const amk_roles_smem& s, uint32_t len) {
   const uint32_t warp = threadIdx.x / kAmkWarpSize;
   const uint32_t lane = threadIdx.x % kAmkWarpSize;
-  uint32_t consumed = 0;  // pages
-  bool dirty = false;     // a data op ran since the last consumer barrier
+  uint32_t consumed = 0;      // pages
+  bool dirty = false;         // a data op ran since the last consumer barrier
+  uint32_t stop_checked = 1;  // early_stop: the last pass whose start read the stop word
   amk_no_wait no_wait;
   for (uint32_t k = 0;; ++k) {
     const uint32_t slot = k % kAmkRoleSlots;
@@ -306,13 +350,32 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
     const uint32_t step = s.slot_step[slot * 4];
     if (step == kAmkSlotEnd) return;
     const uint32_t pass = step / len + 1, qpos = step % len;
+    if constexpr (kAmkCfg.early_stop) {
+      // As the lockstep VM: the block's first step of a pass ends it once feed_token met eos two
+      // or more passes before (the loader and the controller then stop at their next wait).
+      if (pass != stop_checked) {
+        stop_checked = pass;
+        bool end = false;
+        if (threadIdx.x == 0) {
+          const uint32_t w = amk_ld_relaxed(prog.counters + prog.n_counters);
+          end = w != 0 && w + 2 <= pass;
+        }
+        if (amk_sync_or(end)) {
+          if (threadIdx.x == 0) *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
+          return;
+        }
+        dirty = false;
+      }
+    }
     const uint32_t op = ins.op;
     const uint32_t n_waits = min(static_cast<uint32_t>(ins.n_waits), AMK_MAX_WAITS);
     const uint32_t n_signals = min(static_cast<uint32_t>(ins.n_signals), AMK_MAX_SIGNALS);
     if (n_waits != 0) {
       if (warp == 0 && lane < n_waits) {
-        const amk_wait_t w = ins.waits[lane];
-        if (!amk_wait(prog, ins, w.counter, w.value * pass, qpos)) stop = true;
+        uint32_t counter = ins.waits[lane].counter;
+        uint32_t need = ins.waits[lane].value * pass;
+        if constexpr (kAmkCfg.stepped) need = amk_wait_need(counter, ins.waits[lane].value, pass);
+        if (!amk_wait(prog, ins, counter, need, qpos)) stop = true;
       }
       if (amk_sync_or(stop)) return;
       dirty = false;
@@ -320,6 +383,7 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
     if (op != 0) {
       if (dirty && amk_sync_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
       amk_state.queue_pos[warp] = qpos;
+      if constexpr (kAmkCfg.stepped) amk_pass[warp] = pass;
       if (op == amk_op_bits(amk_op::gemv)) {
         if constexpr (amk_vm_uses(amk_op::gemv)) {
           if (!amk_roles_gemv(prog, ins, s, consumed)) return;
@@ -357,6 +421,7 @@ __device__ __forceinline__ void amk_vm_roles_main(const amk_device_program_t& pr
   if (threadIdx.x == 0) {
     amk_state.stop = 0;
     amk_state.rope_valid = 0;
+    amk_attn_block_init();  // (attention's K/V copy barrier, where the tiled path has one)
     amk_state.block_start = amk_globaltimer();
     for (uint32_t i = 0; i < kAmkPages; ++i) {
       amk_mbar_init(s.bar(s.page_full, i), 1);

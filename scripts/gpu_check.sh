@@ -175,11 +175,16 @@ for lay in "" "--unfused" "--rope-ops" "--combine steps --context 40 --layers 3"
 done
 $py scripts/check_llama.py --amk $amk --backend cuda --vm gemv_ring_stages=0,attn_row8=false >"$out/check_llama.log" 2>&1
 rc=$?; row "llama tiny, --vm gemv_ring_stages=0,attn_row8=false, vs numpy" "$(verdict $rc)"
+for lay in "" "--unfused" "--combine steps --context 40 --layers 3"; do  # the VM with roles
+  $py scripts/check_llama.py --amk $amk --backend cuda --vm roles_pages=12 $lay >"$out/check_llama.log" 2>&1
+  rc=$?; row "llama tiny ${lay:-default}, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_llama.log"
+done
 d="$scratch/decode"; mkdir -p "$d"
 $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
 checked "llama-3.2-1b ctx 1024" "$d/llama1b.json" -o "$d/out1b"
 $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps --weights "$d/llama1b.safetensors" -o "$d/llama1b_steps.json"
 checked "llama-3.2-1b --combine steps" "$d/llama1b_steps.json"
+checked "llama-3.2-1b ctx 1024, --vm roles_pages=12," "$d/llama1b.json" --vm roles_pages=12
 fi
 
 if [ "${AMK_GENERATE:-1}" = 1 ]; then
@@ -192,6 +197,9 @@ for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --p
   $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" $g >"$out/check_gen.log" 2>&1
   rc=$?; row "generation tiny ${g:0:60} vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 done
+$py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" --steps 16 --prompt 3,5,7,9 \
+  --vm roles_pages=12 >"$out/check_gen.log" 2>&1
+rc=$?; row "generation tiny 4 + 16, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"
 checked "stepped_decode (3 passes)" "$P/stepped_decode.json"
@@ -313,6 +321,9 @@ $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
 for r in 1 2; do
   for f in llama1b llama8b; do
     $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>"$out/prof_$f.err"
+    # The VM with roles, interleaved with the lockstep VM.
+    $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 --vm roles_pages=12 \
+      > "$d/prof_$f.roles.$r.json" 2>"$out/prof_$f.roles.err"
   done
 done
 $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$out/bench1b.err"
@@ -331,6 +342,11 @@ for f, label, fid in (("llama1b", "Llama-3.2-1B step ctx 1024", "llama1b_step_ct
         else: open(os.path.join(d, "llama1b_ms"), "w").write(f"{min(ms):.4f}")
     except Exception as e:
         print(f"{label}|unavailable ({e})")
+    try:
+        ms = [json.load(open(os.path.join(d, f"prof_{f}.roles.{r}.json")))["median_ms"] for r in (1, 2)]
+        print(f"{label}, --vm roles_pages=12|medians " + " / ".join(f"{m:.4f}" for m in ms) + " ms")
+    except Exception as e:
+        print(f"{label}, --vm roles_pages=12|unavailable ({e})")
 try:
     j = json.load(open(os.path.join(d, "bench1b.json")))
     for a in j["arms"]:

@@ -30,7 +30,7 @@ using K = VmField::Kind;
 
 // In amk_vm_config's declaration order. A field added there changes the struct's size: update
 // this table (and kernels/README.md) with it.
-static_assert(sizeof(VmConfig) == 60, "amk_vm_config changed: update the field table");
+static_assert(sizeof(VmConfig) == 64, "amk_vm_config changed: update the field table");
 constexpr VmField kFields[] = {
     AMK_FIELD(block_threads, K::integer, false, 32, 1024,
               "threads a block (the program's launch.block)"),
@@ -46,6 +46,8 @@ constexpr VmField kFields[] = {
     AMK_FIELD(early_stop, K::boolean, false, 0, 1,
               "blocks end the launch two passes after feed_token met its eos id (the stop word)"),
     AMK_FIELD(buffers, K::integer, false, 0, 0xFFFFFFFFu, "entries of the buffer table"),
+    AMK_FIELD(roles_x_floats, K::integer, false, 0, kAmkRoleMaxXFloats,
+              "the VM with roles: floats of gemv's staged x' (the program's largest K)"),
     AMK_FIELD(smem_buffers, K::boolean, true, 0, 1,
               "the buffer table copied into shared memory at block start"),
     AMK_FIELD(

@@ -305,7 +305,8 @@ TEST_CASE("overrides win over the chooser and say so") {
   const Program& p = g.b.p;
   const VmChoice base = choose_for(p);
   for (const VmField& f : vm_fields()) {
-    if (!f.tunable || f.name == "roles_pages") continue;  // (not with attention: tested below)
+    // (roles_pages: fitted to the shared memory the attention tile leaves, tested below)
+    if (!f.tunable || f.name == "roles_pages") continue;
     CAPTURE(f.name);
     const uint32_t chosen = f.get(base.config);
     const uint32_t other = chosen == f.lo ? f.hi : f.lo;
@@ -421,7 +422,8 @@ TEST_CASE("the VM with roles: off by default, on request as many pages as shared
   const VmChoice on = choose_for(p, kH100, "roles_pages=12");
   CHECK(on.config.roles_pages == 12);
   CHECK(amk_vm_block_threads(on.config) == 320);
-  CHECK(on.dynamic_smem == amk_roles_smem_bytes(12));
+  CHECK(on.config.roles_x_floats == 64);  // the chain's K
+  CHECK(on.dynamic_smem == amk_roles_smem_bytes(12, 64));
   CHECK(on.config.gemv_ring_stages == 0);  // gemv streams through the pages
   CHECK(on.config.gemv_preload == 0);
   CHECK(on.config.prefetch_ahead == 0);
@@ -429,14 +431,12 @@ TEST_CASE("the VM with roles: off by default, on request as many pages as shared
   CHECK(choice_why(on, "roles_pages") == "--vm roles_pages");
   check_every_why(on);
 
-  // An A100's 163 KiB hold fewer pages beside the staged x and the buffer table.
+  // An A100's 163 KiB hold fewer pages beside the static arrays (2048 bytes and the buffer
+  // table's 5 entries).
   const VmChoice a100 = choose_for(p, kA100, "roles_pages=12");
-  CHECK(a100.config.roles_pages < 12);
-  CHECK(a100.config.roles_pages >= 2);
-  CHECK(amk_roles_smem_bytes(a100.config.roles_pages) + kAmkGemvStageFloats * 4 <=
-        kA100.smem_optin);
-  CHECK(amk_roles_smem_bytes(a100.config.roles_pages + 1) + kAmkGemvStageFloats * 4 + 2048 + 40 >
-        kA100.smem_optin);
+  CHECK(a100.config.roles_pages == 9);
+  CHECK(amk_roles_smem_bytes(9, 64) + 2048 + 40 <= kA100.smem_optin);
+  CHECK(amk_roles_smem_bytes(10, 64) + 2048 + 40 > kA100.smem_optin);
   CHECK(choice_why(a100, "roles_pages") == "--vm roles_pages, fewer to fit shared memory");
   // Too little for two pages.
   CHECK_REFUSED(choose_for(p, DeviceCaps{86, 40000}, "roles_pages=2"), ErrorKind::device,
@@ -453,8 +453,7 @@ TEST_CASE("the VM with roles refuses programs it cannot run, naming the first ob
   auto refusal = [](const Program& p) { return program_facts(p).roles_refusal; };
   CHECK(refusal(gemv_chain(true).b.p).empty());
   CHECK(refusal(gemv_chain(false).b.p).empty());
-  CHECK(refusal(attention_chunk()) ==
-        "/instructions/0: attention_decode runs only in the lockstep VM");
+  CHECK(refusal(attention_chunk()).empty());  // (attention runs as in the lockstep VM)
 
   GemvChain written = gemv_chain(true);  // a fill writes the second matrix
   written.b.p.instructions.insert(written.b.p.instructions.begin(), Instruction{});
@@ -464,10 +463,31 @@ TEST_CASE("the VM with roles refuses programs it cannot run, naming the first ob
   fill.params = {f32_bits(0.0f)};
   CHECK(refusal(written.b.p) == "/instructions/2: a gemv whose weights an instruction writes");
 
-  GemvChain fused = gemv_chain(true);  // rmsnorm folded into the first gemv
+  GemvChain fused = gemv_chain(true);  // rmsnorm and a GLU folded into the first gemv
   const uint32_t norm = fused.b.buffer("norm", DType::bf16, 64);
+  const uint32_t up = fused.b.buffer("up", DType::bf16, 64 * 64);
   fused.b.p.instructions[0].operands[4] = fused.b.whole(norm);
-  CHECK(refusal(fused.b.p) == "/instructions/0: a fused gemv (norm, w2 or attention partials)");
+  fused.b.p.instructions[0].operands[5] = fused.b.whole(up);
+  CHECK(refusal(fused.b.p).empty());
+
+  Builder glu;  // 1025 rows and their w2 rows: more row sums than the block keeps
+  const uint32_t gw = glu.buffer("w", DType::bf16, 1025 * 16);
+  const uint32_t gw2 = glu.buffer("w2", DType::bf16, 1025 * 16);
+  const uint32_t gx = glu.buffer("x", DType::f32, 16);
+  const uint32_t gy = glu.buffer("y", DType::f32, 1025);
+  glu.add("gemv", {glu.whole(gw), glu.whole(gx), glu.whole(gy), none(), none(), glu.whole(gw2)});
+  CHECK(refusal(glu.p) == "/instructions/0: a gemv of 1025 rows and w2 (at most 1024 an "
+                          "instruction)");
+
+  Builder wide_k;  // K = 16388: more x' than the stage holds
+  const uint32_t kw = wide_k.buffer("w", DType::bf16, 2 * 16388);
+  const uint32_t kx = wide_k.buffer("x", DType::f32, 16388);
+  const uint32_t ky = wide_k.buffer("y", DType::f32, 2);
+  wide_k.add("gemv",
+             {wide_k.whole(kw), wide_k.whole(kx), wide_k.whole(ky), none(), none(), none()});
+  CHECK(refusal(wide_k.p) == "/instructions/0: a gemv with K = 16388 (1..16384 are staged)");
+  CHECK_REFUSED(choose_for(wide_k.p, kH100, "roles_pages=12"), ErrorKind::usage, "usage.vm",
+                "--vm roles_pages");
 
   GemvChain odd = gemv_chain(true);  // w from an element offset that is not 16-byte aligned
   odd.b.p.instructions[1].operands[0] = slice(odd.w1, 3, 63 * 64);
@@ -479,6 +499,10 @@ TEST_CASE("the VM with roles refuses programs it cannot run, naming the first ob
   CHECK(refusal(wide.b.p) ==
         "/launch/block: the loader and controller warps need block + 64 <= 1024");
 
-  CHECK_REFUSED(choose_for(attention_chunk(), kH100, "roles_pages=12"), ErrorKind::usage,
-                "usage.vm", "--vm roles_pages");
+  // Attention beside the pages: its static tile comes out of them.
+  const VmChoice a = choose_for(attention_chunk(), kH100, "roles_pages=12");
+  CHECK(a.config.attn_tile == amk_attn_tile::large);
+  CHECK_FALSE(a.config.attn_tile_dynamic);
+  CHECK(a.config.roles_pages < 12);
+  CHECK(a.config.roles_x_floats == 0);
 }

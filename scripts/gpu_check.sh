@@ -60,10 +60,11 @@ $amk devices
 row "check seed (--reseed of the op-level checks)" "$check_seed"
 P=tests/gpu/programs
 
-# checked NAME PROGRAM [amk run options]: one --check row.
+# checked NAME PROGRAM [amk run options]: one --check row (killed after 300 s: exit 124 or 137,
+# so that one stuck launch costs its row, not the call).
 checked() {
   local name="$1" prog="$2"; shift 2
-  $amk run "$prog" --backend cuda --check --reseed "$check_seed" "$@" >"$out/run_$name.log" 2>&1
+  timeout -k 10 300 $amk run "$prog" --backend cuda --check --reseed "$check_seed" "$@" >"$out/run_$name.log" 2>&1
   local rc=$?; row "$name --check" "$(verdict $rc)"; [ $rc = 0 ] || tail -4 "$out/run_$name.log"
 }
 
@@ -176,7 +177,7 @@ done
 $py scripts/check_llama.py --amk $amk --backend cuda --vm gemv_ring_stages=0,attn_row8=false >"$out/check_llama.log" 2>&1
 rc=$?; row "llama tiny, --vm gemv_ring_stages=0,attn_row8=false, vs numpy" "$(verdict $rc)"
 for lay in "" "--unfused" "--combine steps --context 40 --layers 3"; do  # the VM with roles
-  $py scripts/check_llama.py --amk $amk --backend cuda --vm roles_pages=12 $lay >"$out/check_llama.log" 2>&1
+  timeout -k 10 300 $py scripts/check_llama.py --amk $amk --backend cuda --vm roles_pages=12 $lay >"$out/check_llama.log" 2>&1
   rc=$?; row "llama tiny ${lay:-default}, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_llama.log"
 done
 d="$scratch/decode"; mkdir -p "$d"
@@ -197,7 +198,7 @@ for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --p
   $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" $g >"$out/check_gen.log" 2>&1
   rc=$?; row "generation tiny ${g:0:60} vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 done
-$py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" --steps 16 --prompt 3,5,7,9 \
+timeout -k 10 300 $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" --steps 16 --prompt 3,5,7,9 \
   --vm roles_pages=12 >"$out/check_gen.log" 2>&1
 rc=$?; row "generation tiny 4 + 16, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
@@ -246,7 +247,7 @@ fi  # AMK_CHECKS
 if [ "${AMK_BENCH:-1}" = 1 ]; then
 sec "benchmarks: dispatch, hop, GEMV"
 $py scripts/bench_programs.py "$out/bench"
-prof() { $amk --json profile "$1" --events --warmup 5 --iterations 30 "${@:3}" > "$2" 2>"$2.err" || echo '{}' > "$2"; }
+prof() { timeout -k 10 120 $amk --json profile "$1" --events --warmup 5 --iterations 30 "${@:3}" > "$2" 2>"$2.err" || echo '{}' > "$2"; }
 for f in dispatch_1000 dispatch_3000 hop_500 hop_2500 gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do
   prof "$out/bench/$f.json" "$out/bench/$f.warm.json"
 done
@@ -322,7 +323,7 @@ for r in 1 2; do
   for f in llama1b llama8b; do
     $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>"$out/prof_$f.err"
     # The VM with roles, interleaved with the lockstep VM.
-    $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 --vm roles_pages=12 \
+    timeout -k 10 120 $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 --vm roles_pages=12 \
       > "$d/prof_$f.roles.$r.json" 2>"$out/prof_$f.roles.err"
   done
 done

@@ -154,8 +154,8 @@ AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
   if (c.attn_split_heads < 1 || c.attn_split_heads > 4) return "attn_split_heads: 1-4";
   if (c.attn_row8 && c.block_threads != 256) return "attn_row8: 256 threads a block only";
   if (c.roles_pages == 1 || c.roles_pages > kAmkMaxPages) return "roles_pages: 0 or 2-12";
-  if (c.roles_pages != 0 && (c.trace || c.step_kernel || c.tma_gemv))
-    return "roles_pages: the VM with roles has no trace, step kernel or TMA gemv";
+  if (c.roles_pages != 0 && (c.step_kernel || c.tma_gemv))
+    return "roles_pages: the VM with roles has no step kernel or TMA gemv";
   if (c.roles_x_floats > kAmkRoleMaxXFloats || c.roles_x_floats % 4 != 0)
     return "roles_x_floats: a multiple of 4 up to 16384";
   if (c.roles_pages != 0 && c.attn_tile_dynamic)

@@ -15,7 +15,9 @@
 //    barrier 1, reading the slot's copy of its instruction), then its signals (release, after a
 //    barrier that orders every consumer's stores). Each consumer warp frees a page when it is
 //    done with it and a slot when the step is done. Stepped programs: carried waits, each warp's
-//    pass, and the stop word at each pass's first step, as in the lockstep VM.
+//    pass, and the stop word at each pass's first step, as in the lockstep VM. With the trace,
+//    every instruction's start (its waits over) and end, and gemv's marks: x' staged, the first
+//    page landed.
 //
 // Every wait on a page or a slot ends when the block stops (amk_state.stop: an op's refusal, a
 // counter wait past the deadline or the abort flag, which it also reads) and is bounded by the
@@ -277,6 +279,7 @@ __device__ __forceinline__ bool amk_roles_gemv(const amk_device_program_t& prog,
     for (uint32_t i = threadIdx.x; i < g.k; i += kAmkBlockThreads) s.xs[i] = amk_load_f32(x, i);
   }
   amk_sync();
+  amk_trace_mark(0);  // x' staged
   // Pieces lie within one row when rows are whole pieces: one warp sum a piece, else a shared
   // add a lane.
   const bool whole = g.row_bytes % kAmkPieceBytes == 0;
@@ -288,7 +291,8 @@ __device__ __forceinline__ bool amk_roles_gemv(const amk_device_program_t& prog,
       if (ok)
         ok = amk_roles_wait(prog, ins, amk_state.queue_pos[warp], s.bar(s.page_full, page),
                             (consumed / kAmkPages) & 1u, kAmkDetailPageFull | page);
-      ok = __all_sync(kAmkFullMask, ok);  // (the warp's shuffles below need every lane)
+      ok = __all_sync(kAmkFullMask, ok);          // (the warp's shuffles below need every lane)
+      if (m == 0 && off == 0) amk_trace_mark(1);  // the first page landed
       if (ok) {
         const unsigned char* pg = s.pages + page * kAmkPageBytes;
         const uint32_t n = min(kAmkPageBytes, g.bytes - off);
@@ -380,6 +384,16 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
       if (amk_sync_or(stop)) return;
       dirty = false;
     }
+    // The trace: the step starts when its waits are over and ends after a barrier behind its op.
+    uint64_t t_start = 0;
+    if constexpr (kAmkCfg.trace) {
+      if (threadIdx.x == 0) {
+        t_start = amk_globaltimer();
+        amk_trace.marks = prog.trace != nullptr
+                              ? prog.trace + static_cast<uint64_t>(ins.index) * kAmkTraceWords + 2
+                              : nullptr;
+      }
+    }
     if (op != 0) {
       if (dirty && amk_sync_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
       amk_state.queue_pos[warp] = qpos;
@@ -392,6 +406,14 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
         amk_dispatch(prog, ins, nullptr, no_wait);
       }
       dirty = true;
+    }
+    if constexpr (kAmkCfg.trace) {
+      if (amk_sync_or(*static_cast<volatile uint32_t*>(&amk_state.stop) != 0)) return;
+      dirty = false;
+      if (threadIdx.x == 0 && prog.trace != nullptr) {
+        prog.trace[static_cast<uint64_t>(ins.index) * kAmkTraceWords] = t_start;
+        prog.trace[static_cast<uint64_t>(ins.index) * kAmkTraceWords + 1] = amk_globaltimer();
+      }
     }
     if (n_signals != 0) {
       if (dirty) {

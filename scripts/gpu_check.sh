@@ -330,6 +330,8 @@ done
 $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$out/bench1b.err"
 $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" > "$out/trace1b.txt" 2>&1
 $py scripts/trace_phases.py "$d/trace1b.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj > "$out/phases1b.txt" 2>&1
+timeout -k 10 120 $amk profile "$d/llama1b.json" --trace "$d/trace1b_roles.json" --vm roles_pages=12 > "$out/trace1b_roles.txt" 2>&1
+$py scripts/trace_phases.py "$d/trace1b_roles.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj > "$out/phases1b_roles.txt" 2>&1
 $py - "$d" "$figures" <<'PY' > "$out/decode_rows.txt"
 import json, os, sys
 d, figures = sys.argv[1], sys.argv[2]

@@ -87,11 +87,9 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   if (roles && !f.roles_refusal.empty())
     throw Error(ErrorKind::usage, "usage.vm", "--vm roles_pages",
                 "the VM with roles cannot run this program: " + f.roles_refusal);
-  if (roles && (opt.trace || opt.step_kernel))
-    throw Error(
-        ErrorKind::usage, "usage.vm", "--vm roles_pages",
-        std::string("the VM with roles has no ") +
-            (opt.trace ? "trace (amk profile --trace)" : "per-instruction launches (amk bench)"));
+  if (roles && opt.step_kernel)
+    throw Error(ErrorKind::usage, "usage.vm", "--vm roles_pages",
+                "the VM with roles has no per-instruction launches (amk bench)");
 
   // gemv's preload, its ring and the prefetches that depend on them.
   const auto preload_override = override_of(opt.overrides, "gemv_preload");

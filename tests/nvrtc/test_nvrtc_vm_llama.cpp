@@ -117,6 +117,10 @@ TEST_CASE("the VM with roles: the 1B step and a 1B generation compile clean, the
   CHECK(c.config.roles_x_floats == 8192);  // down_proj's K
   CHECK_FALSE(c.config.attn_tile_dynamic);
   CHECK(compile_row("llama-3.2-1b, roles_pages=12", step, roles) <= 168);
+  ChooseOptions traced = roles;
+  traced.trace = true;
+  // (traced: a few bytes of spills at 168 registers, a profiling build)
+  CHECK(compile_row("llama-3.2-1b, roles_pages=12, traced", step, traced, false) <= 168);
 
   gen::LlamaOptions o;
   o.preset = "llama-3.2-1b";

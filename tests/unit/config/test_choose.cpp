@@ -441,11 +441,14 @@ TEST_CASE("the VM with roles: off by default, on request as many pages as shared
   // Too little for two pages.
   CHECK_REFUSED(choose_for(p, DeviceCaps{86, 40000}, "roles_pages=2"), ErrorKind::device,
                 "device.smem", "--vm roles_pages");
-  // No trace, no per-instruction launches.
+  // The trace, but no per-instruction launches.
   ChooseOptions traced;
   traced.overrides = parse_vm_overrides("roles_pages=4", "--vm");
   traced.trace = true;
-  CHECK_REFUSED(choose(program_facts(p), kH100, traced), ErrorKind::usage, "usage.vm",
+  CHECK(choose(program_facts(p), kH100, traced).config.trace);
+  ChooseOptions bench = traced;
+  bench.step_kernel = true;
+  CHECK_REFUSED(choose(program_facts(p), kH100, bench), ErrorKind::usage, "usage.vm",
                 "--vm roles_pages");
 }
 

@@ -51,10 +51,14 @@ enum class amk_op : uint16_t {
   attention_combine = 15,  // merges attention_decode partials across chunks
   // 16 (gemv_splitk), 17 (attention_combine_splitk), 18 (gemv_t): retired.
   feed_token = 19,  // a generation step's next token: the prompt's, then the argmax
+  // Between the ranks of a program with launch.ranks > 1 (the CPU backend runs them).
+  all_reduce = 20,  // x = the sum of x over every rank
+  send = 21,        // x to rank `peer`'s matching recv
+  recv = 22,        // y from rank `peer`'s matching send
 };
 #endif
 // One past the highest id ever assigned to a built-in op; custom ops start at 1000.
-#define AMK_OP_ID_END 20u
+#define AMK_OP_ID_END 23u
 #define AMK_CUSTOM_OP_BASE 1000u
 
 // An operand slot that the instruction leaves empty (optional operands).

@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "cuda/bench.hpp"
 #include "cuda/executor.hpp"
+#include "verify/ranks.hpp"
 #include "cuda/wrapper_exec.hpp"
 #include "ops/registry.hpp"
 
@@ -192,6 +193,7 @@ Executable detail::open_opened(OpenedProgram opened, const OpenOptions& options)
     const InitialData initial = initial_data(opened.program, opened.load);
     return ExecutableAccess::open_wrapper(*opened.wrapper, initial, o);
   }
+  refuse_ranks_on_gpu(opened.ranks);  // (verify/ranks.hpp)
   GpuOptions o;
   o.device = options.device;
   // The device refuses before the host data is made (for a decode step's weights, minutes).

@@ -6,6 +6,7 @@
 #include "core/hash.hpp"
 #include "core/interrupt.hpp"
 #include "ops/registry.hpp"
+#include "verify/ranks.hpp"
 #include "verify/verify.hpp"
 
 namespace amk::detail {
@@ -38,15 +39,15 @@ OpenedProgram load_for_open(const std::string& path, const OpenOptions& options)
     out.wrapper = std::move(w);
     return out;
   }
-  out.program = load_program_file(path, out.load);
-  (void)verify(out.program);
-  return out;
+  return opened_program(load_program_file(path, out.load), options);
 }
 
 OpenedProgram opened_program(Program program, const OpenOptions& options) {
   OpenedProgram out = checked_options(options);
   out.program = std::move(program);
   (void)verify(out.program);
+  out.ranks = out.program.launch.ranks;
+  if (out.ranks > 1) out.program = expand_ranks(out.program).program;
   return out;
 }
 

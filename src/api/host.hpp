@@ -24,7 +24,10 @@ namespace amk::detail {
 // Executable::open's program and what its options say, checked before anything is loaded:
 // usage.vm for a bad vm text, api.timeout for a deadline of 0 or past a program's limit.
 struct OpenedProgram {
-  Program program;  // loaded and verified; a wrapper's: wrapper_buffers(*wrapper)
+  // Loaded and verified; a wrapper's: wrapper_buffers(*wrapper); a program with ranks: its
+  // expansion over them (buffers NAME.rankR), which only the CPU backend runs.
+  Program program;
+  uint32_t ranks = 1;
   std::optional<WrapperProgram> wrapper;  // a wrapper program, loaded and checked
   LoadOptions load;
   VmOverrides vm;

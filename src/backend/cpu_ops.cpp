@@ -691,6 +691,13 @@ void cpu_execute_instruction(const Program& program, const amk_instruction_t& in
     case OpId::attention_decode: return run_attention_decode(c);
     case OpId::attention_combine: return run_attention_combine(c);
     case OpId::feed_token: return run_feed_token(c);
+    case OpId::all_reduce:
+    case OpId::send:
+    case OpId::recv:
+      // (A program with ranks runs as its expansion over the ranks, which has no comm ops.)
+      throw_program_error("run.op.ranks", where,
+                          std::string(sig->name) +
+                              " runs only in a program with launch.ranks >= 2");
   }
   throw_program_error("run.op.unknown", where, "unknown op id " + std::to_string(ins.op));
 }

@@ -5,6 +5,7 @@
 
 #include "core/error.hpp"
 #include "ops/registry.hpp"
+#include "verify/ranks.hpp"
 
 namespace amk {
 namespace {
@@ -40,6 +41,7 @@ std::string entry(const char* name, const VmConfig& c, bool step) {
 }  // namespace
 
 std::string vm_source(const Program& program, const VmChoice& choice, bool trust_custom_ops) {
+  refuse_ranks_on_gpu(program.launch.ranks);
   if (!program.custom_ops.empty() && !trust_custom_ops)
     throw Error(ErrorKind::program, "custom.untrusted", "/custom_ops/0",
                 "the program carries " + std::to_string(program.custom_ops.size()) +

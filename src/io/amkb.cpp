@@ -796,6 +796,9 @@ std::vector<std::byte> write_meta(const Program& p, uint64_t& data_end) {
   o.u32(p.target.features);
   o.u32(p.target.smem_per_block);
   o.u8(static_cast<uint8_t>(p.launch.mode));
+  if (p.launch.ranks != 1)
+    encode_fail("/launch/ranks", "a program with ranks is written as JSON only (.amkb has no "
+                                 "ranks, per-rank inits or instruction ranks yet)");
   if (p.launch.passes == 0 || p.launch.passes > kMaxPasses)
     encode_fail("/launch/passes", "passes " + std::to_string(p.launch.passes) + " is not 1.." +
                                       std::to_string(kMaxPasses));

@@ -578,8 +578,9 @@ private:
   }
 
   void read_launch(const Value& j, const Loc& loc) {
-    check_keys(j, loc,
-               {"mode", "grid", "block", "cluster", "dynamic_smem", "timeout_ms", "passes"});
+    check_keys(
+        j, loc,
+        {"mode", "grid", "block", "cluster", "dynamic_smem", "timeout_ms", "passes", "ranks"});
     Launch& l = p_.launch;
     if (auto m = member(j, "mode")) {
       const std::string_view s = get_string(*m, loc / "mode");
@@ -648,6 +649,13 @@ private:
              "expected 1.." + std::to_string(kMaxPasses) + " passes, found 0");
       l.passes = static_cast<uint32_t>(n);
     }
+    if (auto m = member(j, "ranks")) {
+      const uint64_t n = get_uint(*m, loc / "ranks", kMaxRanks);
+      if (n == 0)
+        fail("launch.ranks", loc / "ranks",
+             "expected 1.." + std::to_string(kMaxRanks) + " ranks, found 0");
+      l.ranks = static_cast<uint32_t>(n);
+    }
   }
 
   // ---- buffers ----
@@ -703,7 +711,24 @@ private:
       fail("buffer.size", sloc,
            "expected at most " + std::to_string(kMaxBufferBytes) + " bytes per buffer, found " +
                (bytes ? std::to_string(*bytes) : std::string("more than 2^64")));
-    if (auto m = member(j, "init")) read_init(*m, loc / "init", b, elements);
+    if (auto m = member(j, "init")) {
+      if (m->is_array()) {  // one init a rank
+        const uint32_t ranks = p_.launch.ranks;
+        if (ranks < 2 || m->size() != ranks)
+          fail("buffer.init", loc / "init",
+               "a list of inits gives one a rank: expected " + std::to_string(ranks) +
+                   (ranks < 2 ? " (launch.ranks is 1: one init object)" : "") + ", found " +
+                   std::to_string(m->size()));
+        for (size_t r = 0; r < m->size(); ++r) {
+          Buffer each = b;
+          read_init((*m)[r], loc / "init" / r, each, elements);
+          b.rank_inits.push_back(std::move(each.init));
+        }
+        b.init = b.rank_inits[0];
+      } else {
+        read_init(*m, loc / "init", b, elements);
+      }
+    }
     if (auto m = member(j, "output")) b.output = get_bool(*m, loc / "output");
   }
 
@@ -907,7 +932,7 @@ private:
   }
 
   void read_instruction(const Value& j, const Loc& loc, Instruction& ins, uint32_t index) {
-    check_keys(j, loc, {"name", "op", "operands", "params", "waits", "signals"});
+    check_keys(j, loc, {"name", "op", "operands", "params", "waits", "signals", "ranks"});
     if (auto m = member(j, "name")) {
       const std::string_view name = get_name(*m, loc / "name");
       add_name(instruction_names_, name, index, loc / "name", "instruction");
@@ -950,6 +975,21 @@ private:
       x.add = static_cast<uint32_t>(opt_uint(s, sloc, "add", kU32Max, 1));
       ins.signals.push_back(x);
     });
+    if (auto m = member(j, "ranks")) {  // (launch is read before the instructions)
+      const Loc rloc = loc / "ranks";
+      expect_array(*m, rloc);
+      if (m->empty()) fail("instruction.ranks", rloc, "expected at least one rank");
+      for (size_t i = 0; i < m->size(); ++i) {
+        const uint64_t r = get_uint((*m)[i], rloc / i, kU32Max);
+        if (r >= p_.launch.ranks)
+          fail("instruction.ranks", rloc / i,
+               "rank " + std::to_string(r) + " of a program with launch.ranks " +
+                   std::to_string(p_.launch.ranks));
+        if (!ins.ranks.empty() && r <= ins.ranks.back())
+          fail("instruction.ranks", rloc / i, "ranks are listed in increasing order, once each");
+        ins.ranks.push_back(static_cast<uint32_t>(r));
+      }
+    }
   }
 
   template <typename F>

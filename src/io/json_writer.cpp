@@ -255,6 +255,10 @@ private:
       out_ += ", \"passes\": ";
       put_uint(l.passes);
     }
+    if (l.ranks != 1) {  // (absent: one rank)
+      out_ += ", \"ranks\": ";
+      put_uint(l.ranks);
+    }
     out_ += '}';
   }
 
@@ -268,7 +272,18 @@ private:
     out_ += "\", \"shape\": ";
     uint_array(b.shape);
     out_ += ", \"init\": ";
-    write_init(b, where + "/init");
+    if (b.rank_inits.empty()) {
+      write_init(b, where + "/init");
+    } else {  // one a rank
+      out_ += '[';
+      for (size_t r = 0; r < b.rank_inits.size(); ++r) {
+        if (r != 0) out_ += ", ";
+        Buffer each = b;
+        each.init = b.rank_inits[r];
+        write_init(each, where + "/init/" + num(r));
+      }
+      out_ += ']';
+    }
     out_ += ", \"output\": ";
     put_bool(b.output);
     out_ += '}';
@@ -457,7 +472,12 @@ private:
       put_uint(ins.signals[k].add);
       out_ += '}';
     }
-    out_ += "]}";
+    out_ += ']';
+    if (!ins.ranks.empty()) {
+      out_ += ", \"ranks\": ";
+      uint_array(ins.ranks);
+    }
+    out_ += '}';
   }
 
   template <typename E>

@@ -94,7 +94,12 @@ constexpr OperandSig kFeedTokenOperands[] = {
     {"logits", Access::read, kF32, true},    {"all_logits", Access::write, kF32, true},
     {"eos", Access::read, kIndexTypes, true}};
 
-constexpr std::array<OpSig, 17> kOps = {{
+constexpr OperandSig kAllReduceOperands[] = {{"x", Access::read_write, kF32}};
+constexpr OperandSig kSendOperands[] = {{"x", Access::read, kAnyType}};
+constexpr OperandSig kRecvOperands[] = {{"y", Access::write, kAnyType}};
+constexpr ParamSig kPeerParams[] = {{"peer", ParamType::u32, std::nullopt}};
+
+constexpr std::array<OpSig, 20> kOps = {{
     {OpId::nop, "nop", "no data; waits and signals only", {}, {}},
     {OpId::copy,
      "copy",
@@ -161,6 +166,19 @@ constexpr std::array<OpSig, 17> kOps = {{
      "generated t equal to eos[0] ends the launch after the next pass, which writes nothing",
      kFeedTokenOperands,
      {}},
+    {OpId::all_reduce,
+     "all_reduce",
+     "x = the sum over every rank of that rank's x (f32, added in rank order); each rank waits "
+     "until every rank has reached it",
+     kAllReduceOperands,
+     {}},
+    {OpId::send, "send",
+     "x into the y of rank `peer`'s matching recv (the k-th send to a rank meets that rank's "
+     "k-th recv from this one, in instruction order); done when the copy is",
+     kSendOperands, kPeerParams},
+    {OpId::recv, "recv",
+     "y = the x of rank `peer`'s matching send (same extent and dtype); waits for that send",
+     kRecvOperands, kPeerParams},
 }};
 
 constexpr RetiredOp kRetiredOps[] = {

@@ -24,6 +24,8 @@ inline constexpr uint64_t kMaxInstructions = 1u << 22;
 // room for any device while keeping what is planned per block small.
 inline constexpr uint64_t kMaxQueues = 1u << 16;
 inline constexpr uint64_t kMaxRank = 8;
+// Ranks of a program (launch.ranks): one GPU each.
+inline constexpr uint32_t kMaxRanks = 8;
 inline constexpr uint64_t kMaxBufferBytes = uint64_t{1} << 40;  // 1 TiB
 inline constexpr uint64_t kMaxTotalBytes = uint64_t{1} << 41;
 inline constexpr uint64_t kMaxInlineValues = uint64_t{1} << 24;
@@ -92,6 +94,9 @@ struct Buffer {
   std::vector<uint64_t> shape;  // row-major; empty shape = scalar (1 element)
   BufferInit init;
   bool output = false;
+  // A program with ranks: each rank's initial contents (launch.ranks entries), or empty when
+  // every rank starts from `init`.
+  std::vector<BufferInit> rank_inits;
 
   [[nodiscard]] uint64_t elements() const noexcept;  // product of shape (checked at load)
   [[nodiscard]] uint64_t bytes() const noexcept;
@@ -137,6 +142,7 @@ struct Instruction {
   std::vector<uint32_t> params;   // raw 32-bit words in signature order (f32 bits or integers)
   std::vector<Wait> waits;
   std::vector<Signal> signals;
+  std::vector<uint32_t> ranks;  // a program with ranks: the ranks that run it (empty: every rank)
   bool operator==(const Instruction&) const = default;
 };
 
@@ -168,10 +174,12 @@ struct Launch {
   uint32_t dynamic_smem = 0;    // bytes
   uint64_t timeout_ms = 10000;  // watchdog deadline
   uint32_t passes = 1;          // passes over the queues in one launch (a generation's steps)
+  uint32_t ranks = 1;           // GPUs the program spans, each running its share of it
   bool operator==(const Launch& o) const {
     return mode == o.mode && grid == o.grid && block == o.block && cluster[0] == o.cluster[0] &&
            cluster[1] == o.cluster[1] && cluster[2] == o.cluster[2] &&
-           dynamic_smem == o.dynamic_smem && timeout_ms == o.timeout_ms && passes == o.passes;
+           dynamic_smem == o.dynamic_smem && timeout_ms == o.timeout_ms && passes == o.passes &&
+           ranks == o.ranks;
   }
 };
 

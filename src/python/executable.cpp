@@ -226,7 +226,11 @@ public:
       throw usage("usage.backend", "backend",
                   "expected backend 'auto', 'cuda' or 'cpu', got '" + backend + "'");
     std::string why;
-    backend_ = backend == "auto" ? (gpu_present(&why) ? "cuda" : "cpu") : backend;
+    // (auto: a program with ranks runs on the CPU backend, its only one so far)
+    backend_ = backend != "auto"   ? backend
+               : opened.ranks > 1  ? "cpu"
+               : gpu_present(&why) ? "cuda"
+                                   : "cpu";
     if (backend_ == "cuda") {
       py::gil_scoped_release unlocked;
       gpu_ = std::make_shared<Executable>(detail::open_opened(std::move(opened), options));

@@ -21,6 +21,7 @@
 #include "plan/plan.hpp"
 #include "report/outputs.hpp"
 #include "session/check.hpp"
+#include "verify/ranks.hpp"
 #include "verify/verify.hpp"
 #include "wrapper/wrapper.hpp"
 
@@ -246,6 +247,7 @@ RunResult run_program(const RunRequest& request) {
       spdlog::debug("loaded {}: {} buffers, {} counters, {} instructions", request.program_path,
                     p.buffers.size(), p.counters.size(), p.instructions.size());
       (void)verify(p);
+      const uint32_t ranks = p.launch.ranks;
       if (gpu.iterations == 0) {
         gpu.iterations = p.launch.passes;
       } else if (gpu.iterations != p.launch.passes) {
@@ -256,12 +258,21 @@ RunResult run_program(const RunRequest& request) {
       report.program_name = p.name;
       report.program_fingerprint = program_fingerprint(p);
       report.instructions = p.instructions.size();
+      // A program with ranks runs as its expansion over them on the CPU backend: every rank's
+      // buffers, outputs NAME.rankR.
+      if (ranks > 1) {
+        if (request.backend == "cuda") refuse_ranks_on_gpu(ranks);
+        p = expand_ranks(p).program;
+      }
       report.timings_ms.emplace_back("load_verify", load_verify.finish());
 
       // The backend (and, for the GPU, its device and target) before the host data, which for a
       // decode step's weights takes minutes: a refusal comes at once.
       backend = request.backend;
-      if (backend == "auto") {
+      if (backend == "auto" && ranks > 1) {
+        backend = "cpu";
+        spdlog::info("{} ranks: running on the CPU backend", ranks);
+      } else if (backend == "auto") {
         std::string why;
         backend = gpu_present(&why) ? "cuda" : "cpu";
         if (backend == "cpu")

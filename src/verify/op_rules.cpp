@@ -194,7 +194,10 @@ private:
              "extent(position) = " + std::to_string(extent(slot)) + " must be 1");
     switch (sig_->id) {
       case OpId::nop:
-      case OpId::fill: break;
+      case OpId::fill:
+      case OpId::all_reduce:  // (the comm ops' rules across ranks: check_ranks)
+      case OpId::send:
+      case OpId::recv: break;
       case OpId::copy: {  // x, y
         require_equal_extent(1, 0);
         const DType x = dtype(0), y = dtype(1);

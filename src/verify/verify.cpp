@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/error.hpp"
+#include "verify/ranks.hpp"
 #include "verify/verify.hpp"
 
 namespace amk {
@@ -74,7 +75,36 @@ void check_launch(const Program& program) {
     throw_program_error("launch.timeout", "/launch/timeout_ms", "timeout must be > 0 ms");
 }
 
+// An error found in a program's expansion over its ranks, told at the program's instruction and
+// rank where it names an instruction of the expansion.
+Error at_rank(const Error& e, const RankExpansion& x) {
+  const std::string prefix = "/instructions/";
+  if (e.where().rfind(prefix, 0) != 0) return e;
+  size_t end = prefix.size();
+  uint64_t n = 0;
+  while (end < e.where().size() && e.where()[end] >= '0' && e.where()[end] <= '9')
+    n = n * 10 + static_cast<uint64_t>(e.where()[end++] - '0');
+  if (end == prefix.size() || n >= x.origin.size()) return e;
+  const RankOrigin o = x.origin[n];
+  return Error(e.kind(), e.code(), prefix + std::to_string(o.instruction) + e.where().substr(end),
+               e.message() + " (on rank " + std::to_string(o.rank) + ")")
+      .with_detail(e.detail());
+}
+
 VerifySummary verify(const Program& program, const VerifyOptions& options) {
+  check_ranks(program);
+  if (program.launch.ranks > 1) {
+    // Each instruction's own rules, then every proof over the expansion: deadlock and hazard
+    // freedom across ranks are those of the one program that holds every rank.
+    check_launch(program);
+    for (uint32_t i = 0; i < program.instructions.size(); ++i) check_instruction(program, i);
+    const RankExpansion x = expand_ranks(program);
+    try {
+      return verify(x.program, options);
+    } catch (const Error& e) {
+      throw at_rank(e, x);
+    }
+  }
   check_launch(program);
   for (uint32_t i = 0; i < program.instructions.size(); ++i) check_instruction(program, i);
   for (uint32_t t = 0; t < program.tma.size(); ++t) check_tma(program, t);

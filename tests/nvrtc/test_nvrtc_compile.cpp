@@ -268,14 +268,16 @@ TEST_CASE("generated source: the config spelled out, only numbers, the TMA table
   CHECK(src.find("#define") == std::string::npos);  // typed config, no macros
   CHECK(src.find("secret_program_name") == std::string::npos);
   CHECK(src.find("w_tma") == std::string::npos);
-  // Every built-in op but feed_token is in the program's list; not a stepped VM.
+  // Every built-in op but feed_token and the comm ops (programs with ranks run on the CPU
+  // backend only) is in the program's list; not a stepped VM.
   const uint32_t retired = 7u << 16, feed = 1u << static_cast<uint32_t>(OpId::feed_token);
-  CHECK(choose_for(b).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired - feed);
+  const uint32_t comm = 7u << static_cast<uint32_t>(OpId::all_reduce);
+  CHECK(choose_for(b).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired - feed - comm);
   CHECK(src.find("c.stepped = false;") != std::string::npos);
   CHECK(src.find("c.early_stop = false;") != std::string::npos);
   // The stepped variant: every built-in op, the stepped and early-stop paths on.
   const Program st = all_ops_program(true);
-  CHECK(choose_for(st).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired);
+  CHECK(choose_for(st).ops.ops == (1u << AMK_OP_ID_END) - 1 - retired - comm);
   const std::string st_src = vm_source(st, choose_for(st), false);
   CHECK(st_src.find("c.stepped = true;") != std::string::npos);
   CHECK(st_src.find("c.early_stop = true;") != std::string::npos);

@@ -54,6 +54,9 @@ TEST_CASE("op ids") {
   CHECK(static_cast<uint16_t>(amk_op::attention_decode) == 14);
   CHECK(static_cast<uint16_t>(amk_op::attention_combine) == 15);
   CHECK(static_cast<uint16_t>(amk_op::feed_token) == 19);
-  CHECK(AMK_OP_ID_END == 20);
+  CHECK(static_cast<uint16_t>(amk_op::all_reduce) == 20);
+  CHECK(static_cast<uint16_t>(amk_op::send) == 21);
+  CHECK(static_cast<uint16_t>(amk_op::recv) == 22);
+  CHECK(AMK_OP_ID_END == 23);
   CHECK(AMK_CUSTOM_OP_BASE == 1000);
 }

@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Programs with ranks (launch.ranks) on the CPU backend: all_reduce sums every rank's view, send /
+# recv copy between ranks, each rank's outputs as NAME.rankR, per-rank inits; against numpy on
+# fresh seeds. The refusals: a deadlock across ranks, an unmatched send, mismatched extents, a comm
+# op in a program of one rank, the GPU backend, .amkb.
+set -u
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+amk="${AMK:?set AMK to the amk binary}"
+. "$root/tests/cli/numpy_python.sh"
+py="$(numpy_python)" || { echo "ranks: no python3 with numpy (set AMK_PYTHON)"; exit 1; }
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+. "$root/tests/cli/expect.sh"
+
+seed=$(( RANDOM % 1000 ))
+# Three ranks: h = 2 x on each, all_reduce(h); rank 0 sends x to rank 2, rank 2 sends its h back
+# to rank 1 after the reduce; queues of their own (as amk schedules) or none.
+write_program() {  # write_program FILE QUEUES(0|1)
+  "$py" - "$1" "$seed" "$2" <<'PY'
+import json, sys
+path, seed, queues = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+p = {"format": "amk.program", "version": 1, "name": "three_ranks",
+     "launch": {"ranks": 3},
+     "buffers": [
+         {"name": "x", "dtype": "f32", "shape": [300],
+          "init": [{"kind": "random", "seed": seed + r, "distribution": "normal", "mean": 0, "std": 1}
+                   for r in range(3)]},
+         {"name": "h", "dtype": "f32", "shape": [300], "output": True},
+         {"name": "got", "dtype": "f32", "shape": [300], "output": True},
+         {"name": "back", "dtype": "f32", "shape": [100], "output": True}],
+     "counters": ["scaled", "reduced"],
+     "instructions": [
+         {"name": "double", "op": "scale", "operands": {"x": "x", "y": "h"}, "params": {"alpha": 2},
+          "signals": [{"counter": "scaled"}]},
+         {"name": "sum", "op": "all_reduce", "operands": {"x": "h"},
+          "waits": [{"counter": "scaled", "value": 1}], "signals": [{"counter": "reduced"}]},
+         {"name": "to2", "op": "send", "operands": {"x": "x"}, "params": {"peer": 2}, "ranks": [0]},
+         {"name": "from0", "op": "recv", "operands": {"y": "got"}, "params": {"peer": 0}, "ranks": [2]},
+         {"name": "h_to1", "op": "send", "operands": {"x": {"buffer": "h", "offset": 200, "extent": 100}},
+          "params": {"peer": 1}, "ranks": [2], "waits": [{"counter": "reduced", "value": 1}]},
+         {"name": "h_from2", "op": "recv", "operands": {"y": "back"}, "params": {"peer": 2}, "ranks": [1]}]}
+if queues:
+    p["queues"] = [["double", "sum", "to2", "from0"], ["h_to1", "h_from2"]]
+json.dump(p, open(path, "w"), indent=1)
+PY
+}
+
+check_outputs() {  # check_outputs DIR DESCRIPTION
+  expect_rc 0 "$2: outputs against numpy" -- "$py" - "$1" <<'PY'
+import numpy as np, sys
+d = sys.argv[1]
+x = [np.load(f"{d}/inputs/x.rank{r}.npy").astype(np.float64) for r in range(3)]
+want = sum(2 * xr for xr in x)
+for r in range(3):
+    h = np.load(f"{d}/h.rank{r}.npy")
+    assert np.abs(h - want).max() <= 1e-5 * np.abs(want).max(), f"h.rank{r}"
+assert np.array_equal(np.load(f"{d}/got.rank2.npy"), x[0].astype(np.float32)), "got.rank2"
+assert np.array_equal(np.load(f"{d}/back.rank1.npy"), np.load(f"{d}/h.rank2.npy")[200:]), "back.rank1"
+assert not np.array_equal(x[0], x[1]), "per-rank inits differ"
+PY
+}
+
+for q in 0 1; do
+  write_program "$tmp/p$q.json" "$q"
+  expect_rc 0 "three ranks (queues $q) run on the CPU" -- "$amk" run "$tmp/p$q.json" --backend cpu \
+    --save-inputs -o "$tmp/out$q"
+  expect_grep "$tmp/out" "h.rank2 f32\[300\]" "each rank's outputs named NAME.rankR"
+  check_outputs "$tmp/out$q" "three ranks, queues $q (seed $seed)"
+done
+expect_rc 0 "auto backend takes the CPU for ranks" -- "$amk" run "$tmp/p0.json" -o "$tmp/auto"
+expect_rc 0 "validate a program with ranks" -- "$amk" validate "$tmp/p1.json"
+expect_rc 0 "convert to JSON keeps the ranks" -- "$amk" convert "$tmp/p1.json" -o "$tmp/c.json"
+expect_rc 0 "the converted program runs alike" -- "$amk" run "$tmp/c.json" --backend cpu -o "$tmp/outc"
+expect_rc 0 "same outputs after the round trip" -- cmp "$tmp/out1/h.rank1.npy" "$tmp/outc/h.rank1.npy"
+
+# edit FILE OUT PYTHON: a variant of the program (j: its JSON).
+edit() {
+  "$py" -c "import json,sys; j=json.load(open(sys.argv[1])); $3; json.dump(j,open(sys.argv[2],'w'))" "$1" "$2"
+}
+# Each rank receives before it sends, both sends waiting for their own rank's recv: a cycle.
+edit "$tmp/p0.json" "$tmp/dead.json" "j['counters'] += ['r0', 'r2']
+ins = {i['name']: i for i in j['instructions']}
+ins['to2']['waits'] = [{'counter': 'r0', 'value': 1}]
+ins['from0']['signals'] = [{'counter': 'r2'}]
+ins['h_to1']['waits'] = [{'counter': 'r2', 'value': 1}]
+ins['h_to1']['params']['peer'] = 0; ins['h_to1']['operands']['x'] = 'x'
+ins['h_from2']['ranks'] = [0]; ins['h_from2']['operands']['y'] = 'got'
+ins['h_from2']['signals'] = [{'counter': 'r0'}]"
+expect_rc 3 "a deadlock across ranks" -- "$amk" validate "$tmp/dead.json"
+expect_grep "$tmp/err" "verify.deadlock" "the cycle across ranks is a deadlock"
+expect_grep "$tmp/err" "on rank" "the deadlock names the rank"
+edit "$tmp/p0.json" "$tmp/unmatched.json" "j['instructions'] = [i for i in j['instructions'] if i['name'] != 'from0']"
+expect_rc 3 "a send without its recv" -- "$amk" validate "$tmp/unmatched.json"
+expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/2:.*no matching recv" "unmatched send named"
+edit "$tmp/p0.json" "$tmp/extent.json" "j['instructions'][3]['operands']['y'] = {'buffer': 'got', 'offset': 0, 'extent': 10}"
+expect_rc 3 "a recv of another extent" -- "$amk" validate "$tmp/extent.json"
+expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/3" "extent mismatch named"
+edit "$tmp/p0.json" "$tmp/self.json" "j['instructions'][2]['params']['peer'] = 0"
+expect_rc 3 "a send to its own rank" -- "$amk" validate "$tmp/self.json"
+expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/2/params/peer" "own rank refused"
+edit "$tmp/p0.json" "$tmp/one.json" "j['launch']['ranks'] = 1; j['buffers'][0]['init'] = j['buffers'][0]['init'][0]
+j['instructions'] = j['instructions'][:2]"
+expect_rc 3 "all_reduce in a program of one rank" -- "$amk" validate "$tmp/one.json"
+expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/1/op" "comm op without ranks refused"
+edit "$tmp/p0.json" "$tmp/inits.json" "j['buffers'][0]['init'] = j['buffers'][0]['init'][:2]"
+expect_rc 3 "two inits for three ranks" -- "$amk" validate "$tmp/inits.json"
+expect_grep "$tmp/err" "\[buffer.init\] at /buffers/0/init" "init count refused"
+edit "$tmp/p0.json" "$tmp/rank9.json" "j['instructions'][2]['ranks'] = [9]"
+expect_rc 3 "an instruction on a rank the program lacks" -- "$amk" validate "$tmp/rank9.json"
+expect_grep "$tmp/err" "\[instruction.ranks\] at /instructions/2/ranks/0" "rank out of range"
+expect_rc 5 "the GPU backend" -- "$amk" run "$tmp/p0.json" --backend cuda -o "$tmp/gpu"
+expect_grep "$tmp/err" "\[device.ranks\] at /launch/ranks" "GPU refusal names launch.ranks"
+[ -e "$tmp/gpu" ] && { fail=$((fail + 1)); echo "FAIL the refused run wrote outputs"; } || pass=$((pass + 1))
+expect_rc 3 ".amkb of a program with ranks" -- "$amk" convert "$tmp/p0.json" -o "$tmp/p.amkb"
+expect_grep "$tmp/err" "/launch/ranks" ".amkb refusal names launch.ranks"
+
+echo "ranks: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "core/numeric.hpp"
 #include "ops/registry.hpp"
 #include "plan/plan.hpp"
+#include "verify/ranks.hpp"
 
 namespace amk {
 
@@ -17,7 +19,10 @@ nlohmann::ordered_json inspect_program(const Program& p, const VerifySummary& su
                                        bool list_buffers, std::ostream& t) {
   PlanOptions popts;
   popts.grid_hint = grid_hint;
-  const Plan plan = make_plan(p, popts);
+  // A program with ranks is planned (and runs) as its expansion over them.
+  const std::optional<RankExpansion> ranks =
+      p.launch.ranks > 1 ? std::optional<RankExpansion>(expand_ranks(p)) : std::nullopt;
+  const Plan plan = make_plan(ranks ? ranks->program : p, popts);
   ordered_json j;
   j["status"] = "ok";
   j["name"] = p.name;
@@ -103,7 +108,8 @@ nlohmann::ordered_json inspect_program(const Program& p, const VerifySummary& su
                  {"block", p.launch.block},
                  {"cluster", {p.launch.cluster[0], p.launch.cluster[1], p.launch.cluster[2]}},
                  {"dynamic_smem", p.launch.dynamic_smem},
-                 {"timeout_ms", p.launch.timeout_ms}};
+                 {"timeout_ms", p.launch.timeout_ms},
+                 {"ranks", p.launch.ranks}};
   j["target"] = {{"min_arch", p.target.min_arch},
                  {"features", feature_names(p.target.features)},
                  {"smem_per_block", p.target.smem_per_block}};
@@ -113,6 +119,10 @@ nlohmann::ordered_json inspect_program(const Program& p, const VerifySummary& su
     << ", grid " << (p.launch.grid == 0 ? std::string("auto") : std::to_string(p.launch.grid))
     << ", block " << p.launch.block << ", dynamic smem " << p.launch.dynamic_smem << " B, timeout "
     << p.launch.timeout_ms << " ms\n";
+  if (ranks)
+    t << "ranks         " << p.launch.ranks << ", run on the CPU backend as one program of "
+      << ranks->program.instructions.size()
+      << " instructions over every rank (queues and critical path above are its)\n";
   if (!p.tma.empty()) t << "tma specs     " << p.tma.size() << "\n";
   if (!p.custom_ops.empty()) t << "custom ops    " << p.custom_ops.size() << "\n";
 

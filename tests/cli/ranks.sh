@@ -69,6 +69,9 @@ for q in 0 1; do
 done
 expect_rc 0 "auto backend takes the CPU for ranks" -- "$amk" run "$tmp/p0.json" -o "$tmp/auto"
 expect_rc 0 "validate a program with ranks" -- "$amk" validate "$tmp/p1.json"
+expect_rc 0 "inspect a program with ranks" -- "$amk" inspect "$tmp/p1.json"
+expect_grep "$tmp/out" "^ranks  *3, run on the CPU backend as one program of 19 instructions" \
+  "inspect says the ranks and plans the expansion"
 expect_rc 0 "convert to JSON keeps the ranks" -- "$amk" convert "$tmp/p1.json" -o "$tmp/c.json"
 expect_rc 0 "the converted program runs alike" -- "$amk" run "$tmp/c.json" --backend cpu -o "$tmp/outc"
 expect_rc 0 "same outputs after the round trip" -- cmp "$tmp/out1/h.rank1.npy" "$tmp/outc/h.rank1.npy"

@@ -366,3 +366,25 @@ def test_stubs_name_every_public_call():
     for cls in (amk.Program, amk.ProgramBuilder, amk.WrapperBuilder, amk.Executable, amk.gen):
         for name in (n for n in dir(cls) if not n.startswith("_")):
             assert f"def {name}(" in stubs, f"{cls.__name__}.{name}"
+
+
+def test_a_program_with_ranks_runs_on_the_cpu_as_its_expansion():
+    p = {"format": "amk.program", "version": 1, "name": "two_ranks", "launch": {"ranks": 2},
+         "buffers": [{"name": "x", "dtype": "f32", "shape": [64],
+                      "init": [{"kind": "random", "seed": 11}, {"kind": "random", "seed": 12}]},
+                     {"name": "h", "dtype": "f32", "shape": [64], "output": True}],
+         "counters": ["c"],
+         "instructions": [
+             {"op": "scale", "operands": {"x": "x", "y": "h"}, "params": {"alpha": 3},
+              "signals": [{"counter": "c"}]},
+             {"op": "all_reduce", "operands": {"x": "h"}, "waits": [{"counter": "c", "value": 1}]}]}
+    with amk.open(amk.Program.from_dict(p), backend="auto") as exe:
+        assert exe.backend == "cpu"  # (the only backend of programs with ranks so far)
+        x = [exe.get(f"x.rank{r}").astype(np.float64) for r in range(2)]
+        exe.launch()
+        want = 3 * (x[0] + x[1])
+        for r in range(2):
+            assert np.abs(exe.get(f"h.rank{r}") - want).max() <= 1e-5 * np.abs(want).max()
+    with pytest.raises(amk.DeviceError) as e:
+        amk.open(amk.Program.from_dict(p), backend="cuda")
+    assert e.value.code in ("device.ranks", "device.unsupported")  # (unsupported: built without CUDA)

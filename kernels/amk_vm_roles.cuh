@@ -21,10 +21,9 @@
 //
 // Every wait on a page or a slot ends when the block stops (amk_state.stop: an op's refusal, a
 // counter wait past the deadline or the abort flag, which it also reads) and is bounded by the
-// launch deadline
-// plus kAmkRoleGraceNs, naming the slot or page it waited on (diag.detail): a block stuck behind
-// a counter names the counter first. A stopping loader waits for the copies it has in flight
-// before its lane ends, so that no copy lands in a finished block.
+// launch deadline plus kAmkRoleGraceNs, naming the slot or page it waited on (diag.detail): a
+// block stuck behind a counter names the counter first. A stopping loader waits for the copies
+// it has in flight before its lane ends, so that no copy lands in a finished block.
 #pragma once
 
 #include "amk_vm.cuh"

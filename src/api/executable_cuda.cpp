@@ -47,19 +47,6 @@ std::string counter_label(const Program& p, uint32_t index) {
   return s;
 }
 
-// What a wait inside a block waited for (diag.counter none): the TMA gemv's tile, or the VM
-// with roles' instruction slot or page (diag.detail, amk_config.h).
-std::string block_wait_label(uint32_t detail) {
-  const std::string i = std::to_string(detail & 0xFFFFFFu);
-  switch (detail & 0xFF000000u) {
-    case kAmkDetailSlotFull: return "instruction slot " + i + " to be filled by the controller";
-    case kAmkDetailSlotFree: return "instruction slot " + i + " to be freed";
-    case kAmkDetailPageFull: return "page " + i + " to be filled by the loader";
-    case kAmkDetailPageFree: return "page " + i + " to be freed by the consumers";
-    default: return "its TMA tile " + std::to_string(detail);
-  }
-}
-
 // One line for a launch the watchdog stopped or an op refused (status timeout | bad_operand).
 std::string diag_message(const Program& p, const amk_diag_t& d, const std::string& status,
                          uint64_t timeout_ms) {
@@ -69,7 +56,7 @@ std::string diag_message(const Program& p, const amk_diag_t& d, const std::strin
                   "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "
                   "waits for %s",
                   static_cast<unsigned long long>(timeout_ms), d.block, d.queue_pos,
-                  instruction_label(p, d.instruction).c_str(), block_wait_label(d.detail).c_str());
+                  instruction_label(p, d.instruction).c_str(), block_wait_text(d.detail).c_str());
   } else if (status == "timeout") {
     std::snprintf(buf, sizeof buf,
                   "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "

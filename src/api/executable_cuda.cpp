@@ -51,7 +51,7 @@ std::string counter_label(const Program& p, uint32_t index) {
 std::string diag_message(const Program& p, const amk_diag_t& d, const std::string& status,
                          uint64_t timeout_ms) {
   char buf[512];
-  if (status == "timeout" && d.counter == 0xFFFFFFFFu) {
+  if (status == "timeout" && d.counter == 0xFFFFFFFFu) {  // (no counter: a wait in the block)
     std::snprintf(buf, sizeof buf,
                   "watchdog stopped the launch after %llu ms: block %u, queue position %u, %s "
                   "waits for %s",

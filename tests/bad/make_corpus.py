@@ -158,6 +158,19 @@ JSON_CASES = [
     ("tma_out_of_buffer", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 128], "box": [64, 8]}])), P, "verify.tma.bounds", "/tma/0"),
     ("tma_bad_swizzle", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 64], "box": [64, 8], "swizzle": "256B"}])), P, "tma.swizzle", "/tma/0/swizzle"),
     ("custom_untrusted", mutate(setp(["custom_ops"], [{"name": "my_op", "operands": ["x"], "params": [], "source": "__device__ void f() {}"}])), P, "custom.untrusted", "/custom_ops"),
+    # Programs with ranks.
+    ("ranks_zero", mutate(setp(["launch", "ranks"], 0)), P, "launch.ranks", "/launch/ranks"),
+    ("ranks_nine", mutate(setp(["launch", "ranks"], 9)), P, "json.range", "/launch/ranks"),
+    ("init_list_one_rank", mutate(setp(["buffers", 0, "init"], [{"kind": "zeros"}, {"kind": "zeros"}])),
+     P, "buffer.init", "/buffers/0/init"),
+    ("instruction_rank_missing", mutate(both(setp(["launch", "ranks"], 2), setp(["instructions", 1, "ranks"], [2]))),
+     P, "instruction.ranks", "/instructions/1/ranks/0"),
+    ("all_reduce_one_rank", mutate(setp(["instructions", 1], {"name": "s0", "op": "all_reduce", "operands": {"x": "z"}})),
+     P, "verify.ranks", "/instructions/1/op"),
+    ("send_unmatched", mutate(both(setp(["launch", "ranks"], 2),
+                                   setp(["instructions", 1], {"name": "s0", "op": "send", "operands": {"x": "z"},
+                                                              "params": {"peer": 1}, "ranks": [0]}))),
+     P, "verify.ranks", "/instructions/1"),
 ]
 
 # Wrapper programs (schemas/wrapper.md): a small valid one, and mutations of it. Its queue arrays

@@ -47,7 +47,11 @@ OpenedProgram opened_program(Program program, const OpenOptions& options) {
   out.program = std::move(program);
   (void)verify(out.program);
   out.ranks = out.program.launch.ranks;
-  if (out.ranks > 1) out.program = expand_ranks(out.program).program;
+  if (out.ranks > 1) {
+    RankExpansion x = expand_ranks(out.program);
+    out.program = std::move(x.program);
+    out.rank_origin = std::move(x.origin);
+  }
   return out;
 }
 

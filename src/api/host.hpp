@@ -17,6 +17,7 @@
 #include "config/vm_config.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
+#include "verify/ranks.hpp"
 #include "wrapper/wrapper.hpp"
 
 namespace amk::detail {
@@ -28,6 +29,7 @@ struct OpenedProgram {
   // expansion over them (buffers NAME.rankR), which only the CPU backend runs.
   Program program;
   uint32_t ranks = 1;
+  std::vector<RankOrigin> rank_origin;  // with ranks: what each instruction of `program` stands for
   std::optional<WrapperProgram> wrapper;  // a wrapper program, loaded and checked
   LoadOptions load;
   VmOverrides vm;

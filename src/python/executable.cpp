@@ -221,7 +221,7 @@ public:
   // `opened`: a program loaded (and verified) for the options; a wrapper program's buffers are
   // its package arrays and tensor arguments, and it runs on the GPU only.
   PyExecutable(detail::OpenedProgram opened, const std::string& backend, const OpenOptions& options)
-      : program_(opened.program), device_(options.device) {
+      : program_(opened.program), rank_origin_(opened.rank_origin), device_(options.device) {
     if (backend != "auto" && backend != "cuda" && backend != "cpu")
       throw usage("usage.backend", "backend",
                   "expected backend 'auto', 'cuda' or 'cpu', got '" + backend + "'");
@@ -357,7 +357,14 @@ public:
     o.iterations = n;
     passes_run_ = 0;
     py::gil_scoped_release unlocked;
-    passes_run_ = run_cpu(program_, plan_, host_, o).passes_run;
+    try {
+      passes_run_ = run_cpu(program_, plan_, host_, o).passes_run;
+    } catch (const Error& e) {
+      if (rank_origin_.empty()) throw;
+      RankExpansion x;  // (a fault of a program with ranks: at its instruction and rank)
+      x.origin = rank_origin_;
+      throw rank_error(e, x);
+    }
   }
 
   // The last launch's passes that ran (fewer after a generation's eos); 0 before one.
@@ -528,6 +535,7 @@ private:
   }
 
   Program program_;
+  std::vector<RankOrigin> rank_origin_;  // a program with ranks: its expansion's origins
   std::string backend_;
   int device_ = 0;
   // backend cuda; shared with the tensors get(torch=True) exported, so its memory outlives

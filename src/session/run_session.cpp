@@ -260,9 +260,11 @@ RunResult run_program(const RunRequest& request) {
       report.instructions = p.instructions.size();
       // A program with ranks runs as its expansion over them on the CPU backend: every rank's
       // buffers, outputs NAME.rankR.
+      std::optional<RankExpansion> expansion;
       if (ranks > 1) {
         if (request.backend == "cuda") refuse_ranks_on_gpu(ranks);
-        p = expand_ranks(p).program;
+        expansion = expand_ranks(p);
+        p = expansion->program;
       }
       report.timings_ms.emplace_back("load_verify", load_verify.finish());
 
@@ -324,7 +326,13 @@ RunResult run_program(const RunRequest& request) {
         CpuRunOptions copts;
         copts.iterations = iterations;
         Phase execute("cpu_execute");
-        CpuRunStats stats = run_cpu(p, plan, result, copts);
+        CpuRunStats stats;
+        try {
+          stats = run_cpu(p, plan, result, copts);
+        } catch (const Error& e) {
+          if (!expansion) throw;
+          throw rank_error(e, *expansion);  // (at the program's instruction and rank)
+        }
         (void)execute.finish();
         report.passes_run = stats.passes_run;
         report.timings_ms.emplace_back("cpu_execute", stats.elapsed_ms);

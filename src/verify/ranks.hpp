@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.hpp"
 #include "program/program.hpp"
 
 namespace amk {
@@ -39,6 +40,10 @@ void check_ranks(const Program& program);
 
 // The expansion of a program that passed check_ranks (a program of one rank: a copy of it).
 [[nodiscard]] RankExpansion expand_ranks(const Program& program);
+
+// An error about an instruction of the expansion (verifier or CPU backend, at
+// /instructions/N...), told at the program's instruction and its rank; others unchanged.
+[[nodiscard]] Error rank_error(const Error& e, const RankExpansion& x);
 
 // device.ranks for a program with ranks on the GPU backend (nothing for one rank): the GPU path
 // across devices is not built yet.

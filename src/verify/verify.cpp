@@ -75,22 +75,6 @@ void check_launch(const Program& program) {
     throw_program_error("launch.timeout", "/launch/timeout_ms", "timeout must be > 0 ms");
 }
 
-// An error found in a program's expansion over its ranks, told at the program's instruction and
-// rank where it names an instruction of the expansion.
-Error at_rank(const Error& e, const RankExpansion& x) {
-  const std::string prefix = "/instructions/";
-  if (e.where().rfind(prefix, 0) != 0) return e;
-  size_t end = prefix.size();
-  uint64_t n = 0;
-  while (end < e.where().size() && e.where()[end] >= '0' && e.where()[end] <= '9')
-    n = n * 10 + static_cast<uint64_t>(e.where()[end++] - '0');
-  if (end == prefix.size() || n >= x.origin.size()) return e;
-  const RankOrigin o = x.origin[n];
-  return Error(e.kind(), e.code(), prefix + std::to_string(o.instruction) + e.where().substr(end),
-               e.message() + " (on rank " + std::to_string(o.rank) + ")")
-      .with_detail(e.detail());
-}
-
 VerifySummary verify(const Program& program, const VerifyOptions& options) {
   check_ranks(program);
   if (program.launch.ranks > 1) {
@@ -102,7 +86,7 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
     try {
       return verify(x.program, options);
     } catch (const Error& e) {
-      throw at_rank(e, x);
+      throw rank_error(e, x);
     }
   }
   check_launch(program);

@@ -2,7 +2,7 @@
 # Programs with ranks (launch.ranks) on the CPU backend: all_reduce sums every rank's view, send /
 # recv copy between ranks, each rank's outputs as NAME.rankR, per-rank inits; against numpy on
 # fresh seeds. The refusals: a deadlock across ranks, an unmatched send, mismatched extents, a comm
-# op in a program of one rank, the GPU backend, .amkb.
+# op in a program of one rank, a fault on one rank (named), the GPU backend, .amkb.
 set -u
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 amk="${AMK:?set AMK to the amk binary}"
@@ -111,6 +111,20 @@ expect_grep "$tmp/err" "\[buffer.init\] at /buffers/0/init" "init count refused"
 edit "$tmp/p0.json" "$tmp/rank9.json" "j['instructions'][2]['ranks'] = [9]"
 expect_rc 3 "an instruction on a rank the program lacks" -- "$amk" validate "$tmp/rank9.json"
 expect_grep "$tmp/err" "\[instruction.ranks\] at /instructions/2/ranks/0" "rank out of range"
+# A fault on one rank names the instruction and the rank; nothing is written.
+cat > "$tmp/emb.json" <<'EOF'
+{"format": "amk.program", "version": 1, "name": "bad_id", "launch": {"ranks": 2},
+ "buffers": [
+  {"name": "table", "dtype": "f32", "shape": [4, 8], "init": {"kind": "random", "seed": 3}},
+  {"name": "ids", "dtype": "i32", "shape": [1],
+   "init": [{"kind": "values", "values": [1]}, {"kind": "values", "values": [9]}]},
+  {"name": "y", "dtype": "f32", "shape": [8], "output": true}],
+ "counters": [],
+ "instructions": [{"name": "lookup", "op": "embedding", "operands": {"table": "table", "ids": "ids", "y": "y"}}]}
+EOF
+expect_rc 3 "an id out of range on rank 1" -- "$amk" run "$tmp/emb.json" --backend cpu -o "$tmp/emb"
+expect_grep "$tmp/err" "\[run.embedding.id\] at /instructions/0: .*(on rank 1)" "the fault names its rank"
+[ -e "$tmp/emb" ] && { fail=$((fail + 1)); echo "FAIL the failed run wrote outputs"; } || pass=$((pass + 1))
 expect_rc 5 "the GPU backend" -- "$amk" run "$tmp/p0.json" --backend cuda -o "$tmp/gpu"
 expect_grep "$tmp/err" "\[device.ranks\] at /launch/ranks" "GPU refusal names launch.ranks"
 [ -e "$tmp/gpu" ] && { fail=$((fail + 1)); echo "FAIL the refused run wrote outputs"; } || pass=$((pass + 1))

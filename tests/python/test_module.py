@@ -388,3 +388,18 @@ def test_a_program_with_ranks_runs_on_the_cpu_as_its_expansion():
     with pytest.raises(amk.DeviceError) as e:
         amk.open(amk.Program.from_dict(p), backend="cuda")
     assert e.value.code in ("device.ranks", "device.unsupported")  # (unsupported: built without CUDA)
+
+
+def test_a_fault_on_one_rank_names_the_instruction_and_the_rank():
+    p = {"format": "amk.program", "version": 1, "name": "bad_id", "launch": {"ranks": 2},
+         "buffers": [{"name": "table", "dtype": "f32", "shape": [4, 8]},
+                     {"name": "ids", "dtype": "i32", "shape": [1],
+                      "init": [{"kind": "values", "values": [1]}, {"kind": "values", "values": [9]}]},
+                     {"name": "y", "dtype": "f32", "shape": [8], "output": True}],
+         "counters": [],
+         "instructions": [{"op": "embedding", "operands": {"table": "table", "ids": "ids", "y": "y"}}]}
+    with amk.open(amk.Program.from_dict(p), backend="cpu") as exe:
+        with pytest.raises(amk.Error) as e:
+            exe.launch()
+    assert e.value.where == "/instructions/0"
+    assert "(on rank 1)" in str(e.value)

@@ -123,9 +123,24 @@ constexpr uint32_t kAmkMaxPages = 12;
 constexpr uint32_t kAmkRoleSlots = 4;
 constexpr uint32_t kAmkRoleAccRows = 2048;      // a gemv instruction's rows (the facts' limit)
 constexpr uint32_t kAmkRoleMaxXFloats = 16384;  // a gemv's K (the facts' limit)
+// Byte offsets of the layout's parts in dynamic shared memory (the device's amk_roles_layout and
+// the host's size both read them): pages, x', row sums, slots, slot steps (16 bytes each), then
+// the pages' full and free mbarriers and the slots' (8 bytes each); `end` is the size.
+struct amk_roles_offsets {
+  uint32_t xs, acc, slots, slot_step, bars, end;
+};
+AMK_HD constexpr amk_roles_offsets amk_roles_layout_of(uint32_t pages, uint32_t x_floats) {
+  amk_roles_offsets o{};
+  o.xs = pages * kAmkPageBytes;
+  o.acc = o.xs + x_floats * 4;
+  o.slots = o.acc + kAmkRoleAccRows * 4;
+  o.slot_step = o.slots + kAmkRoleSlots * AMK_INSTRUCTION_BYTES;
+  o.bars = o.slot_step + kAmkRoleSlots * 16;
+  o.end = o.bars + (2 * pages + 2 * kAmkRoleSlots) * 8;
+  return o;
+}
 AMK_HD constexpr uint32_t amk_roles_smem_bytes(uint32_t pages, uint32_t x_floats) {
-  return pages * kAmkPageBytes + x_floats * 4 + kAmkRoleAccRows * 4 +
-         kAmkRoleSlots * (AMK_INSTRUCTION_BYTES + 16) + (2 * pages + 2 * kAmkRoleSlots) * 8;
+  return amk_roles_layout_of(pages, x_floats).end;
 }
 // diag.detail of a timeout on a wait inside the block (diag.counter none): what it waited for.
 constexpr uint32_t kAmkDetailSlotFull = 0x01000000u;  // | slot: the controller's copy

@@ -50,19 +50,15 @@ struct amk_roles_smem {
   __device__ __forceinline__ uint32_t bar(uint32_t base, uint32_t i) const { return base + 8 * i; }
 };
 __device__ __forceinline__ amk_roles_smem amk_roles_layout() {
+  constexpr amk_roles_offsets o = amk_roles_layout_of(kAmkPages, kAmkCfg.roles_x_floats);
   amk_roles_smem s;
   unsigned char* p = amk_dynamic_smem;
   s.pages = p;
-  p += kAmkPages * kAmkPageBytes;
-  s.xs = reinterpret_cast<float*>(p);
-  p += kAmkCfg.roles_x_floats * 4;
-  s.acc = reinterpret_cast<float*>(p);
-  p += kAmkRoleAccRows * 4;
-  s.slots = reinterpret_cast<amk_instruction_t*>(p);
-  p += kAmkRoleSlots * AMK_INSTRUCTION_BYTES;
-  s.slot_step = reinterpret_cast<uint32_t*>(p);
-  p += kAmkRoleSlots * 16;
-  s.page_full = amk_smem_addr(p);
+  s.xs = reinterpret_cast<float*>(p + o.xs);
+  s.acc = reinterpret_cast<float*>(p + o.acc);
+  s.slots = reinterpret_cast<amk_instruction_t*>(p + o.slots);
+  s.slot_step = reinterpret_cast<uint32_t*>(p + o.slot_step);
+  s.page_full = amk_smem_addr(p + o.bars);
   s.page_free = s.page_full + 8 * kAmkPages;
   s.slot_full = s.page_free + 8 * kAmkPages;
   s.slot_free = s.slot_full + 8 * kAmkRoleSlots;

@@ -139,3 +139,18 @@ struct amk_step_wait {
   }
 };
 // (amk_no_wait, for ops whose waits the VM already ran, is in amk_device.cuh.)
+
+// early_stop: at the block's first step of `pass`, whether it ends there: feed_token met its eos
+// two or more passes before (the stop word, after the counters). The verifier proves that every
+// queue, by the end of pass q - 1, has waited on feed_token's pass q - 2, so every block sees a
+// word set then and all of them end before the same pass. Thread 0 reads the word; every thread
+// of the op threads' barrier gets the answer.
+__device__ __forceinline__ bool amk_stop_word_ends(const amk_device_program_t& prog,
+                                                   uint32_t pass) {
+  bool end = false;
+  if (threadIdx.x == 0) {
+    const uint32_t w = amk_ld_relaxed(prog.counters + prog.n_counters);
+    end = w != 0 && w + 2 <= pass;
+  }
+  return amk_sync_or(end) != 0;
+}

@@ -305,18 +305,9 @@ __device__ __forceinline__ void amk_vm_main(const amk_device_program_t& prog,
         qpos %= len;
       }
       if constexpr (kAmkCfg.early_stop) {
-        // The block's first step of a pass: it ends here once feed_token met eos two or more
-        // passes before. The verifier proves that every queue, by the end of pass q - 1, has
-        // waited on feed_token's pass q - 2, so every block sees a stop word set then and all
-        // of them end before the same pass (one word read a pass, by thread 0).
-        if (pass != stop_checked) {
+        if (pass != stop_checked) {  // the block's first step of a pass (amk_sync.cuh)
           stop_checked = pass;
-          bool end = false;
-          if (threadIdx.x == 0) {
-            const uint32_t w = amk_ld_relaxed(prog.counters + prog.n_counters);
-            end = w != 0 && w + 2 <= pass;
-          }
-          if (__syncthreads_or(end)) return;
+          if (amk_stop_word_ends(prog, pass)) return;
           dirty = false;
         }
       }

@@ -354,12 +354,7 @@ __device__ __forceinline__ void amk_roles_consumers(const amk_device_program_t& 
       // or more passes before (the loader and the controller then stop at their next wait).
       if (pass != stop_checked) {
         stop_checked = pass;
-        bool end = false;
-        if (threadIdx.x == 0) {
-          const uint32_t w = amk_ld_relaxed(prog.counters + prog.n_counters);
-          end = w != 0 && w + 2 <= pass;
-        }
-        if (amk_sync_or(end)) {
+        if (amk_stop_word_ends(prog, pass)) {
           if (threadIdx.x == 0) *static_cast<volatile uint32_t*>(&amk_state.stop) = 1;
           return;
         }

@@ -361,9 +361,7 @@ public:
       passes_run_ = run_cpu(program_, plan_, host_, o).passes_run;
     } catch (const Error& e) {
       if (rank_origin_.empty()) throw;
-      RankExpansion x;  // (a fault of a program with ranks: at its instruction and rank)
-      x.origin = rank_origin_;
-      throw rank_error(e, x);
+      throw rank_error(e, rank_origin_);  // (a program with ranks: at its instruction and rank)
     }
   }
 

@@ -260,11 +260,12 @@ RunResult run_program(const RunRequest& request) {
       report.instructions = p.instructions.size();
       // A program with ranks runs as its expansion over them on the CPU backend: every rank's
       // buffers, outputs NAME.rankR.
-      std::optional<RankExpansion> expansion;
+      std::vector<RankOrigin> rank_origin;  // what each instruction of the expansion stands for
       if (ranks > 1) {
         if (request.backend == "cuda") refuse_ranks_on_gpu(ranks);
-        expansion = expand_ranks(p);
-        p = expansion->program;
+        RankExpansion x = expand_ranks(p);
+        p = std::move(x.program);
+        rank_origin = std::move(x.origin);
       }
       report.timings_ms.emplace_back("load_verify", load_verify.finish());
 
@@ -330,8 +331,8 @@ RunResult run_program(const RunRequest& request) {
         try {
           stats = run_cpu(p, plan, result, copts);
         } catch (const Error& e) {
-          if (!expansion) throw;
-          throw rank_error(e, *expansion);  // (at the program's instruction and rank)
+          if (rank_origin.empty()) throw;
+          throw rank_error(e, rank_origin);  // (at the program's instruction and rank)
         }
         (void)execute.finish();
         report.passes_run = stats.passes_run;

@@ -292,15 +292,15 @@ void check_ranks(const Program& p) {
   if (R > 1) (void)match_p2p(p);
 }
 
-Error rank_error(const Error& e, const RankExpansion& x) {
+Error rank_error(const Error& e, std::span<const RankOrigin> origin) {
   const std::string prefix = "/instructions/";
   if (e.where().rfind(prefix, 0) != 0) return e;
   size_t end = prefix.size();
   uint64_t n = 0;
   while (end < e.where().size() && e.where()[end] >= '0' && e.where()[end] <= '9' && n < (1u << 30))
     n = n * 10 + static_cast<uint64_t>(e.where()[end++] - '0');
-  if (end == prefix.size() || n >= x.origin.size()) return e;
-  const RankOrigin o = x.origin[n];
+  if (end == prefix.size() || n >= origin.size()) return e;
+  const RankOrigin o = origin[n];
   return Error(e.kind(), e.code(), prefix + std::to_string(o.instruction) + e.where().substr(end),
                e.message() + " (on rank " + std::to_string(o.rank) + ")")
       .with_detail(e.detail());

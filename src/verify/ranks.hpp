@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,7 @@ void check_ranks(const Program& program);
 
 // An error about an instruction of the expansion (verifier or CPU backend, at
 // /instructions/N...), told at the program's instruction and its rank; others unchanged.
-[[nodiscard]] Error rank_error(const Error& e, const RankExpansion& x);
+[[nodiscard]] Error rank_error(const Error& e, std::span<const RankOrigin> origin);
 
 // device.ranks for a program with ranks on the GPU backend (nothing for one rank): the GPU path
 // across devices is not built yet.

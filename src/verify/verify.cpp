@@ -86,7 +86,7 @@ VerifySummary verify(const Program& program, const VerifyOptions& options) {
     try {
       return verify(x.program, options);
     } catch (const Error& e) {
-      throw rank_error(e, x);
+      throw rank_error(e, x.origin);
     }
   }
   check_launch(program);

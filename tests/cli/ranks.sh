@@ -92,25 +92,25 @@ ins['h_from2']['signals'] = [{'counter': 'r0'}]"
 expect_rc 3 "a deadlock across ranks" -- "$amk" validate "$tmp/dead.json"
 expect_grep "$tmp/err" "verify.deadlock" "the cycle across ranks is a deadlock"
 expect_grep "$tmp/err" "on rank" "the deadlock names the rank"
-edit "$tmp/p0.json" "$tmp/unmatched.json" "j['instructions'] = [i for i in j['instructions'] if i['name'] != 'from0']"
-expect_rc 3 "a send without its recv" -- "$amk" validate "$tmp/unmatched.json"
-expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/2:.*no matching recv" "unmatched send named"
-edit "$tmp/p0.json" "$tmp/extent.json" "j['instructions'][3]['operands']['y'] = {'buffer': 'got', 'offset': 0, 'extent': 10}"
-expect_rc 3 "a recv of another extent" -- "$amk" validate "$tmp/extent.json"
-expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/3" "extent mismatch named"
-edit "$tmp/p0.json" "$tmp/self.json" "j['instructions'][2]['params']['peer'] = 0"
-expect_rc 3 "a send to its own rank" -- "$amk" validate "$tmp/self.json"
-expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/2/params/peer" "own rank refused"
-edit "$tmp/p0.json" "$tmp/one.json" "j['launch']['ranks'] = 1; j['buffers'][0]['init'] = j['buffers'][0]['init'][0]
-j['instructions'] = j['instructions'][:2]"
-expect_rc 3 "all_reduce in a program of one rank" -- "$amk" validate "$tmp/one.json"
-expect_grep "$tmp/err" "\[verify.ranks\] at /instructions/1/op" "comm op without ranks refused"
-edit "$tmp/p0.json" "$tmp/inits.json" "j['buffers'][0]['init'] = j['buffers'][0]['init'][:2]"
-expect_rc 3 "two inits for three ranks" -- "$amk" validate "$tmp/inits.json"
-expect_grep "$tmp/err" "\[buffer.init\] at /buffers/0/init" "init count refused"
-edit "$tmp/p0.json" "$tmp/rank9.json" "j['instructions'][2]['ranks'] = [9]"
-expect_rc 3 "an instruction on a rank the program lacks" -- "$amk" validate "$tmp/rank9.json"
-expect_grep "$tmp/err" "\[instruction.ranks\] at /instructions/2/ranks/0" "rank out of range"
+# refused NAME EDIT PATTERN WHAT: the program edited by EDIT fails validate (exit 3) with PATTERN.
+refused() {
+  edit "$tmp/p0.json" "$tmp/$1.json" "$2"
+  expect_rc 3 "$4" -- "$amk" validate "$tmp/$1.json"
+  expect_grep "$tmp/err" "$3" "$4: the error and its place"
+}
+refused unmatched "j['instructions'] = [i for i in j['instructions'] if i['name'] != 'from0']" \
+  "\[verify.ranks\] at /instructions/2:.*no matching recv" "a send without its recv"
+refused extent "j['instructions'][3]['operands']['y'] = {'buffer': 'got', 'offset': 0, 'extent': 10}" \
+  "\[verify.ranks\] at /instructions/3" "a recv of another extent"
+refused self "j['instructions'][2]['params']['peer'] = 0" \
+  "\[verify.ranks\] at /instructions/2/params/peer" "a send to its own rank"
+refused one "j['launch']['ranks'] = 1; j['buffers'][0]['init'] = j['buffers'][0]['init'][0]
+j['instructions'] = j['instructions'][:2]" \
+  "\[verify.ranks\] at /instructions/1/op" "all_reduce in a program of one rank"
+refused inits "j['buffers'][0]['init'] = j['buffers'][0]['init'][:2]" \
+  "\[buffer.init\] at /buffers/0/init" "two inits for three ranks"
+refused rank9 "j['instructions'][2]['ranks'] = [9]" \
+  "\[instruction.ranks\] at /instructions/2/ranks/0" "an instruction on a rank the program lacks"
 # A fault on one rank names the instruction and the rank; nothing is written.
 cat > "$tmp/emb.json" <<'EOF'
 {"format": "amk.program", "version": 1, "name": "bad_id", "launch": {"ranks": 2},

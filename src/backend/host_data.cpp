@@ -84,7 +84,17 @@ std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
   const std::string where = "/buffers/" + std::to_string(index) + "/init";
   const size_t item = dtype_size(buffer.dtype);
   const uint64_t bytes = checked_buffer_bytes(program, index);
-  const uint64_t elements = bytes / item;
+  uint64_t elements = bytes / item;
+  // A window reads the whole tensor from its file, then keeps the block (random fills the
+  // block directly).
+  const bool window = !init.window_of.empty() && init.kind != InitKind::random;
+  if (window) {
+    elements = 1;
+    for (uint64_t d : init.window_of) elements *= d;  // (bounded by the loader: init.window)
+  }
+  auto block = [&](std::vector<std::byte> tensor) {
+    return window ? window_gather(init, buffer.shape, tensor, item) : tensor;
+  };
   switch (init.kind) {
     case InitKind::zeros: return host_bytes(bytes);
     case InitKind::constant: {
@@ -93,7 +103,7 @@ std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
       for (uint64_t i = 0; i < elements; ++i) std::memcpy(out.data() + i * item, one.data(), item);
       return out;
     }
-    case InitKind::random: return random_fill(init, buffer.dtype, elements, where);
+    case InitKind::random: return random_fill(init, buffer.dtype, elements, where, buffer.shape);
     case InitKind::values:
       if (init.data.size() != bytes) {
         throw_program_error("init.values.count", where + "/values",
@@ -102,14 +112,14 @@ std::vector<std::byte> materialize_one(const Program& program, uint32_t index,
       }
       return init.data;
     case InitKind::npy:
-      return read_npy(resolve_data_path(program, init.path, where + "/path", options), buffer.dtype,
-                      elements, where + "/path");
+      return block(read_npy(resolve_data_path(program, init.path, where + "/path", options),
+                            buffer.dtype, elements, where + "/path"));
     case InitKind::raw:
       return read_raw(resolve_data_path(program, init.path, where + "/path", options), init.offset,
                       buffer.dtype, elements, where + "/path");
     case InitKind::safetensors:
-      return read_safetensors(resolve_data_path(program, init.path, where + "/path", options),
-                              init.tensor, buffer.dtype, elements, where + "/path");
+      return block(read_safetensors(resolve_data_path(program, init.path, where + "/path", options),
+                                    init.tensor, buffer.dtype, elements, where + "/path"));
   }
   throw_program_error("init.kind", where + "/kind", "unknown init kind");
 }

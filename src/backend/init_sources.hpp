@@ -30,9 +30,25 @@ namespace amk {
 // Element i before it is stored (the double that store_element rounds to the dtype).
 [[nodiscard]] double random_value(const BufferInit& init, DType dtype, uint64_t i) noexcept;
 
-// Checks the init's parameters (`init.random.range`, `init.random.std`) and fills.
+// Checks the init's parameters (`init.random.range`, `init.random.std`) and fills. With a
+// window (init.window_of), `shape` is the buffer's and element i is the tensor's element
+// window_element(init, shape, i): the block of the tensor that the whole fill would make.
 [[nodiscard]] std::vector<std::byte> random_fill(const BufferInit& init, DType dtype,
-                                                 uint64_t elements, const std::string& where);
+                                                 uint64_t elements, const std::string& where,
+                                                 const std::vector<uint64_t>& shape = {});
+
+// ---- windows ----
+
+// Element i (row-major) of a buffer of shape `shape` whose init reads the block at
+// init.window_at of a tensor of shape init.window_of: that element's index in the tensor
+// (i itself without a window).
+[[nodiscard]] uint64_t window_element(const BufferInit& init, const std::vector<uint64_t>& shape,
+                                      uint64_t i) noexcept;
+// The window's block of `tensor` (the whole tensor's elements, `item` bytes each).
+[[nodiscard]] std::vector<std::byte> window_gather(const BufferInit& init,
+                                                   const std::vector<uint64_t>& shape,
+                                                   const std::vector<std::byte>& tensor,
+                                                   size_t item);
 
 // ---- files ----
 

@@ -82,6 +82,7 @@ std::optional<FileRange> locate(const Program& program, uint32_t index,
   const BufferInit& init = b.init;
   const std::string where = "/buffers/" + std::to_string(index) + "/init/path";
   const uint64_t elements = checked_buffer_bytes(program, index) / dtype_size(b.dtype);
+  if (!init.window_of.empty()) return std::nullopt;  // (a block of the file's tensor: read)
   switch (init.kind) {
     case InitKind::npy:
       return locate_npy(resolve_data_path(program, init.path, where, options), b.dtype, elements,

@@ -3,6 +3,7 @@
 // schemas/init.md is the normative description; keep the two in step.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <string>
 #include <thread>
@@ -72,8 +73,35 @@ double random_value(const BufferInit& init, DType dtype, uint64_t i) noexcept {
   return v;
 }
 
+uint64_t window_element(const BufferInit& init, const std::vector<uint64_t>& shape,
+                        uint64_t i) noexcept {
+  if (init.window_of.empty()) return i;
+  // Coordinates of i in the buffer, last dimension first, shifted by `at`, then Horner over
+  // the tensor's shape.
+  uint64_t t = 0, stride = 1;
+  for (size_t d = shape.size(); d-- > 0;) {
+    t += (i % shape[d] + init.window_at[d]) * stride;
+    i /= shape[d];
+    stride *= init.window_of[d];
+  }
+  return t;
+}
+
+std::vector<std::byte> window_gather(const BufferInit& init, const std::vector<uint64_t>& shape,
+                                     const std::vector<std::byte>& tensor, size_t item) {
+  uint64_t elements = 1;
+  for (uint64_t d : shape) elements *= d;
+  std::vector<std::byte> out = host_bytes(elements * item);
+  // Runs of the last dimension are contiguous in both.
+  const uint64_t run = shape.empty() ? 1 : shape.back();
+  for (uint64_t i = 0; i < elements; i += run)
+    std::memcpy(out.data() + i * item, tensor.data() + window_element(init, shape, i) * item,
+                run * item);
+  return out;
+}
+
 std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t elements,
-                                   const std::string& where) {
+                                   const std::string& where, const std::vector<uint64_t>& shape) {
   const bool is_float = dtype_is_float(dtype);
   if (!std::isfinite(init.a) || !std::isfinite(init.b)) {
     throw_program_error("init.random.range", where,
@@ -122,7 +150,8 @@ std::vector<std::byte> random_fill(const BufferInit& init, DType dtype, uint64_t
   // give the same bytes (weights of a 1B-parameter model: ~30 s on one core).
   auto fill = [&](uint64_t begin, uint64_t end) {
     for (uint64_t i = begin; i < end; ++i)
-      store_element(out.data(), dtype, i, random_value(init, dtype, i));
+      store_element(out.data(), dtype, i,
+                    random_value(init, dtype, window_element(init, shape, i)));
   };
   constexpr uint64_t kPerThreadMin = uint64_t{1} << 20;
   const uint64_t threads = std::min<uint64_t>(

@@ -817,6 +817,9 @@ std::vector<std::byte> write_meta(const Program& p, uint64_t& data_end) {
   for (size_t i = 0; i < p.buffers.size(); ++i) {
     const Buffer& b = p.buffers[i];
     const std::string where = "/buffers/" + std::to_string(i);
+    if (!b.init.window_of.empty())
+      encode_fail(where + "/init/window", "an init window is written as JSON only (.amkb has no "
+                                          "init windows yet)");
     o.str(b.name, where + "/name");
     o.u8(static_cast<uint8_t>(b.dtype));
     o.u8(b.output ? 1 : 0);

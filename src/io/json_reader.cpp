@@ -754,7 +754,7 @@ private:
       std::string_view dist = "uniform";
       if (auto m = member(j, "distribution")) dist = get_string(*m, loc / "distribution");
       if (dist == "uniform") {
-        check_keys(j, loc, {"kind", "seed", "distribution", "low", "high"});
+        check_keys(j, loc, {"kind", "seed", "distribution", "low", "high", "window"});
         init.distribution = Distribution::uniform;
         init.a = opt_number(j, loc, "low", -1.0);
         init.b = opt_number(j, loc, "high", 1.0);
@@ -763,7 +763,7 @@ private:
                "expected high > low, found low " + json(init.a).dump() + " and high " +
                    json(init.b).dump());
       } else if (dist == "normal") {
-        check_keys(j, loc, {"kind", "seed", "distribution", "mean", "std"});
+        check_keys(j, loc, {"kind", "seed", "distribution", "mean", "std", "window"});
         init.distribution = Distribution::normal;
         init.a = opt_number(j, loc, "mean", 0.0);
         init.b = opt_number(j, loc, "std", 1.0);
@@ -779,7 +779,7 @@ private:
       init.kind = InitKind::values;
       read_values(required(j, loc, "values"), loc / "values", b, elements);
     } else if (kind == "npy") {
-      check_keys(j, loc, {"kind", "path"});
+      check_keys(j, loc, {"kind", "path", "window"});
       init.kind = InitKind::npy;
       init.path = read_path(j, loc);
     } else if (kind == "raw") {
@@ -788,7 +788,7 @@ private:
       init.path = read_path(j, loc);
       init.offset = opt_uint(j, loc, "offset", kU64Max, 0);
     } else if (kind == "safetensors") {
-      check_keys(j, loc, {"kind", "path", "tensor"});
+      check_keys(j, loc, {"kind", "path", "tensor", "window"});
       init.kind = InitKind::safetensors;
       init.path = read_path(j, loc);
       init.tensor = get_string(required(j, loc, "tensor"), loc / "tensor");
@@ -799,6 +799,44 @@ private:
            "expected one of zeros constant random values npy raw safetensors, found " +
                describe(kind_j));
     }
+    if (auto m = member(j, "window")) read_window(*m, loc / "window", b);
+  }
+
+  // {"of": [tensor shape], "at": [offsets]}: the buffer is the block of its shape at `at`.
+  static void read_window(const Value& j, const Loc& loc, Buffer& b) {
+    expect_object(j, loc);
+    check_keys(j, loc, {"of", "at"});
+    const size_t dims = b.shape.size();
+    auto dims_of = [&](const char* key, std::vector<uint64_t>& out) {
+      const Value& a = required(j, loc, key);
+      expect_array(a, loc / key);
+      if (a.size() != dims)
+        fail("init.window", loc / key,
+             "expected " + std::to_string(dims) +
+                 " entries (one a dimension of the buffer's shape), found " +
+                 std::to_string(a.size()));
+      for (size_t d = 0; d < a.size(); ++d) out.push_back(get_uint(a[d], loc / key / d, kU64Max));
+    };
+    BufferInit& init = b.init;
+    dims_of("of", init.window_of);
+    dims_of("at", init.window_at);
+    uint64_t elements = 1;
+    for (size_t d = 0; d < dims; ++d) {
+      const uint64_t of = init.window_of[d], at = init.window_at[d];
+      if (of == 0) fail("init.window", loc / "of" / d, "expected a positive dimension, found 0");
+      if (at > of || b.shape[d] > of - at)
+        fail("init.window", loc / "at" / d,
+             "the block [" + std::to_string(at) + ", " + std::to_string(at) + " + " +
+                 std::to_string(b.shape[d]) + ") of dimension " + std::to_string(d) +
+                 " is past the tensor's " + std::to_string(of));
+      const auto e = checked_mul(elements, of);
+      if (!e) fail("init.window", loc / "of", "the tensor's element count overflows 64 bits");
+      elements = *e;
+    }
+    const auto bytes = checked_mul(elements, dtype_size(b.dtype));
+    if (!bytes || *bytes > kMaxBufferBytes)
+      fail("init.window", loc / "of",
+           "expected a tensor of at most " + std::to_string(kMaxBufferBytes) + " bytes");
   }
 
   static std::string read_path(const Value& j, const Loc& loc) {

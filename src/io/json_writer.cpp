@@ -332,6 +332,13 @@ private:
         throw_program_error("init.kind", where + "/kind",
                             "unknown init kind " + num(static_cast<unsigned>(init.kind)));
     }
+    if (!init.window_of.empty()) {
+      out_ += ", \"window\": {\"of\": ";
+      uint_array(init.window_of);
+      out_ += ", \"at\": ";
+      uint_array(init.window_at);
+      out_ += '}';
+    }
     out_ += '}';
   }
 

@@ -84,6 +84,9 @@ struct BufferInit {
   std::string path;             // npy / raw / safetensors: as written in the program
   uint64_t offset = 0;          // raw: byte offset in the file
   std::string tensor;           // safetensors: tensor name
+  // random / npy / safetensors: the buffer is the block at offsets `window_at` of a tensor of
+  // shape `window_of` (one entry a dimension of the buffer); both empty: the whole tensor.
+  std::vector<uint64_t> window_of, window_at;
 
   bool operator==(const BufferInit&) const = default;
 };

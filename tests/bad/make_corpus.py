@@ -171,6 +171,14 @@ JSON_CASES = [
                                    setp(["instructions", 1], {"name": "s0", "op": "send", "operands": {"x": "z"},
                                                               "params": {"peer": 1}, "ranks": [0]}))),
      P, "verify.ranks", "/instructions/1"),
+    # Init windows.
+    ("window_past_tensor", mutate(setp(["buffers", 1, "init", "window"], {"of": [128, 256], "at": [65, 0]})),
+     P, "init.window", "/buffers/1/init/window/at/0"),
+    ("window_dims", mutate(setp(["buffers", 1, "init", "window"], {"of": [64 * 256], "at": [0]})),
+     P, "init.window", "/buffers/1/init/window/of"),
+    ("window_on_values", mutate(setp(["buffers", 3, "init"], {"kind": "constant", "value": 1,
+                                                             "window": {"of": [128], "at": [0]}})),
+     P, "json.unknown_key", "/buffers/3/init/window"),
 ]
 
 # Wrapper programs (schemas/wrapper.md): a small valid one, and mutations of it. Its queue arrays

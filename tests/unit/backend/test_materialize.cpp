@@ -37,6 +37,50 @@ TEST_CASE("every init kind") {
   CHECK(materialize_buffer(p, 4) == h.data[4]);
 }
 
+TEST_CASE("windows: a block of the whole tensor, filled at random or read from a file") {
+  TempDir dir;
+  EveryInit e = every_init_program(dir);
+  Program& p = e.program;
+  // Random: blocks of a [6, 8] normal fill hold what the whole fill has there.
+  BufferInit whole = init_of(InitKind::random);
+  whole.seed = 11;
+  whole.distribution = Distribution::normal;
+  whole.a = 0.5;
+  whole.b = 2.0;
+  const uint32_t first = static_cast<uint32_t>(p.buffers.size());
+  p.buffers.push_back(with_init(make_buffer("whole", DType::f32, {6, 8}), whole));
+  const std::vector<std::pair<uint64_t, uint64_t>> at = {{0, 0}, {2, 3}, {4, 3}};
+  for (const auto& [r, c] : at) {
+    BufferInit w = whole;
+    w.window_of = {6, 8};
+    w.window_at = {r, c};
+    p.buffers.push_back(with_init(make_buffer("block", DType::f32, {2, 5}), w));
+  }
+  // A file: the npy tensor is f32 [2, 2]; its second row, and its second column.
+  BufferInit row = p.buffers[4].init, column = row;
+  row.window_of = column.window_of = {2, 2};
+  row.window_at = {1, 0};
+  column.window_at = {0, 1};
+  p.buffers.push_back(with_init(make_buffer("row", DType::f32, {1, 2}), row));
+  p.buffers.push_back(with_init(make_buffer("column", DType::f32, {2, 1}), column));
+
+  const HostBuffers h = materialize_all(p);
+  const std::vector<float> all = values_of<float>(h.data[first]);
+  for (size_t k = 0; k < at.size(); ++k) {
+    const std::vector<float> block = values_of<float>(h.data[first + 1 + k]);
+    REQUIRE(block.size() == 10);
+    for (uint64_t i = 0; i < 2; ++i)
+      for (uint64_t j = 0; j < 5; ++j)
+        CHECK(block[i * 5 + j] == all[(at[k].first + i) * 8 + at[k].second + j]);
+  }
+  const std::vector<float>& v = e.npy_values;
+  CHECK(values_of<float>(h.data[first + 4]) == std::vector<float>{v[2], v[3]});
+  CHECK(values_of<float>(h.data[first + 5]) == std::vector<float>{v[1], v[3]});
+  // A tensor of another size than the window's: the file's error, at the buffer's init.
+  p.buffers[first + 4].init.window_of = {4, 2};
+  CHECK(error_code([&] { (void)materialize_buffer(p, first + 4); }).rfind("init.npy", 0) == 0);
+}
+
 TEST_CASE("constants that do not fit the dtype are refused") {
   Program p;
   BufferInit c = init_of(InitKind::constant);

@@ -284,6 +284,11 @@ void add_gen_llama_options(CLI::App* cmd, GenLlamaOptions& o) {
                   "dtype of the KV caches: bf16 (the default, as the weights) or f32 (the stored "
                   "rows unrounded, twice the bytes)")
       ->check(CLI::IsMember({"bf16", "f32"}));
+  cmd->add_option("--tp", o.gen.tp,
+                  "tensor-parallel ranks (1..8; default 1): a program with ranks, each holding "
+                  "its share of the heads, kv heads and MLP columns (blocks of the whole "
+                  "weights) and all-reducing the o_proj and down outputs; runs on the CPU "
+                  "backend");
   cmd->add_option("--weights", o.weights,
                   ".safetensors with Hugging Face names (shapes checked against the preset)");
   cmd->add_option("--write-weights", o.write_weights,

@@ -110,7 +110,8 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   }
   // The end-of-sequence id the launch stops at: --eos, else the program's eos input.
   std::optional<int64_t> eos = o.model.eos;
-  if (!o.program.empty()) {  // a program without the generated ids is refused before it runs
+  uint32_t ranks = o.model.gen.tp;  // (a program with ranks: rank 0's ids, it picks the tokens)
+  if (!o.program.empty()) {         // a program without the generated ids is refused before it runs
     const Program p = load_program_file(program, LoadOptions{});
     const auto find = [&](std::string_view name) -> const Buffer* {
       for (const Buffer& b : p.buffers)
@@ -129,6 +130,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
                           "the program has no 'eos' input to stop at: write it again with amk "
                           "gen llama --steps N (this amk adds one), or give --eos there");
     if (!eos) eos = gen::program_eos(p);
+    ranks = p.launch.ranks;
   }
   if (eos && *eos < 0) eos.reset();  // (-1: none)
   if (o.out_dir.empty() && !scratch) scratch.emplace();
@@ -151,7 +153,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   const RunResult run = run_program(req);
 
   // The launch wrote nothing after the first eos (feed_token): the ids end there.
-  std::vector<int64_t> ids = read_ids(out, "ids");
+  std::vector<int64_t> ids = read_ids(out, ranks > 1 ? "ids.rank0" : "ids");
   bool stopped = false;
   if (eos) {
     if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end()) {

@@ -308,7 +308,7 @@ void use_hf_checkpoint(Program& program, const HfCheckpoint& ck, const ProgramPa
   for (size_t i = 0; i < program.buffers.size(); ++i) {
     if (!is_weight(program.buffers[i])) continue;
     program.buffers[i].dtype = inits[i].first;
-    program.buffers[i].init = std::move(inits[i].second);
+    set_file_init(program.buffers[i], inits[i].second);
   }
 }
 

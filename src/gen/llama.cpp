@@ -5,6 +5,7 @@
 #include <limits>
 #include <fstream>
 #include <initializer_list>
+#include <tuple>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -297,6 +298,17 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                       std::to_string(r.steps) + " steps need a cache of " + std::to_string(need) +
                       " positions; --context is " + std::to_string(*o.context));
   }
+  if (o.tp < 1 || o.tp > kMaxRanks)
+    usage_error("usage.gen.tp", "--tp",
+                "tensor-parallel ranks must be in 1.." + std::to_string(kMaxRanks) + ", got " +
+                    std::to_string(o.tp));
+  for (const auto& [key, n] : {std::pair<const char*, uint32_t>{"num_attention_heads", r.cfg.heads},
+                               {"num_key_value_heads", r.cfg.kv_heads},
+                               {"intermediate_size", r.cfg.ffn}})
+    if (n % o.tp != 0)
+      usage_error("usage.gen.tp", "--tp",
+                  "--tp " + std::to_string(o.tp) + " splits " + key + " (" + std::to_string(n) +
+                      ") over the ranks: it must divide it");
   if (o.kv_dtype != DType::bf16 && o.kv_dtype != DType::f32)
     usage_error("usage.gen.kv_dtype", "--kv-dtype", "the KV caches are bf16 or f32");
   r.kv_dtype = o.kv_dtype;
@@ -329,11 +341,12 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                 "attention");
   if (o.grid > kMaxQueues)
     usage_error("usage.gen.grid", "--grid", "grid must be in 1.." + std::to_string(kMaxQueues));
-  if (o.combine_heads > r.cfg.kv_heads)
+  const LlamaConfig rank = rank_config(r.cfg, o.tp);  // (the whole config without --tp)
+  if (o.combine_heads > rank.kv_heads)
     usage_error("usage.gen.combine_heads", "--combine-heads",
-                "combine-heads must be in 0.." + std::to_string(r.cfg.kv_heads) +
-                    " (the preset's kv heads; 0: chosen for the grid), got " +
-                    std::to_string(o.combine_heads));
+                "combine-heads must be in 0.." + std::to_string(rank.kv_heads) +
+                    " (the preset's kv heads" + (o.tp > 1 ? std::string(" a rank") : "") +
+                    "; 0: chosen for the grid), got " + std::to_string(o.combine_heads));
   const bool oproj_allowed = o.fused && o.combine_heads == 0;
   if (o.combine_oproj.value_or(false) && !oproj_allowed)
     usage_error("usage.gen.layout", "--combine",
@@ -346,9 +359,9 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
     // the chunks are at most the split target (the chunking generate_llama uses).
     const uint64_t target = o.grid ? o.grid : kDefaultSplitTarget;
     const uint64_t hd = r.cfg.head_dim;
-    const Chunking k = attention_chunking(r.cfg, r.context, target, o.attn_chunks, true);
+    const Chunking k = attention_chunking(rank, r.context, target, o.attn_chunks, true);
     r.combine_oproj = hd % 8 == 0 && hd <= 256 && 4 * k.len * hd <= 65536 &&
-                      uint64_t{r.cfg.heads} * k.count <= target;
+                      uint64_t{rank.heads} * k.count <= target;
   }
   if (o.mlp_bf16 && !o.fused)
     usage_error("usage.gen.layout", "--mlp-act",
@@ -357,9 +370,34 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
   return r;
 }
 
+LlamaConfig rank_config(const LlamaConfig& cfg, uint32_t tp) {
+  LlamaConfig c = cfg;
+  c.heads /= tp;
+  c.kv_heads /= tp;
+  c.ffn /= tp;
+  return c;
+}
+
+const std::vector<uint64_t>& tensor_shape(const Buffer& b) {
+  return b.rank_inits.empty() || b.rank_inits[0].window_of.empty() ? b.shape
+                                                                   : b.rank_inits[0].window_of;
+}
+
+void set_file_init(Buffer& b, const BufferInit& init) {
+  for (BufferInit& each : b.rank_inits) {
+    BufferInit w = init;
+    w.window_of = each.window_of;
+    w.window_at = each.window_at;
+    each = std::move(w);
+  }
+  b.init = b.rank_inits.empty() ? init : b.rank_inits[0];
+}
+
 Program generate_llama(const LlamaOptions& o) {
   const ResolvedLlama r = resolve_llama(o);
-  const LlamaConfig& c = r.cfg;
+  const LlamaConfig& whole = r.cfg;
+  const LlamaConfig c = rank_config(whole, o.tp);  // one rank's heads and MLP columns
+  const uint32_t tp = o.tp;
   const uint64_t T = r.context, pos = T - 1;
   const bool generating = r.steps > 0;  // runtime position, several passes, feed_token
   const uint64_t H = c.hidden, hd = c.head_dim, nkv = c.kv_heads, group = c.heads / c.kv_heads;
@@ -371,15 +409,18 @@ Program generate_llama(const LlamaOptions& o) {
   p.description =
       std::string("Llama decode step, batch 1 (amk gen llama ") +
       (o.config ? "--from " : "--preset ") + c.preset + "): hidden " + std::to_string(H) + ", " +
-      std::to_string(c.layers) + " layers, " + std::to_string(c.heads) + " heads / " +
-      std::to_string(nkv) + " kv heads of " + std::to_string(hd) + ", ffn " + std::to_string(F) +
-      ", vocab " + std::to_string(V) + ", context " + std::to_string(T) +
-      " (new token at position " + std::to_string(pos) + ")" +
+      std::to_string(c.layers) + " layers, " + std::to_string(whole.heads) + " heads / " +
+      std::to_string(whole.kv_heads) + " kv heads of " + std::to_string(hd) + ", ffn " +
+      std::to_string(whole.ffn) + ", vocab " + std::to_string(V) + ", context " +
+      std::to_string(T) + " (new token at position " + std::to_string(pos) + ")" +
       (generating ? std::string("; generation: prompt of ") + std::to_string(r.prompt.size()) +
                         " tokens + " + std::to_string(r.steps) + " new, one pass a token"
                   : std::string()) +
       (r.kv_dtype == DType::f32 ? ". bf16 weights, f32 KV caches, f32 activations"
                                 : ". bf16 weights and KV caches, f32 activations") +
+      (tp > 1 ? "; tensor parallel over " + std::to_string(tp) +
+                    " ranks (heads, kv heads and MLP columns split; o_proj and down all-reduced)"
+              : std::string()) +
       (o.mlp_bf16 ? std::string(" (the MLP's in bf16)") : std::string()) + "; " +
       (r.combine_oproj
            ? std::string("attention chunks of one query head, merged by the o_proj gemvs; ")
@@ -389,10 +430,22 @@ Program generate_llama(const LlamaOptions& o) {
                     : std::string("unfused layer, RoPE inside attention."));
   p.launch.grid = o.grid;
   p.launch.passes = r.passes;
+  p.launch.ranks = tp;
   Builder b(p);
 
+  // Rank 0 alone, or every other rank (--tp).
+  auto rank_list = [tp](bool first) {
+    std::vector<uint32_t> ranks;
+    for (uint32_t rank = first ? 0 : 1; rank < (first ? 1 : tp); ++rank) ranks.push_back(rank);
+    return ranks;
+  };
+
   // ---- weights and caches (seeded random; use_safetensors may repoint them) ----
+  // With --tp, a tensor the ranks split is a window of the whole tensor for each rank: the
+  // dimension the split shrinks, at rank * its share (the same elements the whole tensor's
+  // seeded fill has there).
   const std::vector<TensorSpec> tensors = llama_tensors(c, static_cast<uint32_t>(T), r.kv_dtype);
+  const std::vector<TensorSpec> wholes = llama_tensors(whole, static_cast<uint32_t>(T), r.kv_dtype);
   std::map<std::string, uint32_t> buf;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const TensorSpec& t = tensors[i];
@@ -400,7 +453,19 @@ Program generate_llama(const LlamaOptions& o) {
     BufferInit init = t.role == TensorRole::norm       ? uniform_init(seed, 0.8, 1.2)
                       : t.role == TensorRole::kv_cache ? normal_init(seed, 0.0, 1.0)
                                                        : normal_init(seed, 0.0, 0.02);
-    buf[t.name] = b.buffer(t.name, t.dtype, t.shape, init);
+    const uint32_t id = b.buffer(t.name, t.dtype, t.shape, init);
+    buf[t.name] = id;
+    if (t.shape == wholes[i].shape) continue;
+    Buffer& split = p.buffers[id];
+    for (uint32_t rank = 0; rank < tp; ++rank) {
+      BufferInit w = init;
+      w.window_of = wholes[i].shape;
+      w.window_at.assign(t.shape.size(), 0);
+      for (size_t d = 0; d < t.shape.size(); ++d)
+        if (t.shape[d] != wholes[i].shape[d]) w.window_at[d] = rank * t.shape[d];
+      split.rank_inits.push_back(std::move(w));
+    }
+    split.init = split.rank_inits[0];
   }
   const uint32_t embed = buf.at("model.embed_tokens.weight");
   const uint32_t lm_head = c.tied_embeddings ? embed : buf.at("lm_head.weight");
@@ -459,19 +524,38 @@ Program generate_llama(const LlamaOptions& o) {
           ++seg->need[s];
         }
       }
-      b.add(name + "." + std::to_string(n), "gemv",
-            {{"w", slice(w, r0 * K, nr * K)},
-             {"x", b.whole(x)},
-             {"y", slice(y, r0, nr)},
-             {"residual", e.residual ? slice(*e.residual, r0, nr) : none},
-             {"norm", e.norm ? b.whole(*e.norm) : none},
-             {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
-            {{"eps", c.rms_eps},
-             {"head_dim", static_cast<double>(e.combine_hd)},
-             {"heads", static_cast<double>(e.combine_heads)}},
-            waits, std::move(signals));
+      // With --tp the rows' sum over the ranks is all-reduced afterwards: rank 0 adds the
+      // residual, the other ranks run the same rows without it (`NAME.part`).
+      const bool split = tp > 1 && e.residual;
+      for (const bool with_residual : {true, false}) {
+        if (!with_residual && !split) break;
+        const std::string at = name + "." + std::to_string(n) + (with_residual ? "" : ".part");
+        const uint32_t in =
+            b.add(at, "gemv",
+                  {{"w", slice(w, r0 * K, nr * K)},
+                   {"x", b.whole(x)},
+                   {"y", slice(y, r0, nr)},
+                   {"residual", e.residual && with_residual ? slice(*e.residual, r0, nr) : none},
+                   {"norm", e.norm ? b.whole(*e.norm) : none},
+                   {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
+                  {{"eps", c.rms_eps},
+                   {"head_dim", static_cast<double>(e.combine_hd)},
+                   {"heads", static_cast<double>(e.combine_heads)}},
+                  waits, signals);
+        if (split) p.instructions[in].ranks = rank_list(with_residual);
+      }
     }
     return n;
+  };
+  // The all-reduce of a vector the ranks each wrote their part of (after `need` signals of
+  // `counter`); returns the counter and count that its readers wait for (no --tp: the writers').
+  auto all_reduce = [&](const std::string& name, uint32_t x, uint32_t counter,
+                        uint32_t need) -> std::pair<uint32_t, uint32_t> {
+    if (tp == 1) return {counter, need};
+    const uint32_t summed = b.counter(name + ".sum");
+    b.add(name + ".all_reduce", "all_reduce", {{"x", b.whole(x)}}, {}, {{counter, need}},
+          {{summed, 1}});
+    return {summed, 1};
   };
 
   // Attention chunking (attention_chunking): (kv head, chunk) or (query head, chunk) instructions.
@@ -514,7 +598,9 @@ Program generate_llama(const LlamaOptions& o) {
   const uint32_t c_feed = generating ? b.counter("feed_token") : 0;
   const uint32_t c_cache = generating ? b.counter("kv_cache") : 0;
   std::vector<Wait> embed_waits;
-  if (generating) embed_waits.push_back({c_feed, 1, true});
+  // (with --tp: rank 0's sends of the token, each counting 1, or the receive of it, counting
+  // tp - 1)
+  if (generating) embed_waits.push_back({c_feed, tp > 1 ? tp - 1 : 1, true});
   b.add("embed", "embedding",
         {{"table", b.whole(embed)}, {"ids", b.whole(token_buf)}, {"y", b.whole(x)}}, {},
         std::move(embed_waits), {{x_ready, 1}});
@@ -753,17 +839,16 @@ Program generate_llama(const LlamaOptions& o) {
     if (o.fused) {
       qkv_gemvs(x, {.norm = buf.at(wp + "input_layernorm.weight")}, {{x_ready, x_need}});
       add_attention_with_rope();
-      const uint32_t no = add_o_proj();
+      const auto h_ready = all_reduce(L + "h", h, c_h, add_o_proj());
       const uint32_t ng = gemv_rows(L + "gate_up_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
                                     glu_chunk, h, mlp,
                                     {.norm = buf.at(wp + "post_attention_layernorm.weight"),
                                      .w2 = buf.at(wp + "mlp.up_proj.weight")},
-                                    {{c_h, no}}, c_mlp);
+                                    {{h_ready.first, h_ready.second}}, c_mlp);
       const uint32_t nd = gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F,
                                     down_chunk, mlp, x_next, {.residual = h}, {{c_mlp, ng}}, c_x);
       x = x_next;
-      x_ready = c_x;
-      x_need = nd;
+      std::tie(x_ready, x_need) = all_reduce("x." + std::to_string(l + 1), x_next, c_x, nd);
       continue;
     }
 
@@ -802,12 +887,12 @@ Program generate_llama(const LlamaOptions& o) {
         }
       }
     }
-    const uint32_t no = add_o_proj();
+    const auto h_ready = all_reduce(L + "h", h, c_h, add_o_proj());
     b.add(L + "post_norm", "rmsnorm",
           {{"x", b.whole(h)},
            {"weight", b.whole(buf.at(wp + "post_attention_layernorm.weight"))},
            {"y", b.whole(hn)}},
-          {{"eps", c.rms_eps}}, {{c_h, no}}, {{c_hn, 1}});
+          {{"eps", c.rms_eps}}, {{h_ready.first, h_ready.second}}, {{c_hn, 1}});
     const uint32_t ng = gemv_rows(L + "gate_proj", buf.at(wp + "mlp.gate_proj.weight"), F, H,
                                   gu_chunk, hn, gate, {}, {{c_hn, 1}}, c_gate);
     const uint32_t nu = gemv_rows(L + "up_proj", buf.at(wp + "mlp.up_proj.weight"), F, H, gu_chunk,
@@ -826,8 +911,7 @@ Program generate_llama(const LlamaOptions& o) {
         gemv_rows(L + "down_proj", buf.at(wp + "mlp.down_proj.weight"), H, F, down_chunk, mlp,
                   x_next, {.residual = h}, {{c_mlp, mlp_need}}, c_x);
     x = x_next;
-    x_ready = c_x;
-    x_need = nd;
+    std::tie(x_ready, x_need) = all_reduce("x." + std::to_string(l + 1), x_next, c_x, nd);
   }
 
   // ---- head ----
@@ -886,15 +970,35 @@ Program generate_llama(const LlamaOptions& o) {
     const uint32_t all =
         o.all_logits ? b.buffer("all_logits", DType::f32, {r.passes, V}, {}, true) : kNoBuffer;
     const uint64_t appends = uint64_t{2} * nkv * c.layers;
-    b.add("feed_token", "feed_token",
-          {{"index", b.whole(next)},
-           {"prompt", b.whole(prompt)},
-           {"token", b.whole(token_buf)},
-           {"ids", b.whole(ids)},
-           {"logits", o.all_logits ? b.whole(logits) : none},
-           {"all_logits", o.all_logits ? b.whole(all) : none},
-           {"eos", b.whole(eos)}},
-          {}, {{c_next, 1}, {c_cache, static_cast<uint32_t>(appends)}}, {{c_feed, 1}});
+    // With --tp rank 0 picks each next token (and stops at the eos) and sends it to the other
+    // ranks, whose receive stands where their feed would: after their step's argmax and cache
+    // appends, before their next embedding. Every rank then reads rank 0's token, and the end
+    // of the launch follows one decision. Rank 0's next embedding waits for its sends.
+    const uint32_t c_picked = tp > 1 ? b.counter("token_picked") : c_feed;
+    const uint32_t feed =
+        b.add("feed_token", "feed_token",
+              {{"index", b.whole(next)},
+               {"prompt", b.whole(prompt)},
+               {"token", b.whole(token_buf)},
+               {"ids", b.whole(ids)},
+               {"logits", o.all_logits ? b.whole(logits) : none},
+               {"all_logits", o.all_logits ? b.whole(all) : none},
+               {"eos", b.whole(eos)}},
+              {}, {{c_next, 1}, {c_cache, static_cast<uint32_t>(appends)}}, {{c_picked, 1}});
+    if (tp > 1) {
+      p.instructions[feed].ranks = rank_list(true);
+      for (uint32_t rank = 1; rank < tp; ++rank) {
+        const std::string R = std::to_string(rank);
+        const uint32_t send =
+            b.add("token.to_rank" + R, "send", {{"x", b.whole(token_buf)}},
+                  {{"peer", static_cast<double>(rank)}}, {{c_picked, 1}}, {{c_feed, 1}});
+        p.instructions[send].ranks = {0};
+        const uint32_t recv =
+            b.add("token.from_rank0." + R, "recv", {{"y", b.whole(token_buf)}}, {{"peer", 0.0}},
+                  {{c_next, 1}, {c_cache, static_cast<uint32_t>(appends)}}, {{c_feed, tp - 1}});
+        p.instructions[recv].ranks = {rank};
+      }
+    }
   }
 
   if (o.grid) p.queues = b.queues(o.grid);
@@ -996,14 +1100,14 @@ void use_safetensors(Program& program, const SafetensorsHeader& header,
     const auto it = header.tensors.find(b.name);
     // (when_present: a cache the file has for another context stays seeded random too)
     if (is_kv && kv == KvFromFile::when_present &&
-        (it == header.tensors.end() || it->second.shape != b.shape))
+        (it == header.tensors.end() || it->second.shape != tensor_shape(b)))
       continue;
     if (it == header.tensors.end()) {
       throw_program_error("gen.weights.missing", b.name,
                           "the weights file has no tensor '" + b.name + "'");
     }
     b.dtype = check_safetensors_tensor(b, it->second, b.name);
-    b.init = safetensors_init(program_path, b.name);
+    set_file_init(b, safetensors_init(program_path, b.name));
   }
 }
 
@@ -1014,15 +1118,18 @@ DType check_safetensors_tensor(const Buffer& b, const SafetensorsEntry& e,
     throw_program_error("gen.weights.dtype", where,
                         "tensor '" + b.name + "' has dtype " + e.dtype +
                             "; expected BF16 (F16 and F32 are accepted)");
-  if (e.shape != b.shape)
+  const std::vector<uint64_t>& shape = tensor_shape(b);
+  if (e.shape != shape)
     throw_program_error("gen.weights.shape", where,
                         "tensor '" + b.name + "' has shape " + shape_text(e.shape) +
-                            ", the program needs " + shape_text(b.shape));
-  if (e.end - e.begin != b.elements() * dtype_size(*dt))
+                            ", the program needs " + shape_text(shape));
+  uint64_t elements = 1;
+  for (uint64_t d : shape) elements *= d;
+  if (e.end - e.begin != elements * dtype_size(*dt))
     throw_program_error("gen.weights.shape", where,
                         "tensor '" + b.name + "' spans " + std::to_string(e.end - e.begin) +
                             " bytes, its shape needs " +
-                            std::to_string(b.elements() * dtype_size(*dt)));
+                            std::to_string(elements * dtype_size(*dt)));
   return *dt;
 }
 

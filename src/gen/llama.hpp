@@ -113,6 +113,12 @@ struct LlamaOptions {
   // The KV caches' dtype: bf16 (the default, as the weights) or f32 (no rounding of the stored
   // rows, twice the bytes).
   DType kv_dtype = DType::bf16;
+  // Tensor-parallel ranks (--tp): each rank holds heads / tp query heads, kv_heads / tp kv
+  // heads and ffn / tp MLP columns (row blocks of q/k/v, gate and up, column blocks of o_proj
+  // and down, read as windows of the whole tensors), and all-reduces the o_proj and down
+  // outputs; rank 0 alone adds the residuals. The embedding, the norms and the head are
+  // replicated.
+  uint32_t tp = 1;
 };
 
 // One tensor the program reads from weights (or the KV prefill), under its file name.
@@ -143,6 +149,15 @@ struct ResolvedLlama {
   DType kv_dtype = DType::bf16;
 };
 [[nodiscard]] ResolvedLlama resolve_llama(const LlamaOptions& options);
+
+// One rank's share of a config split over `tp` tensor-parallel ranks (heads, kv heads, ffn).
+[[nodiscard]] LlamaConfig rank_config(const LlamaConfig& cfg, uint32_t tp);
+// The shape of the tensor a buffer's init reads: its window's tensor where its ranks read
+// blocks of one (a tensor-parallel weight), else its own shape.
+[[nodiscard]] const std::vector<uint64_t>& tensor_shape(const Buffer& b);
+// Points buffer b at a file's tensor: `init` (a file init of the whole tensor) for every rank,
+// each rank keeping its window of it.
+void set_file_init(Buffer& b, const BufferInit& init);
 
 // The program, with seeded random weights and KV prefill.
 [[nodiscard]] Program generate_llama(const LlamaOptions& options);

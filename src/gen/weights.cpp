@@ -26,6 +26,17 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
     t.dtype = it->dtype;
     index.push_back(static_cast<uint32_t>(it - program.buffers.begin()));
   }
+  // A tensor-parallel program's split weights are windows of the whole tensors: the file holds
+  // the whole ones, filled as the program's inits would fill them without the windows.
+  Program whole = program;
+  for (Buffer& b : whole.buffers) {
+    if (b.rank_inits.empty() || b.rank_inits[0].window_of.empty()) continue;
+    b.shape = b.rank_inits[0].window_of;
+    b.init = b.rank_inits[0];
+    b.init.window_of.clear();
+    b.init.window_at.clear();
+    b.rank_inits.clear();
+  }
   const auto header = safetensors_header_bytes(
       tensors, {{"format", "pt"}, {"amk.config", llama_config_json(r, options)}});
 
@@ -49,9 +60,8 @@ void write_llama_safetensors(Program& program, const ResolvedLlama& r, const Lla
       const size_t last = std::min(index.size(), first + threads);
       std::vector<std::future<std::vector<std::byte>>> jobs;
       for (size_t i = first; i < last; ++i)
-        jobs.push_back(std::async(std::launch::async, [&program, b = index[i]] {
-          return materialize_buffer(program, b);
-        }));
+        jobs.push_back(std::async(std::launch::async,
+                                  [&whole, b = index[i]] { return materialize_buffer(whole, b); }));
       for (auto& j : jobs) {
         const std::vector<std::byte> data = j.get();
         out.write(reinterpret_cast<const char*>(data.data()),

@@ -92,7 +92,7 @@ class gen:
     @staticmethod
     def llama(preset: str = "tiny", layers: Optional[int] = None, context: Optional[int] = None,
               seed: int = 0, steps: int = 0, prompt: Sequence[int] = (), all_logits: bool = False,
-              kv_dtype: str = "bf16", eos: int = -1) -> Program: ...
+              kv_dtype: str = "bf16", eos: int = -1, tp: int = 1) -> Program: ...
 
 class Executable:
     @property

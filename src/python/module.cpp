@@ -218,7 +218,7 @@ PYBIND11_MODULE(amk, m) {
       "llama",
       [](const std::string& preset, std::optional<uint32_t> layers, std::optional<uint32_t> context,
          uint64_t seed, uint32_t steps, const std::vector<int64_t>& prompt, bool all_logits,
-         const std::string& kv_dtype, int64_t eos) {
+         const std::string& kv_dtype, int64_t eos, uint32_t tp) {
         gen::LlamaOptions o;
         o.preset = preset;
         o.layers = layers;
@@ -229,12 +229,13 @@ PYBIND11_MODULE(amk, m) {
         o.all_logits = all_logits;
         o.kv_dtype = kv_dtype_of(kv_dtype);
         o.eos = eos;
+        o.tp = tp;
         return gen::generate_llama(o);
       },
       py::arg("preset") = "tiny", py::arg("layers") = std::nullopt,
       py::arg("context") = std::nullopt, py::arg("seed") = 0, py::arg("steps") = 0,
       py::arg("prompt") = std::vector<int64_t>{}, py::arg("all_logits") = false,
-      py::arg("kv_dtype") = "bf16", py::arg("eos") = -1,
+      py::arg("kv_dtype") = "bf16", py::arg("eos") = -1, py::arg("tp") = 1,
       "a Llama decode-step program (amk gen llama); with steps and prompt, a generation (eos: "
-      "its end-of-sequence id, -1 none)");
+      "its end-of-sequence id, -1 none); tp: tensor-parallel ranks (a program with ranks)");
 }

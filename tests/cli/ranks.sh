@@ -131,5 +131,55 @@ expect_grep "$tmp/err" "\[device.ranks\] at /launch/ranks" "GPU refusal names la
 expect_rc 3 ".amkb of a program with ranks" -- "$amk" convert "$tmp/p0.json" -o "$tmp/p.amkb"
 expect_grep "$tmp/err" "/launch/ranks" ".amkb refusal names launch.ranks"
 
+
+# amk gen llama --tp: the tiny model split over ranks equals the single-rank program on the same
+# seeded weights (every rank's logits, each rank's next token), fused and unfused, the weights
+# random or read as windows of a file; generation: rank 0's ids equal the single rank's, and
+# amk generate stops both at the same eos.
+same_logits() {  # same_logits ONE_DIR TP_DIR RANKS DESCRIPTION
+  expect_rc 0 "$4" -- "$py" - "$1" "$2" "$3" <<'PY'
+import numpy as np, sys
+one, tp, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
+want = np.load(f"{one}/act.logits.npy").astype(np.float64)
+for r in range(ranks):
+    got = np.load(f"{tp}/act.logits.rank{r}.npy").astype(np.float64)
+    err = np.abs(got - want).max() / np.abs(want).max()
+    assert err <= 1e-5, f"rank {r}: normalized error {err:.3g}"
+    assert np.array_equal(np.load(f"{tp}/next_token.rank{r}.npy"), np.load(f"{one}/next_token.npy")), r
+PY
+}
+for lay in "" "--unfused"; do
+  gs=$(( seed + 1 ))
+  "$amk" -q gen llama --preset tiny --seed $gs $lay -o "$tmp/llama1.json"
+  "$amk" -q gen llama --preset tiny --seed $gs $lay --tp 2 -o "$tmp/llama2.json"
+  expect_rc 0 "tiny --tp 2 ${lay:-fused} runs on the CPU" -- "$amk" run "$tmp/llama2.json" -o "$tmp/l2"
+  expect_rc 0 "tiny ${lay:-fused} on one rank" -- "$amk" run "$tmp/llama1.json" --backend cpu -o "$tmp/l1"
+  same_logits "$tmp/l1" "$tmp/l2" 2 "tiny --tp 2 ${lay:-fused} equals one rank (seed $gs)"
+done
+expect_grep "$tmp/llama2.json" '"all_reduce"' "the tensor-parallel program all-reduces"
+"$amk" -q gen llama --preset tiny --layers 1 --tp 2 --write-weights "$tmp/w.safetensors" -o "$tmp/w2.json"
+"$amk" -q gen llama --preset tiny --layers 1 --weights "$tmp/w.safetensors" -o "$tmp/w1.json"
+"$amk" -q gen llama --preset tiny --layers 1 --tp 2 --weights "$tmp/w.safetensors" -o "$tmp/w2r.json"
+expect_grep "$tmp/w2r.json" '"window"' "the ranks read windows of the file's tensors"
+for f in w1 w2 w2r; do "$amk" -q run "$tmp/$f.json" --backend cpu -o "$tmp/o_$f"; done
+same_logits "$tmp/o_w1" "$tmp/o_w2" 2 "--tp 2 --write-weights writes the whole tensors"
+same_logits "$tmp/o_w1" "$tmp/o_w2r" 2 "--tp 2 --weights reads the ranks' blocks of them"
+"$amk" -q gen llama --preset tiny --seed 3 --steps 6 --prompt 3,5,7 -o "$tmp/g1.json"
+"$amk" -q gen llama --preset tiny --seed 3 --steps 6 --prompt 3,5,7 --tp 2 -o "$tmp/g2.json"
+for f in g1 g2; do "$amk" --json generate "$tmp/$f.json" --backend cpu > "$tmp/$f.out"; done
+ids=$(json_field "$tmp/g1.out" "j['ids']")
+expect_rc 0 "generation --tp 2: rank 0's ids equal one rank's" -- \
+  test "$(json_field "$tmp/g2.out" "j['ids']")" = "$ids"
+eos=$(json_field "$tmp/g1.out" "j['ids'][2]")
+for f in g1 g2; do "$amk" --json generate "$tmp/$f.json" --backend cpu --eos "$eos" > "$tmp/$f.eos"; done
+expect_rc 0 "generation --tp 2 stops at the eos where one rank does" -- \
+  test "$(json_field "$tmp/g2.eos" "j['ids'], j['steps']")" = "$(json_field "$tmp/g1.eos" "j['ids'], j['steps']")"
+expect_rc 0 "... the ids end at its first eos" -- test "$(json_field "$tmp/g1.eos" "j['ids']")" = \
+  "$("$py" -c "ids = $ids; print(ids[:ids.index($eos) + 1])")"
+expect_rc 2 "--tp 3 over 4 heads" -- "$amk" gen llama --preset tiny --tp 3 -o "$tmp/t3.json"
+expect_grep "$tmp/err" "\[usage.gen.tp\] at --tp: .*num_attention_heads (4)" "the refusal names the config key"
+expect_rc 3 "--tp 2 into .amkb" -- "$amk" gen llama --preset tiny --tp 2 -o "$tmp/t2.amkb"
+expect_grep "$tmp/err" "/launch/ranks" ".amkb refusal of --tp names launch.ranks"
+
 echo "ranks: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -403,3 +403,18 @@ def test_a_fault_on_one_rank_names_the_instruction_and_the_rank():
             exe.launch()
     assert e.value.where == "/instructions/0"
     assert "(on rank 1)" in str(e.value)
+
+
+def test_a_tensor_parallel_llama_equals_the_one_rank_program():
+    one, two = amk.gen.llama(seed=5), amk.gen.llama(seed=5, tp=2)
+    assert two.to_dict()["launch"]["ranks"] == 2 and two.validate()["status"] == "ok"
+    with amk.open(one, backend="cpu") as a, amk.open(two, backend="cpu") as b:
+        a.launch()
+        b.launch()
+        want = a.get("act.logits").astype(np.float64)
+        for r in range(2):
+            got = b.get(f"act.logits.rank{r}").astype(np.float64)
+            assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max(), r
+    with pytest.raises(amk.UsageError) as e:
+        amk.gen.llama(tp=3)  # 4 heads
+    assert e.value.code == "usage.gen.tp"

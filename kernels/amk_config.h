@@ -30,7 +30,6 @@ struct amk_vm_config {
   bool stepped = false;          // stepped-program paths: carried waits, the pass, positions
   bool early_stop = false;       // feed_token may end the launch at eos (the stop word)
   uint32_t buffers = 0;          // entries of the buffer table (smem_buffers)
-  uint32_t roles_x_floats = 0;   // the VM with roles: gemv's staged x' (its largest K, x4)
 
   // ---- tuning: the chooser picks each; `--vm FIELD=VALUE` overrides ----
   bool smem_buffers = false;      // the buffer table copied into shared memory at block start
@@ -46,7 +45,6 @@ struct amk_vm_config {
   bool attn_split = false;         // the tiled path's split score and output stages
   uint32_t attn_split_heads = 4;   // query heads a lane carries in the split stages
   bool attn_row8 = false;          // one-head chunks: stages with eight lanes a row
-  uint32_t roles_pages = 0;        // 0: the lockstep VM; 2-12: the VM with roles, these pages
 };
 
 // What the program uses: the ops and the dtype paths the VM compiles in.
@@ -113,44 +111,6 @@ AMK_HD constexpr uint32_t amk_tma_head_bytes(uint32_t box_rows) {
 // the verifier's limit on a merging gemv's K).
 constexpr uint32_t kAmkGemvStageFloats = 4096;
 
-// The VM with roles (amk_vm_roles.cuh): block_threads consumer threads, then a loader warp and a
-// controller warp; in dynamic shared memory roles_pages pages of weights, gemv's staged x'
-// (roles_x_floats) and row sums, the instruction slots with each slot's step, and the pages' and
-// slots' mbarriers.
-constexpr uint32_t kAmkRoleExtraThreads = 64;
-constexpr uint32_t kAmkPageBytes = 16384;
-constexpr uint32_t kAmkMaxPages = 12;
-constexpr uint32_t kAmkRoleSlots = 4;
-constexpr uint32_t kAmkRoleAccRows = 2048;      // a gemv instruction's rows (the facts' limit)
-constexpr uint32_t kAmkRoleMaxXFloats = 16384;  // a gemv's K (the facts' limit)
-// Byte offsets of the layout's parts in dynamic shared memory (the device's amk_roles_layout and
-// the host's size both read them): pages, x', row sums, slots, slot steps (16 bytes each), then
-// the pages' full and free mbarriers and the slots' (8 bytes each); `end` is the size.
-struct amk_roles_offsets {
-  uint32_t xs, acc, slots, slot_step, bars, end;
-};
-AMK_HD constexpr amk_roles_offsets amk_roles_layout_of(uint32_t pages, uint32_t x_floats) {
-  amk_roles_offsets o{};
-  o.xs = pages * kAmkPageBytes;
-  o.acc = o.xs + x_floats * 4;
-  o.slots = o.acc + kAmkRoleAccRows * 4;
-  o.slot_step = o.slots + kAmkRoleSlots * AMK_INSTRUCTION_BYTES;
-  o.bars = o.slot_step + kAmkRoleSlots * 16;
-  o.end = o.bars + (2 * pages + 2 * kAmkRoleSlots) * 8;
-  return o;
-}
-AMK_HD constexpr uint32_t amk_roles_smem_bytes(uint32_t pages, uint32_t x_floats) {
-  return amk_roles_layout_of(pages, x_floats).end;
-}
-// diag.detail of a timeout on a wait inside the block (diag.counter none): what it waited for.
-constexpr uint32_t kAmkDetailSlotFull = 0x01000000u;  // | slot: the controller's copy
-constexpr uint32_t kAmkDetailSlotFree = 0x02000000u;  // | slot: the slot's last readers
-constexpr uint32_t kAmkDetailPageFull = 0x03000000u;  // | page: the loader's copy
-constexpr uint32_t kAmkDetailPageFree = 0x04000000u;  // | page: the consumers' reads
-AMK_HD constexpr uint32_t amk_vm_block_threads(const amk_vm_config& c) {
-  return c.block_threads + (c.roles_pages != 0 ? kAmkRoleExtraThreads : 0u);
-}
-
 // The first field out of its range, or null. The host refuses such a config before it reaches
 // NVRTC; the VM static_asserts the same.
 AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
@@ -168,16 +128,5 @@ AMK_HD constexpr const char* amk_vm_config_error(const amk_vm_config& c) {
     return "attn_tile_dynamic: only with the large tile";
   if (c.attn_split_heads < 1 || c.attn_split_heads > 4) return "attn_split_heads: 1-4";
   if (c.attn_row8 && c.block_threads != 256) return "attn_row8: 256 threads a block only";
-  if (c.roles_pages == 1 || c.roles_pages > kAmkMaxPages) return "roles_pages: 0 or 2-12";
-  if (c.roles_pages != 0 && (c.step_kernel || c.tma_gemv))
-    return "roles_pages: the VM with roles has no step kernel or TMA gemv";
-  if (c.roles_x_floats > kAmkRoleMaxXFloats || c.roles_x_floats % 4 != 0)
-    return "roles_x_floats: a multiple of 4 up to 16384";
-  if (c.roles_pages != 0 && c.attn_tile_dynamic)
-    return "roles_pages: the pages take the dynamic shared memory the large tile would";
-  if (c.roles_pages != 0 && c.gemv_ring_stages != 0)
-    return "roles_pages: the VM with roles streams gemv's weights through its pages, not a ring";
-  if (c.roles_pages != 0 && c.block_threads + kAmkRoleExtraThreads > 1024)
-    return "roles_pages: block_threads + 64 must fit 1024 threads";
   return nullptr;
 }

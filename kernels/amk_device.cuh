@@ -83,44 +83,11 @@ constexpr uint32_t kAmkDetailUnknownOp = 0xFFFF0000u;  // | op: op not compiled 
 constexpr uint32_t kAmkCounterNone = 0xFFFFFFFFu;      // diag.counter when no counter applies
 
 // ---- the op threads' barrier ----
-// Ops synchronize the threads that run them through these, never through __syncthreads: in the
-// lockstep VM they are the whole block; in the VM with roles (roles_pages) the block_threads
-// consumer threads, on named barrier 1, while the loader and controller warps run on.
-constexpr bool kAmkRoles = kAmkCfg.roles_pages != 0;
-__device__ __forceinline__ void amk_sync() {
-  if constexpr (kAmkRoles)
-    asm volatile("bar.sync 1, %0;" ::"n"(kAmkBlockThreads) : "memory");
-  else
-    __syncthreads();
-}
-__device__ __forceinline__ int amk_sync_or(int p) {
-  if constexpr (kAmkRoles) {
-    int r;
-    asm volatile(
-        "{ .reg .pred a, b; setp.ne.s32 a, %1, 0; bar.red.or.pred b, 1, %2, a; selp.s32 %0, 1, 0, "
-        "b; }"
-        : "=r"(r)
-        : "r"(p), "n"(kAmkBlockThreads)
-        : "memory");
-    return r;
-  } else {
-    return __syncthreads_or(p);
-  }
-}
-__device__ __forceinline__ int amk_sync_and(int p) {
-  if constexpr (kAmkRoles) {
-    int r;
-    asm volatile(
-        "{ .reg .pred a, b; setp.ne.s32 a, %1, 0; bar.red.and.pred b, 1, %2, a; selp.s32 %0, 1, 0, "
-        "b; }"
-        : "=r"(r)
-        : "r"(p), "n"(kAmkBlockThreads)
-        : "memory");
-    return r;
-  } else {
-    return __syncthreads_and(p);
-  }
-}
+// Ops synchronize the threads that run them through these, never through __syncthreads: in this
+// VM they are the whole block.
+__device__ __forceinline__ void amk_sync() { __syncthreads(); }
+__device__ __forceinline__ int amk_sync_or(int p) { return __syncthreads_or(p); }
+__device__ __forceinline__ int amk_sync_and(int p) { return __syncthreads_and(p); }
 
 // ---- time and flags ----
 __device__ __forceinline__ uint64_t amk_globaltimer() {

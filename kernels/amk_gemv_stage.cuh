@@ -25,13 +25,12 @@ constexpr uint32_t kAmkGemvCombineBatch = 4;
 // x' = the merge of attention partials p (chunk-major: `chunks` blocks of `heads` rows of hd + 2
 // floats: hd values normalized within the chunk, max score m, sum of weights l), the
 // attention_combine op's formula sum_c l_c exp(m_c - M) o_c / sum_c l_c exp(m_c - M), into
-// xs (amk_gemv_xs) in the vector path's kPer / 4 planes (kPer 4: one plane, in order). A thread takes
+// amk_gemv_xs in the vector path's kPer / 4 planes (kPer 4: one plane, in order). A thread takes
 // 4 elements of one head at a time, two such quads together so that their loads share a round
 // trip, the running sums rescaled when the max grows. Every thread calls it; one barrier.
 template <uint32_t kPer>
 __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t k,
-                                                       const amk_gemv_fuse& fuse,
-                                                       float* xs = amk_gemv_xs) {
+                                                       const amk_gemv_fuse& fuse) {
   constexpr uint32_t kPlanes = kPer / 4;
   constexpr uint32_t kB = kAmkGemvCombineBatch;
   const uint32_t plane_len = k / kPlanes;
@@ -96,7 +95,7 @@ __device__ __forceinline__ void amk_gemv_stage_combine(const float* p, uint32_t 
       if (q < quads) {
         const float inv = 1.0f / total[i];
         const uint32_t v = 4 * q / kPer, plane = q % kPlanes;
-        *reinterpret_cast<float4*>(xs + plane * plane_len + 4 * v) =
+        *reinterpret_cast<float4*>(amk_gemv_xs + plane * plane_len + 4 * v) =
             make_float4(acc[i][0] * inv, acc[i][1] * inv, acc[i][2] * inv, acc[i][3] * inv);
       }
     }

@@ -170,9 +170,7 @@ __device__ __forceinline__ void amk_dispatch(const amk_device_program_t& prog,
       if constexpr (amk_vm_uses(amk_op::softmax)) return amk_op_softmax(prog, ins, amk_scratch);
       break;
     case amk_op::gemv:
-      // (The VM with roles runs gemv from its pages, never here.)
-      if constexpr (amk_vm_uses(amk_op::gemv) && !kAmkRoles)
-        return amk_op_gemv(prog, ins, tma, wait);
+      if constexpr (amk_vm_uses(amk_op::gemv)) return amk_op_gemv(prog, ins, tma, wait);
       break;
     case amk_op::argmax:
       if constexpr (amk_vm_uses(amk_op::argmax)) return amk_op_argmax(prog, ins, amk_scratch);

@@ -103,8 +103,6 @@ tuned=(
   "gemv_x_batch=true|gemv_waits attention_oproj"
   "gemv_x_batch=false|small_ops"
   "prefetch_ahead=0|gemv_fused tma_gemv"
-  "roles_pages=12|gemv_roles small_ops"
-  "roles_pages=2|gemv_roles"
 )
 # Compile every VM first, one NVRTC process a core (the runs below find them in the cache).
 { for f in samples/*.json; do echo "$f|"; done
@@ -117,8 +115,6 @@ $py scripts/check_samples.py --amk "$amk" --backend cuda >"$out/numpy.log" 2>&1
 rc=$?; row "samples vs numpy (cuda)" "$(verdict $rc)"
 for f in $programs; do checked "$f" "$P/$f.json"; done
 checked "attention_rope, 3 passes in a launch" "$P/attention_rope.json" --passes 3
-checked "gemv_roles, 3 passes in a launch, --vm roles_pages=12," "$P/gemv_roles.json" --passes 3 --vm roles_pages=12
-for s in samples/*.json; do checked "sample $(basename "$s" .json), --vm roles_pages=12," "$s" --vm roles_pages=12; done
 for bt in 128 512; do  # the attention and combine paths at other register budgets
   sed "s/\"block\": 256/\"block\": $bt/" "$P/attention_rope.json" > "$out/attention_rope_$bt.json"
   checked "attention_rope at $bt threads" "$out/attention_rope_$bt.json"
@@ -176,16 +172,11 @@ for lay in "" "--unfused" "--rope-ops" "--combine steps --context 40 --layers 3"
 done
 $py scripts/check_llama.py --amk $amk --backend cuda --vm gemv_ring_stages=0,attn_row8=false >"$out/check_llama.log" 2>&1
 rc=$?; row "llama tiny, --vm gemv_ring_stages=0,attn_row8=false, vs numpy" "$(verdict $rc)"
-for lay in "" "--unfused" "--combine steps --context 40 --layers 3"; do  # the VM with roles
-  timeout -k 10 300 $py scripts/check_llama.py --amk $amk --backend cuda --vm roles_pages=12 $lay >"$out/check_llama.log" 2>&1
-  rc=$?; row "llama tiny ${lay:-default}, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_llama.log"
-done
 d="$scratch/decode"; mkdir -p "$d"
 $amk -q gen llama --preset llama-3.2-1b --context 1024 --write-weights "$d/llama1b.safetensors" -o "$d/llama1b.json"
 checked "llama-3.2-1b ctx 1024" "$d/llama1b.json" -o "$d/out1b"
 $amk -q gen llama --preset llama-3.2-1b --context 1024 --combine steps --weights "$d/llama1b.safetensors" -o "$d/llama1b_steps.json"
 checked "llama-3.2-1b --combine steps" "$d/llama1b_steps.json"
-checked "llama-3.2-1b ctx 1024, --vm roles_pages=12," "$d/llama1b.json" --vm roles_pages=12
 fi
 
 if [ "${AMK_GENERATE:-1}" = 1 ]; then
@@ -198,9 +189,6 @@ for g in "--steps 16 --prompt 3,5,7,9" "--steps 6 --layers 3 --attn-chunks 2 --p
   $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" $g >"$out/check_gen.log" 2>&1
   rc=$?; row "generation tiny ${g:0:60} vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 done
-timeout -k 10 300 $py scripts/check_llama.py --amk $amk --backend cuda --seed "$((check_seed % 1000))" --steps 16 --prompt 3,5,7,9 \
-  --vm roles_pages=12 >"$out/check_gen.log" 2>&1
-rc=$?; row "generation tiny 4 + 16, --vm roles_pages=12, vs numpy" "$(verdict $rc)"; [ $rc = 0 ] || tail -3 "$out/check_gen.log"
 $amk -q gen llama --steps 24 --prompt 5,6,7,8 --all-logits -o "$out/gen_tiny.json"
 checked "generation tiny 4 + 24" "$out/gen_tiny.json"
 checked "stepped_decode (3 passes)" "$P/stepped_decode.json"
@@ -252,16 +240,6 @@ for f in dispatch_1000 dispatch_3000 hop_500 hop_2500 gemv_0 gemv_8x4096x4096 ge
   prof "$out/bench/$f.json" "$out/bench/$f.warm.json"
 done
 for f in gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do prof "$out/bench/$f.json" "$out/bench/$f.cold.json" --cold; done
-# The VM with roles beside the lockstep VM, interleaved: two rounds of each.
-for r in 1 2; do
-  for f in gemv_0 gemv_8x4096x4096 gemv_1x4096x4096; do
-    prof "$out/bench/$f.json" "$out/bench/$f.lock$r.json"
-    prof "$out/bench/$f.json" "$out/bench/$f.roles$r.json" --vm roles_pages=12
-  done
-done
-for f in gemv_8x4096x4096 gemv_1x4096x4096; do
-  checked "bench $f, --vm roles_pages=12," "$out/bench/$f.json" --vm roles_pages=12
-done
 $py - "$out/bench" "$figures" <<'PY' > "$out/bench_rows.txt"
 import json, os, sys
 d, figures = sys.argv[1], sys.argv[2]
@@ -287,32 +265,8 @@ for name, mats in (("gemv_8x4096x4096", 8), ("gemv_1x4096x4096", 1)):
             fig.write(f"gemv_bf16_8x4096sq_in_program\t{gb / (ms - ms0):.3f}\tTB/s\n")
         if mats == 1 and mode == "warm":
             fig.write(f"gemv_bf16_4096sq_per_launch\t{ms * 1e3:.2f}\tus\n")
-    arms = {}
-    for arm in ("lock", "roles"):
-        got = [(med(name, f"{arm}{r}"), med("gemv_0", f"{arm}{r}")) for r in (1, 2)]
-        if all(a is not None and b is not None for a, b in got):
-            arms[arm] = [a - b for a, b in got]
-    if len(arms) == 2:
-        print(f"{name}, VM with roles vs lockstep|" + ", ".join(
-            f"{arm} {min(v) * 1e3:.1f}-{max(v) * 1e3:.1f} us = {gb / max(v):.2f}-{gb / min(v):.2f} TB/s"
-            for arm, v in arms.items()) + " (inside the program, two rounds)")
-    else:
-        print(f"{name}, VM with roles vs lockstep|unavailable")
 PY
 while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/bench_rows.txt"
-# The page-ring GEMV of the VM with roles (scripts/gemv_pages_probe.cu), beside plain loads.
-nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
-if "$nvcc" -O3 -std=c++17 -arch=sm_90a scripts/gemv_pages_probe.cu -o "$scratch/gemv_pages_probe" \
-     >"$out/gemv_pages_probe.log" 2>&1 && "$scratch/gemv_pages_probe" 12 8 4096 4096 >>"$out/gemv_pages_probe.log" 2>&1; then
-  while read -r kind us tbs err; do
-    v="$tbs TB/s, $us us (8 x 4096^2 bf16), error $err"
-    awk -v e="$err" 'BEGIN { exit !(e < 1e-3) }' || v="FAIL ($v)"
-    row "GEMV probe: $kind" "$v"
-  done < <(sed -nE 's/^(pages|loads) .*bf16: +([0-9.]+) us,.* ([0-9.]+) TB\/s, error ([^ ]+) .*/\1 \2 \3 \4/p' \
-             "$out/gemv_pages_probe.log")
-else
-  row "GEMV probe" "FAIL (exit $?)"; tail -3 "$out/gemv_pages_probe.log"
-fi
 
 if [ "${AMK_DECODE:-1}" = 1 ]; then
 sec "benchmarks: decode steps"
@@ -322,16 +276,11 @@ $amk -q gen llama --preset llama-3.1-8b --context 1024 -o "$d/llama8b.json"
 for r in 1 2; do
   for f in llama1b llama8b; do
     $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 > "$d/prof_$f.$r.json" 2>"$out/prof_$f.err"
-    # The VM with roles, interleaved with the lockstep VM.
-    timeout -k 10 120 $amk --json profile "$d/$f.json" --events --warmup 3 --iterations 20 --vm roles_pages=12 \
-      > "$d/prof_$f.roles.$r.json" 2>"$out/prof_$f.roles.err"
   done
 done
 $amk --json bench "$d/llama1b.json" --cold > "$d/bench1b.json" 2>"$out/bench1b.err"
 $amk profile "$d/llama1b.json" --trace "$d/trace1b.json" > "$out/trace1b.txt" 2>&1
 $py scripts/trace_phases.py "$d/trace1b.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj > "$out/phases1b.txt" 2>&1
-timeout -k 10 120 $amk profile "$d/llama1b.json" --trace "$d/trace1b_roles.json" --vm roles_pages=12 > "$out/trace1b_roles.txt" 2>&1
-$py scripts/trace_phases.py "$d/trace1b_roles.json" --chain=q_proj,attn,o_proj,gate_up_proj,down_proj > "$out/phases1b_roles.txt" 2>&1
 $py - "$d" "$figures" <<'PY' > "$out/decode_rows.txt"
 import json, os, sys
 d, figures = sys.argv[1], sys.argv[2]
@@ -345,11 +294,6 @@ for f, label, fid in (("llama1b", "Llama-3.2-1B step ctx 1024", "llama1b_step_ct
         else: open(os.path.join(d, "llama1b_ms"), "w").write(f"{min(ms):.4f}")
     except Exception as e:
         print(f"{label}|unavailable ({e})")
-    try:
-        ms = [json.load(open(os.path.join(d, f"prof_{f}.roles.{r}.json")))["median_ms"] for r in (1, 2)]
-        print(f"{label}, --vm roles_pages=12|medians " + " / ".join(f"{m:.4f}" for m in ms) + " ms")
-    except Exception as e:
-        print(f"{label}, --vm roles_pages=12|unavailable ({e})")
 try:
     j = json.load(open(os.path.join(d, "bench1b.json")))
     for a in j["arms"]:

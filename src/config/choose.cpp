@@ -35,10 +35,6 @@ private:
   const VmOverrides& overrides_;
 };
 
-// Attention's static shared memory besides its tile and staged q (scores, the RoPE table's
-// state, the copy barrier), an upper bound the VM with roles reserves.
-constexpr uint64_t kRolesAttnStatics = 4096;
-
 std::string tile_name(amk_attn_tile t) {
   return t == amk_attn_tile::large ? "large" : t == amk_attn_tile::wide ? "wide" : "small";
 }
@@ -81,16 +77,6 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
       : f.any_wait   ? "steps wait: after a wait's acquire fence a global table read is an L2 trip"
                      : "no step waits: the global table stays in L1");
 
-  // The VM with roles, on request (its pages are sized at the end, beside the static arrays).
-  const auto roles_asked = override_of(opt.overrides, "roles_pages");
-  const bool roles = roles_asked && *roles_asked != 0;
-  if (roles && !f.roles_refusal.empty())
-    throw Error(ErrorKind::usage, "usage.vm", "--vm roles_pages",
-                "the VM with roles cannot run this program: " + f.roles_refusal);
-  if (roles && opt.step_kernel)
-    throw Error(ErrorKind::usage, "usage.vm", "--vm roles_pages",
-                "the VM with roles has no per-instruction launches (amk bench)");
-
   // gemv's preload, its ring and the prefetches that depend on them.
   const auto preload_override = override_of(opt.overrides, "gemv_preload");
   const bool preloads = preload_override ? *preload_override != 0 : f.gemv_preloads;
@@ -98,8 +84,6 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   std::string ring_why;
   if (!gemv) {
     ring_why = "no gemv";
-  } else if (roles) {
-    ring_why = "the VM with roles streams gemv's weights through its pages";
   } else if (f.tma_gemv || f.dynamic_smem != 0) {
     ring_why = f.tma_gemv ? "the TMA gemv uses dynamic shared memory"
                           : "the program uses dynamic shared memory of its own";
@@ -109,7 +93,7 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
                         : "gemvs stream on registers (two blocks an SM where they fit)";
   }
   if (const auto o = override_of(opt.overrides, "gemv_ring_stages")) {
-    if (*o != 0 && (!gemv || roles || f.tma_gemv || f.dynamic_smem != 0))
+    if (*o != 0 && (!gemv || f.tma_gemv || f.dynamic_smem != 0))
       throw Error(ErrorKind::usage, "usage.vm", "--vm gemv_ring_stages",
                   "gemv's ring cannot be used here: " + ring_why);
     ring = *o;
@@ -119,22 +103,19 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
   if (ring < 2) ring = 0;
   set.fixed("gemv_ring_stages", ring, ring_why);
   set("gemv_preload",
-      !gemv || !f.gemv_preloads || roles ? 0u
-      : ring != 0                        ? 1u
-                                         : 2u,
+      !gemv || !f.gemv_preloads ? 0u
+      : ring != 0               ? 1u
+                                : 2u,
       !gemv              ? "no gemv"
-      : roles            ? "the VM with roles: the loader streams weights before the waits"
       : !f.gemv_preloads ? "no gemv waits on weights nothing writes"
       : ring != 0        ? "one batch through the ring before the wait"
                          : "two register batches before the wait");
-  set("prefetch_ahead", preloads || roles ? 0u : 1u,
-      roles      ? "the VM with roles: the loader streams ahead"
-      : preloads ? "gemvs wait and preload: an L2 prefetch would queue before their reads"
-                 : "independent streaming steps start on L2 hits");
-  set("next_ins_l1", !roles && !(gemv && c.gemv_preload == 0),
-      roles                         ? "the VM with roles: the controller copies instructions ahead"
-      : gemv && c.gemv_preload == 0 ? "its lookup's registers would cost gemvs their occupancy"
-                                    : "a wait's fence empties L1; the next step decodes from it");
+  set("prefetch_ahead", preloads ? 0u : 1u,
+      preloads ? "gemvs wait and preload: an L2 prefetch would queue before their reads"
+               : "independent streaming steps start on L2 hits");
+  set("next_ins_l1", !(gemv && c.gemv_preload == 0),
+      gemv && c.gemv_preload == 0 ? "its lookup's registers would cost gemvs their occupancy"
+                                  : "a wait's fence empties L1; the next step decodes from it");
   set("stage_decode_ins", f.attention_waits,
       f.attention_waits
           ? "attention steps wait: their instruction read after the wait is an L2 trip"
@@ -183,41 +164,13 @@ VmChoice choose(const ProgramFacts& f, const DeviceCaps& caps, const ChooseOptio
           ? "measured slower beside the wide tile and the one-head stages"
           : "a batch's x loads in flight together");
 
-  // The VM with roles' pages: as many as shared memory holds beside gemv's staged x' and the
-  // static arrays (the scratch and block state, the buffer table, attention's tile and staged q).
-  uint32_t pages = 0;
-  std::string pages_why = "the lockstep VM (--vm roles_pages=N asks for the VM with roles)";
-  const uint32_t x_floats = roles ? (f.gemv_k_max + 3) / 4 * 4 : 0u;
-  set.fixed("roles_x_floats", x_floats,
-            !roles  ? "the lockstep VM"
-            : !gemv ? "no gemv"
-                    : "the program's largest gemv K, " + std::to_string(f.gemv_k_max));
-  if (roles) {
-    const uint64_t statics =
-        2048 + (c.smem_buffers ? uint64_t{f.buffers} * 8 : 8) +
-        (attention ? amk_attn_tile_bytes(c.attn_tile) + 4 * amk_attn_tile_q_floats(c.attn_tile) +
-                         kRolesAttnStatics
-                   : 0);
-    pages = *roles_asked;
-    while (pages >= 2 && amk_roles_smem_bytes(pages, x_floats) + statics > caps.smem_optin) --pages;
-    if (pages < 2)
-      throw Error(ErrorKind::device, "device.smem", "--vm roles_pages",
-                  "the VM with roles needs " +
-                      std::to_string(amk_roles_smem_bytes(2, x_floats) + statics) +
-                      " bytes of shared memory a block, the device gives " +
-                      std::to_string(caps.smem_optin));
-    pages_why = "--vm roles_pages" +
-                (pages != *roles_asked ? ", fewer to fit shared memory" : std::string());
-  }
-  set.fixed("roles_pages", pages, pages_why);
-
   if (const char* e = amk_vm_config_error(c))
     throw Error(ErrorKind::usage, "usage.vm", "--vm",
                 std::string("the VM config is invalid: ") + e);
   if (caps.arch < 90 && (c.tma_gemv || (attention && f.block == 256)))
     throw Error(ErrorKind::device, "device.arch", "sm_" + std::to_string(caps.arch),
                 "the VM's bulk copies (the TMA gemv, the tiled attention) need sm_90 or newer");
-  r.dynamic_smem = roles ? amk_roles_smem_bytes(pages, x_floats) : ring_bytes;
+  r.dynamic_smem = ring_bytes;
   if (ring_bytes != 0 && combine)
     r.dynamic_smem = static_cast<uint32_t>(std::max<uint64_t>(ring_bytes, f.combine_staging));
   if (r.dynamic_smem > caps.smem_optin)

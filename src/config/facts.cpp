@@ -57,34 +57,6 @@ uint32_t gemv_fusion(const Program& program, const Instruction& in) {
   return 0;
 }
 
-// Why gemv instruction `in` cannot stream through the pages of the VM with roles (empty: it can):
-// float weights (and w2) that no instruction writes, whole 16-byte rows from a 16-byte boundary,
-// x' staged whole, its rows (twice with w2) summed in shared memory, under 4 GiB of weights.
-std::string roles_gemv_refusal(const Program& program, const Instruction& in, bool const_weights) {
-  const Operand* w = operand(program, in, 0);
-  const Operand* x = operand(program, in, 1);
-  const Operand* w2 = operand(program, in, 5);
-  const auto wt = operand_dtype(program, in, 0), xt = operand_dtype(program, in, 1);
-  if (w == nullptr || x == nullptr || !wt || !xt || !dtype_is_float(*wt) || !dtype_is_float(*xt))
-    return "a gemv whose w or x is not a float operand";
-  if (!const_weights) return "a gemv whose weights an instruction writes";
-  const uint64_t hd = param(in, 1), esize = dtype_size(*wt);
-  const uint64_t k = hd != 0 ? hd * param(in, 2) : x->extent;
-  if (k == 0 || k > kAmkRoleMaxXFloats)
-    return "a gemv with K = " + std::to_string(k) + " (1.." + std::to_string(kAmkRoleMaxXFloats) +
-           " are staged)";
-  const uint64_t rows = w->extent / k, mats = w2 != nullptr ? 2 : 1;
-  if (rows * mats > kAmkRoleAccRows)
-    return "a gemv of " + std::to_string(rows) + " rows" + (mats == 2 ? " and w2" : "") +
-           " (at most " + std::to_string(kAmkRoleAccRows / mats) + " an instruction)";
-  const bool aligned = (k * esize) % kVectorBytes == 0 && (w->offset * esize) % kVectorBytes == 0 &&
-                       (w2 == nullptr || (w2->offset * esize) % kVectorBytes == 0);
-  if (!aligned)
-    return "a gemv whose weight rows are not whole 16-byte vectors from a 16-byte boundary";
-  if (rows * k * esize >= (uint64_t{1} << 32)) return "a gemv with 4 GiB or more of weights";
-  return {};
-}
-
 }  // namespace
 
 std::vector<TmaGemvSpec> tma_gemv_specs(const Program& program) {
@@ -178,23 +150,10 @@ ProgramFacts program_facts(const Program& program) {
     const Instruction& in = program.instructions[i];
     if (in.op < 32) f.ops.ops |= 1u << in.op;
     const bool waits = !in.waits.empty();
-    if (f.roles_refusal.empty()) {
-      const std::string at = "/instructions/" + std::to_string(i) + ": ";
-      if (is(in, OpId::gemv))
-        if (std::string why = roles_gemv_refusal(
-                program, in, (marks.instructions[i].flags & AMK_INS_CONST_WEIGHTS) != 0);
-            !why.empty())
-          f.roles_refusal = at + why;
-    }
     f.any_wait = f.any_wait || waits;
     f.stepped = f.stepped || needs_stepped(program, in);
     f.early_stop = f.early_stop || can_stop_early(program, in);
     if (is(in, OpId::gemv)) {
-      if (const Operand* xo = operand(program, in, 1))
-        f.gemv_k_max = std::max<uint32_t>(
-            f.gemv_k_max, param(in, 1) != 0
-                              ? param(in, 1) * param(in, 2)
-                              : static_cast<uint32_t>(std::min<uint64_t>(xo->extent, 0xFFFFFFFFu)));
       const auto w = operand_dtype(program, in, 0), x = operand_dtype(program, in, 1);
       const uint32_t fusion = gemv_fusion(program, in);
       f.ops.gemv_fusions |= fusion;
@@ -238,16 +197,6 @@ ProgramFacts program_facts(const Program& program) {
         f.ops.elt |= amk_dtype_bit(static_cast<uint32_t>(*y));
   }
   if (!any_attention) f.attn_single_heads = false;
-  if (f.roles_refusal.empty()) {
-    if (f.custom_ops)
-      f.roles_refusal = "/custom_ops: custom ops run only in the lockstep VM";
-    else if (f.dynamic_smem != 0)
-      f.roles_refusal = "/launch/dynamic_smem: the pages take the dynamic shared memory";
-    else if (f.tma_maps != 0)
-      f.roles_refusal = "/tma: TMA specs run only in the lockstep VM";
-    else if (f.block + kAmkRoleExtraThreads > 1024)
-      f.roles_refusal = "/launch/block: the loader and controller warps need block + 64 <= 1024";
-  }
   // Pairs used only by plain gemvs get no fused instantiations (where the program fuses at all).
   if (f.ops.gemv_fusions != 0)
     for (uint32_t bit = 1; bit != 0 && bit < (1u << 9); bit <<= 1)

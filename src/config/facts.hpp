@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "config/vm_config.hpp"
@@ -55,10 +54,6 @@ struct ProgramFacts {
   bool attn_single_heads = false;
   // The largest attention_combine staging (amk_combine_smem_bytes) that fits kGemvRingCap.
   uint64_t combine_staging = 0;
-  // The largest K a gemv stages as x' (extent(x), or heads * head_dim where x is partials).
-  uint32_t gemv_k_max = 0;
-  // Why the VM with roles cannot run the program, where the first obstacle is; empty when it can.
-  std::string roles_refusal;
 };
 
 [[nodiscard]] ProgramFacts program_facts(const Program& program);

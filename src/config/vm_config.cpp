@@ -30,7 +30,7 @@ using K = VmField::Kind;
 
 // In amk_vm_config's declaration order. A field added there changes the struct's size: update
 // this table (and kernels/README.md) with it.
-static_assert(sizeof(VmConfig) == 64, "amk_vm_config changed: update the field table");
+static_assert(sizeof(VmConfig) == 56, "amk_vm_config changed: update the field table");
 constexpr VmField kFields[] = {
     AMK_FIELD(block_threads, K::integer, false, 32, 1024,
               "threads a block (the program's launch.block)"),
@@ -46,8 +46,6 @@ constexpr VmField kFields[] = {
     AMK_FIELD(early_stop, K::boolean, false, 0, 1,
               "blocks end the launch two passes after feed_token met its eos id (the stop word)"),
     AMK_FIELD(buffers, K::integer, false, 0, 0xFFFFFFFFu, "entries of the buffer table"),
-    AMK_FIELD(roles_x_floats, K::integer, false, 0, kAmkRoleMaxXFloats,
-              "the VM with roles: floats of gemv's staged x' (the program's largest K)"),
     AMK_FIELD(smem_buffers, K::boolean, true, 0, 1,
               "the buffer table copied into shared memory at block start"),
     AMK_FIELD(
@@ -71,8 +69,6 @@ constexpr VmField kFields[] = {
     AMK_FIELD(attn_split_heads, K::integer, true, 1, 4,
               "query heads a lane carries in the split stages"),
     AMK_FIELD(attn_row8, K::boolean, true, 0, 1, "one-head chunks: stages with eight lanes a row"),
-    AMK_FIELD(roles_pages, K::integer, true, 0, kAmkMaxPages,
-              "0: the lockstep VM; N: the VM with roles, weights through N 16 KiB pages"),
 };
 #undef AMK_FIELD
 
@@ -94,11 +90,9 @@ std::optional<uint32_t> parse_value(const VmField& f, std::string_view v) {
   return static_cast<uint32_t>(n);
 }
 
-// gemv's ring and the pages have no one-slot form (amk_vm_config_error: 0 or 2 up), a hole the
-// table's lo..hi cannot express.
-bool is_ring_hole(const VmField& f, uint32_t v) {
-  return (f.name == "gemv_ring_stages" || f.name == "roles_pages") && v == 1;
-}
+// gemv's ring has no one-stage form (amk_vm_config_error: 0 or 2-4), a hole the table's lo..hi
+// cannot express.
+bool is_ring_hole(const VmField& f, uint32_t v) { return f.name == "gemv_ring_stages" && v == 1; }
 
 std::string accepted(const VmField& f) {
   switch (f.kind) {

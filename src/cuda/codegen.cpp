@@ -27,12 +27,11 @@ std::string hex(uint32_t v) {
 // The entry point `name` with the program (and the tensor-map table), calling `body`.
 std::string entry(const char* name, const VmConfig& c, bool step) {
   std::string s = "extern \"C\" __global__ void __launch_bounds__(" +
-                  std::to_string(amk_vm_block_threads(c)) + ", 1)\n    " + name +
+                  std::to_string(c.block_threads) + ", 1)\n    " + name +
                   "(const __grid_constant__ amk_device_program_t prog";
   if (step) s += ", uint32_t instruction";
   if (c.tma_maps > 0) s += ", const __grid_constant__ amk_tma_table_t tma";
   s += ") {\n  ";
-  if (c.roles_pages != 0) return s + "amk_vm_roles_main(prog);\n}\n";  // (no step kernel, no TMA)
   s += step ? "amk_step_main(prog, instruction, " : "amk_vm_main(prog, ";
   s += c.tma_maps > 0 ? "&tma);\n}\n" : "nullptr);\n}\n";
   return s;
@@ -116,7 +115,7 @@ std::string vm_source(const Program& program, const VmChoice& choice, bool trust
            "ull; g.offset = " + std::to_string(t.offset) + "ull; return true;\n";
     s += "    default: return false;\n  }\n}\n\n";
   }
-  s += c.roles_pages != 0 ? "#include \"amk_vm_roles.cuh\"\n\n" : "#include \"amk_vm.cuh\"\n\n";
+  s += "#include \"amk_vm.cuh\"\n\n";
   s += entry(kKernelName, c, false);
   if (c.step_kernel) s += entry(kStepKernelName, c, true);
   return s;

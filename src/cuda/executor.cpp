@@ -393,8 +393,7 @@ GpuExecutable GpuExecutable::open(const Program& program, const InitialData& ini
 
   phases.next("configure");
   const Launch& l = program.launch;
-  m.block =
-      amk_vm_block_threads(m.vm.config);  // (the VM with roles adds its loader and controller)
+  m.block = l.block;
   m.cluster_size = l.mode == LaunchMode::cluster ? l.cluster[0] * l.cluster[1] * l.cluster[2] : 1;
   // A block or shared-memory request the kernel cannot take would fail in cuFuncSetAttribute as a
   // bare CUDA_ERROR_INVALID_VALUE: refuse it first, with the numbers.

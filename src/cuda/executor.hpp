@@ -181,7 +181,7 @@ private:
 // One line with every diag field ("status timeout, block 3, queue position 7, ...").
 [[nodiscard]] std::string describe_diag(const amk_diag_t& diag);
 // What a timed-out wait inside a block waited for (diag.counter none), from diag.detail: the TMA
-// gemv's tile, or the VM with roles' instruction slot or page (kAmkDetail*, amk_config.h).
+// gemv's tile.
 [[nodiscard]] std::string block_wait_text(uint32_t detail);
 // Median, min, max, mean, sample stddev and stddev/mean of the samples.
 [[nodiscard]] ProfileStats summarize_samples(std::vector<double> samples_ms);

@@ -37,16 +37,7 @@ std::string describe_diag(const amk_diag_t& d) {
          std::to_string(d.elapsed_ns) + " ns, detail " + std::to_string(d.detail);
 }
 
-std::string block_wait_text(uint32_t detail) {
-  const std::string i = std::to_string(detail & 0xFFFFFFu);
-  switch (detail & 0xFF000000u) {
-    case kAmkDetailSlotFull: return "instruction slot " + i + " to be filled by the controller";
-    case kAmkDetailSlotFree: return "instruction slot " + i + " to be freed";
-    case kAmkDetailPageFull: return "page " + i + " to be filled by the loader";
-    case kAmkDetailPageFree: return "page " + i + " to be freed by the consumers";
-    default: return "its TMA tile " + std::to_string(detail);
-  }
-}
+std::string block_wait_text(uint32_t detail) { return "its TMA tile " + std::to_string(detail); }
 
 ProfileStats summarize_samples(std::vector<double> samples_ms) {
   ProfileStats s;

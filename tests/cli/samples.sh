@@ -78,7 +78,7 @@ PY
 fi
 # The GPU tier's --check programs (gemv shapes, fusions, TMA, cluster) load, verify and run on
 # the CPU backend too (the GPU run compares against exactly this).
-for n in gemv_shapes gemv_fused gemv_waits gemv_roles attention_rope attention_tiled attention_tiled_wide tma_gemv cluster small_ops rope_kv; do
+for n in gemv_shapes gemv_fused gemv_waits attention_rope attention_tiled attention_tiled_wide tma_gemv cluster small_ops rope_kv; do
   "$amk" -q run "$root/tests/gpu/programs/$n.json" --backend cpu -o "$tmp/gpu_$n" && ok || bad "$n: cpu run"
 done
 # attention_rope at other block sizes (the GPU tier checks these too; here: they load and run).

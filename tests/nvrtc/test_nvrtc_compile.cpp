@@ -129,53 +129,6 @@ Program all_ops_program(bool stepped = false) {
   return b.finish();
 }
 
-// gemvs for the VM with roles beside the elementwise and row ops, argmax and embedding: f32, f16
-// and bf16 weights (f32 and bf16 x, bf16 y, with and without a residual, rows of 256 and of 72:
-// whole 512-byte pieces and pieces across rows), the norm and GLU fusions, x merged from
-// attention partials; each behind the one before.
-Program roles_program() {
-  Builder b;
-  const uint32_t x = b.buffer("x", DType::f32, {256});
-  const uint32_t xb = b.buffer("x_bf16", DType::bf16, {256});
-  const uint32_t wf = b.buffer("w_f32", DType::f32, {64, 256});
-  const uint32_t wh = b.buffer("w_f16", DType::f16, {64, 256});
-  const uint32_t wb = b.buffer("w_bf16", DType::bf16, {64, 256});
-  const uint32_t wn = b.buffer("w_narrow", DType::bf16, {100, 72});
-  const uint32_t y = b.buffer("y", DType::f32, {64});
-  const uint32_t yb = b.buffer("y_bf16", DType::bf16, {64});
-  const uint32_t yn = b.buffer("y_narrow", DType::f32, {100});
-  const uint32_t res = b.buffer("residual", DType::f32, {64});
-  const uint32_t h = b.buffer("h", DType::f32, {256});
-  const uint32_t norm_w = b.buffer("norm_w", DType::bf16, {256});
-  const uint32_t ids = b.buffer("ids", DType::i32, {4});
-  const uint32_t table = b.buffer("table", DType::f32, {100, 64});
-  const uint32_t emb = b.buffer("emb", DType::f32, {4 * 64});
-  const uint32_t idx = b.buffer("idx", DType::i64, {1});
-  const uint32_t none = AMK_NO_BUFFER;
-  b.instruction(id(OpId::nop), {});
-  b.instruction(id(OpId::fill), {h}, {f32_bits(0.5f)});
-  b.instruction(id(OpId::copy), {x, h});
-  b.instruction(id(OpId::add), {x, h, h});
-  b.instruction(id(OpId::mul), {x, h, h});
-  b.instruction(id(OpId::scale), {h, h}, {f32_bits(0.25f)});
-  b.instruction(id(OpId::silu_mul), {h, h, h});
-  b.instruction(id(OpId::rmsnorm), {h, norm_w, h}, {f32_bits(1e-5f)});
-  b.instruction(id(OpId::softmax), {h, h}, {0, f32_bits(1.0f)});
-  b.instruction(id(OpId::gemv), {wf, x, y, none});
-  b.instruction(id(OpId::gemv), {wh, x, y, res});
-  b.instruction(id(OpId::gemv), {wb, xb, yb, res});
-  b.instruction(id(OpId::gemv), {wn, x, yn, none});
-  b.program().instructions.back().operands[1].extent = 72;  // x's first 72
-  // rmsnorm and a GLU fused; x merged from attention partials (2 chunks of 4 heads of 64).
-  const uint32_t up = b.buffer("w_up", DType::bf16, {64, 256});
-  b.instruction(id(OpId::gemv), {wb, x, y, none, norm_w, up}, {f32_bits(1e-5f)});
-  const uint32_t part = b.buffer("partials", DType::f32, {2, 4, 66});
-  b.instruction(id(OpId::gemv), {wb, part, y, res}, {0, 64, 4});
-  b.instruction(id(OpId::argmax), {y, idx});
-  b.instruction(id(OpId::embedding), {table, ids, emb});
-  return b.finish();
-}
-
 // One tiny op: for the cache tests, which compile several times.
 Program small_program() {
   Builder b;
@@ -323,51 +276,6 @@ TEST_CASE("every op with the stepped and early-stop paths compiles for sm_90a in
   CHECK(amk::test::vm_number_before(out.log, " bytes stack frame") < 512);
   std::printf("[nvrtc] all ops, stepped: %s %.0f ms, cubin %zu bytes\n%s",
               out.cache_hit ? "cache hit" : "compiled", out.compile_ms, out.cubin.size(),
-              resource_lines(out.log).c_str());
-}
-
-TEST_CASE("every op with the stepped and early-stop paths compiles in the VM with roles") {
-  Program p = all_ops_program(true);
-  p.tma.clear();  // (TMA specs run only in the lockstep VM)
-  ChooseOptions c;
-  c.overrides = parse_vm_overrides("roles_pages=12", "--vm");
-  const VmChoice choice = choose_for(p, c);
-  CHECK(choice.config.roles_pages >= 2);
-  CHECK(choice.config.stepped);
-  CHECK(choice.config.early_stop);
-  const CompileOutput out = compile_program(p, c);
-  CHECK(out.ok);
-  // (Every op at once at the 168 registers of 10 warps spills a little; the decode steps'
-  // rows do not: test_nvrtc_vm_llama.)
-  CHECK(amk::test::vm_number_before(out.log, " bytes stack frame") < 512);
-  CHECK(amk::test::vm_number_before(out.log, " bytes smem") + choice.dynamic_smem <=
-        caps_for_arch(90).smem_optin);
-  std::printf("[nvrtc] all ops, stepped, the VM with roles (%u pages): %s %.0f ms\n%s",
-              choice.config.roles_pages, out.cache_hit ? "cache hit" : "compiled", out.compile_ms,
-              resource_lines(out.log).c_str());
-}
-
-TEST_CASE("the VM with roles compiles for sm_90a with every gemv form") {
-  const Program p = roles_program();
-  ChooseOptions c;
-  c.overrides = parse_vm_overrides("roles_pages=12", "--vm");
-  const VmChoice choice = choose_for(p, c);
-  CHECK(choice.config.roles_pages == 12);
-  CHECK(choice.config.roles_x_floats == 256);
-  CHECK(choice.dynamic_smem == amk_roles_smem_bytes(12, 256));
-  const std::string src = vm_source(p, choice, false);
-  CHECK(src.find("#include \"amk_vm_roles.cuh\"") != std::string::npos);
-  CHECK(src.find("__launch_bounds__(320, 1)\n    amk_vm(") != std::string::npos);
-  CHECK(src.find("amk_vm_roles_main(prog);") != std::string::npos);
-  const CompileOutput out = compile_program(p, c);
-  CHECK(out.ok);
-  CHECK(is_elf(out.cubin));
-  CHECK(amk::test::vm_number_before(out.log, " bytes stack frame") < 512);  // (as above)
-  // Static shared memory beside the pages: within what the chooser reserved for it.
-  CHECK(amk::test::vm_number_before(out.log, " bytes smem") + choice.dynamic_smem <=
-        caps_for_arch(90).smem_optin);
-  std::printf("[nvrtc] the VM with roles, 12 pages: %s %.0f ms\n%s",
-              out.cache_hit ? "cache hit" : "compiled", out.compile_ms,
               resource_lines(out.log).c_str());
 }
 

@@ -107,28 +107,3 @@ TEST_CASE("Llama-3.2-1B step: the merging gemv adds no vector gemv loop of its o
   REQUIRE(norm > plain);               // the norm instantiation: one more loop
   CHECK(merge - norm < norm - plain);  // the merge: less than one more
 }
-
-TEST_CASE("the VM with roles: the 1B step and a 1B generation compile clean, the 8B step too") {
-  ChooseOptions roles;
-  roles.overrides = parse_vm_overrides("roles_pages=12", "--vm");
-  const Program step = llama("llama-3.2-1b");
-  const VmChoice c = choose_for(step, roles);
-  CHECK(c.config.roles_pages == 6);        // beside the large tile and 8192 staged floats
-  CHECK(c.config.roles_x_floats == 8192);  // down_proj's K
-  CHECK_FALSE(c.config.attn_tile_dynamic);
-  CHECK(compile_row("llama-3.2-1b, roles_pages=12", step, roles) <= 168);
-  ChooseOptions traced = roles;
-  traced.trace = true;
-  // (traced: a few bytes of spills at 168 registers, a profiling build)
-  CHECK(compile_row("llama-3.2-1b, roles_pages=12, traced", step, traced, false) <= 168);
-
-  gen::LlamaOptions o;
-  o.preset = "llama-3.2-1b";
-  o.prompt = {1, 2, 3, 4};
-  o.steps = 8;
-  const Program generation = gen::generate_llama(o);
-  CHECK(choose_for(generation, roles).config.early_stop);
-  CHECK(compile_row("llama-3.2-1b generation, roles_pages=12", generation, roles) <= 168);
-  // (The 8B step spills a few bytes at the 168 registers of 10 warps.)
-  CHECK(compile_row("llama-3.1-8b, roles_pages=12", llama("llama-3.1-8b"), roles, false) <= 168);
-}

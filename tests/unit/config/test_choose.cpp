@@ -305,8 +305,7 @@ TEST_CASE("overrides win over the chooser and say so") {
   const Program& p = g.b.p;
   const VmChoice base = choose_for(p);
   for (const VmField& f : vm_fields()) {
-    // (roles_pages: fitted to the shared memory the attention tile leaves, tested below)
-    if (!f.tunable || f.name == "roles_pages") continue;
+    if (!f.tunable) continue;
     CAPTURE(f.name);
     const uint32_t chosen = f.get(base.config);
     const uint32_t other = chosen == f.lo ? f.hi : f.lo;
@@ -411,101 +410,4 @@ TEST_CASE("stepped: on for a carried wait, a position operand, feed_token or kv_
   feed.last().operands[6] = feed.whole(feed.buffer("eos", DType::i32, 1));
   CHECK(choose_for(feed.p).config.early_stop);
   CHECK(choose_for(feed.p).config.stepped);
-}
-
-TEST_CASE("the VM with roles: off by default, on request as many pages as shared memory holds") {
-  const Program p = gemv_chain(true).b.p;
-  const VmChoice off = choose_for(p);
-  CHECK(off.config.roles_pages == 0);
-  CHECK(amk_vm_block_threads(off.config) == 256);
-
-  const VmChoice on = choose_for(p, kH100, "roles_pages=12");
-  CHECK(on.config.roles_pages == 12);
-  CHECK(amk_vm_block_threads(on.config) == 320);
-  CHECK(on.config.roles_x_floats == 64);  // the chain's K
-  CHECK(on.dynamic_smem == amk_roles_smem_bytes(12, 64));
-  CHECK(on.config.gemv_ring_stages == 0);  // gemv streams through the pages
-  CHECK(on.config.gemv_preload == 0);
-  CHECK(on.config.prefetch_ahead == 0);
-  CHECK_FALSE(on.config.next_ins_l1);
-  CHECK(choice_why(on, "roles_pages") == "--vm roles_pages");
-  check_every_why(on);
-
-  // An A100's 163 KiB hold fewer pages beside the static arrays (2048 bytes and the buffer
-  // table's 5 entries).
-  const VmChoice a100 = choose_for(p, kA100, "roles_pages=12");
-  CHECK(a100.config.roles_pages == 9);
-  CHECK(amk_roles_smem_bytes(9, 64) + 2048 + 40 <= kA100.smem_optin);
-  CHECK(amk_roles_smem_bytes(10, 64) + 2048 + 40 > kA100.smem_optin);
-  CHECK(choice_why(a100, "roles_pages") == "--vm roles_pages, fewer to fit shared memory");
-  // Too little for two pages.
-  CHECK_REFUSED(choose_for(p, DeviceCaps{86, 40000}, "roles_pages=2"), ErrorKind::device,
-                "device.smem", "--vm roles_pages");
-  // The trace, but no per-instruction launches.
-  ChooseOptions traced;
-  traced.overrides = parse_vm_overrides("roles_pages=4", "--vm");
-  traced.trace = true;
-  CHECK(choose(program_facts(p), kH100, traced).config.trace);
-  ChooseOptions bench = traced;
-  bench.step_kernel = true;
-  CHECK_REFUSED(choose(program_facts(p), kH100, bench), ErrorKind::usage, "usage.vm",
-                "--vm roles_pages");
-}
-
-TEST_CASE("the VM with roles refuses programs it cannot run, naming the first obstacle") {
-  auto refusal = [](const Program& p) { return program_facts(p).roles_refusal; };
-  CHECK(refusal(gemv_chain(true).b.p).empty());
-  CHECK(refusal(gemv_chain(false).b.p).empty());
-  CHECK(refusal(attention_chunk()).empty());  // (attention runs as in the lockstep VM)
-
-  GemvChain written = gemv_chain(true);  // a fill writes the second matrix
-  written.b.p.instructions.insert(written.b.p.instructions.begin(), Instruction{});
-  Instruction& fill = written.b.p.instructions.front();
-  fill.op = static_cast<uint16_t>(OpId::fill);
-  fill.operands = {slice(written.w1, 0, 64)};
-  fill.params = {f32_bits(0.0f)};
-  CHECK(refusal(written.b.p) == "/instructions/2: a gemv whose weights an instruction writes");
-
-  GemvChain fused = gemv_chain(true);  // rmsnorm and a GLU folded into the first gemv
-  const uint32_t norm = fused.b.buffer("norm", DType::bf16, 64);
-  const uint32_t up = fused.b.buffer("up", DType::bf16, 64 * 64);
-  fused.b.p.instructions[0].operands[4] = fused.b.whole(norm);
-  fused.b.p.instructions[0].operands[5] = fused.b.whole(up);
-  CHECK(refusal(fused.b.p).empty());
-
-  Builder glu;  // 1025 rows and their w2 rows: more row sums than the block keeps
-  const uint32_t gw = glu.buffer("w", DType::bf16, 1025 * 16);
-  const uint32_t gw2 = glu.buffer("w2", DType::bf16, 1025 * 16);
-  const uint32_t gx = glu.buffer("x", DType::f32, 16);
-  const uint32_t gy = glu.buffer("y", DType::f32, 1025);
-  glu.add("gemv", {glu.whole(gw), glu.whole(gx), glu.whole(gy), none(), none(), glu.whole(gw2)});
-  CHECK(refusal(glu.p) == "/instructions/0: a gemv of 1025 rows and w2 (at most 1024 an "
-                          "instruction)");
-
-  Builder wide_k;  // K = 16388: more x' than the stage holds
-  const uint32_t kw = wide_k.buffer("w", DType::bf16, 2 * 16388);
-  const uint32_t kx = wide_k.buffer("x", DType::f32, 16388);
-  const uint32_t ky = wide_k.buffer("y", DType::f32, 2);
-  wide_k.add("gemv",
-             {wide_k.whole(kw), wide_k.whole(kx), wide_k.whole(ky), none(), none(), none()});
-  CHECK(refusal(wide_k.p) == "/instructions/0: a gemv with K = 16388 (1..16384 are staged)");
-  CHECK_REFUSED(choose_for(wide_k.p, kH100, "roles_pages=12"), ErrorKind::usage, "usage.vm",
-                "--vm roles_pages");
-
-  GemvChain odd = gemv_chain(true);  // w from an element offset that is not 16-byte aligned
-  odd.b.p.instructions[1].operands[0] = slice(odd.w1, 3, 63 * 64);
-  CHECK(refusal(odd.b.p) == "/instructions/1: a gemv whose weight rows are not whole 16-byte "
-                            "vectors from a 16-byte boundary");
-
-  GemvChain wide = gemv_chain(true);  // a block of 1024 leaves no room for the two role warps
-  wide.b.p.launch.block = 1024;
-  CHECK(refusal(wide.b.p) ==
-        "/launch/block: the loader and controller warps need block + 64 <= 1024");
-
-  // Attention beside the pages: its static tile comes out of them.
-  const VmChoice a = choose_for(attention_chunk(), kH100, "roles_pages=12");
-  CHECK(a.config.attn_tile == amk_attn_tile::large);
-  CHECK_FALSE(a.config.attn_tile_dynamic);
-  CHECK(a.config.roles_pages < 12);
-  CHECK(a.config.roles_x_floats == 0);
 }

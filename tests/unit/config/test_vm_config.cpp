@@ -29,17 +29,20 @@ struct Member {
 #define AMK_MEMBER(m)                                                                              \
   Member { #m, offsetof(amk_vm_config, m) }
 constexpr Member kMembers[] = {
-    AMK_MEMBER(block_threads),  AMK_MEMBER(tma_maps),         AMK_MEMBER(tma_gemv),
-    AMK_MEMBER(trace),          AMK_MEMBER(step_kernel),      AMK_MEMBER(stepped),
-    AMK_MEMBER(early_stop),     AMK_MEMBER(buffers),          AMK_MEMBER(roles_x_floats),
-    AMK_MEMBER(smem_buffers),   AMK_MEMBER(gemv_ring_stages), AMK_MEMBER(gemv_preload),
-    AMK_MEMBER(prefetch_ahead), AMK_MEMBER(next_ins_l1),      AMK_MEMBER(stage_decode_ins),
-    AMK_MEMBER(gemv_x_batch),   AMK_MEMBER(attn_tile),        AMK_MEMBER(attn_tile_dynamic),
-    AMK_MEMBER(attn_pass),      AMK_MEMBER(attn_split),       AMK_MEMBER(attn_split_heads),
-    AMK_MEMBER(attn_row8),      AMK_MEMBER(roles_pages),
+    AMK_MEMBER(block_threads),     AMK_MEMBER(tma_maps),
+    AMK_MEMBER(tma_gemv),          AMK_MEMBER(trace),
+    AMK_MEMBER(step_kernel),       AMK_MEMBER(stepped),
+    AMK_MEMBER(early_stop),        AMK_MEMBER(buffers),
+    AMK_MEMBER(smem_buffers),      AMK_MEMBER(gemv_ring_stages),
+    AMK_MEMBER(gemv_preload),      AMK_MEMBER(prefetch_ahead),
+    AMK_MEMBER(next_ins_l1),       AMK_MEMBER(stage_decode_ins),
+    AMK_MEMBER(gemv_x_batch),      AMK_MEMBER(attn_tile),
+    AMK_MEMBER(attn_tile_dynamic), AMK_MEMBER(attn_pass),
+    AMK_MEMBER(attn_split),        AMK_MEMBER(attn_split_heads),
+    AMK_MEMBER(attn_row8),
 };
 #undef AMK_MEMBER
-static_assert(sizeof(amk_vm_config) == 64, "amk_vm_config changed: update kMembers");
+static_assert(sizeof(amk_vm_config) == 56, "amk_vm_config changed: update kMembers");
 
 // The member at `offset` of c, read as the table's kind says it is stored.
 uint32_t member_at(const VmConfig& c, size_t offset, VmField::Kind kind) {
@@ -103,7 +106,7 @@ TEST_CASE("the field table has every field of amk_vm_config once, in declaration
   CHECK(find_vm_field("no_such_field") == nullptr);
   // The shape fields come first and are not tunable; every field after them is.
   for (size_t i = 0; i < fields.size(); ++i)
-    CHECK_MESSAGE(fields[i].tunable == (i >= 9), fields[i].name);
+    CHECK_MESSAGE(fields[i].tunable == (i >= 8), fields[i].name);
 }
 
 TEST_CASE("each field's setter writes its own member and the getter reads it back") {
@@ -202,8 +205,6 @@ TEST_CASE("--vm refuses unknown fields, shape fields, values out of range and ma
   CHECK_USAGE(parse_vm_overrides("gemv_preload=9", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("gemv_ring_stages=1", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("gemv_ring_stages=5", "--vm"), "usage.vm", "--vm");
-  CHECK_USAGE(parse_vm_overrides("roles_pages=1", "--vm"), "usage.vm", "--vm");
-  CHECK_USAGE(parse_vm_overrides("roles_pages=13", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_split_heads=0", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_tile=huge", "--vm"), "usage.vm", "--vm");
   CHECK_USAGE(parse_vm_overrides("attn_tile=3", "--vm"), "usage.vm", "--vm");

@@ -304,7 +304,8 @@ ResolvedLlama resolve_llama(const LlamaOptions& o) {
                     std::to_string(o.tp));
   for (const auto& [key, n] : {std::pair<const char*, uint32_t>{"num_attention_heads", r.cfg.heads},
                                {"num_key_value_heads", r.cfg.kv_heads},
-                               {"intermediate_size", r.cfg.ffn}})
+                               {"intermediate_size", r.cfg.ffn},
+                               {"vocab_size", r.cfg.vocab}})
     if (n % o.tp != 0)
       usage_error("usage.gen.tp", "--tp",
                   "--tp " + std::to_string(o.tp) + " splits " + key + " (" + std::to_string(n) +
@@ -509,12 +510,15 @@ Program generate_llama(const LlamaOptions& o) {
     std::vector<uint32_t> counters;
     std::vector<uint32_t> need;
   };
+  // `only`: the ranks that run the rows (default every rank), from row `first` of w and y.
   auto gemv_rows = [&](const std::string& name, uint32_t w, uint64_t rows, uint64_t K,
                        uint64_t chunk, uint32_t x, uint32_t y, GemvExtras e,
-                       std::vector<Wait> waits, uint32_t signal, Segments* seg = nullptr) {
+                       std::vector<Wait> waits, uint32_t signal, Segments* seg = nullptr,
+                       const std::vector<uint32_t>& only = {}, uint64_t first = 0) {
     uint32_t n = 0;
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk, ++n) {
       const uint64_t nr = std::min(chunk, rows - r0);
+      const uint64_t row = first + r0;
       const Operand none{};
       std::vector<Signal> signals;
       if (signal != kUnused) signals.push_back({signal, 1});
@@ -532,17 +536,18 @@ Program generate_llama(const LlamaOptions& o) {
         const std::string at = name + "." + std::to_string(n) + (with_residual ? "" : ".part");
         const uint32_t in =
             b.add(at, "gemv",
-                  {{"w", slice(w, r0 * K, nr * K)},
+                  {{"w", slice(w, row * K, nr * K)},
                    {"x", b.whole(x)},
-                   {"y", slice(y, r0, nr)},
-                   {"residual", e.residual && with_residual ? slice(*e.residual, r0, nr) : none},
+                   {"y", slice(y, row, nr)},
+                   {"residual", e.residual && with_residual ? slice(*e.residual, row, nr) : none},
                    {"norm", e.norm ? b.whole(*e.norm) : none},
-                   {"w2", e.w2 ? slice(*e.w2, r0 * K, nr * K) : none}},
+                   {"w2", e.w2 ? slice(*e.w2, row * K, nr * K) : none}},
                   {{"eps", c.rms_eps},
                    {"head_dim", static_cast<double>(e.combine_hd)},
                    {"heads", static_cast<double>(e.combine_heads)}},
                   waits, signals);
         if (split) p.instructions[in].ranks = rank_list(with_residual);
+        if (!only.empty()) p.instructions[in].ranks = only;
       }
     }
     return n;
@@ -583,7 +588,7 @@ Program generate_llama(const LlamaOptions& o) {
   const uint64_t down_chunk = chunk_rows(H, target);
   // silu_mul slices: up to 8, of at least 128 elements.
   const uint64_t silu_slices = std::clamp<uint64_t>(F / 128, 1, 8);
-  const uint64_t head_chunk = chunk_rows(V, target);
+  const uint64_t head_chunk = chunk_rows(V / tp, target);  // (--tp: a rank's share)
   // argmax split: up to 32 slices of at least 128 logits on separate blocks, then one argmax
   // over their maxima (one block's pass over a vocabulary is bound by load latency).
   const uint64_t argmax_slices = std::clamp<uint64_t>(V / 128, 1, 32);
@@ -920,17 +925,41 @@ Program generate_llama(const LlamaOptions& o) {
   const uint32_t next = b.buffer("next_token", DType::i32, {1}, {}, /*output=*/true);
   const uint32_t c_xf = o.fused ? 0xFFFFFFFFu : b.counter("final_norm");
   const uint32_t c_logits = b.counter("logits");
-  uint32_t nl = 0;
-  if (o.fused) {
-    nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, x, logits,
-                   {.norm = buf.at("model.norm.weight")}, {{x_ready, x_need}}, c_logits);
-  } else {
+  // With --tp each rank computes its share of the vocabulary's logits (rows rank * V / tp on of
+  // the whole head) and sends it to rank 0, which holds the whole logits and takes the argmax.
+  const uint32_t c_next = generating ? b.counter("next_token") : 0;
+  if (!o.fused)
     b.add("final_norm", "rmsnorm",
           {{"x", b.whole(x)}, {"weight", b.whole(buf.at("model.norm.weight"))}, {"y", b.whole(xf)}},
           {{"eps", c.rms_eps}}, {{x_ready, x_need}}, {{c_xf, 1}});
-    nl = gemv_rows("lm_head", lm_head, V, H, head_chunk, xf, logits, {}, {{c_xf, 1}}, c_logits);
+  const uint64_t Vr = V / tp;
+  uint32_t nl = 0;
+  for (uint32_t rank = 0; rank < tp; ++rank) {
+    const std::string name = tp > 1 ? "lm_head.rank" + std::to_string(rank) : "lm_head";
+    const std::vector<uint32_t> only =
+        tp > 1 ? std::vector<uint32_t>{rank} : std::vector<uint32_t>{};
+    nl = o.fused ? gemv_rows(name, lm_head, Vr, H, head_chunk, x, logits,
+                             {.norm = buf.at("model.norm.weight")}, {{x_ready, x_need}}, c_logits,
+                             nullptr, only, rank * Vr)
+                 : gemv_rows(name, lm_head, Vr, H, head_chunk, xf, logits, {}, {{c_xf, 1}},
+                             c_logits, nullptr, only, rank * Vr);
   }
-  const uint32_t c_next = generating ? b.counter("next_token") : 0;
+  for (uint32_t rank = 1; rank < tp; ++rank) {
+    // (a generation's next token on this rank waits for the send: c_next)
+    const std::string R = std::to_string(rank);
+    std::vector<Signal> sent;
+    if (generating) sent.push_back({c_next, 1});
+    const uint32_t send =
+        b.add("logits.to_rank0." + R, "send", {{"x", slice(logits, rank * Vr, Vr)}},
+              {{"peer", 0.0}}, {{c_logits, nl}}, std::move(sent));
+    p.instructions[send].ranks = {rank};
+    const uint32_t recv =
+        b.add("logits.from_rank" + R, "recv", {{"y", slice(logits, rank * Vr, Vr)}},
+              {{"peer", static_cast<double>(rank)}}, {}, {{c_logits, 1}});
+    p.instructions[recv].ranks = {0};
+  }
+  nl += tp - 1;  // (rank 0: its rows and the others' shares)
+  const size_t argmax_from = p.instructions.size();
   std::vector<Signal> next_signals;
   if (generating) next_signals.push_back({c_next, 1});
   if (argmax_slices == 1) {
@@ -958,6 +987,8 @@ Program generate_llama(const LlamaOptions& o) {
            {"index_map", slice(part_i, 0, parts)}},
           {}, {{c_part, parts}}, next_signals);
   }
+  for (size_t i = argmax_from; i < p.instructions.size() && tp > 1; ++i)
+    p.instructions[i].ranks = {0};
 
   if (generating) {
     // The next pass's token (the prompt's while it lasts, then this argmax), the generated ids,

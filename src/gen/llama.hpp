@@ -116,8 +116,9 @@ struct LlamaOptions {
   // Tensor-parallel ranks (--tp): each rank holds heads / tp query heads, kv_heads / tp kv
   // heads and ffn / tp MLP columns (row blocks of q/k/v, gate and up, column blocks of o_proj
   // and down, read as windows of the whole tensors), and all-reduces the o_proj and down
-  // outputs; rank 0 alone adds the residuals. The embedding, the norms and the head are
-  // replicated.
+  // outputs; rank 0 alone adds the residuals. The embedding and the norms are replicated; each
+  // rank computes vocab / tp rows of the logits and sends them to rank 0, which takes the argmax
+  // (and, generating, sends each token to the others).
   uint32_t tp = 1;
 };
 

@@ -133,19 +133,22 @@ expect_grep "$tmp/err" "/launch/ranks" ".amkb refusal names launch.ranks"
 
 
 # amk gen llama --tp: the tiny model split over ranks equals the single-rank program on the same
-# seeded weights (every rank's logits, each rank's next token), fused and unfused, the weights
-# random or read as windows of a file; generation: rank 0's ids equal the single rank's, and
-# amk generate stops both at the same eos.
+# seeded weights (rank 0's logits, gathered from every rank's share, and its next token; each
+# rank's own share), fused and unfused, the weights random or read as windows of a file;
+# generation: rank 0's ids equal the single rank's, and amk generate stops both at the same eos.
 same_logits() {  # same_logits ONE_DIR TP_DIR RANKS DESCRIPTION
   expect_rc 0 "$4" -- "$py" - "$1" "$2" "$3" <<'PY'
 import numpy as np, sys
 one, tp, ranks = sys.argv[1], sys.argv[2], int(sys.argv[3])
 want = np.load(f"{one}/act.logits.npy").astype(np.float64)
-for r in range(ranks):
-    got = np.load(f"{tp}/act.logits.rank{r}.npy").astype(np.float64)
-    err = np.abs(got - want).max() / np.abs(want).max()
-    assert err <= 1e-5, f"rank {r}: normalized error {err:.3g}"
-    assert np.array_equal(np.load(f"{tp}/next_token.rank{r}.npy"), np.load(f"{one}/next_token.npy")), r
+share = len(want) // ranks
+def error(got, ref): return np.abs(got - ref).max() / np.abs(want).max()
+got = np.load(f"{tp}/act.logits.rank0.npy").astype(np.float64)
+assert error(got, want) <= 1e-5, f"rank 0's logits: normalized error {error(got, want):.3g}"
+assert np.array_equal(np.load(f"{tp}/next_token.rank0.npy"), np.load(f"{one}/next_token.npy"))
+for r in range(1, ranks):
+    got = np.load(f"{tp}/act.logits.rank{r}.npy").astype(np.float64)[r * share:(r + 1) * share]
+    assert error(got, want[r * share:(r + 1) * share]) <= 1e-5, f"rank {r}'s share"
 PY
 }
 for lay in "" "--unfused"; do

@@ -42,11 +42,12 @@ nlohmann::ordered_json inspect_program(const Program& p, const VerifySummary& su
                     {"bytes", b.bytes()},
                     {"init", std::string(init_kind_name(b.init.kind))},
                     {"output", b.output}});
+    if (!b.init.window_of.empty()) bufs.back()["window_of"] = b.init.window_of;
   }
   j["buffers"] = {
       {"count", p.buffers.size()}, {"bytes", total}, {"output_bytes", out_bytes}, {"list", bufs}};
   t << "buffers       " << p.buffers.size() << " (" << format_bytes(total) << ", outputs "
-    << format_bytes(out_bytes) << ")\n";
+    << format_bytes(out_bytes) << (p.launch.ranks > 1 ? ", a rank" : "") << ")\n";
   if (list_buffers) {
     for (const auto& b : p.buffers) {
       std::string shape = "[";
@@ -54,7 +55,13 @@ nlohmann::ordered_json inspect_program(const Program& p, const VerifySummary& su
         shape += (i ? ", " : "") + std::to_string(b.shape[i]);
       shape += "]";
       t << "  " << (b.output ? "out " : "    ") << b.name << "  " << dtype_name(b.dtype) << shape
-        << "  " << format_bytes(b.bytes()) << "  init " << init_kind_name(b.init.kind) << "\n";
+        << "  " << format_bytes(b.bytes()) << "  init " << init_kind_name(b.init.kind);
+      if (const auto& of = b.init.window_of; !of.empty()) {
+        t << (b.rank_inits.empty() ? ", a block of [" : ", each rank's block of [");
+        for (size_t i = 0; i < of.size(); ++i) t << (i ? ", " : "") << of[i];
+        t << "]";
+      }
+      t << "\n";
     }
   }
 

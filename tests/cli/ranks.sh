@@ -160,6 +160,9 @@ for lay in "" "--unfused"; do
   same_logits "$tmp/l1" "$tmp/l2" 2 "tiny --tp 2 ${lay:-fused} equals one rank (seed $gs)"
 done
 expect_grep "$tmp/llama2.json" '"all_reduce"' "the tensor-parallel program all-reduces"
+expect_rc 0 "inspect a tensor-parallel program" -- "$amk" inspect "$tmp/llama2.json"
+expect_grep "$tmp/out" "q_proj.weight  bf16\[64, 128\] .*init random, each rank's block of \[128, 128\]" \
+  "inspect names each rank's block of the whole tensor"
 "$amk" -q gen llama --preset tiny --layers 1 --tp 2 --write-weights "$tmp/w.safetensors" -o "$tmp/w2.json"
 "$amk" -q gen llama --preset tiny --layers 1 --weights "$tmp/w.safetensors" -o "$tmp/w1.json"
 "$amk" -q gen llama --preset tiny --layers 1 --tp 2 --weights "$tmp/w.safetensors" -o "$tmp/w2r.json"

@@ -454,16 +454,19 @@ Program generate_llama(const LlamaOptions& o) {
     BufferInit init = t.role == TensorRole::norm       ? uniform_init(seed, 0.8, 1.2)
                       : t.role == TensorRole::kv_cache ? normal_init(seed, 0.0, 1.0)
                                                        : normal_init(seed, 0.0, 0.02);
-    const uint32_t id = b.buffer(t.name, t.dtype, t.shape, init);
+    // (an untied head: each rank's rows of the vocabulary; a tied one is the embedding, whole)
+    std::vector<uint64_t> shape = t.shape;
+    if (tp > 1 && t.name == "lm_head.weight") shape[0] /= tp;
+    const uint32_t id = b.buffer(t.name, t.dtype, shape, init);
     buf[t.name] = id;
-    if (t.shape == wholes[i].shape) continue;
+    if (shape == wholes[i].shape) continue;
     Buffer& split = p.buffers[id];
     for (uint32_t rank = 0; rank < tp; ++rank) {
       BufferInit w = init;
       w.window_of = wholes[i].shape;
-      w.window_at.assign(t.shape.size(), 0);
-      for (size_t d = 0; d < t.shape.size(); ++d)
-        if (t.shape[d] != wholes[i].shape[d]) w.window_at[d] = rank * t.shape[d];
+      w.window_at.assign(shape.size(), 0);
+      for (size_t d = 0; d < shape.size(); ++d)
+        if (shape[d] != wholes[i].shape[d]) w.window_at[d] = rank * shape[d];
       split.rank_inits.push_back(std::move(w));
     }
     split.init = split.rank_inits[0];
@@ -510,15 +513,17 @@ Program generate_llama(const LlamaOptions& o) {
     std::vector<uint32_t> counters;
     std::vector<uint32_t> need;
   };
-  // `only`: the ranks that run the rows (default every rank), from row `first` of w and y.
+  // `only`: the ranks that run the rows (default every rank), from row `first` of y and
+  // `w_first` of w.
   auto gemv_rows = [&](const std::string& name, uint32_t w, uint64_t rows, uint64_t K,
                        uint64_t chunk, uint32_t x, uint32_t y, GemvExtras e,
                        std::vector<Wait> waits, uint32_t signal, Segments* seg = nullptr,
-                       const std::vector<uint32_t>& only = {}, uint64_t first = 0) {
+                       const std::vector<uint32_t>& only = {}, uint64_t first = 0,
+                       uint64_t w_first = 0) {
     uint32_t n = 0;
     for (uint64_t r0 = 0; r0 < rows; r0 += chunk, ++n) {
       const uint64_t nr = std::min(chunk, rows - r0);
-      const uint64_t row = first + r0;
+      const uint64_t row = first + r0, w_row = w_first + r0;
       const Operand none{};
       std::vector<Signal> signals;
       if (signal != kUnused) signals.push_back({signal, 1});
@@ -536,12 +541,12 @@ Program generate_llama(const LlamaOptions& o) {
         const std::string at = name + "." + std::to_string(n) + (with_residual ? "" : ".part");
         const uint32_t in =
             b.add(at, "gemv",
-                  {{"w", slice(w, row * K, nr * K)},
+                  {{"w", slice(w, w_row * K, nr * K)},
                    {"x", b.whole(x)},
                    {"y", slice(y, row, nr)},
                    {"residual", e.residual && with_residual ? slice(*e.residual, row, nr) : none},
                    {"norm", e.norm ? b.whole(*e.norm) : none},
-                   {"w2", e.w2 ? slice(*e.w2, row * K, nr * K) : none}},
+                   {"w2", e.w2 ? slice(*e.w2, w_row * K, nr * K) : none}},
                   {{"eps", c.rms_eps},
                    {"head_dim", static_cast<double>(e.combine_hd)},
                    {"heads", static_cast<double>(e.combine_heads)}},
@@ -938,11 +943,12 @@ Program generate_llama(const LlamaOptions& o) {
     const std::string name = tp > 1 ? "lm_head.rank" + std::to_string(rank) : "lm_head";
     const std::vector<uint32_t> only =
         tp > 1 ? std::vector<uint32_t>{rank} : std::vector<uint32_t>{};
+    const uint64_t w_row = c.tied_embeddings ? rank * Vr : 0;  // (untied: the rank's rows)
     nl = o.fused ? gemv_rows(name, lm_head, Vr, H, head_chunk, x, logits,
                              {.norm = buf.at("model.norm.weight")}, {{x_ready, x_need}}, c_logits,
-                             nullptr, only, rank * Vr)
+                             nullptr, only, rank * Vr, w_row)
                  : gemv_rows(name, lm_head, Vr, H, head_chunk, xf, logits, {}, {{c_xf, 1}},
-                             c_logits, nullptr, only, rank * Vr);
+                             c_logits, nullptr, only, rank * Vr, w_row);
   }
   for (uint32_t rank = 1; rank < tp; ++rank) {
     // (a generation's next token on this rank waits for the send: c_next)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Prints amk's performance table from a results file, or compares two results files.
 
-    python3 scripts/perf_compare.py scripts/perf_baseline.json
+    python3 scripts/perf_compare.py scripts/perf_baseline.json [--same-run]
     python3 scripts/perf_compare.py BASELINE.json NEW.json [--noise 0.006]
     python3 scripts/perf_compare.py BASELINE.json --measured FIGURES.tsv --device D --commit C
 
@@ -10,7 +10,8 @@
 fields taken from the baseline file's figure of that id (its baseline value replaced by the
 run's when the line gives one, and then marked same_run), today's date.
 
-One file: the README's performance table, as Markdown. Two files: per figure (matched by id),
+One file: the performance table, as Markdown (--same-run: only the figures whose baseline ran in
+the same run, the README's table). Two files: per figure (matched by id),
 the old and new values, the change in percent and a verdict: "regression" when the change is
 worse than the noise threshold in the figure's better direction, "improvement" when better by
 more than it, else "tie" (BENCH.md: a difference within the run-to-run spread, about 0.6%, is a
@@ -151,7 +152,9 @@ def target_text(f):
     return f"{op} {num(t['value'])} {f['unit']}{src}: {'met' if met else '**not met**'}"
 
 
-def print_table(figures):
+def print_table(figures, same_run=False):
+    if same_run:
+        figures = [f for f in figures if f["baseline"] is not None and f["baseline"]["same_run"]]
     runs = sorted({(f["device"], f["date"], f["commit"]) for f in figures})
     if runs:
         print("Measured on " + "; ".join(f"{d}, {day}, commit {c}" for d, day, c in runs) + ".")
@@ -262,6 +265,8 @@ def main(argv):
                     help="write a results file from a run's figures (id, value, unit[, baseline])")
     ap.add_argument("--device", default="unknown", help="with --measured: the device's name")
     ap.add_argument("--commit", default="unknown", help="with --measured: the commit measured")
+    ap.add_argument("--same-run", action="store_true",
+                    help="the table: only figures whose baseline ran in the same run")
     ap.add_argument("--noise", type=float, default=None,
                     help=f"relative change counted as a tie (default {DEFAULT_NOISE}: "
                          "BENCH.md's 0.6%%)")
@@ -280,7 +285,7 @@ def main(argv):
             print(json.dumps(measured(old, args.measured, args.device, args.commit), indent=1))
             return 0
         if args.new is None:
-            print_table(old)
+            print_table(old, args.same_run)
             return 0
         new = load(args.new)
         return 1 if compare(args.baseline, old, args.new, new, args.noise) else 0

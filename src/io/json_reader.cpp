@@ -635,27 +635,19 @@ private:
       }
     }
     l.dynamic_smem = static_cast<uint32_t>(opt_uint(j, loc, "dynamic_smem", kU32Max, 0));
-    if (auto m = member(j, "timeout_ms")) {
-      const uint64_t t = get_uint(*m, loc / "timeout_ms", kMaxTimeoutMs);
-      if (t == 0)
-        fail("launch.timeout_ms", loc / "timeout_ms",
-             "expected 1.." + std::to_string(kMaxTimeoutMs) + " milliseconds, found 0");
-      l.timeout_ms = t;
-    }
-    if (auto m = member(j, "passes")) {
-      const uint64_t n = get_uint(*m, loc / "passes", kMaxPasses);
+    // An optional count in 1..max (0 is launch.KEY; past max, json.range).
+    auto positive = [&](const char* key, uint64_t max, const char* unit, uint64_t fallback) {
+      const auto m = member(j, key);
+      if (!m) return fallback;
+      const uint64_t n = get_uint(*m, loc / key, max);
       if (n == 0)
-        fail("launch.passes", loc / "passes",
-             "expected 1.." + std::to_string(kMaxPasses) + " passes, found 0");
-      l.passes = static_cast<uint32_t>(n);
-    }
-    if (auto m = member(j, "ranks")) {
-      const uint64_t n = get_uint(*m, loc / "ranks", kMaxRanks);
-      if (n == 0)
-        fail("launch.ranks", loc / "ranks",
-             "expected 1.." + std::to_string(kMaxRanks) + " ranks, found 0");
-      l.ranks = static_cast<uint32_t>(n);
-    }
+        fail(std::string("launch.") + key, loc / key,
+             "expected 1.." + std::to_string(max) + " " + unit + ", found 0");
+      return n;
+    };
+    l.timeout_ms = positive("timeout_ms", kMaxTimeoutMs, "milliseconds", l.timeout_ms);
+    l.passes = static_cast<uint32_t>(positive("passes", kMaxPasses, "passes", l.passes));
+    l.ranks = static_cast<uint32_t>(positive("ranks", kMaxRanks, "ranks", l.ranks));
   }
 
   // ---- buffers ----

@@ -159,6 +159,8 @@ JSON_CASES = [
     ("tma_bad_swizzle", mutate(setp(["tma"], [{"name": "t", "buffer": "w", "dims": [256, 64], "box": [64, 8], "swizzle": "256B"}])), P, "tma.swizzle", "/tma/0/swizzle"),
     ("custom_untrusted", mutate(setp(["custom_ops"], [{"name": "my_op", "operands": ["x"], "params": [], "source": "__device__ void f() {}"}])), P, "custom.untrusted", "/custom_ops"),
     # Programs with ranks.
+    ("timeout_zero", mutate(setp(["launch", "timeout_ms"], 0)), P, "launch.timeout_ms", "/launch/timeout_ms"),
+    ("passes_zero", mutate(setp(["launch", "passes"], 0)), P, "launch.passes", "/launch/passes"),
     ("ranks_zero", mutate(setp(["launch", "ranks"], 0)), P, "launch.ranks", "/launch/ranks"),
     ("ranks_nine", mutate(setp(["launch", "ranks"], 9)), P, "json.range", "/launch/ranks"),
     ("init_list_one_rank", mutate(setp(["buffers", 0, "init"], [{"kind": "zeros"}, {"kind": "zeros"}])),

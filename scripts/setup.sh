@@ -7,7 +7,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 pkgs=(cmake g++ ninja-build libcli11-dev nlohmann-json3-dev libspdlog-dev libfmt-dev doctest-dev
       python3 python3-numpy python3-jsonschema python3-dev pybind11-dev python3-pytest)
-# CI's extra tools: the fuzzing toolchain and clang-format (scripts/format.sh --check).
+# CI's extra tools: clang 14 (the asan and fuzz presets), libFuzzer and clang-format
+# (scripts/format.sh --check).
 if [ "${AMK_SETUP_FUZZ:-0}" = "1" ]; then pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev clang-format); fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -102,7 +102,8 @@ public:
                     "op " + std::string(op) + " needs operand " + std::string(slot.name));
       in.operands.push_back(o);
     }
-    for (const auto& [n, v] : operands) {
+    for (const auto& operand : operands) {
+      const auto& n = operand.first;
       const bool known = std::any_of(sig->operands.begin(), sig->operands.end(),
                                      [&](const OperandSig& s) { return s.name == n; });
       if (!known)
@@ -122,7 +123,8 @@ public:
                     "param " + std::string(ps.name) + " out of range");
       in.params.push_back(*word);
     }
-    for (const auto& [n, v] : params) {
+    for (const auto& param : params) {
+      const auto& n = param.first;
       const bool known = std::any_of(sig->params.begin(), sig->params.end(),
                                      [&](const ParamSig& s) { return s.name == n; });
       if (!known)

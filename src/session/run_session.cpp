@@ -174,9 +174,11 @@ HostBuffers run_wrapper(const RunRequest& request, GpuRequest& gpu, RunReport& r
 
 // RunRequest::values: each named integer buffer's init becomes those values.
 void set_values(Program& p, const RunRequest& request) {
-  for (const auto& [name, values] : request.values) {
+  for (const auto& entry : request.values) {
+    const auto& [name, values] = entry;
+    const std::string& wanted = name;  // (a lambda may not capture a structured binding)
     auto b = std::find_if(p.buffers.begin(), p.buffers.end(),
-                          [&](const Buffer& x) { return x.name == name; });
+                          [&](const Buffer& x) { return x.name == wanted; });
     if (b == p.buffers.end())
       throw_program_error("run.values.buffer", "/buffers",
                           "the program has no buffer '" + name + "' to set");

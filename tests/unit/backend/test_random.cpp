@@ -142,7 +142,8 @@ TEST_CASE("integer uniform draws floor into [low, high)") {
   CHECK(histogram.begin()->first == 0);
   CHECK(histogram.rbegin()->first == 9);
   for (const auto& [v, count] : histogram) {
-    CAPTURE(v);
+    const int32_t value = v;  // (CAPTURE's lambda may not capture a structured binding)
+    CAPTURE(value);
     CHECK(std::abs(count - 10000) < 500);  // sigma ~95
   }
   // Non-integral bounds: [-0.5, 2.5) holds the integers 0, 1, 2.

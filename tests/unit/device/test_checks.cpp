@@ -316,7 +316,8 @@ TEST_CASE("check_ordinal: device.ordinal (exit 5) for an ordinal the driver does
   for (const auto& [ordinal, count, range] :
        {std::tuple{7, 2, "2 device(s), ordinals 0..1"}, std::tuple{0, 0, "0 device(s)"},
         std::tuple{-1, 4, "4 device(s), ordinals 0..3"}}) {
-    CAPTURE(ordinal);
+    const int device = ordinal;  // (CAPTURE's lambda may not capture a structured binding)
+    CAPTURE(device);
     try {
       check_ordinal(ordinal, count);
       FAIL("no refusal");

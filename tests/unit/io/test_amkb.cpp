@@ -774,7 +774,8 @@ TEST_CASE("instruction ABI header fields") {
   // Reserved fields: each named at its own offset (an unused operand6 at the field's start).
   for (const auto& [byte, field] :
        {std::pair{6, 6}, {12, 12}, {240, 240}, {250, 240}, {255, 240}}) {
-    CAPTURE(byte);
+    const int at_byte = byte;  // (CAPTURE's lambda may not capture a structured binding)
+    CAPTURE(at_byte);
     CHECK(error_of(patched(byte, 1)).where() == "section INSTR byte " + std::to_string(at + field));
   }
 }

@@ -246,8 +246,9 @@ TEST_CASE("artifact: a malformed record is refused with its place") {
         {"cubin_sha256", nlohmann::json::array()},
     };
     for (const auto& [key, value] : bad) {
-      CAPTURE(key);
-      CAPTURE(value.dump());
+      const std::string field = key, text = value.dump();  // (CAPTURE's lambda: no bindings)
+      CAPTURE(field);
+      CAPTURE(text);
       amk::write_artifact(cubin, fake_cubin(128, 0x33), sample_record());
       rewrite_record(cubin, key, value);
       CHECK(contains(refused("io.artifact.field", rec + "#/" + key), "must be"));

@@ -71,9 +71,9 @@ std::string validate(const amk_test::ScratchDir& dir, const ordered_json& j,
     std::ofstream out(file);
     out << j.dump(2);
   }
-  const auto [status, out] = amk_test::validate_against_schema(dir.path(), file, name);
-  REQUIRE_MESSAGE(status == 0, out);
-  return out;
+  const auto result = amk_test::validate_against_schema(dir.path(), file, name);
+  REQUIRE_MESSAGE(result.first == 0, result.second);
+  return result.second;
 }
 
 }  // namespace

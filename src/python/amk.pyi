@@ -90,9 +90,10 @@ def run(path: str, backend: str = "auto", out_dir: str = "", check: bool = False
 
 class gen:
     @staticmethod
-    def llama(preset: str = "tiny", layers: Optional[int] = None, context: Optional[int] = None,
-              seed: int = 0, steps: int = 0, prompt: Sequence[int] = (), all_logits: bool = False,
-              kv_dtype: str = "bf16", eos: int = -1, tp: int = 1) -> Program: ...
+    def llama(preset: Optional[str] = None, layers: Optional[int] = None,
+              context: Optional[int] = None, seed: int = 0, steps: int = 0,
+              prompt: Sequence[int] = (), all_logits: bool = False, kv_dtype: str = "bf16",
+              eos: int = -1, tp: int = 1, checkpoint: Optional[str] = None) -> Program: ...
 
 class Executable:
     @property

@@ -5,6 +5,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <filesystem>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "gen/checkpoint.hpp"
 #include "gen/llama.hpp"
 #include "io/load.hpp"
 #include "program/program.hpp"
@@ -216,11 +218,16 @@ PYBIND11_MODULE(amk, m) {
   py::module_ generators = m.def_submodule("gen", "program generators");
   generators.def(
       "llama",
-      [](const std::string& preset, std::optional<uint32_t> layers, std::optional<uint32_t> context,
-         uint64_t seed, uint32_t steps, const std::vector<int64_t>& prompt, bool all_logits,
-         const std::string& kv_dtype, int64_t eos, uint32_t tp) {
+      [](const std::optional<std::string>& preset, std::optional<uint32_t> layers,
+         std::optional<uint32_t> context, uint64_t seed, uint32_t steps,
+         const std::vector<int64_t>& prompt, bool all_logits, const std::string& kv_dtype,
+         int64_t eos, uint32_t tp, const std::optional<std::string>& checkpoint) {
         gen::LlamaOptions o;
-        o.preset = preset;
+        if (preset && checkpoint)
+          throw Error(ErrorKind::usage, "usage.gen.from", "preset",
+                      "checkpoint and preset exclude each other (the checkpoint gives the shape "
+                      "and the weights)");
+        o.preset = preset.value_or("tiny");
         o.layers = layers;
         o.context = context;
         o.seed = seed;
@@ -230,12 +237,25 @@ PYBIND11_MODULE(amk, m) {
         o.kv_dtype = kv_dtype_of(kv_dtype);
         o.eos = eos;
         o.tp = tp;
-        return gen::generate_llama(o);
+        if (!checkpoint) return gen::generate_llama(o);
+        // The program's folder is the checkpoint's: its weight files are named relative to it.
+        const gen::HfCheckpoint ckpt = gen::read_hf_checkpoint(*checkpoint);
+        o.config = ckpt.cfg;
+        Program p = gen::generate_llama(o);
+        const std::filesystem::path dir = std::filesystem::weakly_canonical(ckpt.dir);
+        gen::use_hf_checkpoint(p, ckpt, [&](const std::filesystem::path& file) {
+          return std::filesystem::weakly_canonical(file).lexically_relative(dir).generic_string();
+        });
+        p.base_dir = dir.string();
+        return p;
       },
-      py::arg("preset") = "tiny", py::arg("layers") = std::nullopt,
+      py::arg("preset") = std::nullopt, py::arg("layers") = std::nullopt,
       py::arg("context") = std::nullopt, py::arg("seed") = 0, py::arg("steps") = 0,
       py::arg("prompt") = std::vector<int64_t>{}, py::arg("all_logits") = false,
       py::arg("kv_dtype") = "bf16", py::arg("eos") = -1, py::arg("tp") = 1,
-      "a Llama decode-step program (amk gen llama); with steps and prompt, a generation (eos: "
-      "its end-of-sequence id, -1 none); tp: tensor-parallel ranks (a program with ranks)");
+      py::arg("checkpoint") = std::nullopt,
+      "a Llama decode-step program (amk gen llama; preset 'tiny' unless given); with steps and "
+      "prompt, a generation (eos: its end-of-sequence id, -1 none); tp: tensor-parallel ranks (a "
+      "program with ranks); checkpoint: a Hugging Face model folder whose config and weights it "
+      "uses (amk gen llama --from)");
 }

@@ -5,6 +5,7 @@ import glob
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -418,3 +419,58 @@ def test_a_tensor_parallel_llama_equals_the_one_rank_program():
     with pytest.raises(amk.UsageError) as e:
         amk.gen.llama(tp=3)  # 4 heads
     assert e.value.code == "usage.gen.tp"
+
+
+def hf_folder(folder):
+    """A small Hugging Face Llama folder (scripts/check_llama.py's), with an eos id."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("check_llama", os.path.join(ROOT, "scripts", "check_llama.py"))
+    check_llama = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check_llama)
+    check_llama.write_hf_checkpoint(str(folder), seed=11, shards=2, tied=False)
+    return str(folder)
+
+
+def test_a_checkpoint_generates_as_the_cli_does(tmp_path):
+    ck = hf_folder(tmp_path / "hf")
+    program = amk.gen.llama(checkpoint=ck, steps=5, prompt=[3, 5, 7])
+    assert program.validate()["status"] == "ok"
+    cli = cli_json("generate", "--from", ck, "--steps", "5", "--prompt", "3,5,7", "--backend", "cpu")
+    assert amk.generate(program, backend="cpu")["ids"] == cli["ids"]
+    with pytest.raises(amk.UsageError) as e:
+        amk.gen.llama(preset="tiny", checkpoint=ck)
+    assert e.value.code == "usage.gen.from"
+    with pytest.raises(amk.IoError) as e:
+        amk.gen.llama(checkpoint=str(tmp_path / "missing"))
+    assert e.value.exit_code == 4
+
+
+def test_the_text_example_prints_the_ids_amk_generate_gives(tmp_path):
+    ck = hf_folder(tmp_path / "hf")
+    cfg = json.load(open(os.path.join(ck, "config.json")))
+    script = os.path.join(ROOT, "scripts", "generate_text.py")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(amk.__file__))
+    run = lambda *a: subprocess.run([sys.executable, script, "--checkpoint", ck, *a],
+                                    capture_output=True, text=True, env=env)
+    cli = cli_json("generate", "--from", ck, "--steps", "6", "--prompt", "9,4", "--backend", "cpu")
+    r = run("--ids", "9,4", "--steps", "6", "--backend", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["ids"] == cli["ids"] and out["prompt_ids"] == [9, 4] and out["generated"] == 6
+    # The checkpoint's eos id (the first of a list) ends the launch one step after generating it.
+    ids = cli_json("generate", "--from", ck, "--steps", "12", "--prompt", "9,4", "--backend", "cpu")["ids"]
+    k = next(k for k in range(1, len(ids)) if ids[k] not in ids[:k])
+    assert k + 1 < len(ids), ids  # (the stop must cut the generation short)
+    cfg["eos_token_id"] = [ids[k], max(ids) + 1]
+    json.dump(cfg, open(os.path.join(ck, "config.json"), "w"))
+    r = run("--ids", "9,4", "--steps", "12", "--backend", "cpu", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["ids"] == ids[:k + 1]
+    # Plain output: the ids on one line; a text prompt without a tokenizer is refused.
+    r = run("--ids", "9,4", "--steps", "2", "--eos", "-1", "--backend", "cpu")
+    assert r.returncode == 0 and r.stdout.split() == [str(i) for i in cli["ids"][:2]], r.stderr
+    r = run("--prompt", "hello", "--backend", "cpu")
+    assert r.returncode != 0 and "--ids" in r.stderr
+    # amk's errors keep their exit codes: an id outside the vocabulary (128) is a usage error.
+    r = run("--ids", "9,400", "--backend", "cpu")
+    assert r.returncode == 2 and "generate_text:" in r.stderr

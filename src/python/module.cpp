@@ -4,8 +4,11 @@
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -138,6 +141,31 @@ PYBIND11_MODULE(amk, m) {
           "launch, target) as a dict")
       .def("to_json", &program_to_json, "the canonical JSON text (what amk convert writes)")
       .def("to_dict", [](const Program& p) { return json_loads(program_to_json(p)); });
+
+  // amk's log lines go to stderr as the command line's do: warnings and errors unless
+  // amk.set_log_level asks for more (the pipeline's phases log at info, as `amk -v` shows them).
+  std::shared_ptr<spdlog::logger> logger = spdlog::get("amk");
+  if (!logger) logger = spdlog::stderr_color_mt("amk");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("amk: %^%l%$: %v");
+  spdlog::set_level(spdlog::level::warn);
+  m.def(
+      "set_log_level",
+      [](const std::string& level) {
+        const std::pair<const char*, spdlog::level::level_enum> levels[] = {
+            {"debug", spdlog::level::debug},
+            {"info", spdlog::level::info},
+            {"warn", spdlog::level::warn},
+            {"error", spdlog::level::err},
+            {"off", spdlog::level::off}};
+        for (const auto& [name, value] : levels)
+          if (level == name) return spdlog::set_level(value);
+        throw Error(ErrorKind::usage, "usage.log_level", "level",
+                    "expected debug, info, warn, error or off, got '" + level + "'");
+      },
+      py::arg("level"),
+      "what amk logs to stderr: 'warn' (the default), 'info' (each phase and its time, as amk -v), "
+      "'debug', 'error' or 'off'");
 
   python::define_executable(m);
   py::exec(kPurePy, m.attr("__dict__"));

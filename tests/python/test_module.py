@@ -474,3 +474,19 @@ def test_the_text_example_prints_the_ids_amk_generate_gives(tmp_path):
     # amk's errors keep their exit codes: an id outside the vocabulary (128) is a usage error.
     r = run("--ids", "9,400", "--backend", "cpu")
     assert r.returncode == 2 and "generate_text:" in r.stderr
+
+
+def test_logs_go_to_stderr_at_the_level_asked(capfd, tmp_path):
+    amk.run(SAMPLES[0], backend="cpu", out_dir=str(tmp_path / "quiet"))
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""  # warnings and errors only, by default
+    amk.set_log_level("info")
+    try:
+        amk.run(SAMPLES[0], backend="cpu", out_dir=str(tmp_path / "info"))
+    finally:
+        amk.set_log_level("warn")
+    out, err = capfd.readouterr()
+    assert out == "" and "amk: info: load_verify done in" in err
+    with pytest.raises(amk.UsageError) as e:
+        amk.set_log_level("loud")
+    assert e.value.code == "usage.log_level" and e.value.exit_code == 2

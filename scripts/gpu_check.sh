@@ -53,7 +53,10 @@ if pb=$($py -m pybind11 --cmakedir 2>/dev/null); then
   pyargs=(-DPython3_EXECUTABLE="$(command -v $py)" -Dpybind11_DIR="$pb")
 fi
 cmake --preset default "${pyargs[@]}" >"$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
-targets=(); [ "${AMK_CTEST:-1}" = 1 ] || targets=(--target amk)
+targets=()
+if [ "${AMK_CTEST:-1}" != 1 ]; then
+  targets=(--target amk); grep -q "amk_python" build/default/build.ninja && targets+=(amk_python)
+fi
 cmake --build --preset default -j "$(nproc)" "${targets[@]}" >"$out/build.log" 2>&1 ||
   { grep -E "error|FAILED" "$out/build.log" | head -30; exit 1; }
 $amk devices
@@ -73,6 +76,18 @@ if [ "${AMK_CTEST:-1}" = 1 ]; then
 sec "ctest (unit, gpu)"
 ctest --test-dir build/default --output-on-failure -j 8 -L "^(unit|gpu)\$" >"$out/ctest.log" 2>&1
 rc=$?; tail -5 "$out/ctest.log"; row "ctest (unit, gpu)" "$(verdict $rc)"
+# A crash of the Python module's tests: their native stack, from a debugger where there is one.
+if grep -Eq "python\.module .*(SEGFAULT|Child aborted|Exception)" "$out/ctest.log"; then
+  dbg=$(command -v gdb || command -v cuda-gdb || ls /usr/local/cuda/bin/cuda-gdb 2>/dev/null | head -1)
+  if [ -n "$dbg" ]; then
+    AMK=$amk PYTHONPATH="$PWD/build/default/python" timeout -k 10 300 "$dbg" -q -batch -ex run \
+      -ex "thread apply all bt 40" --args "$(command -v $py)" -X faulthandler -m pytest -x -q \
+      -p no:cacheprovider tests/python/test_module.py >"$out/python_module_bt.log" 2>&1
+    grep -m1 -A40 "received signal" "$out/python_module_bt.log"
+  else
+    echo "python.module crashed; no gdb or cuda-gdb for its native stack"
+  fi
+fi
 fi
 
 if [ "${AMK_PROGRAMS:-1}" = 1 ]; then
@@ -340,6 +355,15 @@ except Exception as e:
     print(f"PyTorch rows|unavailable ({e})")
 PY
   while IFS='|' read -r k v; do row "$k" "$v"; done < "$out/torch_rows.txt"
+fi
+# The Python module's launch beside the C++ API's, and a 4 KB input changed before each 1B step.
+if [ -d build/default/python ]; then
+  PYTHONPATH="$PWD/build/default/python" timeout -k 10 300 $py scripts/bench_python.py \
+    --small samples/diamond.json --step "$d/llama1b.json" --input model.norm.weight \
+    --figures "$out/python_figures.tsv" >"$out/bench_python.txt" 2>&1
+  rc=$?
+  while IFS= read -r line; do row "${line%%: *}" "${line#*: }"; done < <(grep ": " "$out/bench_python.txt")
+  [ $rc = 0 ] || row "bench_python.py" "FAIL (exit $rc)"
 fi
 fi
 if [ "${AMK_GENERATE:-1}" = 1 ]; then

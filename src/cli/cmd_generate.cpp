@@ -108,8 +108,8 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
     gen_json = write_llama_program(o.model).json;
     program = o.model.output;
   }
-  // The end-of-sequence id the launch stops at: --eos, else the program's eos input.
-  std::optional<int64_t> eos = o.model.eos;
+  // The end-of-sequence id the launch stops at (-1: none): --eos, else the program's eos input.
+  int64_t stop_id = o.model.eos.value_or(-1);
   uint32_t ranks = o.model.gen.tp;  // (a program with ranks: rank 0's ids, it picks the tokens)
   if (!o.program.empty()) {         // a program without the generated ids is refused before it runs
     const Program p = load_program_file(program, LoadOptions{});
@@ -124,15 +124,15 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
                           "the program has no output 'ids': amk generate runs generation "
                           "programs (amk gen llama --steps N)");
     const Buffer* eos_buf = find("eos");
-    if (eos) gen::check_eos_id(p, *eos, "--eos");
-    if (eos && eos_buf == nullptr)
+    if (o.model.eos) gen::check_eos_id(p, *o.model.eos, "--eos");
+    if (o.model.eos && eos_buf == nullptr)
       throw_program_error("generate.eos", "/buffers",
                           "the program has no 'eos' input to stop at: write it again with amk "
                           "gen llama --steps N (this amk adds one), or give --eos there");
-    if (!eos) eos = gen::program_eos(p);
+    if (!o.model.eos) stop_id = gen::program_eos(p).value_or(-1);
     ranks = p.launch.ranks;
   }
-  if (eos && *eos < 0) eos.reset();  // (-1: none)
+  if (stop_id < 0) stop_id = -1;
   if (o.out_dir.empty() && !scratch) scratch.emplace();
   const fs::path out = o.out_dir.empty() ? scratch->path() / "out" : fs::path(o.out_dir);
 
@@ -155,8 +155,8 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   // The launch wrote nothing after the first eos (feed_token): the ids end there.
   std::vector<int64_t> ids = read_ids(out, ranks > 1 ? "ids.rank0" : "ids");
   bool stopped = false;
-  if (eos) {
-    if (const auto at = std::find(ids.begin(), ids.end(), *eos); at != ids.end()) {
+  if (stop_id >= 0) {
+    if (const auto at = std::find(ids.begin(), ids.end(), stop_id); at != ids.end()) {
       ids.erase(at + 1, ids.end());
       stopped = true;
     }
@@ -175,7 +175,7 @@ int run_generate(const GlobalOptions& g, GenerateOptions o) {
   j["backend"] = backend;
   j["ids"] = ids;
   j["new_tokens"] = generated;
-  j["eos"] = eos ? ordered_json(*eos) : ordered_json(nullptr);
+  j["eos"] = stop_id >= 0 ? ordered_json(stop_id) : ordered_json(nullptr);
   j["stopped_at_eos"] = stopped;
   j["steps"] = passes;
   j["launch_ms"] = launch_ms;

@@ -798,8 +798,12 @@ bool is_wrapper_json(std::string_view text) {
 }
 
 bool is_wrapper_file(const fs::path& path) {
+  // Only a regular file is sniffed: a directory or a missing file is the loader's to report, and
+  // reading a pipe here would take the bytes the loader needs.
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return false;  // the loader reports the file as it always does
+  if (!in) return false;
   std::array<char, 4> head{};
   in.read(head.data(), head.size());
   if (in.gcount() == 4 && is_wrapper_amkb({head.data(), head.size()})) return true;
@@ -808,7 +812,7 @@ bool is_wrapper_file(const fs::path& path) {
   FormatSniffer sniffer;
   try {
     (void)json::sax_parse(in, &sniffer);
-  } catch (const json::exception&) {
+  } catch (const std::exception&) {  // (malformed JSON, or the read failed: not a wrapper here)
     return false;
   }
   return sniffer.wrapper;

@@ -33,6 +33,12 @@ expect_rc 0 "subcommand help" -- "$amk" run --help
 expect_grep "$tmp/out" "Usage:" "subcommand help prints usage"
 expect_rc 4 "missing file" -- "$amk" validate "$tmp/nope.json"
 expect_grep "$tmp/err" "io.missing" "missing file code"
+# A folder where a program file belongs is an io error naming it; a program on a pipe is read
+# once (the wrapper sniffing leaves pipes alone).
+expect_rc 4 "a folder as the program" -- "$amk" run "$tmp" --backend cpu -o "$tmp/dir_out"
+expect_grep "$tmp/err" "io.read\] at $tmp: is a directory" "the folder named"
+expect_rc 0 "a program on a pipe" -- bash -c "cat '$sample' | '$amk' -q run /dev/stdin --backend cpu -o '$tmp/pipe_out'"
+[ -e "$tmp/pipe_out/out.npy" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a program on a pipe: no out.npy"; }
 
 expect_rc 0 "validate" -- "$amk" validate "$sample"
 expect_grep "$tmp/out" "^ok" "validate says ok"

@@ -75,6 +75,9 @@ def test_errors_carry_kind_code_where_and_exit_code(tmp_path):
     with pytest.raises(amk.IoError) as e:
         amk.load(str(tmp_path / "missing.json"))
     assert e.value.exit_code == 4 and e.value.where
+    with pytest.raises(amk.IoError) as e:  # a folder where the program belongs
+        amk.open(str(tmp_path), backend="cpu")
+    assert e.value.code == "io.read" and e.value.where == str(tmp_path)
     with pytest.raises(amk.UsageError) as e:
         amk.gen.llama(kv_dtype="f16")
     assert e.value.code == "usage.gen.kv_dtype" and e.value.exit_code == 2

@@ -219,6 +219,10 @@ RunResult run_program(const RunRequest& request) {
   // --report PATH: the report goes there only. Without it, report.json is part of the output
   // folder, and a failed run's goes beside the folder (DIR.failed-report.json).
   std::filesystem::path report_file = request.report_path;
+  if (std::error_code ec; !report_file.empty() && std::filesystem::is_directory(report_file, ec))
+    throw Error(ErrorKind::usage, "usage.report", report_file.string(),
+                "the report path is a folder; name a file (e.g. " +
+                    (report_file / "report.json").string() + ")");
   if (folder && !report_file.empty()) report_file = explicit_report(report_file, folder->dir());
   GpuRequest gpu = request.gpu;
   gpu.trust_custom_ops = request.load.trust_custom_ops;

@@ -37,6 +37,9 @@ expect_grep "$tmp/err" "io.missing" "missing file code"
 # once (the wrapper sniffing leaves pipes alone).
 expect_rc 4 "a folder as the program" -- "$amk" run "$tmp" --backend cpu -o "$tmp/dir_out"
 expect_grep "$tmp/err" "io.read\] at $tmp: is a directory" "the folder named"
+expect_rc 2 "a folder as the report path" -- "$amk" run "$sample" --backend cpu --report "$tmp" -o "$tmp/rep_out"
+expect_grep "$tmp/err" "usage.report\] at $tmp: the report path is a folder" "the report folder named"
+[ ! -e "$tmp/rep_out" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a refused report path wrote outputs"; }
 expect_rc 0 "a program on a pipe" -- bash -c "cat '$sample' | '$amk' -q run /dev/stdin --backend cpu -o '$tmp/pipe_out'"
 [ -e "$tmp/pipe_out/out.npy" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL a program on a pipe: no out.npy"; }
 

@@ -67,7 +67,8 @@ std::vector<int64_t> parse_prompt(const std::string& arg) {
       throw Error(ErrorKind::usage, "usage.gen.prompt", where,
                   "prompt element " + std::to_string(ids.size()) + " is '" + tok +
                       "', not a token id (ids are non-negative integers, separated by commas or "
-                      "spaces)");
+                      "spaces)" +
+                      (where == "--prompt" && tok == arg ? "; nor is it a file of ids" : ""));
     v = std::stoll(tok);
     ids.push_back(v);
     i = j;

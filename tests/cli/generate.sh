@@ -89,6 +89,8 @@ expect_grep "$tmp/err" "\[usage.gen.prompt\] at --prompt: prompt element 1: id 5
 printf '[1, 2,\n oops]' > "$tmp/prompt.txt"
 expect_rc 2 "prompt file with a non-id" -- "$amk" gen llama --steps 2 --prompt "$tmp/prompt.txt" -o "$tmp/x.json"
 expect_grep "$tmp/err" "\[usage.gen.prompt\] at $tmp/prompt.txt: prompt element 2 is 'oops'" "prompt file located"
+expect_rc 2 "a prompt file that is not there" -- "$amk" gen llama --steps 2 --prompt "$tmp/nope.txt" -o "$tmp/x.json"
+expect_grep "$tmp/err" "is '$tmp/nope.txt', not a token id .*; nor is it a file of ids" "a missing prompt file said so"
 printf '4 5\n6' > "$tmp/prompt.txt"
 expect_rc 0 "prompt file of ids" -- "$amk" --json gen llama --steps 2 --prompt "$tmp/prompt.txt" -o "$tmp/x.json"
 expect_grep "$tmp/out" '"prompt_tokens": 3' "prompt file read"

@@ -17,6 +17,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -d /opt/torch/.venv/bin ] && export PATH="/opt/torch/.venv/bin:$PATH"
 py=python3
+# NCCL (gpu.test_nccl, amk devices): the Python environment's nvidia-nccl wheel unless named.
+if [ -z "${AMK_NCCL_LIBRARY:-}" ]; then
+  lib=$($py -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
+  [ -n "$lib" ] && [ -e "$lib" ] && export AMK_NCCL_LIBRARY="$lib"
+fi
 amk=$PWD/build/default/amk
 scratch="${AMK_SCRATCH:-${TMPDIR:-/tmp}/amk_gpu_check}"
 mkdir -p "$scratch"

@@ -391,6 +391,12 @@ expect_grep "$tmp/err" "at amk gen: unknown command 'frobnicate'; the commands a
 # amk devices: zero devices is an answer (exit 0) with a notice saying why, not an error.
 expect_rc 0 "devices" -- "$amk" devices
 expect_rc 0 "devices --json" -- "$amk" --json devices
+# NCCL, loaded at run time: a library that is not there, or not NCCL, is a notice, not an error.
+expect_rc 0 "devices with no NCCL" -- env AMK_NCCL_LIBRARY="$tmp/libnccl.so.2" "$amk" --json devices
+[ "$(json_field "$tmp/out" "str(j['nccl']['available']) + ' ' + str('$tmp/libnccl.so.2' in j['nccl']['notice'])")" = "False True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL devices: NCCL absent"; cat "$tmp/out"; }
+expect_rc 0 "devices with a library that is not NCCL" -- env AMK_NCCL_LIBRARY=libm.so.6 "$amk" devices
+expect_grep "$tmp/out" "NCCL not available: libm.so.6 lacks ncclGetVersion" "a library that is not NCCL said so"
+expect_rc 0 "devices --json" -- "$amk" --json devices
 if [ "$gpus" -eq 0 ]; then
   [ "$(json_field "$tmp/out" "str(j['devices']) + ' ' + str(len(j['notice']) > 0)")" = "[] True" ] && pass=$((pass + 1)) || { fail=$((fail + 1)); echo "FAIL devices --json without a GPU"; cat "$tmp/out"; }
   expect_rc 0 "devices (text) without a GPU" -- "$amk" devices

@@ -119,7 +119,7 @@ int run_profile(const GlobalOptions& g, ProfileCmdOptions o) {
 
 int run_devices(const GlobalOptions& g) {
   std::ostringstream text;
-  ordered_json j = list_gpus(text);
+  ordered_json j = devices_report(text);
   emit(g, j, text.str());
   return 0;
 }

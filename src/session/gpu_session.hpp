@@ -153,6 +153,9 @@ struct CompileOutputs {
 // Every device the driver reports; without a driver, a device or a CUDA build, none and a
 // "notice" saying why (an answer, not an error).
 [[nodiscard]] ordered_json list_gpus(std::ostringstream& text);
+// `amk devices`: list_gpus, and whether NCCL loads ("nccl": available, library, version or
+// notice), with or without a CUDA build.
+[[nodiscard]] ordered_json devices_report(std::ostringstream& text);
 
 // What `amk profile` and `amk bench` read and write besides their GPU request.
 struct GpuCommandFiles {

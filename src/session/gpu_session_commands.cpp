@@ -9,6 +9,7 @@
 
 #include "core/error.hpp"
 #include "core/phase_log.hpp"
+#include "device/nccl.hpp"
 #include "report/outputs.hpp"
 #include "session/gpu_session.hpp"
 #include "verify/verify.hpp"
@@ -170,6 +171,22 @@ CommandResult bench_program(const BenchProgramRequest& request) {
       [&](const Program& p, const InitialData& initial, std::ostringstream& text) {
         return bench_on_gpu(p, initial, bench, text);
       });
+}
+
+ordered_json devices_report(std::ostringstream& text) {
+  ordered_json j = list_gpus(text);
+  // NCCL (programs with ranks across GPUs): whether it loads, from where, its version.
+  const nccl::Status n = nccl::status();
+  ordered_json nj{{"available", n.available}, {"library", n.library}};
+  if (n.available) {
+    nj["version"] = n.version;
+    text << "NCCL " << n.version << " (" << n.library << ")\n";
+  } else {
+    nj["notice"] = n.notice;
+    text << "NCCL not available: " << n.notice << "\n";
+  }
+  j["nccl"] = nj;
+  return j;
 }
 
 }  // namespace amk

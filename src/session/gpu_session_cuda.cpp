@@ -17,7 +17,6 @@
 #include "cuda/codegen.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/executor.hpp"
-#include "cuda/nccl.hpp"
 #include "cuda/wrapper_exec.hpp"
 #include "config/choose.hpp"
 #include "ops/registry.hpp"
@@ -766,29 +765,12 @@ ordered_json compile_for_arch(const Program& program, const std::string& arch,
   return j;
 }
 
-// NCCL (programs with ranks across GPUs): whether it loads, from where, its version.
-ordered_json nccl_json(std::ostringstream& text) {
-  const nccl::Status n = nccl::status();
-  ordered_json j{{"available", n.available}, {"library", n.library}};
-  if (n.available) {
-    j["version"] = n.version;
-    text << "NCCL " << n.version << " (" << n.library << ")\n";
-  } else {
-    j["notice"] = n.notice;
-    text << "NCCL not available: " << n.notice << "\n";
-  }
-  return j;
-}
-
 ordered_json list_gpus(std::ostringstream& text) {
   // No driver or no device is an answer (zero devices), not an error.
   std::string why;
   if (!gpu_available(&why)) {
     text << "no CUDA devices: " << why << "\n";
-    return ordered_json{{"status", "ok"},
-                        {"devices", ordered_json::array()},
-                        {"notice", why},
-                        {"nccl", nccl_json(text)}};
+    return ordered_json{{"status", "ok"}, {"devices", ordered_json::array()}, {"notice", why}};
   }
   std::vector<DeviceInfo> devices = list_devices();
   ordered_json arr = ordered_json::array();
@@ -800,7 +782,7 @@ ordered_json list_gpus(std::ostringstream& text) {
          << (d.cooperative_launch ? "yes" : "no") << ", cluster "
          << (d.cluster_launch ? "yes" : "no") << ", driver " << d.driver_version << "\n";
   }
-  return ordered_json{{"status", "ok"}, {"devices", arr}, {"nccl", nccl_json(text)}};
+  return ordered_json{{"status", "ok"}, {"devices", arr}};
 }
 
 }  // namespace amk

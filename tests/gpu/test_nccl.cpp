@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/nccl.hpp"
+#include "device/nccl.hpp"
 #include "gpu_support.hpp"
 
 using namespace amk;

@@ -4,14 +4,12 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/error.hpp"
 #include "cuda/compile.hpp"
 #include "cuda/driver.hpp"
-#include "cuda/nccl.hpp"
 #include "cuda/executor.hpp"
 #include "cuda/tma.hpp"
 
@@ -93,32 +91,6 @@ TEST_CASE("driver availability is reported, never fatal") {
     CHECK(cu::driver_if_loaded() != nullptr);
     CHECK_NOTHROW((void)cu::driver());
   }
-}
-
-TEST_CASE("NCCL: a library that is not there is reported with its path, never fatal") {
-  // (The library is loaded once a process: this test's process names one that does not exist.)
-  const char* kPath = "/nonexistent/amk-test/libnccl.so.2";
-  setenv("AMK_NCCL_LIBRARY", kPath, 1);
-  unsetenv("NCCL_NVLS_ENABLE");
-  std::string why;
-  CHECK(nccl::api(&why) == nullptr);
-  CHECK(why.find(kPath) != std::string::npos);
-  CHECK(why.find("AMK_NCCL_LIBRARY") != std::string::npos);
-  const nccl::Status s = nccl::status();
-  CHECK_FALSE(s.available);
-  CHECK(s.library == kPath);
-  CHECK(s.notice == why);
-  // Loading sets NVLink multicast off for NCCL, whether or not the library is there.
-  const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
-  REQUIRE(nvls != nullptr);
-  CHECK(std::string(nvls) == "0");
-}
-
-TEST_CASE("NCCL version codes as text, both encodings") {
-  CHECK(nccl::version_text(22803) == "2.28.3");  // 2.9 on: major * 10000 + minor * 100 + patch
-  CHECK(nccl::version_text(21903) == "2.19.3");
-  CHECK(nccl::version_text(2804) == "2.8.4");  // before 2.9: major * 1000 + minor * 100 + patch
-  CHECK(nccl::version_text(0) == "unknown");
 }
 
 TEST_CASE("sticky errors are launch faults, others driver errors named by the "

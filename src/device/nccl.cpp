@@ -1,4 +1,4 @@
-#include "cuda/nccl.hpp"
+#include "device/nccl.hpp"
 
 #include <dlfcn.h>
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Compares two amk trees on the GPU, interleaved in one call: this checkout ("new") and another
 # source tree ("old", e.g. `git archive COMMIT | tar -x -C DIR`). Builds amk in both (the old one
-# under its own build/default), writes the 1B and 8B weights once (both trees read the same file),
-# then runs rounds in the order new old / old new / old new / new old of `amk --json profile
-# --events` on the 1B and 8B steps (ctx 1024) and the micro-benchmarks (GEMV, hop, dispatch).
-# Prints each figure's round medians for both trees and new/old, and ptxas's registers and spills
-# of the 1B, 8B and GEMV VMs.
+# under its own build/default without tests; this one's configuration stays as gpu_check.sh
+# makes it), writes the 1B and 8B weights once (both trees read the same file), then runs rounds
+# in the order new old / old new / old new / new old of `amk --json profile --events` on the 1B
+# and 8B steps (ctx 1024) and the micro-benchmarks (GEMV, hop, dispatch). Prints each figure's
+# round medians for both trees and new/old, and ptxas's registers and spills of the 1B, 8B and
+# GEMV VMs.
 #   bash scripts/gate.sh OLD_DIR [ROUNDS]        # ROUNDS: 4 (default) or 2
 # Logs and profiles go to $OUT (on the device machine) or ./out/gate.
 set -uo pipefail
@@ -19,7 +20,7 @@ t0=$(date +%s); stamp() { echo "== $1 [$(( $(date +%s) - t0 )) s]"; }
 
 stamp "build (both trees at once)"
 jobs=$(( $(nproc) / 2 )); [ "$jobs" -ge 1 ] || jobs=1
-( cmake --preset default -DAMK_TESTS=OFF >"$res/cfg_new.log" 2>&1 &&
+( cmake --preset default >"$res/cfg_new.log" 2>&1 &&
   cmake --build --preset default -j "$jobs" --target amk >"$res/build_new.log" 2>&1 ) &
 ( cd "$old" && cmake --preset default -DAMK_TESTS=OFF >"$res/cfg_old.log" 2>&1 &&
   cmake --build --preset default -j "$jobs" --target amk >"$res/build_old.log" 2>&1 ) &

@@ -11,6 +11,7 @@ installed, and the new ids are decoded with it; without it, give the prompt as i
 the ids are printed. The end-of-sequence id comes from DIR's generation_config.json or
 config.json (its first id where it lists several) unless --eos gives one; the launch ends one
 step after generating it. --json prints amk.generate's dict with the prompt ids and the text.
+A bad argument exits 2 naming it; amk's own errors exit with amk's codes.
 """
 import argparse
 import json
@@ -45,6 +46,17 @@ def load_tokenizer(folder):
     return Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
 
 
+def positive(text):
+    """argparse type: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got '{text}'")
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {n}")
+    return n
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     src = ap.add_mutually_exclusive_group(required=True)
@@ -53,7 +65,7 @@ def main():
     text = ap.add_mutually_exclusive_group(required=True)
     text.add_argument("--prompt", help="the prompt's text (needs `tokenizers` and DIR/tokenizer.json)")
     text.add_argument("--ids", help="the prompt's token ids: 1,2,3")
-    ap.add_argument("--steps", type=int, default=32, help="new tokens (default 32)")
+    ap.add_argument("--steps", type=positive, default=32, help="new tokens (default 32)")
     ap.add_argument("--eos", type=int, help="end-of-sequence id (default: the checkpoint's)")
     ap.add_argument("--backend", default="auto", choices=("auto", "cuda", "cpu"))
     ap.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -62,14 +74,16 @@ def main():
     tokenizer = load_tokenizer(a.checkpoint)
     if a.prompt is not None:
         if tokenizer is None:
-            sys.exit("generate_text: a text prompt needs the `tokenizers` package and "
-                     "tokenizer.json in --checkpoint; give the prompt as --ids instead")
+            ap.error("a text prompt needs the `tokenizers` package and tokenizer.json in "
+                     "--checkpoint; give the prompt as --ids instead")
         prompt = tokenizer.encode(a.prompt).ids
     else:
         try:
             prompt = [int(t) for t in a.ids.replace(" ", "").split(",") if t]
         except ValueError:
-            sys.exit(f"generate_text: --ids: expected comma-separated integers, got '{a.ids}'")
+            ap.error(f"--ids: expected comma-separated integers, got '{a.ids}'")
+        if not prompt:
+            ap.error("--ids: the prompt holds no token ids")
     eos = a.eos if a.eos is not None else (config_eos(a.checkpoint) if a.checkpoint else None)
 
     try:

@@ -474,6 +474,9 @@ def test_the_text_example_prints_the_ids_amk_generate_gives(tmp_path):
     assert r.returncode == 0 and r.stdout.split() == [str(i) for i in cli["ids"][:2]], r.stderr
     r = run("--prompt", "hello", "--backend", "cpu")
     assert r.returncode != 0 and "--ids" in r.stderr
+    for bad in (("--ids", ","), ("--ids", "1", "--steps", "0"), ("--ids", "1", "--steps", "-1")):
+        r = run(*bad, "--backend", "cpu")
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (bad, r.stderr)
     # amk's errors keep their exit codes: an id outside the vocabulary (128) is a usage error.
     r = run("--ids", "9,400", "--backend", "cpu")
     assert r.returncode == 2 and "generate_text:" in r.stderr

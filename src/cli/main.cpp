@@ -12,12 +12,12 @@
 #include <string_view>
 #include <vector>
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "cli/common.hpp"
 #include "core/error.hpp"
 #include "core/interrupt.hpp"
+#include "core/stderr_log.hpp"
 
 namespace {
 
@@ -123,13 +123,10 @@ int main(int argc, char** argv) {
                                       std::string(e.what()) + " (see " + where + " --help)"));
   }
 
-  auto logger = spdlog::stderr_color_mt("amk");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("amk: %^%l%$: %v");
-  spdlog::set_level(g.quiet          ? spdlog::level::err
-                    : g.verbose >= 2 ? spdlog::level::debug
-                    : g.verbose == 1 ? spdlog::level::info
-                                     : spdlog::level::warn);
+  amk::log_to_stderr(g.quiet          ? spdlog::level::err
+                     : g.verbose >= 2 ? spdlog::level::debug
+                     : g.verbose == 1 ? spdlog::level::info
+                                      : spdlog::level::warn);
 
   struct sigaction sa {};
   sa.sa_handler = on_sigint;

@@ -4,11 +4,9 @@
 #include <pybind11/eval.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
-#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/stderr_log.hpp"
 #include "gen/checkpoint.hpp"
 #include "gen/llama.hpp"
 #include "io/load.hpp"
@@ -144,11 +143,7 @@ PYBIND11_MODULE(amk, m) {
 
   // amk's log lines go to stderr as the command line's do: warnings and errors unless
   // amk.set_log_level asks for more (the pipeline's phases log at info, as `amk -v` shows them).
-  std::shared_ptr<spdlog::logger> logger = spdlog::get("amk");
-  if (!logger) logger = spdlog::stderr_color_mt("amk");
-  spdlog::set_default_logger(logger);
-  spdlog::set_pattern("amk: %^%l%$: %v");
-  spdlog::set_level(spdlog::level::warn);
+  log_to_stderr(spdlog::level::warn);
   m.def(
       "set_log_level",
       [](const std::string& level) {

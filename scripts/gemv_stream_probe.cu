@@ -25,14 +25,7 @@
 #include <random>
 #include <vector>
 
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "probe_check.cuh"
 
 constexpr int kK = 4096;               // columns (bf16 weights a row)
 constexpr int kRowBytes = kK * 2;      // 8 KiB

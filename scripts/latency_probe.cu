@@ -14,14 +14,7 @@
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "probe_check.cuh"
 
 constexpr int kThreads = 256;
 constexpr int kPer = 8;                // values a thread carries
